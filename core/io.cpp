@@ -1,0 +1,54 @@
+// Atomic file output and build provenance (see io.hpp).
+#include "core/io.hpp"
+
+#include <cstdio>
+#include <filesystem>
+#include <fmt/format.h>
+#include <fstream>
+#include <sstream>
+#include <unistd.h>
+
+#include "core/error.hpp"
+
+namespace hzp::core {
+
+void write_file_atomic(const std::string& path, const std::string& content) {
+  namespace fs = std::filesystem;
+  fs::path dest(path);
+  fs::path dir = dest.has_parent_path() ? dest.parent_path() : fs::path(".");
+  std::error_code ec;
+  if (!dir.empty() && !fs::exists(dir, ec)) {
+    fs::create_directories(dir, ec);
+    if (ec) throw InputError(path, "", fmt::format("cannot create folder {}: {}", dir.string(), ec.message()));
+  }
+  fs::path tmp = dir / fmt::format(".{}.tmp.{}", dest.filename().string(), ::getpid());
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) throw InputError(path, "", "cannot write to this folder");
+    out.write(content.data(), static_cast<std::streamsize>(content.size()));
+    out.flush();
+    if (!out) {
+      out.close();
+      fs::remove(tmp, ec);
+      throw InputError(path, "", "write failed (disk full?)");
+    }
+  }
+  fs::rename(tmp, dest, ec);
+  if (ec) {
+    fs::remove(tmp, ec);
+    throw InputError(path, "", "cannot rename the finished file into place");
+  }
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(path, "", "cannot open file");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string version() { return HZP_VERSION; }
+std::string git_revision() { return HZP_GIT_REV; }
+
+}  // namespace hzp::core

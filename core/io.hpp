@@ -1,0 +1,20 @@
+// Output files: written whole or not at all, and stamped with provenance.
+#pragma once
+
+#include <string>
+
+namespace hzp::core {
+
+/// Writes `content` to a temporary file in the destination's folder and renames
+/// it into place, so an interrupted run never leaves a half-written file.
+/// Throws InputError(path, "", ...) when the folder is not writable.
+void write_file_atomic(const std::string& path, const std::string& content);
+
+/// Reads a whole file; InputError when it cannot be opened.
+[[nodiscard]] std::string read_file(const std::string& path);
+
+/// hzp's version and the git revision it was built from.
+[[nodiscard]] std::string version();
+[[nodiscard]] std::string git_revision();
+
+}  // namespace hzp::core

@@ -1,0 +1,64 @@
+// Strict reading of JSON configuration objects: every key must be known, every
+// required key present, and each value of the expected type and range. Errors
+// name the file and the full key path (e.g. "scale_out.tiers[1].radix").
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+#include <string>
+
+#include "core/error.hpp"
+
+namespace hzp::core {
+
+class StrictObject {
+ public:
+  /// `file` names the input in error messages; `path` is the key path of this
+  /// object inside the file ("" at top level).
+  StrictObject(const nlohmann::json& j, std::string file, std::string path = "");
+
+  [[nodiscard]] bool has(const std::string& key) const;
+  [[nodiscard]] const nlohmann::json& raw(const std::string& key);
+
+  [[nodiscard]] std::string str(const std::string& key);
+  [[nodiscard]] bool boolean(const std::string& key);
+  /// An integer in [min, max].
+  [[nodiscard]] std::int64_t integer(const std::string& key, std::int64_t min = 0,
+                                     std::int64_t max = INT64_MAX);
+  /// A finite number in [min, max] (a strictly positive range when min_exclusive).
+  [[nodiscard]] double number(const std::string& key, double min, double max = 1e300,
+                              bool min_exclusive = false);
+  /// A nested object, or nullopt when the value is null.
+  [[nodiscard]] std::optional<StrictObject> object_or_null(const std::string& key);
+  [[nodiscard]] StrictObject object(const std::string& key);
+  /// The array at `key` (its elements are read by the caller with `element`).
+  [[nodiscard]] const nlohmann::json& array(const std::string& key);
+  [[nodiscard]] StrictObject element(const std::string& array_key, std::size_t index);
+
+  /// Throws when the object holds a key that was never read.
+  void finish() const;
+
+  [[nodiscard]] std::string key_path(const std::string& key) const;
+  [[nodiscard]] const std::string& file() const { return file_; }
+  [[noreturn]] void fail(const std::string& key, const std::string& expected) const;
+
+ private:
+  const nlohmann::json& need(const std::string& key);
+  const nlohmann::json* j_;
+  std::string file_;
+  std::string path_;
+  std::set<std::string> read_;
+};
+
+/// Parses `text` as JSON; a syntax error names `file` and the byte offset.
+nlohmann::json parse_json(const std::string& text, const std::string& file);
+
+/// Reads and parses a JSON file; a missing file is an InputError.
+nlohmann::json read_json_file(const std::string& path);
+
+/// Requires `schema_version` == `expected` and reads it.
+void require_schema_version(StrictObject& o, std::int64_t expected);
+
+}  // namespace hzp::core

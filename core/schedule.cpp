@@ -1,0 +1,313 @@
+// Schedule JSON I/O: canonical text, hashing and strict parsing.
+#include "core/schedule.hpp"
+
+#include <array>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <utility>
+
+#include "core/json_reader.hpp"
+#include "core/sha256.hpp"
+
+namespace hzp::core {
+namespace {
+
+template <class E, std::size_t N>
+using Names = std::array<std::pair<E, std::string_view>, N>;
+
+constexpr Names<Dtype, 4> kDtype{{{Dtype::Bf16, "bf16"}, {Dtype::Fp16, "fp16"}, {Dtype::Fp32, "fp32"}, {Dtype::Fp8, "fp8"}}};
+constexpr Names<GroupKind, 8> kGroupKind{{{GroupKind::World, "world"},
+                                          {GroupKind::DpShard, "dp_shard"},
+                                          {GroupKind::DpReplica, "dp_replica"},
+                                          {GroupKind::Tp, "tp"},
+                                          {GroupKind::Pp, "pp"},
+                                          {GroupKind::Cp, "cp"},
+                                          {GroupKind::Ep, "ep"},
+                                          {GroupKind::Edp, "edp"}}};
+constexpr Names<OpKind, 8> kOpKind{{{OpKind::Compute, "compute"},
+                                    {OpKind::Collective, "collective"},
+                                    {OpKind::Send, "send"},
+                                    {OpKind::Recv, "recv"},
+                                    {OpKind::Alloc, "alloc"},
+                                    {OpKind::Free, "free"},
+                                    {OpKind::Record, "record"},
+                                    {OpKind::Wait, "wait"}}};
+constexpr Names<ComputeKind, 7> kComputeKind{{{ComputeKind::Gemm, "gemm"},
+                                              {ComputeKind::Attention, "attention"},
+                                              {ComputeKind::Elementwise, "elementwise"},
+                                              {ComputeKind::Norm, "norm"},
+                                              {ComputeKind::Embedding, "embedding"},
+                                              {ComputeKind::Loss, "loss"},
+                                              {ComputeKind::Optimizer, "optimizer"}}};
+constexpr Names<CollectiveKind, 5> kCollectiveKind{{{CollectiveKind::AllGather, "all_gather"},
+                                                    {CollectiveKind::ReduceScatter, "reduce_scatter"},
+                                                    {CollectiveKind::AllReduce, "all_reduce"},
+                                                    {CollectiveKind::AllToAll, "all_to_all"},
+                                                    {CollectiveKind::Broadcast, "broadcast"}}};
+constexpr Names<StreamKind, 5> kStreamKind{{{StreamKind::Compute, "compute"},
+                                            {StreamKind::ParamGather, "param_gather"},
+                                            {StreamKind::GradReduce, "grad_reduce"},
+                                            {StreamKind::Optimizer, "optimizer"},
+                                            {StreamKind::Comm, "comm"}}};
+
+template <class E, std::size_t N>
+std::string_view name_of(const Names<E, N>& names, E e) {
+  for (const auto& [v, n] : names) {
+    if (v == e) return n;
+  }
+  return "?";
+}
+
+template <class E, std::size_t N>
+E parse_enum(const Names<E, N>& names, StrictObject& o, const std::string& key) {
+  std::string s = o.str(key);
+  std::string options;
+  for (const auto& [v, n] : names) {
+    if (n == s) return v;
+    options += (options.empty() ? "" : "|") + std::string(n);
+  }
+  o.fail(key, fmt::format("expected one of {}, got \"{}\"", options, s));
+}
+
+nlohmann::json op_to_json(const Op& op) {
+  nlohmann::json j;
+  j["id"] = op.id;
+  j["kind"] = to_string(op.kind);
+  j["name"] = op.name;
+  switch (op.kind) {
+    case OpKind::Compute:
+      j["op"] = to_string(op.compute);
+      j["flops"] = op.flops.count();
+      j["bytes"] = op.bytes.count();
+      j["dtype"] = to_string(op.dtype);
+      if (op.gemm) j["gemm"] = {op.gemm->m, op.gemm->n, op.gemm->k, op.gemm->batch};
+      break;
+    case OpKind::Collective:
+      j["op"] = to_string(op.collective);
+      j["group"] = op.group;
+      j["seq"] = op.seq;
+      j["bytes"] = op.bytes.count();
+      j["dtype"] = to_string(op.dtype);
+      break;
+    case OpKind::Send:
+    case OpKind::Recv:
+      j["peer"] = op.peer;
+      j["seq"] = op.seq;
+      j["bytes"] = op.bytes.count();
+      break;
+    case OpKind::Alloc:
+    case OpKind::Free:
+      j["buffer"] = op.buffer;
+      j["bytes"] = op.bytes.count();
+      break;
+    case OpKind::Record:
+    case OpKind::Wait:
+      j["event"] = op.event;
+      break;
+  }
+  return j;
+}
+
+Op op_from_json(StrictObject o) {
+  Op op;
+  op.id = static_cast<int>(o.integer("id", 0, INT32_MAX));
+  op.kind = parse_enum(kOpKind, o, "kind");
+  op.name = o.str("name");
+  auto bytes = [&] { return Bytes(o.integer("bytes", 0)); };
+  switch (op.kind) {
+    case OpKind::Compute:
+      op.compute = parse_enum(kComputeKind, o, "op");
+      op.flops = Flops(o.number("flops", 0));
+      op.bytes = bytes();
+      op.dtype = parse_enum(kDtype, o, "dtype");
+      if (o.has("gemm")) {
+        const auto& g = o.array("gemm");
+        if (g.size() != 4) o.fail("gemm", "expected [m, n, k, batch]");
+        std::array<std::int64_t, 4> v{};
+        for (std::size_t i = 0; i < 4; ++i) {
+          if (!g[i].is_number_integer() || g[i].get<std::int64_t>() < 1) o.fail("gemm", "expected four positive integers [m, n, k, batch]");
+          v[i] = g[i].get<std::int64_t>();
+        }
+        op.gemm = GemmShape{v[0], v[1], v[2], v[3]};
+      }
+      break;
+    case OpKind::Collective:
+      op.collective = parse_enum(kCollectiveKind, o, "op");
+      op.group = static_cast<int>(o.integer("group", 0, INT32_MAX));
+      op.seq = static_cast<int>(o.integer("seq", 0, INT32_MAX));
+      op.bytes = bytes();
+      op.dtype = parse_enum(kDtype, o, "dtype");
+      break;
+    case OpKind::Send:
+    case OpKind::Recv:
+      op.peer = static_cast<int>(o.integer("peer", 0, INT32_MAX));
+      op.seq = static_cast<int>(o.integer("seq", 0, INT32_MAX));
+      op.bytes = bytes();
+      break;
+    case OpKind::Alloc:
+    case OpKind::Free:
+      op.buffer = o.str("buffer");
+      op.bytes = bytes();
+      break;
+    case OpKind::Record:
+    case OpKind::Wait:
+      op.event = static_cast<int>(o.integer("event", 0, INT32_MAX));
+      break;
+  }
+  o.finish();
+  return op;
+}
+
+std::vector<int> int_list(StrictObject& o, const std::string& key) {
+  std::vector<int> out;
+  for (const auto& v : o.array(key)) {
+    if (!v.is_number_integer() || v.get<std::int64_t>() < 0 || v.get<std::int64_t>() > INT32_MAX) {
+      o.fail(key, "expected an array of non-negative integers");
+    }
+    out.push_back(v.get<int>());
+  }
+  return out;
+}
+
+nlohmann::json to_json_without_hash(const Schedule& s) {
+  nlohmann::json j;
+  j["schema_version"] = kScheduleSchemaVersion;
+  j["name"] = s.name;
+  j["provenance"] = nlohmann::json::parse(s.provenance_json);
+  j["step"] = {{"model", s.step.model},
+               {"cluster", s.step.cluster},
+               {"strategy", s.step.strategy},
+               {"world_size", s.step.world_size},
+               {"seq_len", s.step.seq_len},
+               {"global_batch_sequences", s.step.global_batch_sequences},
+               {"micro_batches", s.step.micro_batches},
+               {"model_flops", s.step.model_flops.count()}};
+  auto& groups = j["groups"] = nlohmann::json::array();
+  for (const auto& g : s.groups) {
+    groups.push_back({{"id", g.id}, {"kind", to_string(g.kind)}, {"ranks", g.ranks}});
+  }
+  auto& programs = j["programs"] = nlohmann::json::array();
+  for (const auto& p : s.programs) {
+    nlohmann::json pj{{"id", p.id}, {"name", p.name}, {"ranks", p.ranks}};
+    auto& threads = pj["threads"] = nlohmann::json::array();
+    for (const auto& t : p.threads) {
+      threads.push_back({{"id", t.id}, {"name", t.name}, {"launch_latency_ns", t.launch_latency.count_ns()}});
+    }
+    auto& streams = pj["streams"] = nlohmann::json::array();
+    for (const auto& st : p.streams) {
+      nlohmann::json sj{{"id", st.id}, {"name", st.name}, {"kind", to_string(st.kind)}, {"thread", st.thread}};
+      auto& ops = sj["ops"] = nlohmann::json::array();
+      for (const auto& op : st.ops) ops.push_back(op_to_json(op));
+      streams.push_back(std::move(sj));
+    }
+    programs.push_back(std::move(pj));
+  }
+  return j;
+}
+
+}  // namespace
+
+std::int64_t dtype_bytes(Dtype d) {
+  switch (d) {
+    case Dtype::Bf16:
+    case Dtype::Fp16: return 2;
+    case Dtype::Fp32: return 4;
+    case Dtype::Fp8: return 1;
+  }
+  return 0;
+}
+
+std::string_view to_string(Dtype e) { return name_of(kDtype, e); }
+std::string_view to_string(GroupKind e) { return name_of(kGroupKind, e); }
+std::string_view to_string(OpKind e) { return name_of(kOpKind, e); }
+std::string_view to_string(ComputeKind e) { return name_of(kComputeKind, e); }
+std::string_view to_string(CollectiveKind e) { return name_of(kCollectiveKind, e); }
+std::string_view to_string(StreamKind e) { return name_of(kStreamKind, e); }
+
+std::string schedule_hash(const Schedule& s) { return sha256_hex(to_json_without_hash(s).dump()); }
+
+std::string to_canonical_json(const Schedule& s) {
+  nlohmann::json j = to_json_without_hash(s);
+  j["sha256"] = sha256_hex(j.dump());
+  return j.dump();
+}
+
+Schedule schedule_from_json(const std::string& text, const std::string& file) {
+  nlohmann::json j = parse_json(text, file);
+  StrictObject o(j, file);
+  require_schema_version(o, kScheduleSchemaVersion);
+  Schedule s;
+  s.name = o.str("name");
+  const auto& prov = o.raw("provenance");
+  if (!prov.is_object()) o.fail("provenance", "expected an object");
+  s.provenance_json = prov.dump();
+
+  StrictObject step = o.object("step");
+  s.step.model = step.str("model");
+  s.step.cluster = step.str("cluster");
+  s.step.strategy = step.str("strategy");
+  s.step.world_size = static_cast<int>(step.integer("world_size", 1, INT32_MAX));
+  s.step.seq_len = step.integer("seq_len", 1);
+  s.step.global_batch_sequences = step.integer("global_batch_sequences", 1);
+  s.step.micro_batches = step.integer("micro_batches", 1);
+  s.step.model_flops = Flops(step.number("model_flops", 0));
+  step.finish();
+
+  const auto& groups = o.array("groups");
+  for (std::size_t i = 0; i < groups.size(); ++i) {
+    StrictObject g = o.element("groups", i);
+    Group grp;
+    grp.id = static_cast<int>(g.integer("id", 0, INT32_MAX));
+    if (grp.id != static_cast<int>(i)) g.fail("id", fmt::format("expected {} (groups are numbered in order)", i));
+    grp.kind = parse_enum(kGroupKind, g, "kind");
+    grp.ranks = int_list(g, "ranks");
+    g.finish();
+    s.groups.push_back(std::move(grp));
+  }
+  const auto& programs = o.array("programs");
+  for (std::size_t i = 0; i < programs.size(); ++i) {
+    StrictObject p = o.element("programs", i);
+    Program prog;
+    prog.id = static_cast<int>(p.integer("id", 0, INT32_MAX));
+    if (prog.id != static_cast<int>(i)) p.fail("id", fmt::format("expected {} (programs are numbered in order)", i));
+    prog.name = p.str("name");
+    prog.ranks = int_list(p, "ranks");
+    const auto& threads = p.array("threads");
+    for (std::size_t t = 0; t < threads.size(); ++t) {
+      StrictObject to = p.element("threads", t);
+      Thread th;
+      th.id = static_cast<int>(to.integer("id", 0, INT32_MAX));
+      if (th.id != static_cast<int>(t)) to.fail("id", fmt::format("expected {} (threads are numbered in order)", t));
+      th.name = to.str("name");
+      th.launch_latency = Duration::ns(to.integer("launch_latency_ns", 0));
+      to.finish();
+      prog.threads.push_back(std::move(th));
+    }
+    const auto& streams = p.array("streams");
+    for (std::size_t k = 0; k < streams.size(); ++k) {
+      StrictObject so = p.element("streams", k);
+      Stream st;
+      st.id = static_cast<int>(so.integer("id", 0, INT32_MAX));
+      if (st.id != static_cast<int>(k)) so.fail("id", fmt::format("expected {} (streams are numbered in order)", k));
+      st.name = so.str("name");
+      st.kind = parse_enum(kStreamKind, so, "kind");
+      st.thread = static_cast<int>(so.integer("thread", 0, INT32_MAX));
+      const auto& ops = so.array("ops");
+      st.ops.reserve(ops.size());
+      for (std::size_t n = 0; n < ops.size(); ++n) st.ops.push_back(op_from_json(so.element("ops", n)));
+      so.finish();
+      prog.streams.push_back(std::move(st));
+    }
+    p.finish();
+    s.programs.push_back(std::move(prog));
+  }
+  std::string recorded = o.str("sha256");
+  o.finish();
+  std::string actual = schedule_hash(s);
+  if (recorded != actual) {
+    throw InputError(file, "sha256", fmt::format("content hash {} does not match the recorded {}: the file was edited", actual, recorded));
+  }
+  return s;
+}
+
+}  // namespace hzp::core

@@ -1,0 +1,142 @@
+// The Schedule IR: one training step per rank class, per stream, in the order a
+// CUDA program would enqueue it. Every engine (analytic, SimGrid) and the
+// runtime consume exactly this; see docs/ARCHITECTURE.md, "The Schedule".
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json_fwd.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/units.hpp"
+
+namespace hzp::core {
+
+inline constexpr int kScheduleSchemaVersion = 1;
+
+enum class Dtype { Bf16, Fp16, Fp32, Fp8 };
+[[nodiscard]] std::int64_t dtype_bytes(Dtype d);
+
+enum class GroupKind { World, DpShard, DpReplica, Tp, Pp, Cp, Ep, Edp };
+
+/// A process group: the ranks of one NCCL communicator.
+struct Group {
+  int id = 0;
+  GroupKind kind = GroupKind::World;
+  std::vector<int> ranks;  // global ranks, ascending
+};
+
+enum class OpKind { Compute, Collective, Send, Recv, Alloc, Free, Record, Wait };
+enum class ComputeKind { Gemm, Attention, Elementwise, Norm, Embedding, Loss, Optimizer };
+enum class CollectiveKind { AllGather, ReduceScatter, AllReduce, AllToAll, Broadcast };
+
+/// C[m×n] = A[m×k]·B[k×n], `batch` independent products.
+struct GemmShape {
+  std::int64_t m = 0, n = 0, k = 0, batch = 1;
+  friend bool operator==(const GemmShape&, const GemmShape&) = default;
+};
+
+/// One operation on a stream. Which fields are meaningful depends on `kind`:
+///  - Compute: compute, flops (what the hardware executes), bytes (HBM traffic), dtype, gemm.
+///  - Collective: collective, group, seq, bytes, dtype. `bytes` is the per-rank
+///    buffer size in nccl-tests' convention: all-gather = receive buffer,
+///    reduce-scatter = send buffer, all-reduce = the buffer, all-to-all = send buffer.
+///  - Send / Recv: peer (global rank of the other side), seq (per ordered pair), bytes.
+///  - Alloc / Free: buffer (name, unique among live buffers of the program), bytes.
+///  - Record / Wait: event (id, unique within the program; recorded exactly once).
+struct Op {
+  int id = 0;  // unique within the program; ascending in host issue order
+  OpKind kind = OpKind::Compute;
+  std::string name;
+  ComputeKind compute = ComputeKind::Elementwise;
+  CollectiveKind collective = CollectiveKind::AllReduce;
+  Flops flops{};
+  Bytes bytes{};
+  Dtype dtype = Dtype::Bf16;
+  std::optional<GemmShape> gemm;
+  int group = -1;
+  int seq = -1;
+  int peer = -1;
+  std::string buffer;
+  int event = -1;
+};
+
+enum class StreamKind { Compute, ParamGather, GradReduce, Optimizer, Comm };
+
+/// An in-order queue of device work (a CUDA stream), fed by one host thread.
+struct Stream {
+  int id = 0;
+  std::string name;
+  StreamKind kind = StreamKind::Compute;
+  int thread = 0;  // the host thread that issues this stream's ops
+  std::vector<Op> ops;
+};
+
+/// A host thread. It issues the ops of its streams in ascending op id, one
+/// every `launch_latency` for kernels and collectives (record, wait, alloc and
+/// free cost nothing to issue); an op starts on the device no earlier than it
+/// is issued.
+struct Thread {
+  int id = 0;
+  std::string name;
+  Duration launch_latency{};
+};
+
+/// The op list shared by a class of ranks. Ops name groups as seen by the
+/// first member (the representative); the other members run the same list on
+/// their own groups of the same kind.
+struct Program {
+  int id = 0;
+  std::string name;
+  std::vector<int> ranks;  // ascending; ranks[0] is the representative
+  std::vector<Thread> threads;
+  std::vector<Stream> streams;
+};
+
+/// What the step computes, for throughput and MFU: the engines see only the
+/// Schedule, never the model.
+struct StepInfo {
+  std::string model;
+  std::string cluster;
+  std::string strategy;
+  int world_size = 0;
+  std::int64_t seq_len = 0;
+  std::int64_t global_batch_sequences = 0;
+  std::int64_t micro_batches = 0;  // per data-parallel rank
+  /// Model FLOPs of the whole step over all ranks (no recomputation counted).
+  Flops model_flops{};
+  [[nodiscard]] std::int64_t tokens() const { return seq_len * global_batch_sequences; }
+};
+
+struct Schedule {
+  std::string name;
+  StepInfo step;
+  std::vector<Group> groups;  // ids 0..n-1 in order
+  std::vector<Program> programs;  // ids 0..n-1 in order
+  /// Where the Schedule came from (inputs, their hashes, plan options): a JSON
+  /// object kept as text so that this header needs only json_fwd.
+  std::string provenance_json = "{}";
+
+  [[nodiscard]] const Group& group(int id) const { return groups.at(static_cast<std::size_t>(id)); }
+};
+
+// Names of enum values as they appear in JSON.
+std::string_view to_string(Dtype);
+std::string_view to_string(GroupKind);
+std::string_view to_string(OpKind);
+std::string_view to_string(ComputeKind);
+std::string_view to_string(CollectiveKind);
+std::string_view to_string(StreamKind);
+
+/// Canonical JSON text (sorted keys, no whitespace) with `schema_version` and
+/// `sha256` — the hash covers the same text without the `sha256` key.
+[[nodiscard]] std::string to_canonical_json(const Schedule& s);
+/// SHA-256 of the canonical form.
+[[nodiscard]] std::string schedule_hash(const Schedule& s);
+/// Parses a Schedule file's text; `file` names it in errors. A recorded sha256
+/// that does not match the content is an error.
+[[nodiscard]] Schedule schedule_from_json(const std::string& text, const std::string& file);
+
+}  // namespace hzp::core

@@ -1,0 +1,141 @@
+// Schedule checker (see schedule_check.hpp).
+#include "core/schedule_check.hpp"
+
+#include <algorithm>
+#include <fmt/format.h>
+#include <map>
+#include <set>
+
+#include "core/error.hpp"
+#include "core/schedule_replay.hpp"
+
+namespace hzp::core {
+namespace {
+
+[[noreturn]] void fail_at(const Program& p, const Stream& st, const Op& op, const std::string& why) {
+  throw ScheduleError(fmt::format("program {} ('{}') stream '{}' op {} '{}': {}", p.id, p.name, st.name, op.id,
+                                  op.name, why));
+}
+
+void check_structure(const Schedule& s) {
+  if (s.step.world_size <= 0) throw ScheduleError("step.world_size must be positive");
+  const auto world = static_cast<std::size_t>(s.step.world_size);
+  std::vector<int> owner(world, -1);
+  for (const Program& p : s.programs) {
+    if (p.ranks.empty()) throw ScheduleError(fmt::format("program {} ('{}') has no ranks", p.id, p.name));
+    for (int r : p.ranks) {
+      if (r < 0 || static_cast<std::size_t>(r) >= world) {
+        throw ScheduleError(fmt::format("program {} ('{}') lists rank {} outside 0..{}", p.id, p.name, r, world - 1));
+      }
+      if (owner[static_cast<std::size_t>(r)] >= 0) {
+        throw ScheduleError(fmt::format("rank {} belongs to programs {} and {}", r, owner[static_cast<std::size_t>(r)], p.id));
+      }
+      owner[static_cast<std::size_t>(r)] = p.id;
+    }
+    if (!std::is_sorted(p.ranks.begin(), p.ranks.end())) {
+      throw ScheduleError(fmt::format("program {} ('{}') ranks are not ascending", p.id, p.name));
+    }
+  }
+  for (std::size_t r = 0; r < world; ++r) {
+    if (owner[r] < 0) throw ScheduleError(fmt::format("rank {} belongs to no program", r));
+  }
+  for (const Group& g : s.groups) {
+    if (g.ranks.empty()) throw ScheduleError(fmt::format("group {} is empty", g.id));
+    for (std::size_t i = 0; i < g.ranks.size(); ++i) {
+      if (g.ranks[i] < 0 || static_cast<std::size_t>(g.ranks[i]) >= world || (i > 0 && g.ranks[i] <= g.ranks[i - 1])) {
+        throw ScheduleError(fmt::format("group {} ranks must be distinct, ascending and in 0..{}", g.id, world - 1));
+      }
+    }
+  }
+  for (const Program& p : s.programs) {
+    std::set<int> ids;
+    std::map<int, int> records;
+    std::map<std::string, Bytes> live;
+    std::map<int, int> next_seq;  // group -> expected seq, in issue (id) order
+    std::vector<std::pair<int, const Op*>> collectives;
+    for (const Stream& st : p.streams) {
+      if (st.thread < 0 || static_cast<std::size_t>(st.thread) >= p.threads.size()) {
+        throw ScheduleError(fmt::format("program {} stream '{}' names thread {}, which does not exist", p.id, st.name, st.thread));
+      }
+      for (const Op& op : st.ops) {
+        if (!ids.insert(op.id).second) fail_at(p, st, op, "duplicate op id");
+        switch (op.kind) {
+          case OpKind::Record:
+            if (++records[op.event] > 1) fail_at(p, st, op, fmt::format("event {} is recorded twice", op.event));
+            break;
+          case OpKind::Alloc:
+            if (op.bytes < Bytes(0)) fail_at(p, st, op, "negative allocation");
+            if (!live.emplace(op.buffer, op.bytes).second) fail_at(p, st, op, fmt::format("buffer '{}' is already allocated", op.buffer));
+            break;
+          case OpKind::Free: {
+            auto it = live.find(op.buffer);
+            if (it == live.end()) fail_at(p, st, op, fmt::format("frees buffer '{}', which is not allocated", op.buffer));
+            if (it->second != op.bytes) fail_at(p, st, op, fmt::format("frees buffer '{}' with {} bytes, allocated with {}", op.buffer, op.bytes.count(), it->second.count()));
+            live.erase(it);
+            break;
+          }
+          case OpKind::Collective: {
+            if (op.group < 0 || static_cast<std::size_t>(op.group) >= s.groups.size()) fail_at(p, st, op, fmt::format("group {} does not exist", op.group));
+            const Group& g = s.group(op.group);
+            if (!std::binary_search(g.ranks.begin(), g.ranks.end(), p.ranks[0])) {
+              fail_at(p, st, op, fmt::format("group {} does not contain the program's representative rank {}", op.group, p.ranks[0]));
+            }
+            collectives.emplace_back(op.id, &op);
+            break;
+          }
+          case OpKind::Send:
+          case OpKind::Recv:
+            if (op.peer < 0 || op.peer >= s.step.world_size) fail_at(p, st, op, fmt::format("peer {} is not a rank", op.peer));
+            break;
+          default:
+            break;
+        }
+      }
+    }
+    // Sequence numbers per group run 0, 1, 2, ... in the order the host issues them.
+    std::sort(collectives.begin(), collectives.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    for (const auto& [id, op] : collectives) {
+      int& expect = next_seq[op->group];
+      if (op->seq != expect) {
+        throw ScheduleError(fmt::format("program {} op {} '{}': collective on group {} has seq {}, expected {} (issue order)",
+                                        p.id, op->id, op->name, op->group, op->seq, expect));
+      }
+      ++expect;
+    }
+    for (const Stream& st : p.streams) {
+      for (const Op& op : st.ops) {
+        if (op.kind == OpKind::Wait && !records.contains(op.event)) fail_at(p, st, op, fmt::format("waits for event {}, which is never recorded", op.event));
+      }
+    }
+  }
+}
+
+void check_collective_agreement(const Schedule& s) {
+  // (group, seq) -> the first op seen, to compare every participant against.
+  std::map<std::pair<int, int>, std::pair<const Program*, const Op*>> first;
+  for (const Program& p : s.programs) {
+    for (const Stream& st : p.streams) {
+      for (const Op& op : st.ops) {
+        if (op.kind != OpKind::Collective) continue;
+        auto [it, inserted] = first.try_emplace({op.group, op.seq}, &p, &op);
+        if (inserted) continue;
+        const Op& o = *it->second.second;
+        if (o.collective != op.collective || o.bytes != op.bytes || o.dtype != op.dtype) {
+          fail_at(p, st, op, fmt::format("collective on group {} seq {} is {} of {} bytes {}, but program {} issues {} of {} bytes {}",
+                                          op.group, op.seq, to_string(op.collective), op.bytes.count(), to_string(op.dtype),
+                                          it->second.first->id, to_string(o.collective), o.bytes.count(), to_string(o.dtype)));
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void check_schedule(const Schedule& s) {
+  check_structure(s);
+  check_collective_agreement(s);
+  (void)replay(s, ReplayCosts{});
+}
+
+}  // namespace hzp::core

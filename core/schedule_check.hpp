@@ -1,0 +1,20 @@
+// The Schedule checker: everything an engine or the runtime relies on, checked
+// once before any of them runs. Failures name the first offending op.
+#pragma once
+
+#include "core/schedule.hpp"
+
+namespace hzp::core {
+
+/// Throws ScheduleError when the Schedule breaks the contract:
+///  - structure: programs partition ranks 0..world_size-1; groups hold valid,
+///    ascending, distinct ranks; streams name existing threads; op ids are
+///    unique within a program; each event is recorded exactly once;
+///  - memory: every free matches a live alloc of the same buffer and size;
+///  - collectives: an op's group contains its program's representative; per
+///    (program, group) the sequence numbers run 0, 1, 2, ... in issue order;
+///    every participant issues the same (kind, bytes, dtype) at each seq;
+///  - progress: a replay reaches the end (no deadlock, no unmatched op).
+void check_schedule(const Schedule& s);
+
+}  // namespace hzp::core

@@ -1,0 +1,41 @@
+// Replays a Schedule in dependency order: each stream runs its ops in order,
+// waits block until their event is recorded, collectives start when every
+// participating program has reached them, send/recv pairs rendezvous. Costs
+// come from the caller, so the same walk is the checker (zero costs) and the
+// analytic engine's event loop (costs from the performance model).
+#pragma once
+
+#include <functional>
+#include <vector>
+
+#include "core/schedule.hpp"
+
+namespace hzp::core {
+
+struct OpTime {
+  TimePoint start{};
+  TimePoint end{};
+};
+
+/// Costs of the ops that take time. Unset functions cost zero.
+struct ReplayCosts {
+  std::function<Duration(const Program&, const Op&)> compute;
+  /// A collective's duration once all members have arrived.
+  std::function<Duration(const Group&, const Op&)> collective;
+  /// A matched send/recv pair; `send` carries the sender's program.
+  std::function<Duration(const Program& sender, const Op& send)> p2p;
+};
+
+struct ReplayResult {
+  /// times[program][stream][op index]
+  std::vector<std::vector<std::vector<OpTime>>> times;
+  /// When each op was issued by its host thread; same indexing.
+  std::vector<std::vector<std::vector<TimePoint>>> issued;
+};
+
+/// Runs the walk. Throws ScheduleError naming the first op that can never
+/// start (an event never recorded, a collective some member never reaches, a
+/// send without its recv).
+[[nodiscard]] ReplayResult replay(const Schedule& s, const ReplayCosts& costs);
+
+}  // namespace hzp::core

@@ -1,0 +1,166 @@
+// The Schedule contract: canonical JSON and hash, the checker's rejections,
+// and the replay's timing on cases small enough to work out by hand.
+#include <gtest/gtest.h>
+
+#include "core/error.hpp"
+#include "core/schedule.hpp"
+#include "core/schedule_check.hpp"
+#include "core/schedule_replay.hpp"
+
+namespace hzp::core {
+namespace {
+
+Op compute(int id, const std::string& name, double flops) {
+  Op op;
+  op.id = id;
+  op.kind = OpKind::Compute;
+  op.name = name;
+  op.compute = ComputeKind::Gemm;
+  op.flops = Flops(flops);
+  op.bytes = Bytes(100);
+  op.gemm = GemmShape{8, 8, 8, 1};
+  return op;
+}
+Op collective(int id, int group, int seq, std::int64_t bytes) {
+  Op op;
+  op.id = id;
+  op.kind = OpKind::Collective;
+  op.name = "ag";
+  op.collective = CollectiveKind::AllGather;
+  op.group = group;
+  op.seq = seq;
+  op.bytes = Bytes(bytes);
+  return op;
+}
+Op event_op(int id, OpKind kind, int event) {
+  Op op;
+  op.id = id;
+  op.kind = kind;
+  op.name = kind == OpKind::Record ? "rec" : "wait";
+  op.event = event;
+  return op;
+}
+
+// Two programs (ranks 0 and 1), one all-gather over both, then a GEMM that waits on it.
+Schedule two_rank_schedule() {
+  Schedule s;
+  s.name = "t";
+  s.step = StepInfo{"m", "c", "x", 2, 4, 2, 1, Flops(1e9)};
+  s.groups.push_back(Group{0, GroupKind::DpShard, {0, 1}});
+  for (int p = 0; p < 2; ++p) {
+    Program prog;
+    prog.id = p;
+    prog.name = "r" + std::to_string(p);
+    prog.ranks = {p};
+    prog.threads.push_back(Thread{0, "main", Duration::ns(0)});
+    Stream comp{0, "compute", StreamKind::Compute, 0, {}};
+    Stream ag{1, "ag", StreamKind::ParamGather, 0, {}};
+    ag.ops.push_back(collective(0, 0, 0, 1000));
+    ag.ops.push_back(event_op(1, OpKind::Record, 7));
+    comp.ops.push_back(compute(2, "pre", 10));
+    comp.ops.push_back(event_op(3, OpKind::Wait, 7));
+    comp.ops.push_back(compute(4, "post", 10));
+    prog.streams = {comp, ag};
+    s.programs.push_back(prog);
+  }
+  return s;
+}
+
+std::string schedule_error(const Schedule& s) {
+  try {
+    check_schedule(s);
+  } catch (const ScheduleError& e) {
+    return e.what();
+  }
+  return "(accepted)";
+}
+
+TEST(Schedule, CanonicalJsonRoundTripsAndHashes) {
+  Schedule s = two_rank_schedule();
+  std::string text = to_canonical_json(s);
+  Schedule back = schedule_from_json(text, "s.json");
+  EXPECT_EQ(to_canonical_json(back), text);
+  EXPECT_EQ(schedule_hash(back), schedule_hash(s));
+  s.programs[0].streams[0].ops[0].flops = Flops(11);
+  EXPECT_NE(schedule_hash(s), schedule_hash(back));
+}
+
+TEST(Schedule, EditedFileFailsHashCheck) {
+  std::string text = to_canonical_json(two_rank_schedule());
+  auto pos = text.find("\"pre\"");
+  ASSERT_NE(pos, std::string::npos);
+  text.replace(pos, 5, "\"prf\"");
+  EXPECT_THROW((void)schedule_from_json(text, "s.json"), InputError);
+}
+
+TEST(ScheduleCheck, AcceptsWellFormed) { EXPECT_EQ(schedule_error(two_rank_schedule()), "(accepted)"); }
+
+TEST(ScheduleCheck, RejectsCollectiveSizeMismatch) {
+  Schedule s = two_rank_schedule();
+  s.programs[1].streams[1].ops[0].bytes = Bytes(999);
+  EXPECT_EQ(schedule_error(s),
+            "program 1 ('r1') stream 'ag' op 0 'ag': collective on group 0 seq 0 is all_gather of 999 bytes bf16, "
+            "but program 0 issues all_gather of 1000 bytes bf16");
+}
+
+TEST(ScheduleCheck, RejectsCollectiveOneMemberNeverIssues) {
+  Schedule s = two_rank_schedule();
+  auto& ag = s.programs[1].streams[1].ops;
+  ag.erase(ag.begin());
+  EXPECT_EQ(schedule_error(s),
+            "deadlock: program 0 ('r0') stream 'ag' op 0 'ag' (collective) collective on group 0 seq 0 is never "
+            "reached by every member");
+}
+
+TEST(ScheduleCheck, RejectsCrossStreamDeadlock) {
+  // Rank 0's all-gather now waits on an event its compute stream records only
+  // after waiting on the all-gather: a cycle.
+  Schedule s = two_rank_schedule();
+  auto& ag = s.programs[0].streams[1].ops;
+  ag.insert(ag.begin(), event_op(5, OpKind::Wait, 8));
+  s.programs[0].streams[0].ops.push_back(event_op(6, OpKind::Record, 8));
+  EXPECT_EQ(schedule_error(s),
+            "deadlock: program 0 ('r0') stream 'compute' op 3 'wait' (wait) waits for event 7, which is never "
+            "recorded before it");
+}
+
+TEST(ScheduleCheck, RejectsSequenceGapAndUnrecordedEvent) {
+  Schedule s = two_rank_schedule();
+  s.programs[0].streams[1].ops[0].seq = 1;
+  EXPECT_NE(schedule_error(s).find("has seq 1, expected 0"), std::string::npos);
+  s = two_rank_schedule();
+  s.programs[0].streams[0].ops[1].event = 9;
+  EXPECT_NE(schedule_error(s).find("waits for event 9, which is never recorded"), std::string::npos);
+}
+
+TEST(ScheduleCheck, RejectsUnbalancedFree) {
+  Schedule s = two_rank_schedule();
+  Op f;
+  f.id = 20;
+  f.kind = OpKind::Free;
+  f.name = "free";
+  f.buffer = "x";
+  f.bytes = Bytes(4);
+  s.programs[0].streams[0].ops.push_back(f);
+  EXPECT_NE(schedule_error(s).find("frees buffer 'x', which is not allocated"), std::string::npos);
+}
+
+TEST(Replay, OverlapsCommunicationWithCompute) {
+  // compute: pre 10 ns | wait(ag) | post 10 ns ; ag: 25 ns from t=0 (1 ns launch each).
+  Schedule s = two_rank_schedule();
+  for (auto& p : s.programs) p.threads[0].launch_latency = Duration::ns(1);
+  ReplayCosts costs;
+  costs.compute = [](const Program&, const Op& op) { return Duration::ns(static_cast<std::int64_t>(op.flops.count())); };
+  costs.collective = [](const Group&, const Op&) { return Duration::ns(25); };
+  ReplayResult r = replay(s, costs);
+  // Issue order by id: ag(0)@0, rec(1)@1, pre(2)@1, wait(3)@2, post(4)@2.
+  EXPECT_EQ(r.times[0][1][0].start.count_ns(), 0);
+  EXPECT_EQ(r.times[0][1][0].end.count_ns(), 25);
+  EXPECT_EQ(r.times[0][0][0].start.count_ns(), 1);
+  EXPECT_EQ(r.times[0][0][0].end.count_ns(), 11);
+  EXPECT_EQ(r.times[0][0][2].start.count_ns(), 25);
+  EXPECT_EQ(r.times[0][0][2].end.count_ns(), 35);
+}
+
+}  // namespace
+}  // namespace hzp::core
