@@ -1,0 +1,74 @@
+// The per-layer step graph: the forward and backward ops of each unit of the
+// model for one micro-batch — FLOPs, HBM bytes, GEMM shapes — plus parameters
+// and the activation bytes kept for backward under each recomputation mode.
+// `plan/` turns it into a Schedule; nothing here knows about hardware.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/schedule.hpp"
+#include "core/units.hpp"
+#include "models/model_spec.hpp"
+
+namespace hzp::models {
+
+enum class Recompute { None, Selective, Full };
+
+struct GraphOptions {
+  std::int64_t seq_len = 0;
+  std::int64_t micro_batch = 1;  // sequences per micro-batch
+  Recompute recompute = Recompute::None;
+  /// Fused attention (FlashAttention): no s×s matrices kept, causal blocks skipped.
+  /// Off: scores and context as batched GEMMs with softmax and dropout between
+  /// them (what Korthikanti et al. measured).
+  bool flash_attention = true;
+  core::Dtype dtype = core::Dtype::Bf16;
+};
+
+enum class Phase { Forward, Recompute, BackwardInput, BackwardWeight };
+
+/// One kernel's worth of work.
+struct GraphOp {
+  std::string name;
+  core::ComputeKind kind = core::ComputeKind::Gemm;
+  Phase phase = Phase::Forward;
+  core::Flops flops{};  // executed on the device
+  core::Bytes bytes{};  // HBM traffic (reads + writes)
+  std::optional<core::GemmShape> gemm;
+};
+
+enum class UnitKind { Embedding, Layer, Head };
+
+/// What FSDP wraps as one piece: the embedding, each transformer layer, the head.
+struct Unit {
+  std::string name;
+  UnitKind kind = UnitKind::Layer;
+  int layer = -1;  // transformer layer index, -1 for embedding and head
+  /// Parameters this unit owns (a tied head owns none).
+  std::int64_t params = 0;
+  /// Parameters its kernels read (a tied head reads the embedding table): what
+  /// a sharded plan must gather before running it.
+  std::int64_t weight_params = 0;
+  std::vector<GraphOp> forward;
+  std::vector<GraphOp> backward;  // in execution order; recomputation first
+  /// Activation bytes stored between this unit's forward and backward.
+  core::Bytes activations{};
+};
+
+struct StepGraph {
+  std::vector<Unit> units;  // forward order
+  std::int64_t tokens = 0;  // per micro-batch
+};
+
+[[nodiscard]] StepGraph build_step_graph(const ModelSpec& m, const GraphOptions& o);
+
+/// Activation bytes a transformer layer keeps for backward (per micro-batch).
+/// For GPT-3 with dropout, LayerNorm and unfused attention this reproduces
+/// Korthikanti et al. 2022, eq. (1)-(2): s·b·h·(34 + 5·a·s/h) without
+/// recomputation, s·b·h·34 with selective recomputation.
+[[nodiscard]] core::Bytes layer_activation_bytes(const ModelSpec& m, int layer, const GraphOptions& o);
+
+}  // namespace hzp::models

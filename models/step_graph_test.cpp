@@ -1,0 +1,118 @@
+// Step graph: GEMM shapes, FLOP totals against the model-FLOPs formula, and
+// activation memory against Korthikanti et al. 2022.
+#include "models/step_graph.hpp"
+
+#include <algorithm>
+#include <gtest/gtest.h>
+
+namespace hzp::models {
+namespace {
+
+double matmul_flops(const StepGraph& g, bool include_recompute) {
+  double f = 0;
+  for (const auto& u : g.units) {
+    for (const auto* list : {&u.forward, &u.backward}) {
+      for (const auto& op : *list) {
+        if (op.phase == Phase::Recompute && !include_recompute) continue;
+        if (op.kind == core::ComputeKind::Gemm || op.kind == core::ComputeKind::Attention) f += op.flops.count();
+      }
+    }
+  }
+  return f;
+}
+
+TEST(StepGraph, LlamaGemmShapes) {
+  ModelSpec m = load_model("llama3-8b");
+  GraphOptions o{.seq_len = 8192, .micro_batch = 2};
+  StepGraph g = build_step_graph(m, o);
+  ASSERT_EQ(g.units.size(), 34u);  // embedding, 32 layers, head
+  const Unit& l0 = g.units[1];
+  const GraphOp& qkv = l0.forward[1];
+  EXPECT_EQ(qkv.name, "l0.qkv");
+  EXPECT_EQ(*qkv.gemm, (core::GemmShape{16384, (32 + 2 * 8) * 128, 4096, 1}));
+  EXPECT_DOUBLE_EQ(qkv.flops.count(), 2.0 * 16384 * 6144 * 4096);
+  // Backward: dgrad (m, k, n) then wgrad (k, n, m), in reverse forward order.
+  auto find = [&](const std::string& name) {
+    auto it = std::find_if(l0.backward.begin(), l0.backward.end(), [&](const GraphOp& op) { return op.name == name; });
+    EXPECT_NE(it, l0.backward.end()) << name;
+    return it;
+  };
+  auto dgrad = find("l0.qkv.dgrad");
+  auto wgrad = find("l0.qkv.wgrad");
+  EXPECT_EQ(wgrad, dgrad + 1);
+  EXPECT_EQ(l0.backward.back().name, "l0.attn_norm.bwd");
+  const GraphOp& last_dgrad = *dgrad;
+  const GraphOp& last_wgrad = *wgrad;
+  EXPECT_EQ(*last_dgrad.gemm, (core::GemmShape{16384, 4096, 6144, 1}));
+  EXPECT_EQ(*last_wgrad.gemm, (core::GemmShape{4096, 6144, 16384, 1}));
+  EXPECT_EQ(last_wgrad.phase, Phase::BackwardWeight);
+}
+
+// With unfused attention every FLOP is a GEMM of full size, so forward plus
+// backward must equal the model-FLOPs formula exactly.
+TEST(StepGraph, UnfusedFlopsEqualModelFormula) {
+  for (const char* name : {"llama3-8b", "gpt3-175b", "mixtral-8x7b", "deepseek-v3"}) {
+    ModelSpec m = load_model(name);
+    GraphOptions o{.seq_len = 4096, .micro_batch = 1, .flash_attention = false};
+    StepGraph g = build_step_graph(m, o);
+    double expect = model_flops_per_sequence(m, 4096).count();
+    EXPECT_NEAR(matmul_flops(g, false), expect, 1e-9 * expect) << name;
+  }
+}
+
+// Fused attention skips the causal half forward and recomputes scores in
+// backward: attention executes 0.5 · (1 + 2.5) = 1.75 of one full forward pass
+// instead of 3.
+TEST(StepGraph, FlashAttentionFlops) {
+  ModelSpec m = load_model("llama3-8b");
+  const double s = 8192;
+  StepGraph g = build_step_graph(m, GraphOptions{.seq_len = 8192, .micro_batch = 1});
+  double full_fwd_attention = 32 * 2 * 32 * s * s * 256;
+  double expect = model_flops_per_sequence(m, 8192).count() - 3 * full_fwd_attention + 1.75 * full_fwd_attention;
+  EXPECT_NEAR(matmul_flops(g, false), expect, 1e-9 * expect);
+}
+
+TEST(StepGraph, FullRecomputeRepeatsForward) {
+  ModelSpec m = load_model("llama3-8b");
+  GraphOptions o{.seq_len = 2048, .micro_batch = 1, .recompute = Recompute::Full};
+  StepGraph g = build_step_graph(m, o);
+  StepGraph plain = build_step_graph(m, GraphOptions{.seq_len = 2048, .micro_batch = 1});
+  double fwd_layers = 0;
+  for (const auto& u : plain.units) {
+    if (u.kind != UnitKind::Layer) continue;
+    for (const auto& op : u.forward) {
+      if (op.kind == core::ComputeKind::Gemm || op.kind == core::ComputeKind::Attention) fwd_layers += op.flops.count();
+    }
+  }
+  EXPECT_NEAR(matmul_flops(g, true) - matmul_flops(plain, true), fwd_layers, 1e-9 * fwd_layers);
+  EXPECT_EQ(g.units[1].activations.count(), 2 * 2048 * 4096);  // layer input only
+}
+
+// Korthikanti et al. 2022, "Reducing Activation Recomputation in Large
+// Transformer Models", eq. (1) and selective recomputation: per layer,
+// s·b·h·(34 + 5·a·s/h) bytes, and s·b·h·34 when core attention is recomputed.
+TEST(StepGraph, Gpt3ActivationsMatchKorthikanti) {
+  ModelSpec m = load_model("gpt3-175b");
+  const std::int64_t s = 2048, b = 1, h = 12288, a = 96;
+  GraphOptions none{.seq_len = s, .micro_batch = b, .recompute = Recompute::None, .flash_attention = false};
+  GraphOptions selective = none;
+  selective.recompute = Recompute::Selective;
+  EXPECT_EQ(layer_activation_bytes(m, 0, none).count(), s * b * h * 34 + 5 * a * s * s * b);
+  EXPECT_EQ(layer_activation_bytes(m, 0, selective).count(), s * b * h * 34);
+  // Per micro-batch of 4 sequences it scales with b.
+  none.micro_batch = 4;
+  EXPECT_EQ(layer_activation_bytes(m, 0, none).count(), s * 4 * h * 34 + 5 * a * s * s * 4);
+}
+
+TEST(StepGraph, MoeExpertGemmsAreGrouped) {
+  ModelSpec m = load_model("mixtral-8x7b");
+  StepGraph g = build_step_graph(m, GraphOptions{.seq_len = 4096, .micro_batch = 1});
+  const Unit& l0 = g.units[1];
+  auto it = std::find_if(l0.forward.begin(), l0.forward.end(), [](const GraphOp& op) { return op.name == "l0.experts.up"; });
+  ASSERT_NE(it, l0.forward.end());
+  // 4096 tokens · top-2 / 8 experts = 1024 rows per expert, gate and up fused.
+  EXPECT_EQ(*it->gemm, (core::GemmShape{1024, 2 * 14336, 4096, 8}));
+}
+
+}  // namespace
+}  // namespace hzp::models
