@@ -1,0 +1,86 @@
+// ClusterSpec: a device profile, the node's scale-up domains, the scale-out
+// network (NICs, rails, fat-tree tiers), read strictly from versioned JSON.
+// Every figure in the catalog names its public source.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/schedule.hpp"
+
+namespace hzp::topologies {
+
+inline constexpr int kClusterSchemaVersion = 1;
+
+/// Efficiency as a function of a size, interpolated linearly in log(size) and
+/// clamped at the ends. Points are (size, efficiency), sizes ascending.
+struct EfficiencyCurve {
+  std::vector<std::pair<double, double>> points;
+  [[nodiscard]] double at(double size) const;
+};
+
+struct DeviceProfile {
+  std::string name;
+  std::map<core::Dtype, double> peak_tflops;  // dense, per dtype
+  double hbm_GiB = 0;
+  double hbm_GBps = 0;
+  double launch_latency_us = 0;   // host cost to enqueue one kernel or collective
+  EfficiencyCurve gemm;           // fraction of peak vs cube root of m·n·k
+  double attention_efficiency = 0;  // fused attention kernels, fraction of peak
+  double hbm_efficiency = 0;        // achievable fraction of HBM bandwidth
+};
+
+enum class ScaleUpKind { NvSwitch, FullMesh };
+
+/// Devices joined by NVLink-class links. NVSwitch: any-to-any at `bw_GBps` per
+/// device and direction. Full mesh: one link per device pair, the device's
+/// `bw_GBps` split over its peers, so collectives that use every link at once
+/// (direct all-gather, all-to-all) see the whole `bw_GBps`.
+struct ScaleUp {
+  ScaleUpKind kind = ScaleUpKind::NvSwitch;
+  int domain_devices = 0;
+  double bw_GBps = 0;      // per device, per direction
+  double latency_us = 0;   // per ring step
+  EfficiencyCurve efficiency;  // achievable fraction of bw_GBps vs message bytes
+};
+
+struct FabricTier {
+  std::string name;
+  int radix = 0;                // ports per switch
+  double oversubscription = 1;  // down:up port ratio at this tier's switches
+  double hop_latency_us = 0;
+};
+
+struct ScaleOut {
+  int nics_per_node = 0;
+  double nic_Gbps = 0;
+  bool rail_optimized = true;  // NIC i of every node on rail i's leaf switches
+  double nic_latency_us = 0;   // NIC plus NCCL proxy, per ring step
+  std::vector<FabricTier> tiers;  // leaf first
+  EfficiencyCurve efficiency;  // achievable fraction of NIC bandwidth vs message bytes
+};
+
+struct ClusterSpec {
+  std::string name;
+  std::string source;
+  DeviceProfile device;
+  int devices_per_node = 0;
+  ScaleUp scale_up;
+  ScaleOut scale_out;
+  std::optional<double> price_per_device_hour;  // USD
+
+  /// NIC bandwidth available to one device, GB/s.
+  [[nodiscard]] double nic_GBps_per_device() const {
+    return scale_out.nics_per_node * scale_out.nic_Gbps / 8.0 / devices_per_node;
+  }
+};
+
+[[nodiscard]] ClusterSpec cluster_from_json(const std::string& text, const std::string& file);
+/// A catalog name or a .json file.
+[[nodiscard]] ClusterSpec load_cluster(const std::string& name_or_path);
+[[nodiscard]] std::vector<std::string> cluster_catalog_names();
+
+}  // namespace hzp::topologies

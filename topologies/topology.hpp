@@ -1,0 +1,80 @@
+// A cluster of a given size: which node, scale-up domain and fabric tier each
+// device sits in, and the hardware performance model — what one op costs on
+// this hardware when nothing else runs.
+#pragma once
+
+#include <vector>
+
+#include "core/schedule.hpp"
+#include "core/units.hpp"
+#include "topologies/cluster_spec.hpp"
+
+namespace hzp::topologies {
+
+/// `devices` devices of a ClusterSpec. Device d sits on node d / devices_per_node.
+/// Fabric tier i groups nodes into domains of `nodes_per_tier_domain[i]` nodes:
+/// two nodes in the same tier-i domain talk through tier-i switches at most.
+class Topology {
+ public:
+  /// Throws InputError(--gpus) when the cluster cannot have this size: not a
+  /// whole number of nodes (or a divisor of one node), or more NIC ports than
+  /// the fat tree's tiers can connect.
+  Topology(ClusterSpec spec, int devices);
+
+  [[nodiscard]] const ClusterSpec& spec() const { return spec_; }
+  [[nodiscard]] int devices() const { return devices_; }
+  [[nodiscard]] int nodes() const { return nodes_; }
+  [[nodiscard]] int node_of(int device) const { return device / spec_.devices_per_node; }
+  [[nodiscard]] int domain_of(int device) const { return device / spec_.scale_up.domain_devices; }
+  /// The highest fabric tier a path between two nodes climbs (0 = leaf).
+  [[nodiscard]] int tier_between(int node_a, int node_b) const;
+  [[nodiscard]] const std::vector<long long>& nodes_per_tier_domain() const { return nodes_per_tier_domain_; }
+  /// NIC ports the fabric can connect at most.
+  [[nodiscard]] long long port_capacity() const { return port_capacity_; }
+
+ private:
+  ClusterSpec spec_;
+  int devices_ = 0;
+  int nodes_ = 0;
+  std::vector<long long> nodes_per_tier_domain_;
+  long long port_capacity_ = 0;
+};
+
+/// Where a group of ranks sits: what bounds its collectives.
+struct GroupSpan {
+  int ranks = 0;
+  int domains = 0;           // scale-up domains touched
+  int min_ranks_per_domain = 0;
+  int max_ranks_per_domain = 0;
+  int top_tier = -1;         // -1: within one node; else the highest fabric tier crossed
+};
+
+/// Uncontended costs of ops on a Topology (the analytic engine's cost model;
+/// the SimGrid engine uses the same compute costs and these as its α terms).
+class PerfModel {
+ public:
+  explicit PerfModel(Topology topo) : topo_(std::move(topo)) {}
+  [[nodiscard]] const Topology& topology() const { return topo_; }
+
+  /// Roofline: max(FLOPs / (peak · efficiency), bytes / (HBM · efficiency)).
+  /// GEMM efficiency from the device's table by the cube root of m·n·k.
+  [[nodiscard]] core::Duration compute(const core::Op& op) const;
+
+  [[nodiscard]] GroupSpan span(const std::vector<int>& ranks) const;
+  /// Collective time by algorithm (ring; tree for all-reduce when faster;
+  /// direct pairwise for all-to-all) over the slowest tier the group spans.
+  [[nodiscard]] core::Duration collective(core::CollectiveKind kind, core::Bytes bytes, const GroupSpan& g) const;
+  [[nodiscard]] core::Duration p2p(core::Bytes bytes, int src, int dst) const;
+
+  /// Bus bandwidth a ring over this group achieves for a message of `bytes`,
+  /// GB/s, and the latency of one pass around the ring, µs.
+  [[nodiscard]] double ring_busbw_GBps(const GroupSpan& g, core::Bytes bytes) const;
+  [[nodiscard]] double ring_pass_latency_us(const GroupSpan& g) const;
+
+ private:
+  [[nodiscard]] double scale_out_bw_GBps(int top_tier) const;
+  [[nodiscard]] double scale_out_latency_us(int top_tier) const;
+  Topology topo_;
+};
+
+}  // namespace hzp::topologies

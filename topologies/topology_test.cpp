@@ -1,0 +1,130 @@
+// Topology sizing and the performance model's closed forms.
+#include "topologies/topology.hpp"
+
+#include <cmath>
+#include <gtest/gtest.h>
+#include <numeric>
+
+#include "core/error.hpp"
+
+namespace hzp::topologies {
+namespace {
+
+std::vector<int> iota(int n, int start = 0) {
+  std::vector<int> v(static_cast<std::size_t>(n));
+  std::iota(v.begin(), v.end(), start);
+  return v;
+}
+
+TEST(ClusterCatalog, AllEntriesLoad) {
+  auto names = cluster_catalog_names();
+  EXPECT_EQ(names, (std::vector<std::string>{"dgx-a100", "dgx-h100", "dgx-h200", "gb200-nvl72", "mesh16-roce200"}));
+  for (const auto& n : names) EXPECT_EQ(load_cluster(n).name, n);
+}
+
+TEST(EfficiencyCurve, LogLinearAndClamped) {
+  EfficiencyCurve c{{{100, 0.2}, {10000, 0.6}}};
+  EXPECT_DOUBLE_EQ(c.at(1000), 0.4);  // geometric midpoint
+  EXPECT_DOUBLE_EQ(c.at(1), 0.2);
+  EXPECT_DOUBLE_EQ(c.at(1e9), 0.6);
+}
+
+TEST(Topology, ImpossibleSizes) {
+  ClusterSpec h100 = load_cluster("dgx-h100");
+  EXPECT_THROW(Topology(h100, 1023), core::InputError);
+  EXPECT_THROW(Topology(h100, 3), core::InputError);
+  EXPECT_NO_THROW(Topology(h100, 4));
+  // mesh16: two tiers of 64-port switches connect 32·64 = 2048 nodes per rail.
+  ClusterSpec mesh = load_cluster("mesh16-roce200");
+  EXPECT_EQ(Topology(mesh, 16).port_capacity(), 2048LL * 16);
+  EXPECT_NO_THROW(Topology(mesh, 2048 * 16));
+  try {
+    Topology t(mesh, 2049 * 16);
+    FAIL();
+  } catch (const core::InputError& e) {
+    EXPECT_EQ(e.key(), "--gpus");
+  }
+}
+
+TEST(Topology, TiersAndSpans) {
+  PerfModel pm(Topology(load_cluster("dgx-h100"), 1024));
+  const Topology& t = pm.topology();
+  EXPECT_EQ(t.nodes(), 128);
+  EXPECT_EQ(t.nodes_per_tier_domain()[0], 32);  // 64-port leaf: 32 down
+  EXPECT_EQ(t.tier_between(0, 31), 0);
+  EXPECT_EQ(t.tier_between(0, 32), 1);
+  GroupSpan all = pm.span(iota(1024));
+  EXPECT_EQ(all.domains, 128);
+  EXPECT_EQ(all.min_ranks_per_domain, 8);
+  EXPECT_EQ(all.top_tier, 1);
+  GroupSpan node = pm.span(iota(8));
+  EXPECT_EQ(node.domains, 1);
+  EXPECT_EQ(node.top_tier, -1);
+  // mesh16: two islands per node meet at the leaf.
+  PerfModel mesh(Topology(load_cluster("mesh16-roce200"), 16));
+  GroupSpan both = mesh.span(iota(16));
+  EXPECT_EQ(both.domains, 2);
+  EXPECT_EQ(both.top_tier, 0);
+}
+
+TEST(PerfModel, AllGatherInsideNode) {
+  PerfModel pm(Topology(load_cluster("dgx-h100"), 8));
+  const double N = 1073741824.0;  // 1 GiB, on the efficiency table's point 1.04
+  double expect = 7 * 1.0e-6 + 7.0 / 8.0 * N / (450e9 * 1.04);
+  auto t = pm.collective(core::CollectiveKind::AllGather, core::Bytes(1073741824), pm.span(iota(8)));
+  EXPECT_NEAR(t.to_seconds(), expect, 1e-9);
+}
+
+TEST(PerfModel, ReduceScatterAcrossNodesIsNicBound) {
+  // 16 nodes x 8 ranks: the ring leaves each node once per channel, so its bus
+  // bandwidth is the node's 8 NICs (8 x 50 GB/s x 0.93 at 1 GiB), below NVLink.
+  PerfModel pm(Topology(load_cluster("dgx-h100"), 128));
+  GroupSpan g = pm.span(iota(128));
+  const double N = 1073741824.0;
+  EXPECT_NEAR(pm.ring_busbw_GBps(g, core::Bytes(1073741824)), 8 * 50 * 0.93, 1e-9);
+  double pass = 16 * (2.0 + 0.3) * 1e-6 + (128 - 16) * 1.0e-6;  // 16 NIC crossings at the leaf, 112 NVLink steps
+  double expect = pass + 127.0 / 128.0 * N / (8 * 50e9 * 0.93);
+  auto t = pm.collective(core::CollectiveKind::ReduceScatter, core::Bytes(1073741824), g);
+  EXPECT_NEAR(t.to_seconds(), expect, 1e-9);
+}
+
+TEST(PerfModel, OneRankPerNodeUsesOneNic) {
+  PerfModel pm(Topology(load_cluster("dgx-h100"), 64));
+  std::vector<int> ranks;
+  for (int n = 0; n < 8; ++n) ranks.push_back(8 * n);
+  EXPECT_NEAR(pm.ring_busbw_GBps(pm.span(ranks), core::Bytes(1073741824)), 50 * 0.93, 1e-9);
+}
+
+TEST(PerfModel, SmallAllReducePrefersTree) {
+  PerfModel pm(Topology(load_cluster("dgx-h100"), 1024));
+  GroupSpan g = pm.span(iota(1024));
+  core::Bytes n(1 << 20);
+  double busbw = pm.ring_busbw_GBps(g, n) * 1e9;
+  double ring = 2 * pm.ring_pass_latency_us(g) * 1e-6 + 2 * 1023.0 / 1024.0 * (1 << 20) / busbw;
+  // log2(128) = 7 tree levels across nodes, each NIC 2.0 + leaf 2·0.3 + spine 0.3 µs;
+  // 7 NVLink steps inside a node.
+  double tree = 2 * (7 * 2.9e-6 + 7 * 1.0e-6) + 2.0 * (1 << 20) / busbw;
+  auto t = pm.collective(core::CollectiveKind::AllReduce, n, g);
+  EXPECT_LT(tree, ring);
+  EXPECT_NEAR(t.to_seconds(), tree, 1e-9);
+}
+
+TEST(PerfModel, GemmRoofline) {
+  PerfModel pm(Topology(load_cluster("dgx-h100"), 8));
+  core::Op op;
+  op.kind = core::OpKind::Compute;
+  op.compute = core::ComputeKind::Gemm;
+  op.gemm = core::GemmShape{8192, 8192, 8192, 1};
+  op.flops = core::Flops(2.0 * 8192 * 8192 * 8192);
+  op.bytes = core::Bytes(3LL * 8192 * 8192 * 2);
+  EXPECT_NEAR(pm.compute(op).to_seconds(), op.flops.count() / (989e12 * 0.79), 1e-9);
+  // A bandwidth kernel: bytes / (3.35 TB/s · 0.85).
+  core::Op ew;
+  ew.kind = core::OpKind::Compute;
+  ew.compute = core::ComputeKind::Elementwise;
+  ew.bytes = core::Bytes(3350000000LL);
+  EXPECT_NEAR(3.35e9 / (3350e9 * 0.85), pm.compute(ew).to_seconds(), 1e-9);
+}
+
+}  // namespace
+}  // namespace hzp::topologies
