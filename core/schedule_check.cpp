@@ -50,7 +50,8 @@ void check_structure(const Schedule& s) {
   for (const Program& p : s.programs) {
     std::set<int> ids;
     std::map<int, int> records;
-    std::map<std::string, Bytes> live;
+    std::map<std::string, Bytes> allocs;
+    std::vector<std::pair<const Stream*, const Op*>> frees;
     std::map<int, int> next_seq;  // group -> expected seq, in issue (id) order
     std::vector<std::pair<int, const Op*>> collectives;
     for (const Stream& st : p.streams) {
@@ -65,15 +66,11 @@ void check_structure(const Schedule& s) {
             break;
           case OpKind::Alloc:
             if (op.bytes < Bytes(0)) fail_at(p, st, op, "negative allocation");
-            if (!live.emplace(op.buffer, op.bytes).second) fail_at(p, st, op, fmt::format("buffer '{}' is already allocated", op.buffer));
+            if (!allocs.emplace(op.buffer, op.bytes).second) fail_at(p, st, op, fmt::format("buffer '{}' is allocated twice", op.buffer));
             break;
-          case OpKind::Free: {
-            auto it = live.find(op.buffer);
-            if (it == live.end()) fail_at(p, st, op, fmt::format("frees buffer '{}', which is not allocated", op.buffer));
-            if (it->second != op.bytes) fail_at(p, st, op, fmt::format("frees buffer '{}' with {} bytes, allocated with {}", op.buffer, op.bytes.count(), it->second.count()));
-            live.erase(it);
+          case OpKind::Free:
+            frees.emplace_back(&st, &op);
             break;
-          }
           case OpKind::Collective: {
             if (op.group < 0 || static_cast<std::size_t>(op.group) >= s.groups.size()) fail_at(p, st, op, fmt::format("group {} does not exist", op.group));
             const Group& g = s.group(op.group);
@@ -91,6 +88,15 @@ void check_structure(const Schedule& s) {
             break;
         }
       }
+    }
+    // Every free matches an alloc of the same buffer and size, once; buffers
+    // never freed stay live to the end of the step (model state).
+    std::set<std::string> freed;
+    for (auto [st, op] : frees) {
+      auto it = allocs.find(op->buffer);
+      if (it == allocs.end()) fail_at(p, *st, *op, fmt::format("frees buffer '{}', which is not allocated", op->buffer));
+      if (it->second != op->bytes) fail_at(p, *st, *op, fmt::format("frees buffer '{}' with {} bytes, allocated with {}", op->buffer, op->bytes.count(), it->second.count()));
+      if (!freed.insert(op->buffer).second) fail_at(p, *st, *op, fmt::format("frees buffer '{}' twice", op->buffer));
     }
     // Sequence numbers per group run 0, 1, 2, ... in the order the host issues them.
     std::sort(collectives.begin(), collectives.end(), [](const auto& a, const auto& b) { return a.first < b.first; });

@@ -1,0 +1,106 @@
+// ProgramBuilder (see program_builder.hpp).
+#include "plan/program_builder.hpp"
+
+namespace hzp::plan {
+
+using core::Op;
+using core::OpKind;
+
+ProgramBuilder::ProgramBuilder(int id, std::string name, std::vector<int> ranks) {
+  prog_.id = id;
+  prog_.name = std::move(name);
+  prog_.ranks = std::move(ranks);
+}
+
+int ProgramBuilder::add_thread(const std::string& name, core::Duration launch_latency) {
+  int id = static_cast<int>(prog_.threads.size());
+  prog_.threads.push_back(core::Thread{id, name, launch_latency});
+  return id;
+}
+
+int ProgramBuilder::add_stream(const std::string& name, core::StreamKind kind, int thread) {
+  int id = static_cast<int>(prog_.streams.size());
+  prog_.streams.push_back(core::Stream{id, name, kind, thread, {}});
+  return id;
+}
+
+Op& ProgramBuilder::push(int stream, Op op) {
+  op.id = next_id_++;
+  auto& ops = prog_.streams.at(static_cast<std::size_t>(stream)).ops;
+  ops.push_back(std::move(op));
+  return ops.back();
+}
+
+void ProgramBuilder::compute(int stream, const models::GraphOp& g, core::Dtype dtype) {
+  Op op;
+  op.kind = OpKind::Compute;
+  op.name = g.name;
+  op.compute = g.kind;
+  op.flops = g.flops;
+  op.bytes = g.bytes;
+  op.dtype = dtype;
+  op.gemm = g.gemm;
+  push(stream, std::move(op));
+}
+
+void ProgramBuilder::compute(int stream, const std::string& name, core::ComputeKind kind, core::Flops flops,
+                             core::Bytes bytes, core::Dtype dtype) {
+  Op op;
+  op.kind = OpKind::Compute;
+  op.name = name;
+  op.compute = kind;
+  op.flops = flops;
+  op.bytes = bytes;
+  op.dtype = dtype;
+  push(stream, std::move(op));
+}
+
+void ProgramBuilder::collective(int stream, const std::string& name, core::CollectiveKind kind, int group,
+                                core::Bytes bytes, core::Dtype dtype) {
+  Op op;
+  op.kind = OpKind::Collective;
+  op.name = name;
+  op.collective = kind;
+  op.group = group;
+  op.seq = next_seq_[group]++;
+  op.bytes = bytes;
+  op.dtype = dtype;
+  push(stream, std::move(op));
+}
+
+void ProgramBuilder::alloc(int stream, const std::string& buffer, core::Bytes bytes) {
+  Op op;
+  op.kind = OpKind::Alloc;
+  op.name = "alloc " + buffer;
+  op.buffer = buffer;
+  op.bytes = bytes;
+  push(stream, std::move(op));
+}
+
+void ProgramBuilder::free(int stream, const std::string& buffer, core::Bytes bytes) {
+  Op op;
+  op.kind = OpKind::Free;
+  op.name = "free " + buffer;
+  op.buffer = buffer;
+  op.bytes = bytes;
+  push(stream, std::move(op));
+}
+
+int ProgramBuilder::record(int stream, const std::string& name) {
+  Op op;
+  op.kind = OpKind::Record;
+  op.name = name;
+  op.event = next_event_++;
+  push(stream, std::move(op));
+  return next_event_ - 1;
+}
+
+void ProgramBuilder::wait(int stream, int event, const std::string& name) {
+  Op op;
+  op.kind = OpKind::Wait;
+  op.name = name;
+  op.event = event;
+  push(stream, std::move(op));
+}
+
+}  // namespace hzp::plan

@@ -1,0 +1,41 @@
+// Builds one Program of a Schedule: hands out op ids in host issue order,
+// event ids, and per-group collective sequence numbers.
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "core/schedule.hpp"
+#include "models/step_graph.hpp"
+
+namespace hzp::plan {
+
+class ProgramBuilder {
+ public:
+  ProgramBuilder(int id, std::string name, std::vector<int> ranks);
+
+  int add_thread(const std::string& name, core::Duration launch_latency);
+  int add_stream(const std::string& name, core::StreamKind kind, int thread);
+
+  void compute(int stream, const models::GraphOp& g, core::Dtype dtype);
+  void compute(int stream, const std::string& name, core::ComputeKind kind, core::Flops flops, core::Bytes bytes,
+               core::Dtype dtype);
+  void collective(int stream, const std::string& name, core::CollectiveKind kind, int group, core::Bytes bytes,
+                  core::Dtype dtype);
+  void alloc(int stream, const std::string& buffer, core::Bytes bytes);
+  void free(int stream, const std::string& buffer, core::Bytes bytes);
+  /// Records a new event on `stream` and returns its id.
+  int record(int stream, const std::string& name);
+  void wait(int stream, int event, const std::string& name);
+
+  [[nodiscard]] core::Program take() { return std::move(prog_); }
+
+ private:
+  core::Op& push(int stream, core::Op op);
+  core::Program prog_;
+  int next_id_ = 0;
+  int next_event_ = 0;
+  std::map<int, int> next_seq_;  // group -> next sequence number
+};
+
+}  // namespace hzp::plan
