@@ -1,0 +1,118 @@
+// Step metrics (see metrics.hpp).
+#include "sim/metrics.hpp"
+
+#include <algorithm>
+
+namespace hzp::sim {
+namespace {
+
+using Interval = std::pair<std::int64_t, std::int64_t>;
+
+std::vector<Interval> merged(std::vector<Interval> v) {
+  std::sort(v.begin(), v.end());
+  std::vector<Interval> out;
+  for (auto iv : v) {
+    if (iv.second <= iv.first) continue;
+    if (!out.empty() && iv.first <= out.back().second) {
+      out.back().second = std::max(out.back().second, iv.second);
+    } else {
+      out.push_back(iv);
+    }
+  }
+  return out;
+}
+
+// Length of a \ b for merged, sorted interval lists.
+std::int64_t minus_length(const std::vector<Interval>& a, const std::vector<Interval>& b) {
+  std::int64_t total = 0;
+  std::size_t j = 0;
+  for (auto [s, e] : a) {
+    std::int64_t cur = s;
+    while (j < b.size() && b[j].second <= cur) ++j;
+    std::size_t k = j;
+    while (cur < e) {
+      if (k >= b.size() || b[k].first >= e) {
+        total += e - cur;
+        break;
+      }
+      if (b[k].first > cur) total += b[k].first - cur;
+      cur = std::max(cur, b[k].second);
+      ++k;
+    }
+  }
+  return total;
+}
+
+std::int64_t length(const std::vector<Interval>& a) {
+  std::int64_t n = 0;
+  for (auto [s, e] : a) n += e - s;
+  return n;
+}
+
+}  // namespace
+
+bool Metrics::fits() const {
+  return std::all_of(memory.begin(), memory.end(), [](const ProgramMemory& m) { return m.fits; });
+}
+
+core::Bytes Metrics::peak_memory() const {
+  core::Bytes p{};
+  for (const auto& m : memory) p = std::max(p, m.peak);
+  return p;
+}
+
+Metrics compute_metrics(const core::Schedule& s, const traces::Timeline& t, const topologies::DeviceProfile& device) {
+  Metrics m;
+  std::int64_t start = INT64_MAX, end = 0;
+  for (const auto& r : t.ops) {
+    start = std::min(start, r.start.count_ns());
+    end = std::max(end, r.end.count_ns());
+  }
+  if (t.ops.empty()) start = 0;
+  m.step_time = core::Duration::ns(end - start);
+  const double secs = m.step_time.to_seconds();
+  if (secs > 0) {
+    m.tokens_per_s = static_cast<double>(s.step.tokens()) / secs;
+    m.model_tflops_per_gpu = s.step.model_flops.count() / secs / s.step.world_size / 1e12;
+    m.mfu = m.model_tflops_per_gpu / device.peak_tflops.at(core::Dtype::Bf16);
+  }
+
+  const std::size_t np = s.programs.size();
+  std::vector<std::vector<Interval>> compute(np);
+  std::vector<std::map<std::string, std::vector<Interval>>> comm(np);
+  std::map<std::pair<int, int>, std::int64_t> busy;
+  for (const auto& r : t.ops) {
+    const auto p = static_cast<std::size_t>(r.program);
+    const core::Stream& st = s.programs.at(p).streams.at(static_cast<std::size_t>(r.stream));
+    Interval iv{r.start.count_ns(), r.end.count_ns()};
+    busy[{r.program, r.stream}] += iv.second - iv.first;
+    if (r.kind == core::OpKind::Compute && st.kind == core::StreamKind::Compute) compute[p].push_back(iv);
+    if (r.kind == core::OpKind::Collective) comm[p][std::string(core::to_string(r.group_kind))].push_back(iv);
+    if (r.kind == core::OpKind::Send || r.kind == core::OpKind::Recv) comm[p]["p2p"].push_back(iv);
+  }
+  for (std::size_t p = 0; p < np; ++p) {
+    auto c = merged(compute[p]);
+    m.compute_idle = std::max(m.compute_idle, core::Duration::ns(end - start - length(c)));
+    for (auto& [kind, ivs] : comm[p]) {
+      auto exposed = core::Duration::ns(minus_length(merged(ivs), c));
+      auto& slot = m.exposed_comm[kind];
+      slot = std::max(slot, exposed);
+    }
+    for (const auto& st : s.programs[p].streams) {
+      double f = secs > 0 ? static_cast<double>(busy[{static_cast<int>(p), st.id}]) / static_cast<double>(end - start) : 0;
+      m.busy.push_back(StreamBusy{static_cast<int>(p), st.name, f});
+    }
+  }
+  const core::Bytes capacity = core::gib(device.hbm_GiB);
+  for (std::size_t p = 0; p < np; ++p) {
+    ProgramMemory pm{static_cast<int>(p), s.programs[p].name, core::Bytes(0), true};
+    for (const auto& pt : t.memory) {
+      if (pt.program == static_cast<int>(p)) pm.peak = std::max(pm.peak, pt.in_use);
+    }
+    pm.fits = pm.peak <= capacity;
+    m.memory.push_back(pm);
+  }
+  return m;
+}
+
+}  // namespace hzp::sim

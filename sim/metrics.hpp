@@ -1,0 +1,51 @@
+// Step metrics from a Timeline — a listener's view, so the same code scores
+// the analytic engine, the SimGrid engine and measured runs.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/schedule.hpp"
+#include "topologies/cluster_spec.hpp"
+#include "traces/timeline.hpp"
+
+namespace hzp::sim {
+
+struct StreamBusy {
+  int program = 0;
+  std::string stream;
+  double fraction = 0;  // busy time / step time
+};
+
+struct ProgramMemory {
+  int program = 0;
+  std::string name;
+  core::Bytes peak{};
+  bool fits = true;  // peak <= device HBM
+};
+
+struct Metrics {
+  core::Duration step_time{};
+  double tokens_per_s = 0;
+  /// Model FLOPs per second per GPU (no recomputation counted), TFLOP/s.
+  double model_tflops_per_gpu = 0;
+  /// Model FLOPs utilisation: model_tflops_per_gpu / dense bf16 peak.
+  double mfu = 0;
+  /// Collective time not hidden behind compute-stream work, by group kind
+  /// (the rank class with the most is reported).
+  std::map<std::string, core::Duration> exposed_comm;
+  /// Compute-stream time with nothing running on it.
+  core::Duration compute_idle{};
+  std::vector<StreamBusy> busy;
+  std::vector<ProgramMemory> memory;
+  [[nodiscard]] bool fits() const;
+  [[nodiscard]] core::Bytes peak_memory() const;
+};
+
+/// Metrics of one step. Exposed communication of a group kind: the time its
+/// collectives run while no compute stream of the same rank class runs a
+/// compute op (union of intervals minus union of intervals).
+[[nodiscard]] Metrics compute_metrics(const core::Schedule& s, const traces::Timeline& t, const topologies::DeviceProfile& device);
+
+}  // namespace hzp::sim

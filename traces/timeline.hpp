@@ -1,0 +1,95 @@
+// The Timeline: when every op of a Schedule ran, per rank class and stream,
+// with the memory in use over time and a header carrying provenance. Engines
+// and the runtime emit into a TraceSink; a Timeline is one such listener.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/schedule.hpp"
+#include "core/units.hpp"
+
+namespace hzp::traces {
+
+inline constexpr int kTimelineSchemaVersion = 1;
+
+struct TraceHeader {
+  std::string schedule_sha256;
+  std::string schedule_name;
+  std::string engine;        // "analytic", "simgrid", "cuda", "host"
+  std::string hzp_version;
+  std::string git_revision;
+  std::string command_line;  // the arguments the run was given
+  std::string schedule_provenance_json = "{}";
+};
+
+struct StreamInfo {
+  int program = 0;
+  int stream = 0;
+  std::string program_name;
+  std::vector<int> ranks;
+  std::string stream_name;
+  core::StreamKind kind = core::StreamKind::Compute;
+};
+
+/// One op that took time (compute, collective, send, recv).
+struct OpRecord {
+  int program = 0;
+  int stream = 0;
+  int op_id = 0;
+  std::string name;
+  core::OpKind kind = core::OpKind::Compute;
+  std::string what;  // compute kind or collective kind
+  core::GroupKind group_kind = core::GroupKind::World;  // for collectives
+  core::Flops flops{};
+  core::Bytes bytes{};
+  core::TimePoint start{};
+  core::TimePoint end{};
+};
+
+/// Device memory in use by a rank class after an alloc or free at `time`.
+struct MemoryPoint {
+  int program = 0;
+  core::TimePoint time{};
+  core::Bytes in_use{};
+};
+
+class TraceSink {
+ public:
+  virtual ~TraceSink() = default;
+  virtual void on_header(const TraceHeader& h) = 0;
+  virtual void on_stream(const StreamInfo& s) = 0;
+  virtual void on_op(const OpRecord& r) = 0;
+  virtual void on_memory(const MemoryPoint& m) = 0;
+};
+
+struct Timeline {
+  TraceHeader header;
+  std::vector<StreamInfo> streams;
+  std::vector<OpRecord> ops;
+  std::vector<MemoryPoint> memory;
+};
+
+/// Collects everything it hears into a Timeline.
+class TimelineRecorder final : public TraceSink {
+ public:
+  void on_header(const TraceHeader& h) override { t_.header = h; }
+  void on_stream(const StreamInfo& s) override { t_.streams.push_back(s); }
+  void on_op(const OpRecord& r) override { t_.ops.push_back(r); }
+  void on_memory(const MemoryPoint& m) override { t_.memory.push_back(m); }
+  [[nodiscard]] const Timeline& timeline() const { return t_; }
+  [[nodiscard]] Timeline take() { return std::move(t_); }
+
+ private:
+  Timeline t_;
+};
+
+/// Chrome trace-event JSON, loadable in Perfetto and chrome://tracing: one
+/// process per rank class, one thread (track) per stream, a memory counter per
+/// rank class, and the header under "otherData".
+[[nodiscard]] std::string to_chrome_trace(const Timeline& t);
+
+/// CSV: program,stream,op_id,kind,what,name,start_us,end_us,flops,bytes.
+[[nodiscard]] std::string to_csv(const Timeline& t);
+
+}  // namespace hzp::traces

@@ -1,0 +1,59 @@
+// Timeline writers: Chrome trace JSON parses and carries the right tracks and
+// times; CSV rows in microseconds.
+#include "traces/timeline.hpp"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+namespace hzp::traces {
+namespace {
+
+Timeline sample() {
+  Timeline t;
+  t.header.schedule_sha256 = "abc";
+  t.header.engine = "analytic";
+  t.streams.push_back({0, 0, "dp", {0, 1, 2, 3}, "compute", core::StreamKind::Compute});
+  t.streams.push_back({0, 1, "dp", {0, 1, 2, 3}, "param_allgather", core::StreamKind::ParamGather});
+  OpRecord gemm{0, 0, 7, "l0.qkv", core::OpKind::Compute, "gemm", core::GroupKind::World, core::Flops(2e9), core::Bytes(100),
+                core::Duration::ns(1500), core::Duration::ns(4250)};
+  OpRecord ag{0, 1, 3, "l0.allgather", core::OpKind::Collective, "all_gather", core::GroupKind::DpShard, core::Flops(0),
+              core::Bytes(4096), core::Duration::ns(0), core::Duration::ns(2000)};
+  t.ops = {gemm, ag};
+  t.memory.push_back({0, core::Duration::ns(10), core::Bytes(1LL << 30)});
+  return t;
+}
+
+TEST(ChromeTrace, ParsesWithTracksAndTimes) {
+  auto j = nlohmann::json::parse(to_chrome_trace(sample()));
+  EXPECT_EQ(j["otherData"]["schedule_sha256"], "abc");
+  const auto& ev = j["traceEvents"];
+  int complete = 0;
+  for (const auto& e : ev) {
+    if (e["ph"] == "X" && e["name"] == "l0.qkv") {
+      EXPECT_DOUBLE_EQ(e["ts"].get<double>(), 1.5);
+      EXPECT_DOUBLE_EQ(e["dur"].get<double>(), 2.75);
+      EXPECT_EQ(e["tid"], 0);
+      ++complete;
+    }
+    if (e["ph"] == "X" && e["name"] == "l0.allgather") {
+      EXPECT_EQ(e["args"]["group_kind"], "dp_shard");
+      EXPECT_EQ(e["tid"], 1);
+      ++complete;
+    }
+    if (e["ph"] == "C") {
+      EXPECT_DOUBLE_EQ(e["args"]["GiB"].get<double>(), 1.0);
+    }
+    if (e["ph"] == "M" && e["name"] == "process_name") {
+      EXPECT_EQ(e["args"]["name"], "class 0 'dp' (ranks 0-3)");
+    }
+  }
+  EXPECT_EQ(complete, 2);
+}
+
+TEST(Csv, Rows) {
+  std::string csv = to_csv(sample());
+  EXPECT_NE(csv.find("0,0,7,compute,gemm,l0.qkv,1.500,4.250,2000000000,100\n"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace hzp::traces
