@@ -117,17 +117,20 @@ std::vector<std::string> model_catalog_names() {
   return names;
 }
 
-ModelSpec load_model(const std::string& name_or_path) {
-  if (name_or_path.size() > 5 && name_or_path.ends_with(".json")) {
-    return model_from_json(core::read_file(name_or_path), name_or_path);
-  }
+SpecText model_text(const std::string& name_or_path) {
+  if (name_or_path.size() > 5 && name_or_path.ends_with(".json")) return {core::read_file(name_or_path), name_or_path};
   for (const auto& e : model_catalog()) {
-    if (e.name == name_or_path) return model_from_json(std::string(e.json), fmt::format("models/catalog/{}.json", e.name));
+    if (e.name == name_or_path) return {std::string(e.json), fmt::format("models/catalog/{}.json", e.name)};
   }
   std::string known;
   for (const auto& n : model_catalog_names()) known += (known.empty() ? "" : ", ") + n;
   throw core::InputError("command line", "--model",
                          fmt::format("unknown model '{}'; expected a catalog name ({}) or a .json file", name_or_path, known));
+}
+
+ModelSpec load_model(const std::string& name_or_path) {
+  SpecText t = model_text(name_or_path);
+  return model_from_json(t.text, t.file);
 }
 
 std::int64_t attention_params(const ModelSpec& m) {

@@ -71,6 +71,12 @@ struct ModelSpec {
 /// Loads a catalog entry by name, or a JSON file when `name_or_path` ends in
 /// ".json". An unknown name is an InputError listing the catalog.
 [[nodiscard]] ModelSpec load_model(const std::string& name_or_path);
+/// The JSON text `load_model` would parse, and the name it reports errors under.
+struct SpecText {
+  std::string text;
+  std::string file;
+};
+[[nodiscard]] SpecText model_text(const std::string& name_or_path);
 [[nodiscard]] std::vector<std::string> model_catalog_names();
 
 /// Parameter counts. `total` counts every weight once (a tied embedding once);

@@ -266,6 +266,9 @@ StepGraph build_step_graph(const ModelSpec& m, const GraphOptions& o) {
     }
     u.backward.insert(u.backward.end(), bwd.begin(), bwd.end());
     u.activations = layer_activation_bytes(m, l, o);
+    GraphOptions keep_all = o;
+    keep_all.recompute = Recompute::None;
+    u.recomputed = layer_activation_bytes(m, l, keep_all) - u.activations;
     g.units.push_back(std::move(u));
   }
   {

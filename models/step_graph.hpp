@@ -56,6 +56,9 @@ struct Unit {
   std::vector<GraphOp> backward;  // in execution order; recomputation first
   /// Activation bytes stored between this unit's forward and backward.
   core::Bytes activations{};
+  /// Bytes that recomputation brings back to life for the duration of this
+  /// unit's backward: what no recomputation would have stored, minus what was kept.
+  core::Bytes recomputed{};
 };
 
 struct StepGraph {

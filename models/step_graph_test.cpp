@@ -86,6 +86,9 @@ TEST(StepGraph, FullRecomputeRepeatsForward) {
   }
   EXPECT_NEAR(matmul_flops(g, true) - matmul_flops(plain, true), fwd_layers, 1e-9 * fwd_layers);
   EXPECT_EQ(g.units[1].activations.count(), 2 * 2048 * 4096);  // layer input only
+  // During backward the recomputed activations are back: the no-recompute total.
+  EXPECT_EQ((g.units[1].activations + g.units[1].recomputed).count(), plain.units[1].activations.count());
+  EXPECT_EQ(plain.units[1].recomputed.count(), 0);
 }
 
 // Korthikanti et al. 2022, "Reducing Activation Recomputation in Large

@@ -96,6 +96,13 @@ std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; 
 
 std::string act_buffer(std::size_t unit, std::int64_t mb) { return fmt::format("act.u{}.mb{}", unit, mb); }
 
+// A unit's backward; recomputed activations live only while it runs.
+void backward_ops(ProgramBuilder& b, int stream, const models::Unit& unit, const std::string& buffer, Dtype dtype) {
+  if (unit.recomputed.count() > 0) b.alloc(stream, buffer, unit.recomputed);
+  for (const auto& op : unit.backward) b.compute(stream, op, dtype);
+  if (unit.recomputed.count() > 0) b.free(stream, buffer, unit.recomputed);
+}
+
 void optimizer_step(ProgramBuilder& b, int stream, std::int64_t params, const std::string& what) {
   // Adam: ~12 FLOPs per parameter, bandwidth-bound at kAdamBytesPerParam.
   b.compute(stream, "optimizer.adam" + what, ComputeKind::Optimizer, Flops(12.0 * static_cast<double>(params)),
@@ -126,7 +133,7 @@ core::Program lower_ddp(const Context& c, const topologies::Topology& topo) {
       for (const auto& op : units[u].forward) b.compute(comp, op, c.dtype);
     }
     for (std::size_t i = units.size(); i-- > 0;) {
-      for (const auto& op : units[i].backward) b.compute(comp, op, c.dtype);
+      backward_ops(b, comp, units[i], fmt::format("recomputed.u{}.mb{}", i, mb), c.dtype);
       b.free(comp, act_buffer(i, mb), units[i].activations);
       if (last && units[i].params > 0) {
         int ev = b.record(comp, fmt::format("{}.grads_ready", units[i].name));
@@ -214,7 +221,7 @@ core::Program lower_fsdp(const Context& c, const topologies::Topology& topo) {
     const Bytes grad_full = gathered_bytes(use.unit);
     const std::string gbuf = fmt::format("grad.u{}.mb{}", use.unit, use.mb);
     b.alloc(comp, gbuf, grad_full);
-    for (const auto& op : unit.backward) b.compute(comp, op, c.dtype);
+    backward_ops(b, comp, unit, fmt::format("recomputed.u{}.mb{}", use.unit, use.mb), c.dtype);
     use_done[j] = b.record(comp, fmt::format("{}.bwd_done", unit.name));
     b.free(comp, gathered(j), gathered_bytes(use.unit));
     b.free(comp, act_buffer(use.unit, use.mb), unit.activations);

@@ -126,17 +126,20 @@ std::vector<std::string> cluster_catalog_names() {
   return names;
 }
 
-ClusterSpec load_cluster(const std::string& name_or_path) {
-  if (name_or_path.size() > 5 && name_or_path.ends_with(".json")) {
-    return cluster_from_json(core::read_file(name_or_path), name_or_path);
-  }
+std::pair<std::string, std::string> cluster_text(const std::string& name_or_path) {
+  if (name_or_path.size() > 5 && name_or_path.ends_with(".json")) return {core::read_file(name_or_path), name_or_path};
   for (const auto& e : cluster_catalog()) {
-    if (e.name == name_or_path) return cluster_from_json(std::string(e.json), fmt::format("topologies/catalog/{}.json", e.name));
+    if (e.name == name_or_path) return {std::string(e.json), fmt::format("topologies/catalog/{}.json", e.name)};
   }
   std::string known;
   for (const auto& n : cluster_catalog_names()) known += (known.empty() ? "" : ", ") + n;
   throw core::InputError("command line", "--cluster",
                          fmt::format("unknown cluster '{}'; expected a catalog name ({}) or a .json file", name_or_path, known));
+}
+
+ClusterSpec load_cluster(const std::string& name_or_path) {
+  auto [text, file] = cluster_text(name_or_path);
+  return cluster_from_json(text, file);
 }
 
 }  // namespace hzp::topologies

@@ -7,6 +7,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/schedule.hpp"
@@ -81,6 +82,8 @@ struct ClusterSpec {
 [[nodiscard]] ClusterSpec cluster_from_json(const std::string& text, const std::string& file);
 /// A catalog name or a .json file.
 [[nodiscard]] ClusterSpec load_cluster(const std::string& name_or_path);
+/// The JSON text `load_cluster` would parse ({text, file name for errors}).
+[[nodiscard]] std::pair<std::string, std::string> cluster_text(const std::string& name_or_path);
 [[nodiscard]] std::vector<std::string> cluster_catalog_names();
 
 }  // namespace hzp::topologies

@@ -1,0 +1,248 @@
+// hzp: the command line. Parses options with CLI11, calls one library
+// function per subcommand, prints. The only place exceptions become exit
+// codes: 0 ok, 2 bad input, 3 infeasible plan (out of memory), 1 internal.
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <fmt/format.h>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "cli/report.hpp"
+#include "cli/scenario.hpp"
+#include "core/error.hpp"
+#include "core/io.hpp"
+#include "models/model_spec.hpp"
+#include "topologies/cluster_spec.hpp"
+
+namespace {
+
+using namespace hzp;
+
+constexpr int kExitBadInput = 2;
+constexpr int kExitInfeasible = 3;
+constexpr int kExitInternal = 1;
+
+/// "16M" -> 16·2^20; K, M, G are powers of two (token counts are).
+std::int64_t parse_count(const std::string& s, const std::string& key) {
+  std::int64_t mult = 1;
+  std::string digits = s;
+  if (!s.empty()) {
+    switch (s.back()) {
+      case 'K': case 'k': mult = 1LL << 10; digits.pop_back(); break;
+      case 'M': case 'm': mult = 1LL << 20; digits.pop_back(); break;
+      case 'G': case 'g': mult = 1LL << 30; digits.pop_back(); break;
+      default: break;
+    }
+  }
+  if (digits.empty() || digits.size() > 12 || digits.find_first_not_of("0123456789") != std::string::npos) {
+    throw core::InputError("command line", key, fmt::format("expected a positive integer with an optional K/M/G suffix (powers of 2), got '{}'", s));
+  }
+  return std::stoll(digits) * mult;
+}
+
+struct Options {
+  cli::Scenario sc;
+  std::string strategy = "all";
+  std::string batch_tokens;
+  std::int64_t batch_seqs = 0;
+  std::string recompute = "none";
+  bool no_flash = false;
+  std::string grad_dtype = "fp32";
+  bool json = false;
+  std::string trace, csv, summary, out_dir, schedule_out;
+};
+
+void add_scenario_options(CLI::App* app, Options& o) {
+  app->add_option("--model", o.sc.model, "catalog name (see `hzp models`) or a model .json file")->capture_default_str();
+  app->add_option("--cluster", o.sc.cluster, "catalog name (see `hzp clusters`) or a cluster .json file")->capture_default_str();
+  app->add_option("--gpus", o.sc.gpus, "number of GPUs (a whole number of nodes)")->capture_default_str();
+  app->add_option("--strategy", o.strategy, "ddp | fsdp | all")->capture_default_str();
+  app->add_option("--global-batch-tokens", o.batch_tokens, "global batch in tokens, e.g. 16M (K/M/G = 2^10/2^20/2^30)");
+  app->add_option("--global-batch-seqs", o.batch_seqs, "global batch in sequences (instead of tokens)");
+  app->add_option("--seq-len", o.sc.plan.seq_len, "sequence length (default: min(model max, 8192))");
+  app->add_option("--micro-batch", o.sc.plan.micro_batch, "sequences per micro-batch per rank")->capture_default_str();
+  app->add_option("--recompute", o.recompute, "activation recomputation: none | selective | full")->capture_default_str();
+  app->add_flag("--no-flash-attention", o.no_flash, "unfused attention (scores and context as batched GEMMs)");
+  app->add_option("--prefetch-depth", o.sc.plan.prefetch_depth, "FSDP: parameter all-gathers in flight ahead of compute")->capture_default_str();
+  app->add_option("--grad-dtype", o.grad_dtype, "gradient accumulation dtype: fp32 | bf16")->capture_default_str();
+}
+
+void finish_scenario(Options& o, const std::string& command_line) {
+  auto& p = o.sc.plan;
+  if (!o.batch_tokens.empty() && o.batch_seqs > 0) {
+    throw core::InputError("command line", "--global-batch-seqs", "expected either --global-batch-tokens or --global-batch-seqs, not both");
+  }
+  if (o.batch_seqs > 0) {
+    p.global_batch_sequences = o.batch_seqs;
+  } else {
+    p.global_batch_tokens = parse_count(o.batch_tokens.empty() ? "16M" : o.batch_tokens, "--global-batch-tokens");
+  }
+  if (o.recompute == "none") {
+    p.recompute = models::Recompute::None;
+  } else if (o.recompute == "selective") {
+    p.recompute = models::Recompute::Selective;
+  } else if (o.recompute == "full") {
+    p.recompute = models::Recompute::Full;
+  } else {
+    throw core::InputError("command line", "--recompute", fmt::format("expected none|selective|full, got '{}'", o.recompute));
+  }
+  p.flash_attention = !o.no_flash;
+  if (o.grad_dtype == "fp32") {
+    p.grad_dtype = core::Dtype::Fp32;
+  } else if (o.grad_dtype == "bf16") {
+    p.grad_dtype = core::Dtype::Bf16;
+  } else {
+    throw core::InputError("command line", "--grad-dtype", fmt::format("expected fp32|bf16, got '{}'", o.grad_dtype));
+  }
+  if (o.strategy != "all") o.sc.strategies = {plan::parse_strategy(o.strategy)};
+  o.sc.command_line = command_line;
+}
+
+int cmd_simulate(Options& o, const std::string& command_line) {
+  finish_scenario(o, command_line);
+  cli::ScenarioResult r = cli::run_scenario(o.sc);
+  const bool one = r.runs.size() == 1;
+  if ((!o.trace.empty() || !o.csv.empty()) && !one) {
+    throw core::InputError("command line", o.trace.empty() ? "--csv" : "--trace",
+                           "expected a single --strategy (use --out-dir to write every strategy's trace)");
+  }
+  std::string json = cli::summary_json(r, command_line);
+  if (o.json) {
+    std::cout << json;
+  } else {
+    std::cout << cli::summary_text(r);
+  }
+  if (one && !r.runs[0].metrics.fits()) {
+    std::cerr << fmt::format("hzp: infeasible: {} needs {:.1f} GiB per device, the {} has {:.0f} GiB\n",
+                             plan::to_string(r.runs[0].strategy), r.runs[0].metrics.peak_memory().gib(),
+                             r.cluster.device.name, r.cluster.device.hbm_GiB);
+    return kExitInfeasible;
+  }
+  // Outputs only once everything succeeded, each written atomically.
+  if (!o.trace.empty()) core::write_file_atomic(o.trace, traces::to_chrome_trace(r.runs[0].timeline));
+  if (!o.csv.empty()) core::write_file_atomic(o.csv, traces::to_csv(r.runs[0].timeline));
+  if (!o.summary.empty()) core::write_file_atomic(o.summary, json);
+  if (!o.out_dir.empty()) {
+    std::vector<std::string> written;
+    for (const auto& run : r.runs) {
+      std::string path = fmt::format("{}/{}.trace.json", o.out_dir, cli::run_stem(r, run));
+      core::write_file_atomic(path, traces::to_chrome_trace(run.timeline));
+      written.push_back(path);
+    }
+    std::string path = fmt::format("{}/summary.json", o.out_dir);
+    core::write_file_atomic(path, json);
+    written.push_back(path);
+    if (!o.json) {
+      std::cout << "\nwrote:";
+      for (const auto& w : written) std::cout << " " << w;
+      std::cout << "\n(open the .trace.json files in https://ui.perfetto.dev)\n";
+    }
+  }
+  return 0;
+}
+
+int cmd_schedule(Options& o, const std::string& command_line) {
+  if (o.strategy == "all") throw core::InputError("command line", "--strategy", "expected one strategy (ddp|fsdp) for `hzp schedule`");
+  if (o.schedule_out.empty()) throw core::InputError("command line", "--out", "expected a file to write the Schedule to");
+  finish_scenario(o, command_line);
+  core::Schedule s = cli::build_schedule(o.sc, o.sc.strategies.at(0));
+  core::write_file_atomic(o.schedule_out, core::to_canonical_json(s) + "\n");
+  std::cout << fmt::format("wrote {} (sha256 {})\n", o.schedule_out, core::schedule_hash(s));
+  return 0;
+}
+
+int cmd_models(bool json) {
+  nlohmann::ordered_json j = nlohmann::ordered_json::array();
+  std::string text = fmt::format("{:<18} {:>7} {:>7} {:>10} {:>10}  {}\n", "name", "layers", "hidden", "params", "active", "kind");
+  for (const auto& name : models::model_catalog_names()) {
+    models::ModelSpec m = models::load_model(name);
+    auto c = models::count_params(m);
+    std::string kind = m.moe ? fmt::format("MoE {}x top-{}", m.moe->experts, m.moe->top_k) : "dense";
+    if (m.mla) kind += ", MLA";
+    j.push_back({{"name", name}, {"layers", m.layers}, {"hidden", m.hidden}, {"params", c.total}, {"active_params", c.active},
+                 {"moe", m.moe.has_value()}, {"mla", m.mla.has_value()}, {"source", m.source}});
+    text += fmt::format("{:<18} {:>7} {:>7} {:>9.2f}B {:>9.2f}B  {}\n", name, m.layers, m.hidden,
+                        static_cast<double>(c.total) / 1e9, static_cast<double>(c.active) / 1e9, kind);
+  }
+  std::cout << (json ? j.dump(2) + "\n" : text);
+  return 0;
+}
+
+int cmd_clusters(bool json) {
+  nlohmann::ordered_json j = nlohmann::ordered_json::array();
+  std::string text = fmt::format("{:<16} {:<20} {:>9} {:>8} {:>14} {:>12}\n", "name", "device", "bf16 TF", "HBM GiB", "scale-up", "NIC/device");
+  for (const auto& name : topologies::cluster_catalog_names()) {
+    topologies::ClusterSpec c = topologies::load_cluster(name);
+    std::string up = fmt::format("{}x{} {:.0f}GB/s", c.devices_per_node / c.scale_up.domain_devices, c.scale_up.domain_devices, c.scale_up.bw_GBps);
+    j.push_back({{"name", name}, {"device", c.device.name}, {"bf16_tflops", c.device.peak_tflops.at(core::Dtype::Bf16)},
+                 {"hbm_GiB", c.device.hbm_GiB}, {"devices_per_node", c.devices_per_node},
+                 {"scale_up_domain", c.scale_up.domain_devices}, {"scale_up_GBps", c.scale_up.bw_GBps},
+                 {"nic_GBps_per_device", c.nic_GBps_per_device()}, {"source", c.source}});
+    text += fmt::format("{:<16} {:<20} {:>9.0f} {:>8.1f} {:>14} {:>9.1f}GB/s\n", name, c.device.name,
+                        c.device.peak_tflops.at(core::Dtype::Bf16), c.device.hbm_GiB, up, c.nic_GBps_per_device());
+  }
+  std::cout << (json ? j.dump(2) + "\n" : text);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string command_line;
+  for (int i = 0; i < argc; ++i) command_line += (i ? " " : "") + std::string(argv[i]);
+
+  CLI::App app{"hzp: predict one training step of a transformer on a GPU cluster under a sharding plan"};
+  app.set_version_flag("--version", fmt::format("hzp {} ({})", core::version(), core::git_revision()));
+  app.require_subcommand(1);
+  Options o;
+  bool models_json = false, clusters_json = false;
+
+  auto* sim = app.add_subcommand("simulate", "simulate one training step and print its metrics");
+  add_scenario_options(sim, o);
+  sim->add_option("--engine", o.sc.engine, "analytic")->capture_default_str();
+  sim->add_flag("--json", o.json, "print the summary as JSON");
+  sim->add_option("--trace", o.trace, "write a Chrome/Perfetto trace (one strategy)");
+  sim->add_option("--csv", o.csv, "write the timeline as CSV (one strategy)");
+  sim->add_option("--summary", o.summary, "write the JSON summary to this file");
+  sim->add_option("--out-dir", o.out_dir, "write every strategy's trace and summary.json here");
+
+  auto* sched = app.add_subcommand("schedule", "lower a plan to a Schedule and write it as canonical JSON");
+  add_scenario_options(sched, o);
+  sched->add_option("--out", o.schedule_out, "the Schedule file to write")->required();
+
+  auto* models_cmd = app.add_subcommand("models", "list the model catalog");
+  models_cmd->add_flag("--json", models_json, "as JSON");
+  auto* clusters_cmd = app.add_subcommand("clusters", "list the cluster catalog");
+  clusters_cmd->add_flag("--json", clusters_json, "as JSON");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::cerr << "hzp: error: command line: " << e.what() << " (see hzp --help)\n";
+    return kExitBadInput;
+  }
+
+  try {
+    if (sim->parsed()) return cmd_simulate(o, command_line);
+    if (sched->parsed()) return cmd_schedule(o, command_line);
+    if (models_cmd->parsed()) return cmd_models(models_json);
+    if (clusters_cmd->parsed()) return cmd_clusters(clusters_json);
+  } catch (const core::InputError& e) {
+    std::cerr << "hzp: error: " << e.what() << "\n";
+    return kExitBadInput;
+  } catch (const core::InfeasibleError& e) {
+    std::cerr << "hzp: infeasible: " << e.what() << "\n";
+    return kExitInfeasible;
+  } catch (const std::exception& e) {
+    std::cerr << fmt::format("hzp: internal error: {}\nThis is a bug in hzp {} ({}); please report it with the command line above.\n",
+                             e.what(), core::version(), core::git_revision());
+    return kExitInternal;
+  }
+  return kExitInternal;
+}

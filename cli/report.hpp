@@ -1,0 +1,17 @@
+// What `hzp simulate` prints and writes: a readable table and a JSON summary
+// with provenance. Formatting lives here, never in the engines.
+#pragma once
+
+#include <string>
+
+#include "cli/scenario.hpp"
+
+namespace hzp::cli {
+
+[[nodiscard]] std::string summary_text(const ScenarioResult& r);
+/// The JSON summary (also what --json prints), pretty-printed, deterministic.
+[[nodiscard]] std::string summary_json(const ScenarioResult& r, const std::string& command_line);
+/// File-name stem for one run: "<model>_<cluster>x<gpus>_<strategy>".
+[[nodiscard]] std::string run_stem(const ScenarioResult& r, const StrategyResult& run);
+
+}  // namespace hzp::cli

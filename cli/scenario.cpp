@@ -1,0 +1,70 @@
+// Scenario composition (see scenario.hpp).
+#include "cli/scenario.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include "core/io.hpp"
+#include "core/sha256.hpp"
+#include "sim/engine.hpp"
+
+namespace hzp::cli {
+namespace {
+
+// Adds the input hashes to the Schedule's provenance.
+void stamp_inputs(core::Schedule& s, const std::string& model_sha, const std::string& cluster_sha) {
+  nlohmann::json p = nlohmann::json::parse(s.provenance_json);
+  p["inputs"] = {{"model_sha256", model_sha}, {"cluster_sha256", cluster_sha}};
+  p["hzp_version"] = core::version();
+  s.provenance_json = p.dump();
+}
+
+}  // namespace
+
+core::Schedule build_schedule(const Scenario& sc, plan::Strategy strategy) {
+  models::SpecText mt = models::model_text(sc.model);
+  auto [ct, cf] = topologies::cluster_text(sc.cluster);
+  models::ModelSpec m = models::model_from_json(mt.text, mt.file);
+  topologies::Topology topo(topologies::cluster_from_json(ct, cf), sc.gpus);
+  plan::PlanOptions o = sc.plan;
+  o.strategy = strategy;
+  core::Schedule s = plan::lower(m, topo, o);
+  stamp_inputs(s, core::sha256_hex(mt.text), core::sha256_hex(ct));
+  return s;
+}
+
+ScenarioResult run_scenario(const Scenario& sc) {
+  ScenarioResult r;
+  models::SpecText mt = models::model_text(sc.model);
+  auto [ct, cf] = topologies::cluster_text(sc.cluster);
+  r.model = models::model_from_json(mt.text, mt.file);
+  r.cluster = topologies::cluster_from_json(ct, cf);
+  r.model_sha256 = core::sha256_hex(mt.text);
+  r.cluster_sha256 = core::sha256_hex(ct);
+  r.gpus = sc.gpus;
+  topologies::PerfModel pm(topologies::Topology(r.cluster, sc.gpus));
+  r.batch = plan::split_batch(r.model, sc.gpus, sc.plan);
+  auto engine = sim::make_engine(sc.engine, pm);
+  r.engine = engine->name();
+
+  std::vector<plan::Strategy> strategies = sc.strategies.empty() ? plan::all_strategies() : sc.strategies;
+  for (plan::Strategy strategy : strategies) {
+    StrategyResult run;
+    run.strategy = strategy;
+    plan::PlanOptions o = sc.plan;
+    o.strategy = strategy;
+    run.schedule = plan::lower(r.model, pm.topology(), o);
+    stamp_inputs(run.schedule, r.model_sha256, r.cluster_sha256);
+    traces::TraceHeader header;
+    header.hzp_version = core::version();
+    header.git_revision = core::git_revision();
+    header.command_line = sc.command_line;
+    traces::TimelineRecorder rec;
+    engine->run(run.schedule, header, rec);
+    run.timeline = rec.take();
+    run.metrics = sim::compute_metrics(run.schedule, run.timeline, r.cluster.device);
+    r.runs.push_back(std::move(run));
+  }
+  return r;
+}
+
+}  // namespace hzp::cli

@@ -1,0 +1,51 @@
+// Composes the three inputs into Schedules and runs them through an engine:
+// the one place where models, plans and engines meet (the CLI's job).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/schedule.hpp"
+#include "plan/plan.hpp"
+#include "sim/metrics.hpp"
+#include "topologies/topology.hpp"
+#include "traces/timeline.hpp"
+
+namespace hzp::cli {
+
+struct Scenario {
+  std::string model = "llama3-70b";
+  std::string cluster = "dgx-h100";
+  int gpus = 1024;
+  std::vector<plan::Strategy> strategies;  // empty: every implemented strategy
+  plan::PlanOptions plan;                  // strategy is set per run
+  std::string engine = "analytic";
+  std::string command_line;
+};
+
+struct StrategyResult {
+  plan::Strategy strategy = plan::Strategy::Fsdp;
+  core::Schedule schedule;
+  traces::Timeline timeline;
+  sim::Metrics metrics;
+};
+
+struct ScenarioResult {
+  models::ModelSpec model;
+  std::string model_sha256;
+  std::string cluster_sha256;
+  topologies::ClusterSpec cluster;
+  int gpus = 0;
+  plan::BatchSplit batch;
+  std::string engine;
+  std::vector<StrategyResult> runs;
+};
+
+/// Loads the inputs, lowers each strategy and simulates it. Throws InputError
+/// for bad input; an out-of-memory plan is reported in its metrics, not thrown.
+[[nodiscard]] ScenarioResult run_scenario(const Scenario& sc);
+
+/// Loads the inputs and lowers one strategy (for `hzp schedule`).
+[[nodiscard]] core::Schedule build_schedule(const Scenario& sc, plan::Strategy strategy);
+
+}  // namespace hzp::cli
