@@ -1,0 +1,60 @@
+// How long `hzp simulate` takes: Llama-3 70B on 1,024 H100s under FSDP,
+// whole (inputs -> plan -> analytic engine -> metrics) and by stage.
+// Run: build/bench/hzp_bench --benchmark_repetitions=10 --benchmark_report_aggregates_only=true
+#include <benchmark/benchmark.h>
+
+#include "cli/scenario.hpp"
+#include "sim/engine.hpp"
+
+namespace {
+
+using namespace hzp;
+
+cli::Scenario scenario() {
+  cli::Scenario sc;
+  sc.model = "llama3-70b";
+  sc.cluster = "dgx-h100";
+  sc.gpus = 1024;
+  sc.strategies = {plan::Strategy::Fsdp};
+  sc.plan.global_batch_tokens = 16LL << 20;
+  sc.plan.recompute = models::Recompute::Full;
+  return sc;
+}
+
+void BM_SimulateLlama70bFsdp1024(benchmark::State& state) {
+  cli::Scenario sc = scenario();
+  for (auto _ : state) {
+    cli::ScenarioResult r = cli::run_scenario(sc);
+    benchmark::DoNotOptimize(r.runs[0].metrics.step_time);
+  }
+}
+BENCHMARK(BM_SimulateLlama70bFsdp1024)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void BM_LowerLlama70bFsdp1024(benchmark::State& state) {
+  cli::Scenario sc = scenario();
+  for (auto _ : state) {
+    core::Schedule s = cli::build_schedule(sc, plan::Strategy::Fsdp);
+    benchmark::DoNotOptimize(s.programs.size());
+  }
+}
+BENCHMARK(BM_LowerLlama70bFsdp1024)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void BM_AnalyticEngineLlama70bFsdp1024(benchmark::State& state) {
+  cli::Scenario sc = scenario();
+  core::Schedule s = cli::build_schedule(sc, plan::Strategy::Fsdp);
+  topologies::PerfModel pm(topologies::Topology(topologies::load_cluster(sc.cluster), sc.gpus));
+  auto engine = sim::make_engine("analytic", pm);
+  std::size_t ops = 0;
+  for (const auto& st : s.programs[0].streams) ops += st.ops.size();
+  for (auto _ : state) {
+    traces::TimelineRecorder rec;
+    engine->run(s, {}, rec);
+    benchmark::DoNotOptimize(rec.timeline().ops.size());
+  }
+  state.counters["schedule_ops"] = static_cast<double>(ops);
+}
+BENCHMARK(BM_AnalyticEngineLlama70bFsdp1024)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+}  // namespace
+
+BENCHMARK_MAIN();

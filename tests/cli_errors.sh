@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Bad input to the CLI: one line on stderr naming the file or option and the
+# key, exit code 2, nothing written. Usage: tests/cli_errors.sh HZP
+set -uo pipefail
+hzp=$1
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+fail=0
+
+# expect_error "<stderr substring>" args...
+expect_error() {
+  local want=$1
+  shift
+  "$hzp" "$@" --summary "$work/out.json" > "$work/stdout" 2> "$work/stderr"
+  local rc=$?
+  local lines
+  lines=$(wc -l < "$work/stderr")
+  if [ "$rc" -ne 2 ] || [ "$lines" -ne 1 ] || ! grep -qF -- "$want" "$work/stderr" || [ -e "$work/out.json" ]; then
+    echo "FAIL: hzp $* -> rc=$rc, $lines stderr line(s), expected rc=2 and one line containing: $want"
+    cat "$work/stderr"
+    fail=1
+  fi
+  rm -f "$work/out.json"
+}
+
+cat > "$work/typo.json" <<'JSON'
+{"schema_version": 1, "name": "x", "source": "test", "layers": 2, "hidden": 64, "heads": 4, "kv_heads": 4,
+ "head_dim": 16, "ffn_hidden": 256, "ffn_activation": "swiglu", "vocab": 1000, "tied_embeddings": false,
+ "norm": "rmsnorm", "qk_norm": false, "bias": false, "dropout": false, "position_embedding": "rope",
+ "max_seq_len": 4096, "moe": null, "mla": null, "hiden_size": 3}
+JSON
+cat > "$work/badcluster.json" <<'JSON'
+{"schema_version": 1, "name": "x"}
+JSON
+
+expect_error "--model: unknown model 'llama9'" simulate --model llama9
+expect_error "typo.json: hiden_size: unknown key" simulate --model "$work/typo.json" --gpus 8
+expect_error "badcluster.json: source: missing required key" simulate --cluster "$work/badcluster.json"
+expect_error "--global-batch-tokens: expected a positive multiple of the sequence length 8192" simulate --global-batch-tokens 1000
+expect_error "expected a multiple of 2048 sequences" simulate --global-batch-tokens 8M --micro-batch 2 --gpus 1024
+expect_error "--gpus: dgx-h100 has 8 devices per node: expected a multiple of 8, got 12" simulate --gpus 12
+expect_error "--strategy: expected ddp|fsdp|all" simulate --strategy zero4
+expect_error "command line:" simulate --no-such-flag
+expect_error "nope.json: cannot open file" simulate --model nope.json
+
+# An infeasible plan: exit 3, the summary still printed, nothing written.
+"$hzp" simulate --model llama3-70b --gpus 8 --strategy fsdp --global-batch-tokens 64K --trace "$work/t.json" > "$work/stdout" 2> "$work/stderr"
+rc=$?
+if [ "$rc" -ne 3 ] || [ -e "$work/t.json" ] || ! grep -q "infeasible" "$work/stderr"; then
+  echo "FAIL: out-of-memory plan -> rc=$rc (expected 3, no trace written)"
+  fail=1
+fi
+
+# --help works for every subcommand.
+for sub in simulate schedule models clusters; do
+  "$hzp" "$sub" --help > /dev/null || { echo "FAIL: hzp $sub --help"; fail=1; }
+done
+exit $fail

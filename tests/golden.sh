@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Golden end-to-end cases: run hzp, normalise what legitimately changes between
+# builds (git revision, the binary's path), and diff against tests/golden/.
+# Usage: tests/golden.sh HZP [--update]   (scripts/update-goldens passes --update)
+set -euo pipefail
+hzp=$1
+update=${2:-}
+here=$(cd "$(dirname "$0")" && pwd)
+golden=$here/golden
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+normalise() {
+  sed -E -e 's/"git_revision": ?"[^"]*"/"git_revision":"<rev>"/g' \
+         -e 's/"command_line": ?"[^"]*"/"command_line":"<cmd>"/g' "$1"
+}
+
+# name | arguments
+cases=(
+  "llama3-8b_dgx-h100x16_fsdp|--model llama3-8b --cluster dgx-h100 --gpus 16 --strategy fsdp --global-batch-tokens 128K"
+)
+
+status=0
+for c in "${cases[@]}"; do
+  name=${c%%|*}
+  args=${c#*|}
+  # shellcheck disable=SC2086
+  "$hzp" simulate $args --summary "$work/$name.summary.json" --csv "$work/$name.timeline.csv" > "$work/$name.stdout"
+  for kind in summary.json timeline.csv; do
+    normalise "$work/$name.$kind" > "$work/$name.$kind.norm"
+    if [ "$update" = "--update" ]; then
+      cp "$work/$name.$kind.norm" "$golden/$name.$kind"
+      echo "updated tests/golden/$name.$kind"
+    elif ! diff -u "$golden/$name.$kind" "$work/$name.$kind.norm" > "$work/diff" ; then
+      echo "golden mismatch: tests/golden/$name.$kind (regenerate with scripts/update-goldens and review the diff)"
+      head -40 "$work/diff"
+      status=1
+    fi
+  done
+done
+exit $status
