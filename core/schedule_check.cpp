@@ -58,8 +58,11 @@ void check_structure(const Schedule& s) {
       if (st.thread < 0 || static_cast<std::size_t>(st.thread) >= p.threads.size()) {
         throw ScheduleError(fmt::format("program {} stream '{}' names thread {}, which does not exist", p.id, st.name, st.thread));
       }
+      int previous = -1;
       for (const Op& op : st.ops) {
         if (!ids.insert(op.id).second) fail_at(p, st, op, "duplicate op id");
+        if (op.id <= previous) fail_at(p, st, op, fmt::format("op ids must ascend along a stream (they are the host issue order); {} follows {}", op.id, previous));
+        previous = op.id;
         switch (op.kind) {
           case OpKind::Record:
             if (++records[op.event] > 1) fail_at(p, st, op, fmt::format("event {} is recorded twice", op.event));

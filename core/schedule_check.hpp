@@ -9,7 +9,7 @@ namespace hzp::core {
 /// Throws ScheduleError when the Schedule breaks the contract:
 ///  - structure: programs partition ranks 0..world_size-1; groups hold valid,
 ///    ascending, distinct ranks; streams name existing threads; op ids are
-///    unique within a program; each event is recorded exactly once;
+///    unique within a program and ascend along each stream; each event is recorded exactly once;
 ///  - memory: every free matches a live alloc of the same buffer and size;
 ///  - collectives: an op's group contains its program's representative; per
 ///    (program, group) the sequence numbers run 0, 1, 2, ... in issue order;

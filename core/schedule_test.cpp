@@ -1,5 +1,6 @@
 // The Schedule contract: canonical JSON and hash, the checker's rejections,
 // and the replay's timing on cases small enough to work out by hand.
+#include <algorithm>
 #include <gtest/gtest.h>
 
 #include "core/error.hpp"
@@ -117,11 +118,33 @@ TEST(ScheduleCheck, RejectsCrossStreamDeadlock) {
   // after waiting on the all-gather: a cycle.
   Schedule s = two_rank_schedule();
   auto& ag = s.programs[0].streams[1].ops;
-  ag.insert(ag.begin(), event_op(5, OpKind::Wait, 8));
-  s.programs[0].streams[0].ops.push_back(event_op(6, OpKind::Record, 8));
+  auto& comp = s.programs[0].streams[0].ops;
+  ag.insert(ag.begin(), event_op(0, OpKind::Wait, 8));
+  ag[1].id = 1;  // the all-gather
+  ag[2].id = 2;  // record 7
+  for (int i = 0; i < 3; ++i) comp[static_cast<std::size_t>(i)].id = 3 + i;
+  comp.push_back(event_op(6, OpKind::Record, 8));
   EXPECT_EQ(schedule_error(s),
-            "deadlock: program 0 ('r0') stream 'compute' op 3 'wait' (wait) waits for event 7, which is never "
+            "deadlock: program 0 ('r0') stream 'compute' op 4 'wait' (wait) waits for event 7, which is never "
             "recorded before it");
+}
+
+TEST(ScheduleCheck, RejectsCrossRankCollectiveOrderDeadlock) {
+  // Two communicators over the same ranks, issued in opposite orders on one
+  // stream: rank 0 blocks in group 0 while rank 1 blocks in group 1.
+  Schedule s = two_rank_schedule();
+  s.groups.push_back(Group{1, GroupKind::Tp, {0, 1}});
+  auto& r0 = s.programs[0].streams[1].ops;
+  auto& r1 = s.programs[1].streams[1].ops;
+  r0.insert(r0.begin() + 1, collective(8, 1, 0, 64));
+  r0[2].id = 9;  // the record keeps ids ascending along the stream
+  Op first = collective(0, 1, 0, 64);
+  r1[0].id = 8;  // group 0 now issued after group 1 on rank 1
+  r1.insert(r1.begin(), first);
+  std::sort(r1.begin(), r1.end(), [](const Op& a, const Op& b) { return a.id < b.id; });
+  EXPECT_EQ(schedule_error(s),
+            "deadlock: program 0 ('r0') stream 'ag' op 0 'ag' (collective) collective on group 0 seq 0 is never "
+            "reached by every member");
 }
 
 TEST(ScheduleCheck, RejectsSequenceGapAndUnrecordedEvent) {
@@ -131,6 +154,12 @@ TEST(ScheduleCheck, RejectsSequenceGapAndUnrecordedEvent) {
   s = two_rank_schedule();
   s.programs[0].streams[0].ops[1].event = 9;
   EXPECT_NE(schedule_error(s).find("waits for event 9, which is never recorded"), std::string::npos);
+}
+
+TEST(ScheduleCheck, RejectsIdsOutOfIssueOrder) {
+  Schedule s = two_rank_schedule();
+  std::swap(s.programs[0].streams[0].ops[0].id, s.programs[0].streams[0].ops[2].id);
+  EXPECT_NE(schedule_error(s).find("op ids must ascend along a stream"), std::string::npos);
 }
 
 TEST(ScheduleCheck, RejectsUnbalancedFree) {
