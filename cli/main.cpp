@@ -1,9 +1,9 @@
 // hzp: the command line. Parses options with CLI11, calls one library
 // function per subcommand, prints. The only place exceptions become exit
 // codes: 0 ok, 2 bad input, 3 infeasible plan (out of memory), 1 internal.
+#include <fmt/format.h>
 #include <CLI/CLI.hpp>
 #include <cstdint>
-#include <fmt/format.h>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
@@ -28,14 +28,28 @@ std::int64_t parse_count(const std::string& s, const std::string& key) {
   std::string digits = s;
   if (!s.empty()) {
     switch (s.back()) {
-      case 'K': case 'k': mult = 1LL << 10; digits.pop_back(); break;
-      case 'M': case 'm': mult = 1LL << 20; digits.pop_back(); break;
-      case 'G': case 'g': mult = 1LL << 30; digits.pop_back(); break;
+      case 'K':
+      case 'k':
+        mult = 1LL << 10;
+        digits.pop_back();
+        break;
+      case 'M':
+      case 'm':
+        mult = 1LL << 20;
+        digits.pop_back();
+        break;
+      case 'G':
+      case 'g':
+        mult = 1LL << 30;
+        digits.pop_back();
+        break;
       default: break;
     }
   }
   if (digits.empty() || digits.size() > 12 || digits.find_first_not_of("0123456789") != std::string::npos) {
-    throw core::InputError("command line", key, fmt::format("expected a positive integer with an optional K/M/G suffix (powers of 2), got '{}'", s));
+    throw core::InputError(
+        "command line", key,
+        fmt::format("expected a positive integer with an optional K/M/G suffix (powers of 2), got '{}'", s));
   }
   return std::stoll(digits) * mult;
 }
@@ -53,24 +67,30 @@ struct Options {
 };
 
 void add_scenario_options(CLI::App* app, Options& o) {
-  app->add_option("--model", o.sc.model, "catalog name (see `hzp models`) or a model .json file")->capture_default_str();
-  app->add_option("--cluster", o.sc.cluster, "catalog name (see `hzp clusters`) or a cluster .json file")->capture_default_str();
+  app->add_option("--model", o.sc.model, "catalog name (see `hzp models`) or a model .json file")
+      ->capture_default_str();
+  app->add_option("--cluster", o.sc.cluster, "catalog name (see `hzp clusters`) or a cluster .json file")
+      ->capture_default_str();
   app->add_option("--gpus", o.sc.gpus, "number of GPUs (a whole number of nodes)")->capture_default_str();
   app->add_option("--strategy", o.strategy, "ddp | fsdp | all")->capture_default_str();
   app->add_option("--global-batch-tokens", o.batch_tokens, "global batch in tokens, e.g. 16M (K/M/G = 2^10/2^20/2^30)");
   app->add_option("--global-batch-seqs", o.batch_seqs, "global batch in sequences (instead of tokens)");
   app->add_option("--seq-len", o.sc.plan.seq_len, "sequence length (default: min(model max, 8192))");
   app->add_option("--micro-batch", o.sc.plan.micro_batch, "sequences per micro-batch per rank")->capture_default_str();
-  app->add_option("--recompute", o.recompute, "activation recomputation: none | selective | full")->capture_default_str();
+  app->add_option("--recompute", o.recompute, "activation recomputation: none | selective | full")
+      ->capture_default_str();
   app->add_flag("--no-flash-attention", o.no_flash, "unfused attention (scores and context as batched GEMMs)");
-  app->add_option("--prefetch-depth", o.sc.plan.prefetch_depth, "FSDP: parameter all-gathers in flight ahead of compute")->capture_default_str();
+  app->add_option("--prefetch-depth", o.sc.plan.prefetch_depth,
+                  "FSDP: parameter all-gathers in flight ahead of compute")
+      ->capture_default_str();
   app->add_option("--grad-dtype", o.grad_dtype, "gradient accumulation dtype: fp32 | bf16")->capture_default_str();
 }
 
 void finish_scenario(Options& o, const std::string& command_line) {
   auto& p = o.sc.plan;
   if (!o.batch_tokens.empty() && o.batch_seqs > 0) {
-    throw core::InputError("command line", "--global-batch-seqs", "expected either --global-batch-tokens or --global-batch-seqs, not both");
+    throw core::InputError("command line", "--global-batch-seqs",
+                           "expected either --global-batch-tokens or --global-batch-seqs, not both");
   }
   if (o.batch_seqs > 0) {
     p.global_batch_sequences = o.batch_seqs;
@@ -84,7 +104,8 @@ void finish_scenario(Options& o, const std::string& command_line) {
   } else if (o.recompute == "full") {
     p.recompute = models::Recompute::Full;
   } else {
-    throw core::InputError("command line", "--recompute", fmt::format("expected none|selective|full, got '{}'", o.recompute));
+    throw core::InputError("command line", "--recompute",
+                           fmt::format("expected none|selective|full, got '{}'", o.recompute));
   }
   p.flash_attention = !o.no_flash;
   if (o.grad_dtype == "fp32") {
@@ -142,8 +163,10 @@ int cmd_simulate(Options& o, const std::string& command_line) {
 }
 
 int cmd_schedule(Options& o, const std::string& command_line) {
-  if (o.strategy == "all") throw core::InputError("command line", "--strategy", "expected one strategy (ddp|fsdp) for `hzp schedule`");
-  if (o.schedule_out.empty()) throw core::InputError("command line", "--out", "expected a file to write the Schedule to");
+  if (o.strategy == "all")
+    throw core::InputError("command line", "--strategy", "expected one strategy (ddp|fsdp) for `hzp schedule`");
+  if (o.schedule_out.empty())
+    throw core::InputError("command line", "--out", "expected a file to write the Schedule to");
   finish_scenario(o, command_line);
   core::Schedule s = cli::build_schedule(o.sc, o.sc.strategies.at(0));
   core::write_file_atomic(o.schedule_out, core::to_canonical_json(s) + "\n");
@@ -153,14 +176,21 @@ int cmd_schedule(Options& o, const std::string& command_line) {
 
 int cmd_models(bool json) {
   nlohmann::ordered_json j = nlohmann::ordered_json::array();
-  std::string text = fmt::format("{:<18} {:>7} {:>7} {:>10} {:>10}  {}\n", "name", "layers", "hidden", "params", "active", "kind");
+  std::string text =
+      fmt::format("{:<18} {:>7} {:>7} {:>10} {:>10}  {}\n", "name", "layers", "hidden", "params", "active", "kind");
   for (const auto& name : models::model_catalog_names()) {
     models::ModelSpec m = models::load_model(name);
     auto c = models::count_params(m);
     std::string kind = m.moe ? fmt::format("MoE {}x top-{}", m.moe->experts, m.moe->top_k) : "dense";
     if (m.mla) kind += ", MLA";
-    j.push_back({{"name", name}, {"layers", m.layers}, {"hidden", m.hidden}, {"params", c.total}, {"active_params", c.active},
-                 {"moe", m.moe.has_value()}, {"mla", m.mla.has_value()}, {"source", m.source}});
+    j.push_back({{"name", name},
+                 {"layers", m.layers},
+                 {"hidden", m.hidden},
+                 {"params", c.total},
+                 {"active_params", c.active},
+                 {"moe", m.moe.has_value()},
+                 {"mla", m.mla.has_value()},
+                 {"source", m.source}});
     text += fmt::format("{:<18} {:>7} {:>7} {:>9.2f}B {:>9.2f}B  {}\n", name, m.layers, m.hidden,
                         static_cast<double>(c.total) / 1e9, static_cast<double>(c.active) / 1e9, kind);
   }
@@ -170,14 +200,21 @@ int cmd_models(bool json) {
 
 int cmd_clusters(bool json) {
   nlohmann::ordered_json j = nlohmann::ordered_json::array();
-  std::string text = fmt::format("{:<16} {:<20} {:>9} {:>8} {:>14} {:>12}\n", "name", "device", "bf16 TF", "HBM GiB", "scale-up", "NIC/device");
+  std::string text = fmt::format("{:<16} {:<20} {:>9} {:>8} {:>14} {:>12}\n", "name", "device", "bf16 TF", "HBM GiB",
+                                 "scale-up", "NIC/device");
   for (const auto& name : topologies::cluster_catalog_names()) {
     topologies::ClusterSpec c = topologies::load_cluster(name);
-    std::string up = fmt::format("{}x{} {:.0f}GB/s", c.devices_per_node / c.scale_up.domain_devices, c.scale_up.domain_devices, c.scale_up.bw_GBps);
-    j.push_back({{"name", name}, {"device", c.device.name}, {"bf16_tflops", c.device.peak_tflops.at(core::Dtype::Bf16)},
-                 {"hbm_GiB", c.device.hbm_GiB}, {"devices_per_node", c.devices_per_node},
-                 {"scale_up_domain", c.scale_up.domain_devices}, {"scale_up_GBps", c.scale_up.bw_GBps},
-                 {"nic_GBps_per_device", c.nic_GBps_per_device()}, {"source", c.source}});
+    std::string up = fmt::format("{}x{} {:.0f}GB/s", c.devices_per_node / c.scale_up.domain_devices,
+                                 c.scale_up.domain_devices, c.scale_up.bw_GBps);
+    j.push_back({{"name", name},
+                 {"device", c.device.name},
+                 {"bf16_tflops", c.device.peak_tflops.at(core::Dtype::Bf16)},
+                 {"hbm_GiB", c.device.hbm_GiB},
+                 {"devices_per_node", c.devices_per_node},
+                 {"scale_up_domain", c.scale_up.domain_devices},
+                 {"scale_up_GBps", c.scale_up.bw_GBps},
+                 {"nic_GBps_per_device", c.nic_GBps_per_device()},
+                 {"source", c.source}});
     text += fmt::format("{:<16} {:<20} {:>9.0f} {:>8.1f} {:>14} {:>9.1f}GB/s\n", name, c.device.name,
                         c.device.peak_tflops.at(core::Dtype::Bf16), c.device.hbm_GiB, up, c.nic_GBps_per_device());
   }
@@ -240,8 +277,9 @@ int main(int argc, char** argv) {
     std::cerr << "hzp: infeasible: " << e.what() << "\n";
     return kExitInfeasible;
   } catch (const std::exception& e) {
-    std::cerr << fmt::format("hzp: internal error: {}\nThis is a bug in hzp {} ({}); please report it with the command line above.\n",
-                             e.what(), core::version(), core::git_revision());
+    std::cerr << fmt::format(
+        "hzp: internal error: {}\nThis is a bug in hzp {} ({}); please report it with the command line above.\n",
+        e.what(), core::version(), core::git_revision());
     return kExitInternal;
   }
   return kExitInternal;

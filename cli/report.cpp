@@ -25,9 +25,11 @@ std::string run_stem(const ScenarioResult& r, const StrategyResult& run) {
 std::string summary_text(const ScenarioResult& r) {
   std::string out;
   out += fmt::format("hzp {} ({}) - {} engine\n", core::version(), core::git_revision(), r.engine);
-  out += fmt::format("{} on {} x {} ({}), global batch {} x {} tokens = {} tokens, {} data-parallel ranks, {} micro-batch(es) per rank\n",
-                     r.model.name, r.gpus, r.cluster.name, r.cluster.device.name, r.batch.sequences, r.batch.seq_len,
-                     si(static_cast<double>(r.batch.sequences * r.batch.seq_len)), r.batch.data_parallel, r.batch.micro_batches);
+  out += fmt::format(
+      "{} on {} x {} ({}), global batch {} x {} tokens = {} tokens, {} data-parallel ranks, {} micro-batch(es) per "
+      "rank\n",
+      r.model.name, r.gpus, r.cluster.name, r.cluster.device.name, r.batch.sequences, r.batch.seq_len,
+      si(static_cast<double>(r.batch.sequences * r.batch.seq_len)), r.batch.data_parallel, r.batch.micro_batches);
   out += "MFU counts model FLOPs (Megatron convention, no recomputation) against dense bf16 peak.\n\n";
   out += fmt::format("{:<9} {:>10} {:>10} {:>12} {:>7} {:>12} {:>12} {:>18}  {}\n", "strategy", "step (s)", "tokens/s",
                      "TFLOP/s/GPU", "MFU", "exposed (s)", "idle (s)", "peak mem (GiB)", "fits");
@@ -36,11 +38,13 @@ std::string summary_text(const ScenarioResult& r) {
     double exposed = 0;
     for (const auto& [k, d] : m.exposed_comm) exposed += d.to_seconds();
     out += fmt::format("{:<9} {:>10.3f} {:>10} {:>12.1f} {:>6.1f}% {:>12.3f} {:>12.3f} {:>11.1f} / {:<4.0f}  {}\n",
-                       plan::to_string(run.strategy), m.step_time.to_seconds(), si(m.tokens_per_s), m.model_tflops_per_gpu,
-                       100 * m.mfu, exposed, m.compute_idle.to_seconds(), m.peak_memory().gib(), r.cluster.device.hbm_GiB,
-                       m.fits() ? "yes" : "NO (out of memory)");
+                       plan::to_string(run.strategy), m.step_time.to_seconds(), si(m.tokens_per_s),
+                       m.model_tflops_per_gpu, 100 * m.mfu, exposed, m.compute_idle.to_seconds(), m.peak_memory().gib(),
+                       r.cluster.device.hbm_GiB, m.fits() ? "yes" : "NO (out of memory)");
   }
-  out += "\nexposed: collective time not hidden behind compute, per group kind; idle: compute stream with nothing to run.\n";
+  out +=
+      "\nexposed: collective time not hidden behind compute, per group kind; idle: compute stream with nothing to "
+      "run.\n";
   for (const auto& run : r.runs) {
     out += fmt::format("{}: ", plan::to_string(run.strategy));
     bool first = true;
@@ -48,7 +52,8 @@ std::string summary_text(const ScenarioResult& r) {
       out += fmt::format("{}exposed {} {:.3f} s", first ? "" : ", ", k, d.to_seconds());
       first = false;
     }
-    for (const auto& b : run.metrics.busy) out += fmt::format("{}{} busy {:.1f}%", first ? "" : ", ", b.stream, 100 * b.fraction), first = false;
+    for (const auto& b : run.metrics.busy)
+      out += fmt::format("{}{} busy {:.1f}%", first ? "" : ", ", b.stream, 100 * b.fraction), first = false;
     out += "\n";
   }
   return out;
@@ -61,12 +66,18 @@ std::string summary_json(const ScenarioResult& r, const std::string& command_lin
   j["git_revision"] = core::git_revision();
   j["command_line"] = command_line;
   j["engine"] = r.engine;
-  j["inputs"] = {{"model", r.model.name}, {"model_sha256", r.model_sha256}, {"cluster", r.cluster.name},
-                 {"cluster_sha256", r.cluster_sha256}, {"gpus", r.gpus}};
-  j["batch"] = {{"seq_len", r.batch.seq_len}, {"global_batch_sequences", r.batch.sequences},
-                {"global_batch_tokens", r.batch.sequences * r.batch.seq_len}, {"data_parallel", r.batch.data_parallel},
+  j["inputs"] = {{"model", r.model.name},
+                 {"model_sha256", r.model_sha256},
+                 {"cluster", r.cluster.name},
+                 {"cluster_sha256", r.cluster_sha256},
+                 {"gpus", r.gpus}};
+  j["batch"] = {{"seq_len", r.batch.seq_len},
+                {"global_batch_sequences", r.batch.sequences},
+                {"global_batch_tokens", r.batch.sequences * r.batch.seq_len},
+                {"data_parallel", r.batch.data_parallel},
                 {"micro_batches_per_rank", r.batch.micro_batches}};
-  j["mfu_convention"] = "model FLOPs (Megatron-LM formula, causal mask not exploited, no recomputation) / dense bf16 peak";
+  j["mfu_convention"] =
+      "model FLOPs (Megatron-LM formula, causal mask not exploited, no recomputation) / dense bf16 peak";
   auto& runs = j["results"] = nlohmann::ordered_json::array();
   for (const auto& run : r.runs) {
     const auto& m = run.metrics;

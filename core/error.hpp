@@ -14,7 +14,9 @@ class InputError : public std::runtime_error {
  public:
   InputError(std::string file, std::string key, std::string expected)
       : std::runtime_error(compose(file, key, expected)),
-        file_(std::move(file)), key_(std::move(key)), expected_(std::move(expected)) {}
+        file_(std::move(file)),
+        key_(std::move(key)),
+        expected_(std::move(expected)) {}
   [[nodiscard]] const std::string& file() const { return file_; }
   [[nodiscard]] const std::string& key() const { return key_; }
   [[nodiscard]] const std::string& expected() const { return expected_; }

@@ -1,12 +1,12 @@
 // Atomic file output and build provenance (see io.hpp).
 #include "core/io.hpp"
 
+#include <fmt/format.h>
+#include <unistd.h>
 #include <cstdio>
 #include <filesystem>
-#include <fmt/format.h>
 #include <fstream>
 #include <sstream>
-#include <unistd.h>
 
 #include "core/error.hpp"
 

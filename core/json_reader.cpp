@@ -1,8 +1,8 @@
 // Strict JSON object reading (see json_reader.hpp).
 #include "core/json_reader.hpp"
 
-#include <cmath>
 #include <fmt/format.h>
+#include <cmath>
 #include <fstream>
 #include <sstream>
 
@@ -15,9 +15,7 @@ StrictObject::StrictObject(const nlohmann::json& j, std::string file, std::strin
   }
 }
 
-std::string StrictObject::key_path(const std::string& key) const {
-  return path_.empty() ? key : path_ + "." + key;
-}
+std::string StrictObject::key_path(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
 
 void StrictObject::fail(const std::string& key, const std::string& expected) const {
   throw InputError(file_, key_path(key), expected);

@@ -1,8 +1,8 @@
 // Schedule JSON I/O: canonical text, hashing and strict parsing.
 #include "core/schedule.hpp"
 
-#include <array>
 #include <fmt/format.h>
+#include <array>
 #include <nlohmann/json.hpp>
 #include <utility>
 
@@ -15,7 +15,8 @@ namespace {
 template <class E, std::size_t N>
 using Names = std::array<std::pair<E, std::string_view>, N>;
 
-constexpr Names<Dtype, 4> kDtype{{{Dtype::Bf16, "bf16"}, {Dtype::Fp16, "fp16"}, {Dtype::Fp32, "fp32"}, {Dtype::Fp8, "fp8"}}};
+constexpr Names<Dtype, 4> kDtype{
+    {{Dtype::Bf16, "bf16"}, {Dtype::Fp16, "fp16"}, {Dtype::Fp32, "fp32"}, {Dtype::Fp8, "fp8"}}};
 constexpr Names<GroupKind, 8> kGroupKind{{{GroupKind::World, "world"},
                                           {GroupKind::DpShard, "dp_shard"},
                                           {GroupKind::DpReplica, "dp_replica"},
@@ -101,9 +102,7 @@ nlohmann::json op_to_json(const Op& op) {
       j["bytes"] = op.bytes.count();
       break;
     case OpKind::Record:
-    case OpKind::Wait:
-      j["event"] = op.event;
-      break;
+    case OpKind::Wait: j["event"] = op.event; break;
   }
   return j;
 }
@@ -125,7 +124,8 @@ Op op_from_json(StrictObject o) {
         if (g.size() != 4) o.fail("gemm", "expected [m, n, k, batch]");
         std::array<std::int64_t, 4> v{};
         for (std::size_t i = 0; i < 4; ++i) {
-          if (!g[i].is_number_integer() || g[i].get<std::int64_t>() < 1) o.fail("gemm", "expected four positive integers [m, n, k, batch]");
+          if (!g[i].is_number_integer() || g[i].get<std::int64_t>() < 1)
+            o.fail("gemm", "expected four positive integers [m, n, k, batch]");
           v[i] = g[i].get<std::int64_t>();
         }
         op.gemm = GemmShape{v[0], v[1], v[2], v[3]};
@@ -150,9 +150,7 @@ Op op_from_json(StrictObject o) {
       op.bytes = bytes();
       break;
     case OpKind::Record:
-    case OpKind::Wait:
-      op.event = static_cast<int>(o.integer("event", 0, INT32_MAX));
-      break;
+    case OpKind::Wait: op.event = static_cast<int>(o.integer("event", 0, INT32_MAX)); break;
   }
   o.finish();
   return op;
@@ -305,7 +303,9 @@ Schedule schedule_from_json(const std::string& text, const std::string& file) {
   o.finish();
   std::string actual = schedule_hash(s);
   if (recorded != actual) {
-    throw InputError(file, "sha256", fmt::format("content hash {} does not match the recorded {}: the file was edited", actual, recorded));
+    throw InputError(
+        file, "sha256",
+        fmt::format("content hash {} does not match the recorded {}: the file was edited", actual, recorded));
   }
   return s;
 }

@@ -113,7 +113,7 @@ struct StepInfo {
 struct Schedule {
   std::string name;
   StepInfo step;
-  std::vector<Group> groups;  // ids 0..n-1 in order
+  std::vector<Group> groups;      // ids 0..n-1 in order
   std::vector<Program> programs;  // ids 0..n-1 in order
   /// Where the Schedule came from (inputs, their hashes, plan options): a JSON
   /// object kept as text so that this header needs only json_fwd.

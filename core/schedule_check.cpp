@@ -1,8 +1,8 @@
 // Schedule checker (see schedule_check.hpp).
 #include "core/schedule_check.hpp"
 
-#include <algorithm>
 #include <fmt/format.h>
+#include <algorithm>
 #include <map>
 #include <set>
 
@@ -13,8 +13,8 @@ namespace hzp::core {
 namespace {
 
 [[noreturn]] void fail_at(const Program& p, const Stream& st, const Op& op, const std::string& why) {
-  throw ScheduleError(fmt::format("program {} ('{}') stream '{}' op {} '{}': {}", p.id, p.name, st.name, op.id,
-                                  op.name, why));
+  throw ScheduleError(
+      fmt::format("program {} ('{}') stream '{}' op {} '{}': {}", p.id, p.name, st.name, op.id, op.name, why));
 }
 
 void check_structure(const Schedule& s) {
@@ -28,7 +28,8 @@ void check_structure(const Schedule& s) {
         throw ScheduleError(fmt::format("program {} ('{}') lists rank {} outside 0..{}", p.id, p.name, r, world - 1));
       }
       if (owner[static_cast<std::size_t>(r)] >= 0) {
-        throw ScheduleError(fmt::format("rank {} belongs to programs {} and {}", r, owner[static_cast<std::size_t>(r)], p.id));
+        throw ScheduleError(
+            fmt::format("rank {} belongs to programs {} and {}", r, owner[static_cast<std::size_t>(r)], p.id));
       }
       owner[static_cast<std::size_t>(r)] = p.id;
     }
@@ -56,12 +57,16 @@ void check_structure(const Schedule& s) {
     std::vector<std::pair<int, const Op*>> collectives;
     for (const Stream& st : p.streams) {
       if (st.thread < 0 || static_cast<std::size_t>(st.thread) >= p.threads.size()) {
-        throw ScheduleError(fmt::format("program {} stream '{}' names thread {}, which does not exist", p.id, st.name, st.thread));
+        throw ScheduleError(
+            fmt::format("program {} stream '{}' names thread {}, which does not exist", p.id, st.name, st.thread));
       }
       int previous = -1;
       for (const Op& op : st.ops) {
         if (!ids.insert(op.id).second) fail_at(p, st, op, "duplicate op id");
-        if (op.id <= previous) fail_at(p, st, op, fmt::format("op ids must ascend along a stream (they are the host issue order); {} follows {}", op.id, previous));
+        if (op.id <= previous)
+          fail_at(p, st, op,
+                  fmt::format("op ids must ascend along a stream (they are the host issue order); {} follows {}", op.id,
+                              previous));
         previous = op.id;
         switch (op.kind) {
           case OpKind::Record:
@@ -69,26 +74,28 @@ void check_structure(const Schedule& s) {
             break;
           case OpKind::Alloc:
             if (op.bytes < Bytes(0)) fail_at(p, st, op, "negative allocation");
-            if (!allocs.emplace(op.buffer, op.bytes).second) fail_at(p, st, op, fmt::format("buffer '{}' is allocated twice", op.buffer));
+            if (!allocs.emplace(op.buffer, op.bytes).second)
+              fail_at(p, st, op, fmt::format("buffer '{}' is allocated twice", op.buffer));
             break;
-          case OpKind::Free:
-            frees.emplace_back(&st, &op);
-            break;
+          case OpKind::Free: frees.emplace_back(&st, &op); break;
           case OpKind::Collective: {
-            if (op.group < 0 || static_cast<std::size_t>(op.group) >= s.groups.size()) fail_at(p, st, op, fmt::format("group {} does not exist", op.group));
+            if (op.group < 0 || static_cast<std::size_t>(op.group) >= s.groups.size())
+              fail_at(p, st, op, fmt::format("group {} does not exist", op.group));
             const Group& g = s.group(op.group);
             if (!std::binary_search(g.ranks.begin(), g.ranks.end(), p.ranks[0])) {
-              fail_at(p, st, op, fmt::format("group {} does not contain the program's representative rank {}", op.group, p.ranks[0]));
+              fail_at(
+                  p, st, op,
+                  fmt::format("group {} does not contain the program's representative rank {}", op.group, p.ranks[0]));
             }
             collectives.emplace_back(op.id, &op);
             break;
           }
           case OpKind::Send:
           case OpKind::Recv:
-            if (op.peer < 0 || op.peer >= s.step.world_size) fail_at(p, st, op, fmt::format("peer {} is not a rank", op.peer));
+            if (op.peer < 0 || op.peer >= s.step.world_size)
+              fail_at(p, st, op, fmt::format("peer {} is not a rank", op.peer));
             break;
-          default:
-            break;
+          default: break;
         }
       }
     }
@@ -97,8 +104,12 @@ void check_structure(const Schedule& s) {
     std::set<std::string> freed;
     for (auto [st, op] : frees) {
       auto it = allocs.find(op->buffer);
-      if (it == allocs.end()) fail_at(p, *st, *op, fmt::format("frees buffer '{}', which is not allocated", op->buffer));
-      if (it->second != op->bytes) fail_at(p, *st, *op, fmt::format("frees buffer '{}' with {} bytes, allocated with {}", op->buffer, op->bytes.count(), it->second.count()));
+      if (it == allocs.end())
+        fail_at(p, *st, *op, fmt::format("frees buffer '{}', which is not allocated", op->buffer));
+      if (it->second != op->bytes)
+        fail_at(p, *st, *op,
+                fmt::format("frees buffer '{}' with {} bytes, allocated with {}", op->buffer, op->bytes.count(),
+                            it->second.count()));
       if (!freed.insert(op->buffer).second) fail_at(p, *st, *op, fmt::format("frees buffer '{}' twice", op->buffer));
     }
     // Sequence numbers per group run 0, 1, 2, ... in the order the host issues them.
@@ -106,14 +117,16 @@ void check_structure(const Schedule& s) {
     for (const auto& [id, op] : collectives) {
       int& expect = next_seq[op->group];
       if (op->seq != expect) {
-        throw ScheduleError(fmt::format("program {} op {} '{}': collective on group {} has seq {}, expected {} (issue order)",
-                                        p.id, op->id, op->name, op->group, op->seq, expect));
+        throw ScheduleError(
+            fmt::format("program {} op {} '{}': collective on group {} has seq {}, expected {} (issue order)", p.id,
+                        op->id, op->name, op->group, op->seq, expect));
       }
       ++expect;
     }
     for (const Stream& st : p.streams) {
       for (const Op& op : st.ops) {
-        if (op.kind == OpKind::Wait && !records.contains(op.event)) fail_at(p, st, op, fmt::format("waits for event {}, which is never recorded", op.event));
+        if (op.kind == OpKind::Wait && !records.contains(op.event))
+          fail_at(p, st, op, fmt::format("waits for event {}, which is never recorded", op.event));
       }
     }
   }
@@ -130,9 +143,11 @@ void check_collective_agreement(const Schedule& s) {
         if (inserted) continue;
         const Op& o = *it->second.second;
         if (o.collective != op.collective || o.bytes != op.bytes || o.dtype != op.dtype) {
-          fail_at(p, st, op, fmt::format("collective on group {} seq {} is {} of {} bytes {}, but program {} issues {} of {} bytes {}",
-                                          op.group, op.seq, to_string(op.collective), op.bytes.count(), to_string(op.dtype),
-                                          it->second.first->id, to_string(o.collective), o.bytes.count(), to_string(o.dtype)));
+          fail_at(
+              p, st, op,
+              fmt::format("collective on group {} seq {} is {} of {} bytes {}, but program {} issues {} of {} bytes {}",
+                          op.group, op.seq, to_string(op.collective), op.bytes.count(), to_string(op.dtype),
+                          it->second.first->id, to_string(o.collective), o.bytes.count(), to_string(o.dtype)));
         }
       }
     }

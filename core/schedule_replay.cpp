@@ -5,8 +5,8 @@
 // matched through tables keyed by (group, seq) and (sender, receiver, seq).
 #include "core/schedule_replay.hpp"
 
-#include <algorithm>
 #include <fmt/format.h>
+#include <algorithm>
 #include <map>
 #include <tuple>
 
@@ -28,15 +28,12 @@ std::string describe(const Program& p, const Stream& st, const Op& op) {
                      to_string(op.kind));
 }
 
-
 std::string why_stuck(const Op& op) {
   switch (op.kind) {
-    case OpKind::Wait:
-      return fmt::format("waits for event {}, which is never recorded before it", op.event);
+    case OpKind::Wait: return fmt::format("waits for event {}, which is never recorded before it", op.event);
     case OpKind::Collective:
       return fmt::format("collective on group {} seq {} is never reached by every member", op.group, op.seq);
-    default:
-      return fmt::format("{} with peer {} seq {} is never matched", to_string(op.kind), op.peer, op.seq);
+    default: return fmt::format("{} with peer {} seq {} is never matched", to_string(op.kind), op.peer, op.seq);
   }
 }
 
@@ -120,8 +117,8 @@ ReplayResult replay(const Schedule& s, const ReplayCosts& costs) {
     }
   }
 
-  std::vector<std::vector<std::size_t>> next(np);  // next op index per stream
-  std::vector<std::vector<TimePoint>> free_at(np);  // when each stream is idle
+  std::vector<std::vector<std::size_t>> next(np);      // next op index per stream
+  std::vector<std::vector<TimePoint>> free_at(np);     // when each stream is idle
   std::vector<std::map<int, TimePoint>> recorded(np);  // event -> time
   for (std::size_t p = 0; p < np; ++p) {
     next[p].assign(s.programs[p].streams.size(), 0);
@@ -165,9 +162,7 @@ ReplayResult replay(const Schedule& s, const ReplayCosts& costs) {
               break;
             }
             case OpKind::Alloc:
-            case OpKind::Free:
-              finish(c, ready, ready);
-              break;
+            case OpKind::Free: finish(c, ready, ready); break;
             case OpKind::Record:
               recorded[p][op.event] = ready;
               finish(c, ready, ready);
@@ -184,9 +179,8 @@ ReplayResult replay(const Schedule& s, const ReplayCosts& costs) {
             }
             case OpKind::Collective: {
               auto& list = arrived[{op.group, op.seq}];
-              bool mine = std::any_of(list.begin(), list.end(), [&](const auto& a) {
-                return a.first.program == p && a.first.stream == k;
-              });
+              bool mine = std::any_of(list.begin(), list.end(),
+                                      [&](const auto& a) { return a.first.program == p && a.first.stream == k; });
               if (!mine) list.emplace_back(c, ready);
               const auto& parts = participants.at(static_cast<std::size_t>(op.group));
               if (list.size() < parts.size()) {

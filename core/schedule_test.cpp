@@ -1,7 +1,7 @@
 // The Schedule contract: canonical JSON and hash, the checker's rejections,
 // and the replay's timing on cases small enough to work out by hand.
-#include <algorithm>
 #include <gtest/gtest.h>
+#include <algorithm>
 
 #include "core/error.hpp"
 #include "core/schedule.hpp"
@@ -179,7 +179,9 @@ TEST(Replay, OverlapsCommunicationWithCompute) {
   Schedule s = two_rank_schedule();
   for (auto& p : s.programs) p.threads[0].launch_latency = Duration::ns(1);
   ReplayCosts costs;
-  costs.compute = [](const Program&, const Op& op) { return Duration::ns(static_cast<std::int64_t>(op.flops.count())); };
+  costs.compute = [](const Program&, const Op& op) {
+    return Duration::ns(static_cast<std::int64_t>(op.flops.count()));
+  };
   costs.collective = [](const Group&, const Op&) { return Duration::ns(25); };
   ReplayResult r = replay(s, costs);
   // Issue order by id: ag(0)@0, rec(1)@1, pre(2)@1, wait(3)@2, post(4)@2.

@@ -18,8 +18,14 @@ class Bytes {
   [[nodiscard]] constexpr double gib() const { return static_cast<double>(n_) / (1024.0 * 1024.0 * 1024.0); }
   [[nodiscard]] constexpr double gb() const { return static_cast<double>(n_) / 1e9; }
 
-  constexpr Bytes& operator+=(Bytes o) { n_ += o.n_; return *this; }
-  constexpr Bytes& operator-=(Bytes o) { n_ -= o.n_; return *this; }
+  constexpr Bytes& operator+=(Bytes o) {
+    n_ += o.n_;
+    return *this;
+  }
+  constexpr Bytes& operator-=(Bytes o) {
+    n_ -= o.n_;
+    return *this;
+  }
   friend constexpr Bytes operator+(Bytes a, Bytes b) { return Bytes(a.n_ + b.n_); }
   friend constexpr Bytes operator-(Bytes a, Bytes b) { return Bytes(a.n_ - b.n_); }
   friend constexpr Bytes operator*(Bytes a, std::int64_t k) { return Bytes(a.n_ * k); }
@@ -39,7 +45,10 @@ class Flops {
   constexpr Flops() = default;
   constexpr explicit Flops(double f) : f_(f) {}
   [[nodiscard]] constexpr double count() const { return f_; }
-  constexpr Flops& operator+=(Flops o) { f_ += o.f_; return *this; }
+  constexpr Flops& operator+=(Flops o) {
+    f_ += o.f_;
+    return *this;
+  }
   friend constexpr Flops operator+(Flops a, Flops b) { return Flops(a.f_ + b.f_); }
   friend constexpr Flops operator*(Flops a, double k) { return Flops(a.f_ * k); }
   friend constexpr Flops operator*(double k, Flops a) { return Flops(a.f_ * k); }
@@ -62,7 +71,10 @@ class Duration {
   [[nodiscard]] constexpr double to_ms() const { return static_cast<double>(ns_) * 1e-6; }
   [[nodiscard]] constexpr double to_us() const { return static_cast<double>(ns_) * 1e-3; }
 
-  constexpr Duration& operator+=(Duration o) { ns_ += o.ns_; return *this; }
+  constexpr Duration& operator+=(Duration o) {
+    ns_ += o.ns_;
+    return *this;
+  }
   friend constexpr Duration operator+(Duration a, Duration b) { return Duration(a.ns_ + b.ns_); }
   friend constexpr Duration operator-(Duration a, Duration b) { return Duration(a.ns_ - b.ns_); }
   friend constexpr auto operator<=>(Duration, Duration) = default;

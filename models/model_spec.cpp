@@ -1,8 +1,8 @@
 // ModelSpec parsing, the model catalog, parameter counts and model FLOPs.
 #include "models/model_spec.hpp"
 
-#include <algorithm>
 #include <fmt/format.h>
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
@@ -35,8 +35,10 @@ std::int64_t attention_matmul_params(const ModelSpec& m) {
   const std::int64_t h = m.hidden, H = m.heads;
   if (m.mla) {
     const MlaSpec& a = *m.mla;
-    std::int64_t q = a.q_lora_rank > 0 ? h * a.q_lora_rank + a.q_lora_rank * H * m.qk_head_dim() : h * H * m.qk_head_dim();
-    std::int64_t kv = h * (a.kv_lora_rank + a.qk_rope_head_dim) + a.kv_lora_rank * H * (a.qk_nope_head_dim + a.v_head_dim);
+    std::int64_t q =
+        a.q_lora_rank > 0 ? h * a.q_lora_rank + a.q_lora_rank * H * m.qk_head_dim() : h * H * m.qk_head_dim();
+    std::int64_t kv =
+        h * (a.kv_lora_rank + a.qk_rope_head_dim) + a.kv_lora_rank * H * (a.qk_nope_head_dim + a.v_head_dim);
     return q + kv + H * a.v_head_dim * h;
   }
   const std::int64_t d = m.head_dim;
@@ -75,14 +77,16 @@ ModelSpec model_from_json(const std::string& text, const std::string& file) {
   if (m.heads % m.kv_heads != 0) o.fail("kv_heads", fmt::format("expected a divisor of heads ({})", m.heads));
   m.head_dim = o.integer("head_dim", 1, 1 << 16);
   m.ffn_hidden = o.integer("ffn_hidden", 1, 1 << 24);
-  m.ffn_activation = choose<FfnActivation>(o, "ffn_activation", {{"swiglu", FfnActivation::SwiGlu}, {"gelu", FfnActivation::Gelu}});
+  m.ffn_activation =
+      choose<FfnActivation>(o, "ffn_activation", {{"swiglu", FfnActivation::SwiGlu}, {"gelu", FfnActivation::Gelu}});
   m.vocab = o.integer("vocab", 1, 1 << 24);
   m.tied_embeddings = o.boolean("tied_embeddings");
   m.norm = choose<NormKind>(o, "norm", {{"rmsnorm", NormKind::RmsNorm}, {"layernorm", NormKind::LayerNorm}});
   m.qk_norm = o.boolean("qk_norm");
   m.bias = o.boolean("bias");
   m.dropout = o.boolean("dropout");
-  m.position_embedding = choose<PositionEmbedding>(o, "position_embedding", {{"rope", PositionEmbedding::Rope}, {"learned", PositionEmbedding::Learned}});
+  m.position_embedding = choose<PositionEmbedding>(
+      o, "position_embedding", {{"rope", PositionEmbedding::Rope}, {"learned", PositionEmbedding::Learned}});
   m.max_seq_len = o.integer("max_seq_len", 1, 1 << 24);
   if (auto e = o.object_or_null("moe")) {
     MoeSpec s;
@@ -91,7 +95,8 @@ ModelSpec model_from_json(const std::string& text, const std::string& file) {
     s.expert_ffn_hidden = e->integer("expert_ffn_hidden", 1, 1 << 24);
     s.shared_experts = static_cast<int>(e->integer("shared_experts", 0, 1 << 10));
     s.shared_expert_ffn_hidden = e->integer("shared_expert_ffn_hidden", 0, 1 << 24);
-    if (s.shared_experts > 0 && s.shared_expert_ffn_hidden == 0) e->fail("shared_expert_ffn_hidden", "expected a positive size when shared_experts > 0");
+    if (s.shared_experts > 0 && s.shared_expert_ffn_hidden == 0)
+      e->fail("shared_expert_ffn_hidden", "expected a positive size when shared_experts > 0");
     s.dense_layers = static_cast<int>(e->integer("dense_layers", 0, m.layers));
     s.capacity_factor = e->number("capacity_factor", 0, 1e3, true);
     e->finish();
@@ -124,8 +129,9 @@ SpecText model_text(const std::string& name_or_path) {
   }
   std::string known;
   for (const auto& n : model_catalog_names()) known += (known.empty() ? "" : ", ") + n;
-  throw core::InputError("command line", "--model",
-                         fmt::format("unknown model '{}'; expected a catalog name ({}) or a .json file", name_or_path, known));
+  throw core::InputError(
+      "command line", "--model",
+      fmt::format("unknown model '{}'; expected a catalog name ({}) or a .json file", name_or_path, known));
 }
 
 ModelSpec load_model(const std::string& name_or_path) {
@@ -145,8 +151,8 @@ std::int64_t ffn_params(const ModelSpec& m, int layer) {
   std::int64_t p = norm_params(m, m.hidden);  // pre-FFN norm
   if (!m.is_moe_layer(layer)) return p + ffn_matmul(m, m.ffn_hidden) + ffn_bias(m, m.ffn_hidden);
   const MoeSpec& e = *m.moe;
-  return p + e.experts * ffn_matmul(m, e.expert_ffn_hidden) + e.shared_experts * ffn_matmul(m, e.shared_expert_ffn_hidden) +
-         router_params(m);
+  return p + e.experts * ffn_matmul(m, e.expert_ffn_hidden) +
+         e.shared_experts * ffn_matmul(m, e.shared_expert_ffn_hidden) + router_params(m);
 }
 
 std::int64_t ffn_active_params(const ModelSpec& m, int layer) {

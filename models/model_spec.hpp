@@ -61,7 +61,9 @@ struct ModelSpec {
 
   [[nodiscard]] bool is_moe_layer(int layer) const { return moe && layer >= moe->dense_layers; }
   /// Width of a query/key head (MLA: no-PE + RoPE parts) and of a value head.
-  [[nodiscard]] std::int64_t qk_head_dim() const { return mla ? mla->qk_nope_head_dim + mla->qk_rope_head_dim : head_dim; }
+  [[nodiscard]] std::int64_t qk_head_dim() const {
+    return mla ? mla->qk_nope_head_dim + mla->qk_rope_head_dim : head_dim;
+  }
   [[nodiscard]] std::int64_t v_head_dim() const { return mla ? mla->v_head_dim : head_dim; }
 };
 

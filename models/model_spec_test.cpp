@@ -1,8 +1,8 @@
 // ModelSpec: published parameter counts, the model-FLOPs formula, strict parsing.
 #include "models/model_spec.hpp"
 
-#include <cmath>
 #include <gtest/gtest.h>
+#include <cmath>
 
 #include "core/error.hpp"
 #include "models/catalog_data.hpp"
@@ -12,9 +12,9 @@ namespace {
 
 struct Published {
   const char* model;
-  double total_b;       // billions, as published
-  double total_digit;   // one unit of the published figure's last digit
-  double active_b;      // 0: not an MoE
+  double total_b;      // billions, as published
+  double total_digit;  // one unit of the published figure's last digit
+  double active_b;     // 0: not an MoE
   double active_digit;
 };
 
@@ -37,15 +37,12 @@ TEST_P(PublishedParams, WithinTolerance) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Catalog, PublishedParams,
-                         ::testing::Values(Published{"llama3-8b", 8.03, 0.01, 0, 0},
-                                           Published{"llama3-70b", 70.6, 0.1, 0, 0},
-                                           Published{"llama3.1-405b", 405.9, 0.1, 0, 0},
-                                           Published{"gpt3-175b", 175, 1, 0, 0},
-                                           Published{"mixtral-8x7b", 46.7, 0.1, 12.9, 0.1},
-                                           Published{"qwen3-30b-a3b", 30.5, 0.1, 3.3, 0.1},
-                                           Published{"qwen3-235b-a22b", 235, 1, 22, 1},
-                                           Published{"deepseek-v3", 671, 1, 37, 1}));
+INSTANTIATE_TEST_SUITE_P(
+    Catalog, PublishedParams,
+    ::testing::Values(Published{"llama3-8b", 8.03, 0.01, 0, 0}, Published{"llama3-70b", 70.6, 0.1, 0, 0},
+                      Published{"llama3.1-405b", 405.9, 0.1, 0, 0}, Published{"gpt3-175b", 175, 1, 0, 0},
+                      Published{"mixtral-8x7b", 46.7, 0.1, 12.9, 0.1}, Published{"qwen3-30b-a3b", 30.5, 0.1, 3.3, 0.1},
+                      Published{"qwen3-235b-a22b", 235, 1, 22, 1}, Published{"deepseek-v3", 671, 1, 37, 1}));
 
 TEST(ModelSpec, Llama8bExactCount) {
   // 32 · (4096·(32+16)·128 + 4096·4096 + 3·4096·14336 + 2·4096) + 2·128256·4096 + 4096

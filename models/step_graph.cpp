@@ -16,9 +16,9 @@
 //    they read plus write; their FLOPs are a few per element and never matter.
 #include "models/step_graph.hpp"
 
+#include <fmt/format.h>
 #include <algorithm>
 #include <cmath>
-#include <fmt/format.h>
 
 namespace hzp::models {
 namespace {
@@ -36,7 +36,8 @@ struct Builder {
     GraphOp op;
     op.name = name;
     op.kind = ComputeKind::Gemm;
-    op.flops = Flops(2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) * static_cast<double>(batch));
+    op.flops = Flops(2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) *
+                     static_cast<double>(batch));
     op.bytes = Bytes(e * batch * (m * k + k * n + m * n));
     op.gemm = GemmShape{m, n, k, batch};
     ops.push_back(std::move(op));
@@ -102,7 +103,6 @@ std::vector<GraphOp> backward_of(const std::vector<GraphOp>& fwd, double flash_b
   return out;
 }
 
-
 std::int64_t tokens_per_expert(const MoeSpec& e, std::int64_t T) {
   double t = e.capacity_factor * static_cast<double>(T) * e.top_k / e.experts;
   return std::max<std::int64_t>(1, static_cast<std::int64_t>(std::ceil(t)));
@@ -114,7 +114,8 @@ void ffn_ops(Builder& b, const ModelSpec& m, std::int64_t T, const std::string& 
   const bool glu = m.ffn_activation == FfnActivation::SwiGlu;
   (void)T;
   b.gemm(p + tag + "up", rows, glu ? 2 * f : f, h, batch);
-  b.bandwidth(p + tag + (glu ? "swiglu" : "gelu"), ComputeKind::Elementwise, e * batch * rows * f * (glu ? 3 : 2), batch * rows * f);
+  b.bandwidth(p + tag + (glu ? "swiglu" : "gelu"), ComputeKind::Elementwise, e * batch * rows * f * (glu ? 3 : 2),
+              batch * rows * f);
   b.gemm(p + tag + "down", rows, h, f, batch);
 }
 
@@ -146,13 +147,15 @@ std::vector<GraphOp> layer_forward(const ModelSpec& m, int layer, const GraphOpt
     std::int64_t rope = m.mla ? m.mla->qk_rope_head_dim : dqk;
     b.bandwidth(p + "rope", ComputeKind::Elementwise, 2 * e * T * (H + G) * rope, T * (H + G) * rope);
   }
-  const double full_core = 2.0 * static_cast<double>(bs * H) * static_cast<double>(s * s) * static_cast<double>(dqk + dv);
+  const double full_core =
+      2.0 * static_cast<double>(bs * H) * static_cast<double>(s * s) * static_cast<double>(dqk + dv);
   if (o.flash_attention) {
     b.attention(p + "attn_core", 0.5 * full_core, e * T * (H * dqk + G * dqk + G * dv + H * dv));
   } else {
     b.gemm(p + "attn_scores", s, s, dqk, bs * H);
     b.bandwidth(p + "attn_softmax", ComputeKind::Elementwise, 2 * e * bs * H * s * s, bs * H * s * s);
-    if (m.dropout) b.bandwidth(p + "attn_dropout", ComputeKind::Elementwise, (2 * e + 1) * bs * H * s * s, bs * H * s * s);
+    if (m.dropout)
+      b.bandwidth(p + "attn_dropout", ComputeKind::Elementwise, (2 * e + 1) * bs * H * s * s, bs * H * s * s);
     b.gemm(p + "attn_context", s, dv, s, bs * H);
   }
   b.gemm(p + "attn_out", T, h, H * dv);
@@ -217,10 +220,10 @@ core::Bytes layer_activation_bytes(const ModelSpec& m, int layer, const GraphOpt
   if (m.is_moe_layer(layer)) {
     const MoeSpec& x = *m.moe;
     std::int64_t rows = tokens_per_expert(x, T) * x.experts;
-    ffn += 4 * T * x.experts                       // router probabilities (fp32)
-           + e * rows * h                          // permuted expert inputs
-           + e * rows * x.expert_ffn_hidden * per_f
-           + e * T * x.top_k * h                   // expert outputs, for the gate-weighted combine
+    ffn += 4 * T * x.experts  // router probabilities (fp32)
+           + e * rows * h     // permuted expert inputs
+           + e * rows * x.expert_ffn_hidden * per_f +
+           e * T * x.top_k * h  // expert outputs, for the gate-weighted combine
            + e * T * x.shared_experts * x.shared_expert_ffn_hidden * per_f;
   } else {
     ffn += e * T * m.ffn_hidden * per_f;

@@ -2,8 +2,8 @@
 // activation memory against Korthikanti et al. 2022.
 #include "models/step_graph.hpp"
 
-#include <algorithm>
 #include <gtest/gtest.h>
+#include <algorithm>
 
 namespace hzp::models {
 namespace {
@@ -111,7 +111,8 @@ TEST(StepGraph, MoeExpertGemmsAreGrouped) {
   ModelSpec m = load_model("mixtral-8x7b");
   StepGraph g = build_step_graph(m, GraphOptions{.seq_len = 4096, .micro_batch = 1});
   const Unit& l0 = g.units[1];
-  auto it = std::find_if(l0.forward.begin(), l0.forward.end(), [](const GraphOp& op) { return op.name == "l0.experts.up"; });
+  auto it =
+      std::find_if(l0.forward.begin(), l0.forward.end(), [](const GraphOp& op) { return op.name == "l0.experts.up"; });
   ASSERT_NE(it, l0.forward.end());
   // 4096 tokens · top-2 / 8 experts = 1024 rows per expert, gate and up fused.
   EXPECT_EQ(*it->gemm, (core::GemmShape{1024, 2 * 14336, 4096, 8}));

@@ -52,18 +52,22 @@ BatchSplit split_batch(const models::ModelSpec& m, int world, const PlanOptions&
   BatchSplit b;
   b.seq_len = o.seq_len > 0 ? o.seq_len : std::min<std::int64_t>(m.max_seq_len, 8192);
   if (b.seq_len > m.max_seq_len) {
-    throw core::InputError("command line", "--seq-len",
-                           fmt::format("expected at most {} (max_seq_len of {}), got {}", m.max_seq_len, m.name, b.seq_len));
+    throw core::InputError(
+        "command line", "--seq-len",
+        fmt::format("expected at most {} (max_seq_len of {}), got {}", m.max_seq_len, m.name, b.seq_len));
   }
   if (o.global_batch_tokens.has_value() == o.global_batch_sequences.has_value()) {
-    throw core::InputError("command line", "--global-batch-tokens", "expected exactly one of --global-batch-tokens and --global-batch-seqs");
+    throw core::InputError("command line", "--global-batch-tokens",
+                           "expected exactly one of --global-batch-tokens and --global-batch-seqs");
   }
-  if (o.micro_batch < 1) throw core::InputError("command line", "--micro-batch", "expected a positive number of sequences");
+  if (o.micro_batch < 1)
+    throw core::InputError("command line", "--micro-batch", "expected a positive number of sequences");
   std::string key = o.global_batch_tokens ? "--global-batch-tokens" : "--global-batch-seqs";
   if (o.global_batch_tokens) {
     if (*o.global_batch_tokens <= 0 || *o.global_batch_tokens % b.seq_len != 0) {
       throw core::InputError("command line", key,
-                             fmt::format("expected a positive multiple of the sequence length {}, got {}", b.seq_len, *o.global_batch_tokens));
+                             fmt::format("expected a positive multiple of the sequence length {}, got {}", b.seq_len,
+                                         *o.global_batch_tokens));
     }
     b.sequences = *o.global_batch_tokens / b.seq_len;
   } else {
@@ -74,7 +78,8 @@ BatchSplit split_batch(const models::ModelSpec& m, int world, const PlanOptions&
   const std::int64_t per_step = static_cast<std::int64_t>(b.data_parallel) * o.micro_batch;
   if (b.sequences % per_step != 0) {
     throw core::InputError("command line", key,
-                           fmt::format("{} sequences do not split over {} data-parallel ranks x micro-batch {}: expected a multiple of {} sequences",
+                           fmt::format("{} sequences do not split over {} data-parallel ranks x micro-batch {}: "
+                                       "expected a multiple of {} sequences",
                                        b.sequences, b.data_parallel, o.micro_batch, per_step));
   }
   b.micro_batches = b.sequences / per_step;
@@ -227,7 +232,8 @@ core::Program lower_fsdp(const Context& c, const topologies::Topology& topo) {
     b.free(comp, act_buffer(use.unit, use.mb), unit.activations);
     // Reduce-scatter this micro-batch's gradients and accumulate the shard.
     b.wait(rs, use_done[j], fmt::format("wait {}.bwd_done", unit.name));
-    b.collective(rs, unit.name + ".grad_reducescatter", CollectiveKind::ReduceScatter, c.dp_group, grad_full, Dtype::Bf16);
+    b.collective(rs, unit.name + ".grad_reducescatter", CollectiveKind::ReduceScatter, c.dp_group, grad_full,
+                 Dtype::Bf16);
     b.compute(rs, unit.name + ".grad_accumulate", ComputeKind::Elementwise, Flops(static_cast<double>(shard[use.unit])),
               Bytes((2 + 2 * gbytes) * shard[use.unit]), c.opt.grad_dtype);
     b.free(rs, gbuf, grad_full);
@@ -280,7 +286,9 @@ core::Schedule lower(const models::ModelSpec& m, const topologies::Topology& top
                         {"micro_batch", o.micro_batch},
                         {"micro_batches", batch.micro_batches},
                         {"data_parallel", batch.data_parallel},
-                        {"recompute", o.recompute == models::Recompute::None ? "none" : o.recompute == models::Recompute::Selective ? "selective" : "full"},
+                        {"recompute", o.recompute == models::Recompute::None        ? "none"
+                                      : o.recompute == models::Recompute::Selective ? "selective"
+                                                                                    : "full"},
                         {"flash_attention", o.flash_attention},
                         {"prefetch_depth", o.prefetch_depth},
                         {"grad_dtype", core::to_string(o.grad_dtype)}}},

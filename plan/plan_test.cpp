@@ -25,7 +25,8 @@ Totals totals(const core::Schedule& s) {
         if (op.collective == core::CollectiveKind::ReduceScatter) t.reduce_scatter += op.bytes.count();
         if (op.collective == core::CollectiveKind::AllReduce) t.all_reduce += op.bytes.count();
       }
-      if (op.kind == core::OpKind::Alloc && op.buffer.find('.') == std::string::npos) t.static_alloc += op.bytes.count();
+      if (op.kind == core::OpKind::Alloc && op.buffer.find('.') == std::string::npos)
+        t.static_alloc += op.bytes.count();
     }
   }
   return t;
@@ -48,7 +49,9 @@ TEST(SplitBatch, DividesOrNamesTheOption) {
     (void)split_batch(m, 1024, options(Strategy::Fsdp, 1000));
     FAIL();
   } catch (const core::InputError& e) {
-    EXPECT_EQ(std::string(e.what()), "command line: --global-batch-tokens: expected a positive multiple of the sequence length 8192, got 1000");
+    EXPECT_EQ(
+        std::string(e.what()),
+        "command line: --global-batch-tokens: expected a positive multiple of the sequence length 8192, got 1000");
   }
   PlanOptions o = options(Strategy::Fsdp, 16 << 20);
   o.micro_batch = 4;

@@ -22,7 +22,7 @@ struct PlatformInfo {
   std::string cuda_driver;   // "13.0", empty when no driver answers
   std::string nccl;          // "2.28.9"
   std::vector<GpuInfo> gpus;
-  std::string error;         // why no GPU is usable, when none is
+  std::string error;  // why no GPU is usable, when none is
 };
 
 /// Queries the platform; never throws (a machine without GPUs is a normal answer).

@@ -18,7 +18,8 @@ TEST(PlatformInfo, DescribesAbsence) {
   PlatformInfo none;
   EXPECT_EQ(describe(none), "built without CUDA/NCCL: the runtime can only use the host backend");
   PlatformInfo no_gpu{true, "13.0", "", "2.28.9", {}, "driver version is insufficient"};
-  EXPECT_EQ(describe(no_gpu), "CUDA runtime 13.0, driver none, NCCL 2.28.9; no usable GPU (driver version is insufficient)");
+  EXPECT_EQ(describe(no_gpu),
+            "CUDA runtime 13.0, driver none, NCCL 2.28.9; no usable GPU (driver version is insufficient)");
 }
 
 TEST(PlatformInfo, QueryAnswers) {

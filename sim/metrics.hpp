@@ -46,6 +46,7 @@ struct Metrics {
 /// Metrics of one step. Exposed communication of a group kind: the time its
 /// collectives run while no compute stream of the same rank class runs a
 /// compute op (union of intervals minus union of intervals).
-[[nodiscard]] Metrics compute_metrics(const core::Schedule& s, const traces::Timeline& t, const topologies::DeviceProfile& device);
+[[nodiscard]] Metrics compute_metrics(const core::Schedule& s, const traces::Timeline& t,
+                                      const topologies::DeviceProfile& device);
 
 }  // namespace hzp::sim

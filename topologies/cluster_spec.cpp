@@ -1,9 +1,9 @@
 // ClusterSpec parsing and the cluster catalog (see cluster_spec.hpp).
 #include "topologies/cluster_spec.hpp"
 
+#include <fmt/format.h>
 #include <algorithm>
 #include <cmath>
-#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
@@ -59,7 +59,8 @@ ClusterSpec cluster_from_json(const std::string& text, const std::string& file) 
   StrictObject peak = d.object("peak_tflops");
   // bf16 is required; a dtype the device lacks (fp8 on A100) is null.
   c.device.peak_tflops[core::Dtype::Bf16] = peak.number("bf16", 0, 1e6, true);
-  for (auto [dt, key] : {std::pair{core::Dtype::Fp16, "fp16"}, {core::Dtype::Fp8, "fp8"}, {core::Dtype::Fp32, "fp32"}}) {
+  for (auto [dt, key] :
+       {std::pair{core::Dtype::Fp16, "fp16"}, {core::Dtype::Fp8, "fp8"}, {core::Dtype::Fp32, "fp32"}}) {
     if (!peak.raw(key).is_null()) c.device.peak_tflops[dt] = peak.number(key, 0, 1e6, true);
   }
   peak.finish();
@@ -133,8 +134,9 @@ std::pair<std::string, std::string> cluster_text(const std::string& name_or_path
   }
   std::string known;
   for (const auto& n : cluster_catalog_names()) known += (known.empty() ? "" : ", ") + n;
-  throw core::InputError("command line", "--cluster",
-                         fmt::format("unknown cluster '{}'; expected a catalog name ({}) or a .json file", name_or_path, known));
+  throw core::InputError(
+      "command line", "--cluster",
+      fmt::format("unknown cluster '{}'; expected a catalog name ({}) or a .json file", name_or_path, known));
 }
 
 ClusterSpec load_cluster(const std::string& name_or_path) {

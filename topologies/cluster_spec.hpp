@@ -28,8 +28,8 @@ struct DeviceProfile {
   std::map<core::Dtype, double> peak_tflops;  // dense, per dtype
   double hbm_GiB = 0;
   double hbm_GBps = 0;
-  double launch_latency_us = 0;   // host cost to enqueue one kernel or collective
-  EfficiencyCurve gemm;           // fraction of peak vs cube root of m·n·k
+  double launch_latency_us = 0;     // host cost to enqueue one kernel or collective
+  EfficiencyCurve gemm;             // fraction of peak vs cube root of m·n·k
   double attention_efficiency = 0;  // fused attention kernels, fraction of peak
   double hbm_efficiency = 0;        // achievable fraction of HBM bandwidth
 };
@@ -43,8 +43,8 @@ enum class ScaleUpKind { NvSwitch, FullMesh };
 struct ScaleUp {
   ScaleUpKind kind = ScaleUpKind::NvSwitch;
   int domain_devices = 0;
-  double bw_GBps = 0;      // per device, per direction
-  double latency_us = 0;   // per ring step
+  double bw_GBps = 0;          // per device, per direction
+  double latency_us = 0;       // per ring step
   EfficiencyCurve efficiency;  // achievable fraction of bw_GBps vs message bytes
 };
 
@@ -58,10 +58,10 @@ struct FabricTier {
 struct ScaleOut {
   int nics_per_node = 0;
   double nic_Gbps = 0;
-  bool rail_optimized = true;  // NIC i of every node on rail i's leaf switches
-  double nic_latency_us = 0;   // NIC plus NCCL proxy, per ring step
+  bool rail_optimized = true;     // NIC i of every node on rail i's leaf switches
+  double nic_latency_us = 0;      // NIC plus NCCL proxy, per ring step
   std::vector<FabricTier> tiers;  // leaf first
-  EfficiencyCurve efficiency;  // achievable fraction of NIC bandwidth vs message bytes
+  EfficiencyCurve efficiency;     // achievable fraction of NIC bandwidth vs message bytes
 };
 
 struct ClusterSpec {

@@ -14,9 +14,9 @@
 // tier it climbs) and, inside, by the scale-up links.
 #include "topologies/topology.hpp"
 
+#include <fmt/format.h>
 #include <algorithm>
 #include <cmath>
-#include <fmt/format.h>
 #include <map>
 
 #include "core/error.hpp"
@@ -31,16 +31,17 @@ Topology::Topology(ClusterSpec spec, int devices) : spec_(std::move(spec)), devi
   if (devices <= 0) throw core::InputError("command line", "--gpus", "expected a positive number of GPUs");
   if (devices < dpn) {
     if (dpn % devices != 0) {
-      throw core::InputError("command line", "--gpus",
-                             fmt::format("{} has {} devices per node: expected a divisor of {} or a multiple of it, got {}",
-                                         spec_.name, dpn, dpn, devices));
+      throw core::InputError(
+          "command line", "--gpus",
+          fmt::format("{} has {} devices per node: expected a divisor of {} or a multiple of it, got {}", spec_.name,
+                      dpn, dpn, devices));
     }
     nodes_ = 1;
   } else {
     if (devices % dpn != 0) {
-      throw core::InputError("command line", "--gpus",
-                             fmt::format("{} has {} devices per node: expected a multiple of {}, got {}", spec_.name,
-                                         dpn, dpn, devices));
+      throw core::InputError(
+          "command line", "--gpus",
+          fmt::format("{} has {} devices per node: expected a multiple of {}, got {}", spec_.name, dpn, dpn, devices));
     }
     nodes_ = devices / dpn;
   }
@@ -66,8 +67,8 @@ Topology::Topology(ClusterSpec spec, int devices) : spec_(std::move(spec)), devi
   long long needed = static_cast<long long>(nodes_) * spec_.scale_out.nics_per_node;
   if (nodes_ > 1 && needed > port_capacity_) {
     throw core::InputError("command line", "--gpus",
-                           fmt::format("{} GPUs need {} NIC ports; the {}-tier fat tree of {} connects at most {}", devices,
-                                       needed, tiers.size(), spec_.name, port_capacity_));
+                           fmt::format("{} GPUs need {} NIC ports; the {}-tier fat tree of {} connects at most {}",
+                                       devices, needed, tiers.size(), spec_.name, port_capacity_));
   }
 }
 
@@ -146,9 +147,7 @@ Duration PerfModel::collective(core::CollectiveKind kind, Bytes bytes, const Gro
   double t = 0;
   switch (kind) {
     case core::CollectiveKind::AllGather:
-    case core::CollectiveKind::ReduceScatter:
-      t = pass + (P - 1) / P * N / busbw;
-      break;
+    case core::CollectiveKind::ReduceScatter: t = pass + (P - 1) / P * N / busbw; break;
     case core::CollectiveKind::AllReduce: {
       double ring = 2 * pass + 2 * (P - 1) / P * N / busbw;
       t = ring;
@@ -160,9 +159,7 @@ Duration PerfModel::collective(core::CollectiveKind kind, Bytes bytes, const Gro
       }
       break;
     }
-    case core::CollectiveKind::Broadcast:
-      t = pass + N / busbw;
-      break;
+    case core::CollectiveKind::Broadcast: t = pass + N / busbw; break;
     case core::CollectiveKind::AllToAll: {
       const auto& spec = topo_.spec();
       const double k = std::min<double>(g.max_ranks_per_domain, P);
@@ -186,7 +183,8 @@ Duration PerfModel::p2p(Bytes bytes, int src, int dst) const {
   const auto& spec = topo_.spec();
   const double N = static_cast<double>(bytes.count());
   if (topo_.domain_of(src) == topo_.domain_of(dst)) {
-    return Duration::seconds(spec.scale_up.latency_us * 1e-6 + N / (spec.scale_up.bw_GBps * spec.scale_up.efficiency.at(N) * 1e9));
+    return Duration::seconds(spec.scale_up.latency_us * 1e-6 +
+                             N / (spec.scale_up.bw_GBps * spec.scale_up.efficiency.at(N) * 1e9));
   }
   int tier = std::max(0, topo_.tier_between(topo_.node_of(src), topo_.node_of(dst)));
   double bw = scale_out_bw_GBps(tier) * spec.scale_out.efficiency.at(N) * 1e9;
@@ -201,13 +199,13 @@ Duration PerfModel::compute(const core::Op& op) const {
   switch (op.compute) {
     case core::ComputeKind::Gemm: {
       double size = 1;
-      if (op.gemm) size = std::cbrt(static_cast<double>(op.gemm->m) * static_cast<double>(op.gemm->n) * static_cast<double>(op.gemm->k));
+      if (op.gemm)
+        size = std::cbrt(static_cast<double>(op.gemm->m) * static_cast<double>(op.gemm->n) *
+                         static_cast<double>(op.gemm->k));
       eff = d.gemm.at(size);
       break;
     }
-    case core::ComputeKind::Attention:
-      eff = d.attention_efficiency;
-      break;
+    case core::ComputeKind::Attention: eff = d.attention_efficiency; break;
     default:
       eff = 0;  // bandwidth-bound kernels: bytes only
       break;

@@ -43,10 +43,10 @@ class Topology {
 /// Where a group of ranks sits: what bounds its collectives.
 struct GroupSpan {
   int ranks = 0;
-  int domains = 0;           // scale-up domains touched
+  int domains = 0;  // scale-up domains touched
   int min_ranks_per_domain = 0;
   int max_ranks_per_domain = 0;
-  int top_tier = -1;         // -1: within one node; else the highest fabric tier crossed
+  int top_tier = -1;  // -1: within one node; else the highest fabric tier crossed
 };
 
 /// Uncontended costs of ops on a Topology (the analytic engine's cost model;

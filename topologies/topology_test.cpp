@@ -1,8 +1,8 @@
 // Topology sizing and the performance model's closed forms.
 #include "topologies/topology.hpp"
 
-#include <cmath>
 #include <gtest/gtest.h>
+#include <cmath>
 #include <numeric>
 
 #include "core/error.hpp"

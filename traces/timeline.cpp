@@ -3,8 +3,8 @@
 // so the same Timeline always gives the same bytes.
 #include "traces/timeline.hpp"
 
-#include <cstdlib>
 #include <fmt/format.h>
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 
 namespace hzp::traces {
@@ -18,7 +18,9 @@ std::string us(core::TimePoint t) {
 std::string rank_list(const std::vector<int>& ranks) {
   if (ranks.empty()) return "";
   bool contiguous = ranks.back() - ranks.front() + 1 == static_cast<int>(ranks.size());
-  if (contiguous) return ranks.size() == 1 ? fmt::format("rank {}", ranks[0]) : fmt::format("ranks {}-{}", ranks.front(), ranks.back());
+  if (contiguous)
+    return ranks.size() == 1 ? fmt::format("rank {}", ranks[0])
+                             : fmt::format("ranks {}-{}", ranks.front(), ranks.back());
   return fmt::format("{} ranks from {}", ranks.size(), ranks.front());
 }
 
@@ -53,16 +55,18 @@ std::string to_chrome_trace(const Timeline& t) {
       last_program = s.program;
     }
     nlohmann::json name{{"name", s.stream_name}};
-    emit(fmt::format(R"({{"ph":"M","name":"thread_name","pid":{},"tid":{},"args":{}}})", s.program, s.stream, name.dump()));
-    emit(fmt::format(R"({{"ph":"M","name":"thread_sort_index","pid":{},"tid":{},"args":{{"sort_index":{}}}}})", s.program, s.stream, s.stream));
+    emit(fmt::format(R"({{"ph":"M","name":"thread_name","pid":{},"tid":{},"args":{}}})", s.program, s.stream,
+                     name.dump()));
+    emit(fmt::format(R"({{"ph":"M","name":"thread_sort_index","pid":{},"tid":{},"args":{{"sort_index":{}}}}})",
+                     s.program, s.stream, s.stream));
   }
   for (const auto& r : t.ops) {
     nlohmann::json name = r.name;
     nlohmann::json args{{"op", r.op_id}, {"bytes", r.bytes.count()}};
     if (r.kind == core::OpKind::Compute) args["flops"] = r.flops.count();
     if (r.kind == core::OpKind::Collective) args["group_kind"] = core::to_string(r.group_kind);
-    emit(fmt::format(R"({{"ph":"X","pid":{},"tid":{},"ts":{},"dur":{},"name":{},"cat":"{}","args":{}}})", r.program, r.stream,
-                     us(r.start), us(r.end - r.start), name.dump(), r.what, args.dump()));
+    emit(fmt::format(R"({{"ph":"X","pid":{},"tid":{},"ts":{},"dur":{},"name":{},"cat":"{}","args":{}}})", r.program,
+                     r.stream, us(r.start), us(r.end - r.start), name.dump(), r.what, args.dump()));
   }
   for (const auto& m : t.memory) {
     emit(fmt::format(R"({{"ph":"C","pid":{},"tid":0,"ts":{},"name":"memory","args":{{"GiB":{:.6f}}}}})", m.program,

@@ -16,7 +16,7 @@ inline constexpr int kTimelineSchemaVersion = 1;
 struct TraceHeader {
   std::string schedule_sha256;
   std::string schedule_name;
-  std::string engine;        // "analytic", "simgrid", "cuda", "host"
+  std::string engine;  // "analytic", "simgrid", "cuda", "host"
   std::string hzp_version;
   std::string git_revision;
   std::string command_line;  // the arguments the run was given
@@ -39,7 +39,7 @@ struct OpRecord {
   int op_id = 0;
   std::string name;
   core::OpKind kind = core::OpKind::Compute;
-  std::string what;  // compute kind or collective kind
+  std::string what;                                     // compute kind or collective kind
   core::GroupKind group_kind = core::GroupKind::World;  // for collectives
   core::Flops flops{};
   core::Bytes bytes{};

@@ -14,10 +14,28 @@ Timeline sample() {
   t.header.engine = "analytic";
   t.streams.push_back({0, 0, "dp", {0, 1, 2, 3}, "compute", core::StreamKind::Compute});
   t.streams.push_back({0, 1, "dp", {0, 1, 2, 3}, "param_allgather", core::StreamKind::ParamGather});
-  OpRecord gemm{0, 0, 7, "l0.qkv", core::OpKind::Compute, "gemm", core::GroupKind::World, core::Flops(2e9), core::Bytes(100),
-                core::Duration::ns(1500), core::Duration::ns(4250)};
-  OpRecord ag{0, 1, 3, "l0.allgather", core::OpKind::Collective, "all_gather", core::GroupKind::DpShard, core::Flops(0),
-              core::Bytes(4096), core::Duration::ns(0), core::Duration::ns(2000)};
+  OpRecord gemm{0,
+                0,
+                7,
+                "l0.qkv",
+                core::OpKind::Compute,
+                "gemm",
+                core::GroupKind::World,
+                core::Flops(2e9),
+                core::Bytes(100),
+                core::Duration::ns(1500),
+                core::Duration::ns(4250)};
+  OpRecord ag{0,
+              1,
+              3,
+              "l0.allgather",
+              core::OpKind::Collective,
+              "all_gather",
+              core::GroupKind::DpShard,
+              core::Flops(0),
+              core::Bytes(4096),
+              core::Duration::ns(0),
+              core::Duration::ns(2000)};
   t.ops = {gemm, ag};
   t.memory.push_back({0, core::Duration::ns(10), core::Bytes(1LL << 30)});
   return t;

@@ -1,8 +1,8 @@
 // Timeline comparison (see compare.hpp).
 #include "validation/compare.hpp"
 
-#include <algorithm>
 #include <fmt/format.h>
+#include <algorithm>
 #include <set>
 #include <tuple>
 
@@ -42,12 +42,14 @@ double Comparison::step_error() const { return rel(predicted_step, measured_step
 
 Comparison compare(const traces::Timeline& predicted, const traces::Timeline& measured) {
   if (predicted.header.schedule_sha256 != measured.header.schedule_sha256) {
-    throw core::InputError("measured timeline", "schedule_sha256",
-                           fmt::format("expected the predicted timeline's Schedule {}, got {}: these are runs of different Schedules",
-                                       predicted.header.schedule_sha256, measured.header.schedule_sha256));
+    throw core::InputError(
+        "measured timeline", "schedule_sha256",
+        fmt::format("expected the predicted timeline's Schedule {}, got {}: these are runs of different Schedules",
+                    predicted.header.schedule_sha256, measured.header.schedule_sha256));
   }
   if (op_set(predicted) != op_set(measured)) {
-    throw core::InputError("measured timeline", "ops", "expected the same ops as the predicted timeline (same program, stream and op ids)");
+    throw core::InputError("measured timeline", "ops",
+                           "expected the same ops as the predicted timeline (same program, stream and op ids)");
   }
   Comparison c;
   c.predicted_step = span(predicted);

@@ -3,8 +3,8 @@
 // the group spans, send/recv as one transfer; the walk is core::replay.
 #include "sim/analytic/analytic_engine.hpp"
 
-#include <algorithm>
 #include <fmt/format.h>
+#include <algorithm>
 #include <map>
 #include <tuple>
 
@@ -20,8 +20,9 @@ void AnalyticEngine::run(const core::Schedule& s, traces::TraceHeader header, tr
   for (const auto& g : s.groups) {
     for (int r : g.ranks) {
       if (r >= pm_.topology().devices()) {
-        throw core::InputError("schedule", fmt::format("groups[{}].ranks", g.id),
-                               fmt::format("rank {} does not exist on a cluster of {} devices", r, pm_.topology().devices()));
+        throw core::InputError(
+            "schedule", fmt::format("groups[{}].ranks", g.id),
+            fmt::format("rank {} does not exist on a cluster of {} devices", r, pm_.topology().devices()));
       }
     }
   }
@@ -37,7 +38,9 @@ void AnalyticEngine::run(const core::Schedule& s, traces::TraceHeader header, tr
     collective_cache.emplace(key, d);
     return d;
   };
-  costs.p2p = [&](const core::Program& sender, const core::Op& op) { return pm_.p2p(op.bytes, sender.ranks.at(0), op.peer); };
+  costs.p2p = [&](const core::Program& sender, const core::Op& op) {
+    return pm_.p2p(op.bytes, sender.ranks.at(0), op.peer);
+  };
   core::ReplayResult r = core::replay(s, costs);
 
   header.engine = name();
@@ -49,7 +52,8 @@ void AnalyticEngine::run(const core::Schedule& s, traces::TraceHeader header, tr
   for (std::size_t p = 0; p < s.programs.size(); ++p) {
     const core::Program& prog = s.programs[p];
     for (std::size_t k = 0; k < prog.streams.size(); ++k) {
-      sink.on_stream(traces::StreamInfo{prog.id, prog.streams[k].id, prog.name, prog.ranks, prog.streams[k].name, prog.streams[k].kind});
+      sink.on_stream(traces::StreamInfo{prog.id, prog.streams[k].id, prog.name, prog.ranks, prog.streams[k].name,
+                                        prog.streams[k].kind});
     }
   }
   for (std::size_t p = 0; p < s.programs.size(); ++p) {
@@ -83,14 +87,9 @@ void AnalyticEngine::run(const core::Schedule& s, traces::TraceHeader header, tr
             sink.on_op(rec);
             break;
           }
-          case core::OpKind::Alloc:
-            deltas.emplace_back(t.start.count_ns(), op.id, op.bytes.count());
-            break;
-          case core::OpKind::Free:
-            deltas.emplace_back(t.start.count_ns(), op.id, -op.bytes.count());
-            break;
-          default:
-            break;
+          case core::OpKind::Alloc: deltas.emplace_back(t.start.count_ns(), op.id, op.bytes.count()); break;
+          case core::OpKind::Free: deltas.emplace_back(t.start.count_ns(), op.id, -op.bytes.count()); break;
+          default: break;
         }
       }
     }

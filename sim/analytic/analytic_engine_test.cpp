@@ -68,8 +68,8 @@ TEST(AnalyticEngine, OverlapAndExposedCommunication) {
   engine.run(s, {}, rec);
   const traces::Timeline& t = rec.timeline();
 
-  const double g = 2.0 * 8192.0 * 8192 * 8192 / (989e12 * 0.79);            // one GEMM
-  const double a = 7e-6 + 7.0 / 8.0 * 1073741824.0 / (450e9 * 1.04);          // the all-gather
+  const double g = 2.0 * 8192.0 * 8192 * 8192 / (989e12 * 0.79);      // one GEMM
+  const double a = 7e-6 + 7.0 / 8.0 * 1073741824.0 / (450e9 * 1.04);  // the all-gather
   ASSERT_GT(a, g);  // the gather outlasts the first GEMM: a - g is exposed
   Metrics m = compute_metrics(s, t, pm.topology().spec().device);
   EXPECT_NEAR(m.step_time.to_seconds(), a + g, 2e-9);
@@ -95,9 +95,9 @@ TEST(AnalyticEngine, MemoryPeakFromAllocs) {
   b.buffer = "y";
   b.bytes = core::Bytes(1LL << 30);
   b.id = 12;
-  comp.insert(comp.begin(), a);       // x live during the first GEMM
-  comp.insert(comp.begin() + 2, f);   // freed after it
-  comp.push_back(b);                  // y stays
+  comp.insert(comp.begin(), a);      // x live during the first GEMM
+  comp.insert(comp.begin() + 2, f);  // freed after it
+  comp.push_back(b);                 // y stays
   topologies::PerfModel pm(topologies::Topology(topologies::load_cluster("dgx-h100"), 8));
   AnalyticEngine engine(pm);
   traces::TimelineRecorder rec;
