@@ -25,14 +25,15 @@ constexpr Names<GroupKind, 8> kGroupKind{{{GroupKind::World, "world"},
                                           {GroupKind::Cp, "cp"},
                                           {GroupKind::Ep, "ep"},
                                           {GroupKind::Edp, "edp"}}};
-constexpr Names<OpKind, 8> kOpKind{{{OpKind::Compute, "compute"},
+constexpr Names<OpKind, 9> kOpKind{{{OpKind::Compute, "compute"},
                                     {OpKind::Collective, "collective"},
                                     {OpKind::Send, "send"},
                                     {OpKind::Recv, "recv"},
                                     {OpKind::Alloc, "alloc"},
                                     {OpKind::Free, "free"},
                                     {OpKind::Record, "record"},
-                                    {OpKind::Wait, "wait"}}};
+                                    {OpKind::Wait, "wait"},
+                                    {OpKind::Sync, "sync"}}};
 constexpr Names<ComputeKind, 7> kComputeKind{{{ComputeKind::Gemm, "gemm"},
                                               {ComputeKind::Attention, "attention"},
                                               {ComputeKind::Elementwise, "elementwise"},
@@ -102,7 +103,8 @@ nlohmann::json op_to_json(const Op& op) {
       j["bytes"] = op.bytes.count();
       break;
     case OpKind::Record:
-    case OpKind::Wait: j["event"] = op.event; break;
+    case OpKind::Wait:
+    case OpKind::Sync: j["event"] = op.event; break;
   }
   return j;
 }
@@ -150,7 +152,8 @@ Op op_from_json(StrictObject o) {
       op.bytes = bytes();
       break;
     case OpKind::Record:
-    case OpKind::Wait: op.event = static_cast<int>(o.integer("event", 0, INT32_MAX)); break;
+    case OpKind::Wait:
+    case OpKind::Sync: op.event = static_cast<int>(o.integer("event", 0, INT32_MAX)); break;
   }
   o.finish();
   return op;

@@ -28,7 +28,7 @@ struct Group {
   std::vector<int> ranks;  // global ranks, ascending
 };
 
-enum class OpKind { Compute, Collective, Send, Recv, Alloc, Free, Record, Wait };
+enum class OpKind { Compute, Collective, Send, Recv, Alloc, Free, Record, Wait, Sync };
 enum class ComputeKind { Gemm, Attention, Elementwise, Norm, Embedding, Loss, Optimizer };
 enum class CollectiveKind { AllGather, ReduceScatter, AllReduce, AllToAll, Broadcast };
 
@@ -46,6 +46,10 @@ struct GemmShape {
 ///  - Send / Recv: peer (global rank of the other side), seq (per ordered pair), bytes.
 ///  - Alloc / Free: buffer (name, unique among live buffers of the program), bytes.
 ///  - Record / Wait: event (id, unique within the program; recorded exactly once).
+///    A wait holds back its stream (cudaStreamWaitEvent).
+///  - Sync: event. Blocks the issuing host thread until the event has happened
+///    on the device (cudaEventSynchronize); nothing after it on that thread is
+///    issued earlier. It sits on a stream of its thread and takes no device time.
 struct Op {
   int id = 0;  // unique within the program; ascending in host issue order
   OpKind kind = OpKind::Compute;

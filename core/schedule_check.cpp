@@ -125,7 +125,7 @@ void check_structure(const Schedule& s) {
     }
     for (const Stream& st : p.streams) {
       for (const Op& op : st.ops) {
-        if (op.kind == OpKind::Wait && !records.contains(op.event))
+        if ((op.kind == OpKind::Wait || op.kind == OpKind::Sync) && !records.contains(op.event))
           fail_at(p, st, op, fmt::format("waits for event {}, which is never recorded", op.event));
       }
     }

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <tuple>
 
 #include "core/error.hpp"
@@ -82,29 +83,33 @@ ReplayResult replay(const Schedule& s, const ReplayCosts& costs) {
   r.times.resize(np);
   r.issued.resize(np);
 
-  // Host issue times: each thread issues its streams' ops in ascending id.
+  // Host threads issue their streams' ops in ascending id, one launch latency
+  // per kernel or collective; a sync op stalls its thread until its event has
+  // happened, so issue times are found as the walk goes.
+  struct ThreadCursor {
+    std::vector<std::tuple<int, std::size_t, std::size_t>> ops;  // (id, stream, index)
+    std::size_t next = 0;
+    TimePoint clock{};
+    Duration launch{};
+  };
+  std::vector<std::vector<ThreadCursor>> threads(np);
+  std::vector<std::vector<std::size_t>> issued_count(np);  // per stream: ops issued so far
   for (std::size_t p = 0; p < np; ++p) {
     const Program& prog = s.programs[p];
     r.times[p].resize(prog.streams.size());
     r.issued[p].resize(prog.streams.size());
-    std::vector<std::vector<std::tuple<int, std::size_t, std::size_t>>> by_thread(prog.threads.size());
+    issued_count[p].assign(prog.streams.size(), 0);
+    threads[p].resize(prog.threads.size());
+    for (std::size_t t = 0; t < prog.threads.size(); ++t) threads[p][t].launch = prog.threads[t].launch_latency;
     for (std::size_t k = 0; k < prog.streams.size(); ++k) {
       const Stream& st = prog.streams[k];
       r.times[p][k].resize(st.ops.size());
       r.issued[p][k].resize(st.ops.size());
       for (std::size_t i = 0; i < st.ops.size(); ++i) {
-        by_thread.at(static_cast<std::size_t>(st.thread)).emplace_back(st.ops[i].id, k, i);
+        threads[p].at(static_cast<std::size_t>(st.thread)).ops.emplace_back(st.ops[i].id, k, i);
       }
     }
-    for (std::size_t t = 0; t < by_thread.size(); ++t) {
-      auto& list = by_thread[t];
-      std::sort(list.begin(), list.end());
-      TimePoint clock{};
-      for (auto [id, k, i] : list) {
-        r.issued[p][k][i] = clock;
-        if (issues_cost(prog.streams[k].ops[i].kind)) clock += prog.threads[t].launch_latency;
-      }
-    }
+    for (auto& t : threads[p]) std::sort(t.ops.begin(), t.ops.end());
   }
 
   // Participants of each group: programs whose representative is a member.
@@ -143,8 +148,31 @@ ReplayResult replay(const Schedule& s, const ReplayCosts& costs) {
     for (const auto& st : prog.streams) remaining += st.ops.size();
   }
 
+  auto advance_threads = [&]() {
+    std::size_t moved = 0;
+    for (std::size_t p = 0; p < np; ++p) {
+      for (auto& t : threads[p]) {
+        while (t.next < t.ops.size()) {
+          auto [id, k, i] = t.ops[t.next];
+          const Op& op = s.programs[p].streams[k].ops[i];
+          if (op.kind == OpKind::Sync) {
+            auto it = recorded[p].find(op.event);
+            if (it == recorded[p].end()) break;
+            t.clock = std::max(t.clock, it->second);
+          }
+          r.issued[p][k][i] = t.clock;
+          ++issued_count[p][k];
+          if (issues_cost(op.kind)) t.clock += t.launch;
+          ++t.next;
+          ++moved;
+        }
+      }
+    }
+    return moved;
+  };
+
   while (remaining > 0) {
-    std::size_t progressed = 0;
+    std::size_t progressed = advance_threads();
     for (std::size_t p = 0; p < np; ++p) {
       const Program& prog = s.programs[p];
       for (std::size_t k = 0; k < prog.streams.size(); ++k) {
@@ -152,6 +180,7 @@ ReplayResult replay(const Schedule& s, const ReplayCosts& costs) {
         bool blocked = false;
         while (!blocked && next[p][k] < st.ops.size()) {
           std::size_t i = next[p][k];
+          if (i >= issued_count[p][k]) break;  // its thread has not issued it yet
           const Op& op = st.ops[i];
           Cursor c{p, k};
           TimePoint ready = std::max(free_at[p][k], r.issued[p][k][i]);
@@ -162,7 +191,8 @@ ReplayResult replay(const Schedule& s, const ReplayCosts& costs) {
               break;
             }
             case OpKind::Alloc:
-            case OpKind::Free: finish(c, ready, ready); break;
+            case OpKind::Free:
+            case OpKind::Sync: finish(c, ready, ready); break;  // a sync is host-side: on the device it is past
             case OpKind::Record:
               recorded[p][op.event] = ready;
               finish(c, ready, ready);
@@ -228,7 +258,20 @@ ReplayResult replay(const Schedule& s, const ReplayCosts& costs) {
         }
       }
     }
-    if (progressed == 0) report_deadlock(s, next);
+    if (progressed == 0) {
+      // A host thread blocked in a sync holds back everything it has not issued.
+      for (std::size_t p = 0; p < np; ++p) {
+        for (std::size_t t = 0; t < threads[p].size(); ++t) {
+          if (threads[p][t].next >= threads[p][t].ops.size()) continue;
+          auto [id, k, i] = threads[p][t].ops[threads[p][t].next];
+          const Program& prog = s.programs[p];
+          const Op& op = prog.streams[k].ops[i];
+          throw ScheduleError(fmt::format("deadlock: {} blocks host thread '{}' on event {}, which is never recorded before it",
+                                          describe(prog, prog.streams[k], op), prog.threads[t].name, op.event));
+        }
+      }
+      report_deadlock(s, next);
+    }
   }
   return r;
 }

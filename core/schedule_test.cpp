@@ -195,3 +195,57 @@ TEST(Replay, OverlapsCommunicationWithCompute) {
 
 }  // namespace
 }  // namespace hzp::core
+
+namespace hzp::core {
+namespace {
+
+// One thread issuing a collective, its record, a host sync on it, then a GEMM.
+Schedule sync_schedule(bool with_sync) {
+  Schedule s = two_rank_schedule();
+  for (auto& p : s.programs) {
+    p.threads[0].launch_latency = Duration::ns(1);
+    auto& comp = p.streams[0].ops;
+    auto& ag = p.streams[1].ops;
+    ag = {collective(0, 0, 0, 1000), event_op(1, OpKind::Record, 7)};
+    comp = {compute(3, "after", 10)};
+    if (with_sync) comp.insert(comp.begin(), event_op(2, OpKind::Sync, 7));
+  }
+  return s;
+}
+
+ReplayResult timed(const Schedule& s) {
+  ReplayCosts costs;
+  costs.compute = [](const Program&, const Op& op) { return Duration::ns(static_cast<std::int64_t>(op.flops.count())); };
+  costs.collective = [](const Group&, const Op&) { return Duration::ns(200); };
+  return replay(s, costs);
+}
+
+TEST(Replay, HostSyncStallsIssue) {
+  // Without the sync the GEMM is issued at 1 ns (after one launch) and runs at once.
+  ReplayResult free_run = timed(sync_schedule(false));
+  EXPECT_EQ(free_run.times[0][0][0].start.count_ns(), 1);
+  // With it the thread waits for the collective (ends at 200 ns), then issues.
+  ReplayResult synced = timed(sync_schedule(true));
+  EXPECT_EQ(synced.issued[0][0][1].count_ns(), 200);
+  EXPECT_EQ(synced.times[0][0][1].start.count_ns(), 200);
+  EXPECT_EQ(synced.times[0][0][1].end.count_ns(), 210);
+}
+
+TEST(ScheduleCheck, RejectsSyncOnLaterEvent) {
+  // The thread syncs on an event only it would record later: it can never issue it.
+  Schedule s = sync_schedule(true);
+  auto& ag = s.programs[0].streams[1].ops;
+  ag[1].id = 4;  // the record now comes after the sync in issue order
+  std::string what;
+  try {
+    check_schedule(s);
+  } catch (const ScheduleError& e) {
+    what = e.what();
+  }
+  EXPECT_EQ(what,
+            "deadlock: program 0 ('r0') stream 'compute' op 2 'wait' (sync) blocks host thread 'main' on event 7, which "
+            "is never recorded before it");
+}
+
+}  // namespace
+}  // namespace hzp::core
