@@ -7,6 +7,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "cli/explain.hpp"
 #include "cli/report.hpp"
 #include "cli/scenario.hpp"
 #include "core/error.hpp"
@@ -63,6 +64,7 @@ struct Options {
   bool no_flash = false;
   std::string grad_dtype = "fp32";
   bool json = false;
+  bool async_on = false, async_off = false, keep_gathered = false, explain = false;
   std::string trace, csv, summary, out_dir, schedule_out;
 };
 
@@ -72,7 +74,18 @@ void add_scenario_options(CLI::App* app, Options& o) {
   app->add_option("--cluster", o.sc.cluster, "catalog name (see `hzp clusters`) or a cluster .json file")
       ->capture_default_str();
   app->add_option("--gpus", o.sc.gpus, "number of GPUs (a whole number of nodes)")->capture_default_str();
-  app->add_option("--strategy", o.strategy, "ddp | fsdp | all")->capture_default_str();
+  app->add_option("--strategy", o.strategy, "ddp | zero1 | zero2 | zero3 (= fsdp) | fsdp | hsdp | hpz | hzp | all")
+      ->capture_default_str();
+  app->add_option("--param-shard", o.sc.plan.param_shard,
+                  "hzp: g_p, ranks the bf16 parameters are sharded over (hsdp: S)");
+  app->add_option("--grad-shard", o.sc.plan.grad_shard, "hzp: g_g, ranks the accumulated gradients are sharded over");
+  app->add_option("--optim-shard", o.sc.plan.optim_shard,
+                  "hzp: g_o, ranks the fp32 master weights and Adam moments are sharded over");
+  app->add_flag("--async", o.async_on, "background issue threads and pooled buffers (default for hzp)");
+  app->add_flag("--no-async", o.async_off,
+                "collectives issued inline by the compute thread, caching allocator (default for presets)");
+  app->add_flag("--keep-gathered", o.keep_gathered,
+                "keep parameters gathered from forward to backward instead of regathering");
   app->add_option("--global-batch-tokens", o.batch_tokens, "global batch in tokens, e.g. 16M (K/M/G = 2^10/2^20/2^30)");
   app->add_option("--global-batch-seqs", o.batch_seqs, "global batch in sequences (instead of tokens)");
   app->add_option("--seq-len", o.sc.plan.seq_len, "sequence length (default: min(model max, 8192))");
@@ -115,6 +128,11 @@ void finish_scenario(Options& o, const std::string& command_line) {
   } else {
     throw core::InputError("command line", "--grad-dtype", fmt::format("expected fp32|bf16, got '{}'", o.grad_dtype));
   }
+  if (o.async_on && o.async_off)
+    throw core::InputError("command line", "--async", "expected --async or --no-async, not both");
+  if (o.async_on) p.async = true;
+  if (o.async_off) p.async = false;
+  p.reshard_after_forward = !o.keep_gathered;
   if (o.strategy != "all") o.sc.strategies = {plan::parse_strategy(o.strategy)};
   o.sc.command_line = command_line;
 }
@@ -133,10 +151,20 @@ int cmd_simulate(Options& o, const std::string& command_line) {
   } else {
     std::cout << cli::summary_text(r);
   }
+  if (o.explain && !o.json) {
+    topologies::PerfModel pm(topologies::Topology(r.cluster, r.gpus));
+    for (const auto& run : r.runs) std::cout << "\n" << cli::explain(run.schedule, pm);
+  }
   if (one && !r.runs[0].metrics.fits()) {
-    std::cerr << fmt::format("hzp: infeasible: {} needs {:.1f} GiB per device, the {} has {:.0f} GiB\n",
-                             plan::to_string(r.runs[0].strategy), r.runs[0].metrics.peak_memory().gib(),
-                             r.cluster.device.name, r.cluster.device.hbm_GiB);
+    const sim::ProgramMemory* w = r.runs[0].metrics.worst_memory();
+    std::string top;
+    for (std::size_t i = 0; w && i < w->at_peak.size() && i < 3; ++i) {
+      top += fmt::format("{}{} {:.1f} GiB", i ? ", " : "", w->at_peak[i].first, w->at_peak[i].second.gib());
+    }
+    std::cerr << fmt::format(
+        "hzp: infeasible: {} needs {:.1f} GiB per device (reserved), the {} has {:.0f} GiB; largest at the peak: {}\n",
+        plan::to_string(r.runs[0].strategy), r.runs[0].metrics.peak_reserved().gib(), r.cluster.device.name,
+        r.cluster.device.hbm_GiB, top);
     return kExitInfeasible;
   }
   // Outputs only once everything succeeded, each written atomically.
@@ -242,6 +270,7 @@ int main(int argc, char** argv) {
   sim->add_option("--csv", o.csv, "write the timeline as CSV (one strategy)");
   sim->add_option("--summary", o.summary, "write the JSON summary to this file");
   sim->add_option("--out-dir", o.out_dir, "write every strategy's trace and summary.json here");
+  sim->add_flag("--explain", o.explain, "print the groups, their placement and the per-step communication table");
 
   auto* sched = app.add_subcommand("schedule", "lower a plan to a Schedule and write it as canonical JSON");
   add_scenario_options(sched, o);

@@ -31,17 +31,24 @@ std::string summary_text(const ScenarioResult& r) {
       r.model.name, r.gpus, r.cluster.name, r.cluster.device.name, r.batch.sequences, r.batch.seq_len,
       si(static_cast<double>(r.batch.sequences * r.batch.seq_len)), r.batch.data_parallel, r.batch.micro_batches);
   out += "MFU counts model FLOPs (Megatron convention, no recomputation) against dense bf16 peak.\n\n";
-  out += fmt::format("{:<9} {:>10} {:>10} {:>12} {:>7} {:>12} {:>12} {:>18}  {}\n", "strategy", "step (s)", "tokens/s",
-                     "TFLOP/s/GPU", "MFU", "exposed (s)", "idle (s)", "peak mem (GiB)", "fits");
+  out += fmt::format("{:<8} {:<20} {:>9} {:>9} {:>8} {:>6} {:>9} {:>9} {:>9} {:>9}  {}\n", "strategy",
+                     "(g_p,g_g,g_o) issue", "step (s)", "tokens/s", "TF/GPU", "MFU", "exposed", "idle (s)", "mem GiB",
+                     "reserved", "fits");
   for (const auto& run : r.runs) {
     const auto& m = run.metrics;
     double exposed = 0;
     for (const auto& [k, d] : m.exposed_comm) exposed += d.to_seconds();
-    out += fmt::format("{:<9} {:>10.3f} {:>10} {:>12.1f} {:>6.1f}% {:>12.3f} {:>12.3f} {:>11.1f} / {:<4.0f}  {}\n",
-                       plan::to_string(run.strategy), m.step_time.to_seconds(), si(m.tokens_per_s),
+    auto plan = nlohmann::json::parse(run.schedule.provenance_json)["plan"];
+    std::string shards = fmt::format("({},{},{}) {}", plan["param_shard"].get<int>(), plan["grad_shard"].get<int>(),
+                                     plan["optim_shard"].get<int>(), plan["async"].get<bool>() ? "async" : "sync");
+    out += fmt::format("{:<8} {:<20} {:>9.3f} {:>9} {:>8.1f} {:>5.1f}% {:>9.3f} {:>9.3f} {:>9.1f} {:>9.1f}  {}\n",
+                       plan::to_string(run.strategy), shards, m.step_time.to_seconds(), si(m.tokens_per_s),
                        m.model_tflops_per_gpu, 100 * m.mfu, exposed, m.compute_idle.to_seconds(), m.peak_memory().gib(),
-                       r.cluster.device.hbm_GiB, m.fits() ? "yes" : "NO (out of memory)");
+                       m.peak_reserved().gib(), m.fits() ? "yes" : "NO (out of memory)");
   }
+  out += fmt::format(
+      "mem GiB / reserved: peak allocated, and peak held by the caching allocator, per {:.0f} GiB device.\n",
+      r.cluster.device.hbm_GiB);
   out +=
       "\nexposed: collective time not hidden behind compute, per group kind; idle: compute stream with nothing to "
       "run.\n";
@@ -97,6 +104,12 @@ std::string summary_json(const ScenarioResult& r, const std::string& command_lin
     for (const auto& b : m.busy) busy[b.stream] = b.fraction;
     x["stream_busy_fraction"] = busy;
     x["peak_memory_GiB"] = m.peak_memory().gib();
+    x["peak_reserved_GiB"] = m.peak_reserved().gib();
+    nlohmann::ordered_json contributors = nlohmann::ordered_json::object();
+    if (const auto* w = m.worst_memory()) {
+      for (const auto& [k, b] : w->at_peak) contributors[k] = b.gib();
+    }
+    x["memory_at_peak_GiB"] = contributors;
     x["hbm_GiB"] = r.cluster.device.hbm_GiB;
     x["fits_in_memory"] = m.fits();
     runs.push_back(x);

@@ -19,7 +19,12 @@ inline constexpr int kScheduleSchemaVersion = 1;
 enum class Dtype { Bf16, Fp16, Fp32, Fp8 };
 [[nodiscard]] std::int64_t dtype_bytes(Dtype d);
 
-enum class GroupKind { World, DpShard, DpReplica, Tp, Pp, Cp, Ep, Edp };
+/// Data-parallel sharding uses five kinds: dp_shard (parameter all-gather over
+/// g_p ranks), dp_grad (gradient reduce-scatter over g_g), dp_optim (1/g_g to
+/// 1/g_o reduce-scatter over the ranks holding the same 1/g_g shard),
+/// dp_replica (all-reduce across the DP/g_o optimizer replicas) and
+/// dp_regather (1/g_o back to 1/g_p all-gather).
+enum class GroupKind { World, DpShard, DpReplica, Tp, Pp, Cp, Ep, Edp, DpGrad, DpOptim, DpRegather };
 
 /// A process group: the ranks of one NCCL communicator.
 struct Group {
@@ -89,8 +94,9 @@ struct Thread {
 };
 
 /// The op list shared by a class of ranks. Ops name groups as seen by the
-/// first member (the representative); the other members run the same list on
-/// their own groups of the same kind.
+/// first member (the representative); each other member runs the same list on
+/// the group of the same kind that contains it (so the groups of one kind
+/// partition the ranks that use them).
 struct Program {
   int id = 0;
   std::string name;

@@ -266,8 +266,9 @@ ReplayResult replay(const Schedule& s, const ReplayCosts& costs) {
           auto [id, k, i] = threads[p][t].ops[threads[p][t].next];
           const Program& prog = s.programs[p];
           const Op& op = prog.streams[k].ops[i];
-          throw ScheduleError(fmt::format("deadlock: {} blocks host thread '{}' on event {}, which is never recorded before it",
-                                          describe(prog, prog.streams[k], op), prog.threads[t].name, op.event));
+          throw ScheduleError(
+              fmt::format("deadlock: {} blocks host thread '{}' on event {}, which is never recorded before it",
+                          describe(prog, prog.streams[k], op), prog.threads[t].name, op.event));
         }
       }
       report_deadlock(s, next);

@@ -215,7 +215,9 @@ Schedule sync_schedule(bool with_sync) {
 
 ReplayResult timed(const Schedule& s) {
   ReplayCosts costs;
-  costs.compute = [](const Program&, const Op& op) { return Duration::ns(static_cast<std::int64_t>(op.flops.count())); };
+  costs.compute = [](const Program&, const Op& op) {
+    return Duration::ns(static_cast<std::int64_t>(op.flops.count()));
+  };
   costs.collective = [](const Group&, const Op&) { return Duration::ns(200); };
   return replay(s, costs);
 }
@@ -242,9 +244,10 @@ TEST(ScheduleCheck, RejectsSyncOnLaterEvent) {
   } catch (const ScheduleError& e) {
     what = e.what();
   }
-  EXPECT_EQ(what,
-            "deadlock: program 0 ('r0') stream 'compute' op 2 'wait' (sync) blocks host thread 'main' on event 7, which "
-            "is never recorded before it");
+  EXPECT_EQ(
+      what,
+      "deadlock: program 0 ('r0') stream 'compute' op 2 'wait' (sync) blocks host thread 'main' on event 7, which "
+      "is never recorded before it");
 }
 
 }  // namespace

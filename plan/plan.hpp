@@ -14,13 +14,28 @@
 
 namespace hzp::plan {
 
-enum class Strategy { Ddp, Fsdp };
+/// Every data-parallel strategy is one hierarchical ZeRO plan (g_p, g_g, g_o):
+///   ddp (1, 1, 1) with all-reduce       zero1 (1, 1, DP)   zero2 (1, DP, DP)
+///   fsdp / zero3 (DP, DP, DP)           hsdp (S, S, S), S = --param-shard or a node
+///   hpz (node, DP, DP), ZeRO++'s hierarchical partitioning
+///   hzp: any (g_p, g_g, g_o) with g_p | g_o, g_g | g_o, g_o | DP;
+///        default (scale-up domain, node, DP); asynchronous by default.
+enum class Strategy { Ddp, Zero1, Zero2, Fsdp, Hsdp, Hpz, Hzp };
 
 [[nodiscard]] std::string_view to_string(Strategy s);
-/// Parses "ddp" or "fsdp"; InputError(command line, --strategy) otherwise.
+/// Parses a strategy name ("zero3" is fsdp); InputError(command line, --strategy) otherwise.
 [[nodiscard]] Strategy parse_strategy(const std::string& s);
 /// Every strategy implemented so far, in the order tables list them.
 [[nodiscard]] std::vector<Strategy> all_strategies();
+
+/// Group sizes of a hierarchical ZeRO plan: bf16 parameters over g_p ranks,
+/// accumulated gradients over g_g, fp32 master weights and Adam moments over g_o.
+struct ShardSizes {
+  int param = 1;
+  int grad = 1;
+  int optim = 1;
+  friend bool operator==(const ShardSizes&, const ShardSizes&) = default;
+};
 
 struct PlanOptions {
   Strategy strategy = Strategy::Fsdp;
@@ -31,11 +46,28 @@ struct PlanOptions {
   std::int64_t micro_batch = 1;  // sequences per micro-batch per rank
   models::Recompute recompute = models::Recompute::None;
   bool flash_attention = true;
-  /// FSDP: how many units ahead the parameter all-gather may run (1 = the next unit).
+  /// How many units ahead the parameter all-gather may run (1 = the next unit).
   int prefetch_depth = 1;
-  /// Dtype of accumulated gradients (and of DDP's all-reduce).
+  /// Dtype of accumulated gradients and of the once-per-step reductions of them.
   core::Dtype grad_dtype = core::Dtype::Fp32;
+  /// hzp (and hsdp's S): requested group sizes; 0 = the strategy's default.
+  int param_shard = 0;
+  int grad_shard = 0;
+  int optim_shard = 0;
+  /// Background issue threads for the parameter all-gathers and gradient
+  /// reduce-scatters, buffers from pre-allocated pools. Unset: on for hzp,
+  /// off for the presets (their reference implementations issue inline).
+  std::optional<bool> async;
+  /// Free gathered parameters after forward and gather them again for
+  /// backward (true), or keep them gathered in between (false).
+  bool reshard_after_forward = true;
 };
+
+/// The (g_p, g_g, g_o) a strategy uses on `dp` data-parallel ranks of this
+/// cluster; InputError naming --param-shard/--grad-shard/--optim-shard when the
+/// sizes do not divide or nest.
+[[nodiscard]] ShardSizes resolve_shards(const PlanOptions& o, int dp, const topologies::ClusterSpec& c);
+[[nodiscard]] bool resolve_async(const PlanOptions& o);
 
 /// Bytes per parameter of the Adam optimizer step: read the gradient (4),
 /// read and write the fp32 master weight, first and second moments (3 x 8),

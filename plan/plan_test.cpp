@@ -1,18 +1,21 @@
-// Lowering DDP and FSDP: batch splitting, and collective volumes and static
-// memory against their closed forms.
+// Lowering hierarchical ZeRO plans: batch splitting, group sizes, and per-rank
+// communication volumes and model-state memory against their closed forms.
 #include "plan/plan.hpp"
 
 #include <gtest/gtest.h>
+#include <map>
 
 #include "core/error.hpp"
 
 namespace hzp::plan {
 namespace {
 
+// Per-rank buffer bytes per step by (collective, group kind), and static memory.
 struct Totals {
-  std::int64_t all_gather = 0, reduce_scatter = 0, all_reduce = 0;
-  int collectives = 0;
+  std::map<std::string, std::int64_t> bytes;  // "all_gather/dp_shard" -> bytes
+  std::map<std::string, std::int64_t> wire;   // bytes each rank sends (ring algorithms)
   std::int64_t static_alloc = 0;
+  int syncs = 0;
 };
 
 Totals totals(const core::Schedule& s) {
@@ -20,13 +23,16 @@ Totals totals(const core::Schedule& s) {
   for (const auto& st : s.programs.at(0).streams) {
     for (const auto& op : st.ops) {
       if (op.kind == core::OpKind::Collective) {
-        ++t.collectives;
-        if (op.collective == core::CollectiveKind::AllGather) t.all_gather += op.bytes.count();
-        if (op.collective == core::CollectiveKind::ReduceScatter) t.reduce_scatter += op.bytes.count();
-        if (op.collective == core::CollectiveKind::AllReduce) t.all_reduce += op.bytes.count();
+        const auto P = static_cast<std::int64_t>(s.group(op.group).ranks.size());
+        std::string key =
+            std::string(core::to_string(op.collective)) + "/" + std::string(core::to_string(s.group(op.group).kind));
+        t.bytes[key] += op.bytes.count();
+        std::int64_t factor = op.collective == core::CollectiveKind::AllReduce ? 2 : 1;
+        t.wire[key] += factor * (P - 1) * op.bytes.count() / P;
       }
       if (op.kind == core::OpKind::Alloc && op.buffer.find('.') == std::string::npos)
         t.static_alloc += op.bytes.count();
+      if (op.kind == core::OpKind::Sync) ++t.syncs;
     }
   }
   return t;
@@ -63,38 +69,129 @@ TEST(SplitBatch, DividesOrNamesTheOption) {
   }
 }
 
-TEST(LowerFsdp, VolumesAndMemoryMatchClosedForm) {
-  models::ModelSpec m = models::load_model("llama3-8b");
-  topologies::Topology topo(topologies::load_cluster("dgx-h100"), 16);
-  const std::int64_t D = 16, M = 4;  // 64 sequences of 8192 over 16 ranks: 4 micro-batches
-  core::Schedule s = lower(m, topo, options(Strategy::Fsdp, 64 * 8192));
-  ASSERT_EQ(s.step.micro_batches, M);
-  models::StepGraph g = models::build_step_graph(m, models::GraphOptions{.seq_len = 8192, .micro_batch = 1});
-  std::int64_t padded = 0, shard = 0;
-  for (const auto& u : g.units) {
-    padded += (u.weight_params + D - 1) / D * D;
-    shard += (u.params + D - 1) / D;
-  }
-  Totals t = totals(s);
-  // Every unit gathered (bf16) before forward and before backward of every micro-batch.
-  EXPECT_EQ(t.all_gather, 2 * M * 2 * padded);
-  // Every micro-batch's bf16 gradients reduce-scattered once.
-  EXPECT_EQ(t.reduce_scatter, M * 2 * padded);
-  EXPECT_EQ(t.all_reduce, 0);
-  EXPECT_EQ(t.collectives, 3 * M * static_cast<int>(g.units.size()));
-  // bf16 parameter shard + fp32 gradient shard + fp32 master and Adam moments.
-  EXPECT_EQ(t.static_alloc, (2 + 4 + 12) * shard);
+TEST(ResolveShards, PresetsAndValidation) {
+  auto mesh = topologies::load_cluster("mesh16-roce200");  // domain 8, node 16
+  auto sizes = [&](Strategy s, int dp, int p = 0, int g = 0, int o = 0) {
+    PlanOptions opt;
+    opt.strategy = s;
+    opt.param_shard = p;
+    opt.grad_shard = g;
+    opt.optim_shard = o;
+    return resolve_shards(opt, dp, mesh);
+  };
+  EXPECT_EQ(sizes(Strategy::Ddp, 64), (ShardSizes{1, 1, 1}));
+  EXPECT_EQ(sizes(Strategy::Zero1, 64), (ShardSizes{1, 1, 64}));
+  EXPECT_EQ(sizes(Strategy::Zero2, 64), (ShardSizes{1, 64, 64}));
+  EXPECT_EQ(sizes(Strategy::Fsdp, 64), (ShardSizes{64, 64, 64}));
+  EXPECT_EQ(sizes(Strategy::Hsdp, 64), (ShardSizes{16, 16, 16}));
+  EXPECT_EQ(sizes(Strategy::Hsdp, 64, 32), (ShardSizes{32, 32, 32}));
+  EXPECT_EQ(sizes(Strategy::Hpz, 64), (ShardSizes{16, 64, 64}));
+  EXPECT_EQ(sizes(Strategy::Hzp, 64), (ShardSizes{8, 16, 64}));  // domain, node, DP
+  EXPECT_EQ(sizes(Strategy::Hzp, 64, 8, 16, 32), (ShardSizes{8, 16, 32}));
+  EXPECT_THROW(sizes(Strategy::Hzp, 64, 8, 16, 48), core::InputError);  // 48 does not divide 64
+  EXPECT_THROW(sizes(Strategy::Hzp, 64, 3, 16, 64), core::InputError);  // 3 does not divide g_o
+  EXPECT_THROW(sizes(Strategy::Fsdp, 64, 8), core::InputError);         // presets take no sizes
+  PlanOptions o;
+  o.strategy = Strategy::Hzp;
+  EXPECT_TRUE(resolve_async(o));
+  o.strategy = Strategy::Fsdp;
+  EXPECT_FALSE(resolve_async(o));
 }
 
-TEST(LowerDdp, OneAllReducePerUnitAfterLastMicroBatch) {
+struct Case {
+  Strategy strategy;
+  int p, g, o;  // requested sizes (hzp only)
+  bool async;
+};
+
+class ClosedForm : public ::testing::TestWithParam<Case> {};
+
+// Per-rank buffer bytes per step, Ψ'_u = unit parameters padded to a multiple
+// of g_o, M micro-batches, acc = bytes of the accumulation dtype (4):
+//   all_gather/dp_shard      g_p > 1:       M · 2 · 2Ψ'          (before forward and backward)
+//   reduce_scatter/dp_grad   g_g > 1:       M · 2Ψ'              (bf16, every micro-batch)
+//   reduce_scatter/dp_optim  g_o/g_g > 1:   acc · Ψ' / g_g       (once, 1/g_g -> 1/g_o)
+//   all_reduce/dp_replica    DP/g_o > 1:    acc · Ψ' / g_o       (once, across replicas)
+//   all_gather/dp_regather   g_o/g_p > 1:   2 · Ψ' / g_p         (once, 1/g_o -> 1/g_p)
+// and each rank sends (P−1)/P of a ring all-gather/reduce-scatter buffer and
+// 2(P−1)/P of an all-reduce buffer. Model state: (2/g_p + acc/g_g + 12/g_o)·Ψ'.
+TEST_P(ClosedForm, VolumesAndModelState) {
+  const Case c = GetParam();
   models::ModelSpec m = models::load_model("llama3-8b");
-  topologies::Topology topo(topologies::load_cluster("dgx-h100"), 16);
-  core::Schedule s = lower(m, topo, options(Strategy::Ddp, 64 * 8192));
-  std::int64_t params = models::count_params(m).total;
+  topologies::Topology topo(topologies::load_cluster("dgx-h100"), 32);
+  const std::int64_t DP = 32, M = 2;
+  PlanOptions o = options(c.strategy, 64 * 8192);
+  o.param_shard = c.p;
+  o.grad_shard = c.g;
+  o.optim_shard = c.o;
+  o.async = c.async;
+  core::Schedule s = lower(m, topo, o);
+  ASSERT_EQ(s.step.micro_batches, M);
+  const ShardSizes sh = resolve_shards(o, static_cast<int>(DP), topo.spec());
+  models::StepGraph graph = models::build_step_graph(m, models::GraphOptions{.seq_len = 8192, .micro_batch = 1});
+  std::int64_t weights = 0, owned = 0;
+  for (const auto& u : graph.units) {
+    weights += (u.weight_params + sh.optim - 1) / sh.optim * sh.optim;
+    owned += (u.params + sh.optim - 1) / sh.optim * sh.optim;
+  }
+  std::map<std::string, std::int64_t> expect;
+  std::map<std::string, std::int64_t> wire;
+  auto add = [&](const std::string& k, std::int64_t bytes, std::int64_t P, std::int64_t factor) {
+    if (P <= 1) return;
+    expect[k] = bytes;
+    wire[k] = factor * (P - 1) * bytes / P;
+  };
+  add("all_gather/dp_shard", M * 2 * 2 * weights, sh.param, 1);
+  add("reduce_scatter/dp_grad", M * 2 * weights, sh.grad, 1);
+  add("reduce_scatter/dp_optim", 4 * owned / sh.grad, sh.optim / sh.grad, 1);
+  add("all_reduce/dp_replica", 4 * owned / sh.optim, DP / sh.optim, 2);
+  add("all_gather/dp_regather", 2 * owned / sh.param, sh.optim / sh.param, 1);
   Totals t = totals(s);
-  EXPECT_EQ(t.all_reduce, 4 * params);  // fp32 gradients, once per step
-  EXPECT_EQ(t.all_gather + t.reduce_scatter, 0);
-  EXPECT_EQ(t.static_alloc, (2 + 4 + 12) * params);
+  EXPECT_EQ(t.bytes, expect);
+  // Per-op rounding of (P−1)/P: compare the sums within a byte per collective.
+  for (const auto& [k, v] : wire) EXPECT_NEAR(static_cast<double>(t.wire[k]), static_cast<double>(v), 400.0) << k;
+  std::int64_t state = 2 * owned / sh.param + 4 * owned / sh.grad + 12 * owned / sh.optim;
+  std::int64_t pool_bytes = 0;
+  for (const auto& st : s.programs[0].streams) {
+    for (const auto& op : st.ops) {
+      if (op.kind == core::OpKind::Alloc && op.buffer.rfind("pool.", 0) == 0) pool_bytes += op.bytes.count();
+    }
+  }
+  EXPECT_EQ(t.static_alloc, state);
+  // async: no per-use buffers, so no host syncs; sync: a host sync per reused gather slot.
+  if (c.async) {
+    EXPECT_EQ(t.syncs, 0);
+    EXPECT_EQ(pool_bytes > 0, sh.param > 1 || sh.grad > 1);
+  } else {
+    EXPECT_EQ(pool_bytes, 0);
+    EXPECT_EQ(t.syncs > 0, sh.param > 1);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Presets, ClosedForm,
+                         ::testing::Values(Case{Strategy::Ddp, 0, 0, 0, false}, Case{Strategy::Zero1, 0, 0, 0, false},
+                                           Case{Strategy::Zero2, 0, 0, 0, false}, Case{Strategy::Fsdp, 0, 0, 0, false},
+                                           Case{Strategy::Hsdp, 0, 0, 0, false}, Case{Strategy::Hpz, 0, 0, 0, false},
+                                           Case{Strategy::Hzp, 0, 0, 0, true}, Case{Strategy::Hzp, 4, 8, 16, true},
+                                           Case{Strategy::Hzp, 8, 2, 16, false}, Case{Strategy::Fsdp, 0, 0, 0, true}));
+
+// The ZeRO paper's model-state memory per rank with 2-byte gradients:
+// stage 1: 2Ψ + 2Ψ + 12Ψ/N; stage 2: 2Ψ + (2 + 12)Ψ/N; stage 3: (2 + 2 + 12)Ψ/N.
+TEST(ModelState, ZeroPaperForms) {
+  models::ModelSpec m = models::load_model("llama3-8b");
+  topologies::Topology topo(topologies::load_cluster("dgx-h100"), 32);
+  const std::int64_t N = 32;
+  auto state = [&](Strategy st) {
+    PlanOptions o = options(st, 64 * 8192);
+    o.grad_dtype = core::Dtype::Bf16;
+    return totals(lower(m, topo, o)).static_alloc;
+  };
+  models::StepGraph graph = models::build_step_graph(m, models::GraphOptions{.seq_len = 8192, .micro_batch = 1});
+  std::int64_t psi = 0;  // padded to a multiple of N: what ZeRO stages 1-3 partition
+  for (const auto& u : graph.units) psi += (u.params + N - 1) / N * N;
+  EXPECT_EQ(state(Strategy::Zero1), 2 * psi + 2 * psi + 12 * psi / N);
+  EXPECT_EQ(state(Strategy::Zero2), 2 * psi + (2 + 12) * psi / N);
+  EXPECT_EQ(state(Strategy::Fsdp), (2 + 2 + 12) * psi / N);
 }
 
 TEST(Lower, HashIsDeterministic) {
@@ -106,6 +203,16 @@ TEST(Lower, HashIsDeterministic) {
   PlanOptions o = options(Strategy::Fsdp, 16 * 8192);
   o.prefetch_depth = 2;
   EXPECT_NE(core::schedule_hash(lower(m, topo, o)), a);
+}
+
+TEST(Lower, KeepGatheredHalvesParameterGathers) {
+  models::ModelSpec m = models::load_model("llama3-8b");
+  topologies::Topology topo(topologies::load_cluster("dgx-h100"), 16);
+  PlanOptions o = options(Strategy::Fsdp, 16 * 8192);
+  auto resharded = totals(lower(m, topo, o)).bytes["all_gather/dp_shard"];
+  o.reshard_after_forward = false;
+  auto kept = totals(lower(m, topo, o)).bytes["all_gather/dp_shard"];
+  EXPECT_EQ(2 * kept, resharded);
 }
 
 }  // namespace

@@ -103,4 +103,12 @@ void ProgramBuilder::wait(int stream, int event, const std::string& name) {
   push(stream, std::move(op));
 }
 
+void ProgramBuilder::sync(int stream, int event, const std::string& name) {
+  Op op;
+  op.kind = OpKind::Sync;
+  op.name = name;
+  op.event = event;
+  push(stream, std::move(op));
+}
+
 }  // namespace hzp::plan

@@ -27,6 +27,8 @@ class ProgramBuilder {
   /// Records a new event on `stream` and returns its id.
   int record(int stream, const std::string& name);
   void wait(int stream, int event, const std::string& name);
+  /// The stream's host thread blocks until `event` has happened (cudaEventSynchronize).
+  void sync(int stream, int event, const std::string& name);
 
   [[nodiscard]] core::Program take() { return std::move(prog_); }
 

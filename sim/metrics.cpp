@@ -49,10 +49,30 @@ std::int64_t length(const std::vector<Interval>& a) {
   return n;
 }
 
+// "act.u3.mb1" -> "act"; pools keep their name ("pool.gathered").
+std::string buffer_class(const std::string& name) {
+  if (name.rfind("pool.", 0) == 0) return name;
+  return name.substr(0, name.find('.'));
+}
+
 }  // namespace
 
 bool Metrics::fits() const {
   return std::all_of(memory.begin(), memory.end(), [](const ProgramMemory& m) { return m.fits; });
+}
+
+core::Bytes Metrics::peak_reserved() const {
+  core::Bytes p{};
+  for (const auto& m : memory) p = std::max(p, m.peak_reserved);
+  return p;
+}
+
+const ProgramMemory* Metrics::worst_memory() const {
+  const ProgramMemory* w = nullptr;
+  for (const auto& m : memory) {
+    if (!w || m.peak_reserved > w->peak_reserved) w = &m;
+  }
+  return w;
 }
 
 core::Bytes Metrics::peak_memory() const {
@@ -106,11 +126,26 @@ Metrics compute_metrics(const core::Schedule& s, const traces::Timeline& t, cons
   }
   const core::Bytes capacity = core::gib(device.hbm_GiB);
   for (std::size_t p = 0; p < np; ++p) {
-    ProgramMemory pm{static_cast<int>(p), s.programs[p].name, core::Bytes(0), true};
+    ProgramMemory pm{static_cast<int>(p), s.programs[p].name, core::Bytes(0), core::Bytes(0), true, {}};
+    std::map<std::string, core::Bytes> live;  // buffer -> bytes
     for (const auto& pt : t.memory) {
-      if (pt.program == static_cast<int>(p)) pm.peak = std::max(pm.peak, pt.in_use);
+      if (pt.program != static_cast<int>(p)) continue;
+      if (pt.delta.count() > 0 || (pt.delta.count() == 0 && !live.contains(pt.buffer))) {
+        live[pt.buffer] = pt.delta;
+      } else {
+        live.erase(pt.buffer);
+      }
+      pm.peak_reserved = std::max(pm.peak_reserved, pt.reserved);
+      if (pt.in_use > pm.peak || pm.at_peak.empty()) {
+        pm.peak = std::max(pm.peak, pt.in_use);
+        std::map<std::string, core::Bytes> by_class;
+        for (const auto& [name, bytes] : live) by_class[buffer_class(name)] += bytes;
+        pm.at_peak.assign(by_class.begin(), by_class.end());
+      }
     }
-    pm.fits = pm.peak <= capacity;
+    std::stable_sort(pm.at_peak.begin(), pm.at_peak.end(),
+                     [](const auto& a, const auto& b) { return a.second > b.second; });
+    pm.fits = std::max(pm.peak, pm.peak_reserved) <= capacity;
     m.memory.push_back(pm);
   }
   return m;

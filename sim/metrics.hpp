@@ -21,8 +21,12 @@ struct StreamBusy {
 struct ProgramMemory {
   int program = 0;
   std::string name;
-  core::Bytes peak{};
-  bool fits = true;  // peak <= device HBM
+  core::Bytes peak{};           // most bytes allocated at once
+  core::Bytes peak_reserved{};  // most bytes the allocator held (what must fit)
+  bool fits = true;             // peak_reserved <= device HBM
+  /// What was live at the allocated peak, by buffer class ("act", "gathered",
+  /// "params", ...), largest first.
+  std::vector<std::pair<std::string, core::Bytes>> at_peak;
 };
 
 struct Metrics {
@@ -41,6 +45,9 @@ struct Metrics {
   std::vector<ProgramMemory> memory;
   [[nodiscard]] bool fits() const;
   [[nodiscard]] core::Bytes peak_memory() const;
+  [[nodiscard]] core::Bytes peak_reserved() const;
+  /// The rank class with the highest reserved peak.
+  [[nodiscard]] const ProgramMemory* worst_memory() const;
 };
 
 /// Metrics of one step. Exposed communication of a group kind: the time its

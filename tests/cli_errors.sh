@@ -39,7 +39,9 @@ expect_error "badcluster.json: source: missing required key" simulate --cluster 
 expect_error "--global-batch-tokens: expected a positive multiple of the sequence length 8192" simulate --global-batch-tokens 1000
 expect_error "expected a multiple of 2048 sequences" simulate --global-batch-tokens 8M --micro-batch 2 --gpus 1024
 expect_error "--gpus: dgx-h100 has 8 devices per node: expected a multiple of 8, got 12" simulate --gpus 12
-expect_error "--strategy: expected ddp|fsdp|all" simulate --strategy zero4
+expect_error "--strategy: expected ddp|zero1|zero2|zero3|fsdp|hsdp|hpz|hzp|all" simulate --strategy zero4
+expect_error "--optim-shard: expected a divisor of the data-parallel size (1024), got 48" simulate --strategy hzp --optim-shard 48
+expect_error "--param-shard: expected no group sizes for the fsdp preset" simulate --strategy fsdp --param-shard 8
 expect_error "command line:" simulate --no-such-flag
 expect_error "nope.json: cannot open file" simulate --model nope.json
 

@@ -69,8 +69,9 @@ std::string to_chrome_trace(const Timeline& t) {
                      r.stream, us(r.start), us(r.end - r.start), name.dump(), r.what, args.dump()));
   }
   for (const auto& m : t.memory) {
-    emit(fmt::format(R"({{"ph":"C","pid":{},"tid":0,"ts":{},"name":"memory","args":{{"GiB":{:.6f}}}}})", m.program,
-                     us(m.time), m.in_use.gib()));
+    emit(fmt::format(
+        R"({{"ph":"C","pid":{},"tid":0,"ts":{},"name":"memory","args":{{"GiB":{:.6f},"reserved_GiB":{:.6f}}}}})",
+        m.program, us(m.time), m.in_use.gib(), m.reserved.gib()));
   }
   out += "\n]}\n";
   return out;

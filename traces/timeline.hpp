@@ -47,11 +47,14 @@ struct OpRecord {
   core::TimePoint end{};
 };
 
-/// Device memory in use by a rank class after an alloc or free at `time`.
+/// Device memory of a rank class right after an alloc or free at `time`.
 struct MemoryPoint {
   int program = 0;
   core::TimePoint time{};
-  core::Bytes in_use{};
+  core::Bytes in_use{};    // allocated by live buffers
+  core::Bytes reserved{};  // held by the allocator (in_use plus cached free blocks)
+  std::string buffer;      // the buffer allocated or freed
+  core::Bytes delta{};     // +bytes for an alloc, −bytes for a free
 };
 
 class TraceSink {

@@ -37,7 +37,8 @@ Timeline sample() {
               core::Duration::ns(0),
               core::Duration::ns(2000)};
   t.ops = {gemm, ag};
-  t.memory.push_back({0, core::Duration::ns(10), core::Bytes(1LL << 30)});
+  t.memory.push_back(
+      {0, core::Duration::ns(10), core::Bytes(1LL << 30), core::Bytes(2LL << 30), "x", core::Bytes(1LL << 30)});
   return t;
 }
 
@@ -60,6 +61,7 @@ TEST(ChromeTrace, ParsesWithTracksAndTimes) {
     }
     if (e["ph"] == "C") {
       EXPECT_DOUBLE_EQ(e["args"]["GiB"].get<double>(), 1.0);
+      EXPECT_DOUBLE_EQ(e["args"]["reserved_GiB"].get<double>(), 2.0);
     }
     if (e["ph"] == "M" && e["name"] == "process_name") {
       EXPECT_EQ(e["args"]["name"], "class 0 'dp' (ranks 0-3)");

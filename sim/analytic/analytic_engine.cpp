@@ -10,6 +10,7 @@
 
 #include "core/error.hpp"
 #include "core/schedule_replay.hpp"
+#include "sim/caching_allocator.hpp"
 
 namespace hzp::sim {
 
@@ -58,8 +59,9 @@ void AnalyticEngine::run(const core::Schedule& s, traces::TraceHeader header, tr
   }
   for (std::size_t p = 0; p < s.programs.size(); ++p) {
     const core::Program& prog = s.programs[p];
-    // Memory: alloc/free deltas in time order (ties by op id, the issue order).
-    std::vector<std::tuple<std::int64_t, int, std::int64_t>> deltas;
+    // Memory: alloc/free in time order (ties by op id, the issue order),
+    // through the caching allocator model for what is reserved.
+    std::vector<std::tuple<std::int64_t, int, std::int64_t, bool, const std::string*>> deltas;
     for (std::size_t k = 0; k < prog.streams.size(); ++k) {
       const core::Stream& st = prog.streams[k];
       for (std::size_t i = 0; i < st.ops.size(); ++i) {
@@ -87,17 +89,26 @@ void AnalyticEngine::run(const core::Schedule& s, traces::TraceHeader header, tr
             sink.on_op(rec);
             break;
           }
-          case core::OpKind::Alloc: deltas.emplace_back(t.start.count_ns(), op.id, op.bytes.count()); break;
-          case core::OpKind::Free: deltas.emplace_back(t.start.count_ns(), op.id, -op.bytes.count()); break;
+          case core::OpKind::Alloc:
+            deltas.emplace_back(t.start.count_ns(), op.id, op.bytes.count(), true, &op.buffer);
+            break;
+          case core::OpKind::Free:
+            deltas.emplace_back(t.start.count_ns(), op.id, -op.bytes.count(), false, &op.buffer);
+            break;
           default: break;
         }
       }
     }
     std::sort(deltas.begin(), deltas.end());
-    std::int64_t in_use = 0;
-    for (auto [t, id, d] : deltas) {
-      in_use += d;
-      sink.on_memory(traces::MemoryPoint{prog.id, core::Duration::ns(t), core::Bytes(in_use)});
+    CachingAllocator allocator;
+    for (const auto& [t, id, d, is_alloc, buffer] : deltas) {
+      if (is_alloc) {
+        allocator.allocate(*buffer, core::Bytes(d));
+      } else {
+        allocator.free(*buffer);
+      }
+      sink.on_memory(traces::MemoryPoint{prog.id, core::Duration::ns(t), allocator.allocated(), allocator.reserved(),
+                                         *buffer, core::Bytes(d)});
     }
   }
 }

@@ -1,0 +1,103 @@
+// Plan explanation (see explain.hpp).
+#include "cli/explain.hpp"
+
+#include <fmt/format.h>
+#include <map>
+#include <nlohmann/json.hpp>
+
+namespace hzp::cli {
+namespace {
+
+std::string ranks_text(const std::vector<int>& r) {
+  if (r.size() <= 4) {
+    std::string s;
+    for (std::size_t i = 0; i < r.size(); ++i) s += fmt::format("{}{}", i ? "," : "", r[i]);
+    return s;
+  }
+  int stride = r[1] - r[0];
+  bool regular = true;
+  for (std::size_t i = 1; i < r.size(); ++i) regular = regular && r[i] - r[i - 1] == stride;
+  if (regular && stride == 1) return fmt::format("{}-{}", r.front(), r.back());
+  if (regular) return fmt::format("{},{},...,{} (stride {})", r[0], r[1], r.back(), stride);
+  return fmt::format("{},{},...,{}", r[0], r[1], r.back());
+}
+
+std::string placement(const topologies::GroupSpan& g, const topologies::Topology& t) {
+  const auto& spec = t.spec();
+  std::string up = spec.scale_up.kind == topologies::ScaleUpKind::NvSwitch ? "NVSwitch" : "full-mesh";
+  if (g.domains <= 1) return fmt::format("inside one {} domain", up);
+  std::string tier = g.top_tier >= 0 && g.top_tier < static_cast<int>(spec.scale_out.tiers.size())
+                         ? spec.scale_out.tiers[static_cast<std::size_t>(g.top_tier)].name
+                         : "?";
+  return fmt::format("{} domains x {} rank(s), across the {} tier", g.domains, g.min_ranks_per_domain, tier);
+}
+
+}  // namespace
+
+std::string explain(const core::Schedule& s, const topologies::PerfModel& pm) {
+  std::string out;
+  nlohmann::json prov = nlohmann::json::parse(s.provenance_json);
+  if (prov.contains("plan")) {
+    const auto& p = prov["plan"];
+    out += fmt::format(
+        "plan {}: (g_p, g_g, g_o) = ({}, {}, {}) over {} data-parallel ranks, {}, prefetch depth {}, {}\n",
+        p["strategy"].get<std::string>(), p["param_shard"].get<int>(), p["grad_shard"].get<int>(),
+        p["optim_shard"].get<int>(), p["data_parallel"].get<int>(),
+        p["async"].get<bool>() ? "async (background issue threads, pooled buffers)"
+                               : "sync (inline issue, caching allocator)",
+        p["prefetch_depth"].get<int>(),
+        p["reshard_after_forward"].get<bool>() ? "resharded after forward" : "kept gathered until backward");
+  }
+  // The representative's groups, one per kind, with how many groups of that kind exist.
+  std::map<core::GroupKind, int> count;
+  for (const auto& g : s.groups) ++count[g.kind];
+  const core::Program& prog = s.programs.at(0);
+  std::map<int, bool> used;
+  for (const auto& st : prog.streams) {
+    for (const auto& op : st.ops) {
+      if (op.kind == core::OpKind::Collective) used[op.group] = true;
+    }
+  }
+  out += fmt::format("\ngroups of rank {} (each kind partitions the ranks that use it):\n", prog.ranks.at(0));
+  out += fmt::format("  {:<12} {:>6} {:>7}  {:<28} {}\n", "kind", "size", "groups", "ranks", "placement");
+  for (auto [id, _] : used) {
+    const core::Group& g = s.group(id);
+    out += fmt::format("  {:<12} {:>6} {:>7}  {:<28} {}\n", core::to_string(g.kind), g.ranks.size(), count[g.kind],
+                       ranks_text(g.ranks), placement(pm.span(g.ranks), pm.topology()));
+  }
+
+  struct Row {
+    int calls = 0;
+    std::int64_t buffer = 0;
+    double sent = 0;
+    double seconds = 0;
+  };
+  std::map<std::pair<std::string, int>, Row> rows;
+  for (const auto& st : prog.streams) {
+    for (const auto& op : st.ops) {
+      if (op.kind != core::OpKind::Collective) continue;
+      const core::Group& g = s.group(op.group);
+      const double P = static_cast<double>(g.ranks.size());
+      Row& r = rows[{std::string(core::to_string(op.collective)), op.group}];
+      ++r.calls;
+      r.buffer += op.bytes.count();
+      double factor = op.collective == core::CollectiveKind::AllReduce   ? 2 * (P - 1) / P
+                      : op.collective == core::CollectiveKind::Broadcast ? 1.0
+                                                                         : (P - 1) / P;
+      r.sent += factor * static_cast<double>(op.bytes.count());
+      r.seconds += pm.collective(op.collective, op.bytes, pm.span(g.ranks)).to_seconds();
+    }
+  }
+  out +=
+      "\ncommunication per rank per step (sent: bytes each rank puts on the wire; time: uncontended, one at a time):\n";
+  out += fmt::format("  {:<15} {:<12} {:>6} {:>12} {:>10} {:>10}\n", "collective", "group", "calls", "buffer GiB",
+                     "sent GiB", "time (s)");
+  for (const auto& [key, r] : rows) {
+    out += fmt::format("  {:<15} {:<12} {:>6} {:>12.3f} {:>10.3f} {:>10.4f}\n", key.first,
+                       core::to_string(s.group(key.second).kind), r.calls, static_cast<double>(r.buffer) / (1 << 30),
+                       r.sent / (1 << 30), r.seconds);
+  }
+  return out;
+}
+
+}  // namespace hzp::cli

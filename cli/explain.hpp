@@ -1,0 +1,14 @@
+// `--explain`: the groups a Schedule uses, where they sit on the cluster, and
+// the per-rank communication of one step.
+#pragma once
+
+#include <string>
+
+#include "core/schedule.hpp"
+#include "topologies/topology.hpp"
+
+namespace hzp::cli {
+
+[[nodiscard]] std::string explain(const core::Schedule& s, const topologies::PerfModel& pm);
+
+}  // namespace hzp::cli
