@@ -39,6 +39,14 @@ std::string explain(const core::Schedule& s, const topologies::PerfModel& pm) {
   nlohmann::json prov = nlohmann::json::parse(s.provenance_json);
   if (prov.contains("plan")) {
     const auto& p = prov["plan"];
+    if (p.contains("tp")) {
+      std::string pipeline = p["pp"].get<int>() > 1 ? " (1F1B)" : "";
+      if (p["vpp"].get<int>() > 1)
+        pipeline = fmt::format(" x {} virtual stages (interleaved 1F1B)", p["vpp"].get<int>());
+      out +=
+          fmt::format("model parallelism: tp {}{}, pp {}{}\n", p["tp"].get<int>(),
+                      p["sequence_parallel"].get<bool>() ? " (sequence parallel)" : "", p["pp"].get<int>(), pipeline);
+    }
     out += fmt::format(
         "plan {}: (g_p, g_g, g_o) = ({}, {}, {}) over {} data-parallel ranks, {}, prefetch depth {}, {}\n",
         p["strategy"].get<std::string>(), p["param_shard"].get<int>(), p["grad_shard"].get<int>(),

@@ -64,7 +64,7 @@ struct Options {
   bool no_flash = false;
   std::string grad_dtype = "fp32";
   bool json = false;
-  bool async_on = false, async_off = false, keep_gathered = false, explain = false;
+  bool async_on = false, async_off = false, keep_gathered = false, explain = false, no_sp = false;
   std::string trace, csv, summary, out_dir, schedule_out;
 };
 
@@ -86,6 +86,13 @@ void add_scenario_options(CLI::App* app, Options& o) {
                 "collectives issued inline by the compute thread, caching allocator (default for presets)");
   app->add_flag("--keep-gathered", o.keep_gathered,
                 "keep parameters gathered from forward to backward instead of regathering");
+  app->add_option("--tp", o.sc.plan.tp, "tensor-parallel size (Megatron, with sequence parallelism)")
+      ->capture_default_str();
+  app->add_flag("--no-sequence-parallel", o.no_sp,
+                "tensor parallelism with all-reduces instead of sequence parallelism");
+  app->add_option("--pp", o.sc.plan.pp, "pipeline stages (1F1B)")->capture_default_str();
+  app->add_option("--vpp", o.sc.plan.vpp, "virtual stages per pipeline rank (interleaved 1F1B when > 1)")
+      ->capture_default_str();
   app->add_option("--global-batch-tokens", o.batch_tokens, "global batch in tokens, e.g. 16M (K/M/G = 2^10/2^20/2^30)");
   app->add_option("--global-batch-seqs", o.batch_seqs, "global batch in sequences (instead of tokens)");
   app->add_option("--seq-len", o.sc.plan.seq_len, "sequence length (default: min(model max, 8192))");
@@ -133,6 +140,7 @@ void finish_scenario(Options& o, const std::string& command_line) {
   if (o.async_on) p.async = true;
   if (o.async_off) p.async = false;
   p.reshard_after_forward = !o.keep_gathered;
+  p.sequence_parallel = !o.no_sp;
   if (o.strategy != "all") o.sc.strategies = {plan::parse_strategy(o.strategy)};
   o.sc.command_line = command_line;
 }

@@ -31,9 +31,9 @@ std::string summary_text(const ScenarioResult& r) {
       r.model.name, r.gpus, r.cluster.name, r.cluster.device.name, r.batch.sequences, r.batch.seq_len,
       si(static_cast<double>(r.batch.sequences * r.batch.seq_len)), r.batch.data_parallel, r.batch.micro_batches);
   out += "MFU counts model FLOPs (Megatron convention, no recomputation) against dense bf16 peak.\n\n";
-  out += fmt::format("{:<8} {:<20} {:>9} {:>9} {:>8} {:>6} {:>9} {:>9} {:>9} {:>9}  {}\n", "strategy",
-                     "(g_p,g_g,g_o) issue", "step (s)", "tokens/s", "TF/GPU", "MFU", "exposed", "idle (s)", "mem GiB",
-                     "reserved", "fits");
+  out += fmt::format("{:<8} {:<26} {:>9} {:>9} {:>8} {:>6} {:>9} {:>9} {:>9} {:>9}  {}\n", "strategy",
+                     "(g_p,g_g,g_o) issue tp pp", "step (s)", "tokens/s", "TF/GPU", "MFU", "exposed", "idle (s)",
+                     "mem GiB", "reserved", "fits");
   for (const auto& run : r.runs) {
     const auto& m = run.metrics;
     double exposed = 0;
@@ -41,7 +41,11 @@ std::string summary_text(const ScenarioResult& r) {
     auto plan = nlohmann::json::parse(run.schedule.provenance_json)["plan"];
     std::string shards = fmt::format("({},{},{}) {}", plan["param_shard"].get<int>(), plan["grad_shard"].get<int>(),
                                      plan["optim_shard"].get<int>(), plan["async"].get<bool>() ? "async" : "sync");
-    out += fmt::format("{:<8} {:<20} {:>9.3f} {:>9} {:>8.1f} {:>5.1f}% {:>9.3f} {:>9.3f} {:>9.1f} {:>9.1f}  {}\n",
+    if (plan["tp"].get<int>() > 1 || plan["pp"].get<int>() > 1) {
+      shards += fmt::format(" tp{} pp{}", plan["tp"].get<int>(), plan["pp"].get<int>());
+      if (plan["vpp"].get<int>() > 1) shards += fmt::format("x{}", plan["vpp"].get<int>());
+    }
+    out += fmt::format("{:<8} {:<26} {:>9.3f} {:>9} {:>8.1f} {:>5.1f}% {:>9.3f} {:>9.3f} {:>9.1f} {:>9.1f}  {}\n",
                        plan::to_string(run.strategy), shards, m.step_time.to_seconds(), si(m.tokens_per_s),
                        m.model_tflops_per_gpu, 100 * m.mfu, exposed, m.compute_idle.to_seconds(), m.peak_memory().gib(),
                        m.peak_reserved().gib(), m.fits() ? "yes" : "NO (out of memory)");
@@ -59,8 +63,12 @@ std::string summary_text(const ScenarioResult& r) {
       out += fmt::format("{}exposed {} {:.3f} s", first ? "" : ", ", k, d.to_seconds());
       first = false;
     }
-    for (const auto& b : run.metrics.busy)
-      out += fmt::format("{}{} busy {:.1f}%", first ? "" : ", ", b.stream, 100 * b.fraction), first = false;
+    for (const auto& b : run.metrics.busy) {
+      std::string who =
+          run.schedule.programs.size() > 1 ? run.schedule.programs[static_cast<std::size_t>(b.program)].name + " " : "";
+      out += fmt::format("{}{}{} busy {:.1f}%", first ? "" : ", ", who, b.stream, 100 * b.fraction);
+      first = false;
+    }
     out += "\n";
   }
   return out;

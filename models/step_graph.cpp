@@ -31,6 +31,20 @@ using core::GemmShape;
 struct Builder {
   std::int64_t e;  // bytes per element
   std::vector<GraphOp> ops;
+  std::vector<std::pair<bool, bool>> flags;  // (in_forward, in_backward) per op
+
+  void push(GraphOp op, bool fwd = true, bool bwd = true) {
+    ops.push_back(std::move(op));
+    flags.emplace_back(fwd, bwd);
+  }
+  void comm(const std::string& name, core::CollectiveKind kind, std::int64_t bytes, bool fwd = true, bool bwd = true) {
+    GraphOp op;
+    op.name = name;
+    op.kind = ComputeKind::Elementwise;
+    op.bytes = Bytes(bytes);
+    op.collective = kind;
+    push(std::move(op), fwd, bwd);
+  }
 
   void gemm(const std::string& name, std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t batch = 1) {
     GraphOp op;
@@ -40,7 +54,7 @@ struct Builder {
                      static_cast<double>(batch));
     op.bytes = Bytes(e * batch * (m * k + k * n + m * n));
     op.gemm = GemmShape{m, n, k, batch};
-    ops.push_back(std::move(op));
+    push(std::move(op));
   }
   void bandwidth(const std::string& name, ComputeKind kind, std::int64_t bytes, std::int64_t elements) {
     GraphOp op;
@@ -48,7 +62,7 @@ struct Builder {
     op.kind = kind;
     op.flops = Flops(4.0 * static_cast<double>(elements));
     op.bytes = Bytes(bytes);
-    ops.push_back(std::move(op));
+    push(std::move(op));
   }
   void attention(const std::string& name, double flops, std::int64_t bytes) {
     GraphOp op;
@@ -56,17 +70,33 @@ struct Builder {
     op.kind = ComputeKind::Attention;
     op.flops = Flops(flops);
     op.bytes = Bytes(bytes);
-    ops.push_back(std::move(op));
+    push(std::move(op));
+  }
+  [[nodiscard]] std::vector<GraphOp> forward() const {
+    std::vector<GraphOp> out;
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+      if (flags[i].first) out.push_back(ops[i]);
+    }
+    return out;
   }
 };
 
 // Backward of a forward op list: reverse order, GEMMs split into input and
 // weight gradients, bandwidth kernels read and write twice as much.
-std::vector<GraphOp> backward_of(const std::vector<GraphOp>& fwd, double flash_bwd_ratio) {
+std::vector<GraphOp> backward_of(const Builder& fwd, double flash_bwd_ratio) {
   std::vector<GraphOp> out;
-  for (auto it = fwd.rbegin(); it != fwd.rend(); ++it) {
-    const GraphOp& f = *it;
-    if (f.gemm) {
+  for (std::size_t idx = fwd.ops.size(); idx-- > 0;) {
+    const GraphOp& f = fwd.ops[idx];
+    if (!fwd.flags[idx].second) continue;
+    if (f.collective) {
+      // The dual of a tensor-parallel collective: all-gather <-> reduce-scatter, all-reduce stays.
+      GraphOp c = f;
+      c.name = f.name + ".bwd";
+      c.phase = Phase::BackwardInput;
+      if (*f.collective == core::CollectiveKind::AllGather) c.collective = core::CollectiveKind::ReduceScatter;
+      if (*f.collective == core::CollectiveKind::ReduceScatter) c.collective = core::CollectiveKind::AllGather;
+      out.push_back(std::move(c));
+    } else if (f.gemm) {
       const GemmShape g = *f.gemm;
       std::int64_t e = f.bytes.count() / (g.batch * (g.m * g.k + g.k * g.n + g.m * g.n));
       GraphOp dg = f, wg = f;
@@ -108,26 +138,77 @@ std::int64_t tokens_per_expert(const MoeSpec& e, std::int64_t T) {
   return std::max<std::int64_t>(1, static_cast<std::int64_t>(std::ceil(t)));
 }
 
-void ffn_ops(Builder& b, const ModelSpec& m, std::int64_t T, const std::string& p, std::int64_t f, std::int64_t rows,
+// Per-rank dimensions under tensor parallelism over t ranks.
+struct Dims {
+  std::int64_t e, s, bs, T, h;
+  std::int64_t t;     // tensor-parallel size
+  std::int64_t Th;    // tokens of h-sized tensors on this rank (T / t with sequence parallelism)
+  std::int64_t H, G;  // attention and K/V heads on this rank (K/V replicated when fewer than t)
+  std::int64_t dqk, dv;
+  bool sp;
+};
+
+Dims dims(const ModelSpec& m, const GraphOptions& o) {
+  Dims d{};
+  d.e = core::dtype_bytes(o.dtype);
+  d.s = o.seq_len;
+  d.bs = o.micro_batch;
+  d.T = d.s * d.bs;
+  d.h = m.hidden;
+  d.t = o.tp;
+  d.sp = o.tp > 1 && o.sequence_parallel;
+  d.Th = d.sp ? d.T / d.t : d.T;
+  d.H = m.heads / d.t;
+  const std::int64_t G = m.mla ? m.heads : m.kv_heads;
+  d.G = std::max<std::int64_t>(1, G / d.t);
+  d.dqk = m.qk_head_dim();
+  d.dv = m.v_head_dim();
+  return d;
+}
+
+// Enter a tensor-parallel region: with sequence parallelism all-gather the
+// sequence-sharded input; without, the f operator (identity forward,
+// all-reduce of the input gradient backward).
+void tp_enter(Builder& b, const Dims& d, const std::string& name) {
+  if (d.t <= 1) return;
+  if (d.sp) {
+    b.comm(name + ".tp_allgather", core::CollectiveKind::AllGather, d.e * d.T * d.h);
+  } else {
+    b.comm(name + ".tp_f", core::CollectiveKind::AllReduce, d.e * d.T * d.h, false, true);
+  }
+}
+
+// Leave it: reduce-scatter to sequence shards, or the g operator (all-reduce forward, identity backward).
+void tp_leave(Builder& b, const Dims& d, const std::string& name) {
+  if (d.t <= 1) return;
+  if (d.sp) {
+    b.comm(name + ".tp_reducescatter", core::CollectiveKind::ReduceScatter, d.e * d.T * d.h);
+  } else {
+    b.comm(name + ".tp_g", core::CollectiveKind::AllReduce, d.e * d.T * d.h, true, false);
+  }
+}
+
+void ffn_ops(Builder& b, const ModelSpec& m, const std::string& p, std::int64_t f, std::int64_t rows,
              std::int64_t batch, const std::string& tag) {
   const std::int64_t e = b.e, h = m.hidden;
   const bool glu = m.ffn_activation == FfnActivation::SwiGlu;
-  (void)T;
   b.gemm(p + tag + "up", rows, glu ? 2 * f : f, h, batch);
   b.bandwidth(p + tag + (glu ? "swiglu" : "gelu"), ComputeKind::Elementwise, e * batch * rows * f * (glu ? 3 : 2),
               batch * rows * f);
   b.gemm(p + tag + "down", rows, h, f, batch);
 }
 
-std::vector<GraphOp> layer_forward(const ModelSpec& m, int layer, const GraphOptions& o) {
-  Builder b{core::dtype_bytes(o.dtype), {}};
-  const std::int64_t e = b.e, s = o.seq_len, bs = o.micro_batch, T = s * bs, h = m.hidden;
-  const std::int64_t H = m.heads, G = m.mla ? m.heads : m.kv_heads;
-  const std::int64_t dqk = m.qk_head_dim(), dv = m.v_head_dim();
+Builder layer_forward(const ModelSpec& m, int layer, const GraphOptions& o) {
+  const Dims d = dims(m, o);
+  Builder b{d.e, {}, {}};
+  const std::int64_t e = d.e, s = d.s, bs = d.bs, T = d.T, h = d.h, Th = d.Th, H = d.H, G = d.G;
+  const std::int64_t dqk = d.dqk, dv = d.dv;
   const std::string p = fmt::format("l{}.", layer);
 
-  b.bandwidth(p + "attn_norm", ComputeKind::Norm, 2 * e * T * h, T * h);
+  b.bandwidth(p + "attn_norm", ComputeKind::Norm, 2 * e * Th * h, Th * h);
+  tp_enter(b, d, p + "attn");
   if (m.mla) {
+    // Down-projections replicated across tensor-parallel ranks, up-projections split by heads.
     const MlaSpec& a = *m.mla;
     if (a.q_lora_rank > 0) {
       b.gemm(p + "q_a", T, a.q_lora_rank, h);
@@ -159,21 +240,27 @@ std::vector<GraphOp> layer_forward(const ModelSpec& m, int layer, const GraphOpt
     b.gemm(p + "attn_context", s, dv, s, bs * H);
   }
   b.gemm(p + "attn_out", T, h, H * dv);
-  b.bandwidth(p + "attn_residual", ComputeKind::Elementwise, (m.dropout ? 3 * e + 1 : 3 * e) * T * h, T * h);
-  b.bandwidth(p + "ffn_norm", ComputeKind::Norm, 2 * e * T * h, T * h);
+  tp_leave(b, d, p + "attn");
+  b.bandwidth(p + "attn_residual", ComputeKind::Elementwise, (m.dropout ? 3 * e + 1 : 3 * e) * Th * h, Th * h);
+  b.bandwidth(p + "ffn_norm", ComputeKind::Norm, 2 * e * Th * h, Th * h);
+  tp_enter(b, d, p + "ffn");
   if (m.is_moe_layer(layer)) {
+    // Experts split like a dense FFN across tensor-parallel ranks (expert TP = TP).
     const MoeSpec& x = *m.moe;
     b.gemm(p + "router", T, x.experts, h);
     b.bandwidth(p + "router_topk", ComputeKind::Elementwise, 2 * 4 * T * x.experts, T * x.experts);
     b.bandwidth(p + "moe_dispatch", ComputeKind::Elementwise, 2 * e * T * x.top_k * h, T * x.top_k * h);
-    ffn_ops(b, m, T, p, x.expert_ffn_hidden, tokens_per_expert(x, T), x.experts, "experts.");
+    ffn_ops(b, m, p, x.expert_ffn_hidden / d.t, tokens_per_expert(x, T), x.experts, "experts.");
     b.bandwidth(p + "moe_combine", ComputeKind::Elementwise, 2 * e * T * x.top_k * h, T * x.top_k * h);
-    if (x.shared_experts > 0) ffn_ops(b, m, T, p, x.shared_experts * x.shared_expert_ffn_hidden, T, 1, "shared.");
+    if (x.shared_experts > 0) {
+      ffn_ops(b, m, p, x.shared_experts * x.shared_expert_ffn_hidden / d.t, T, 1, "shared.");
+    }
   } else {
-    ffn_ops(b, m, T, p, m.ffn_hidden, T, 1, "ffn.");
+    ffn_ops(b, m, p, m.ffn_hidden / d.t, T, 1, "ffn.");
   }
-  b.bandwidth(p + "ffn_residual", ComputeKind::Elementwise, (m.dropout ? 3 * e + 1 : 3 * e) * T * h, T * h);
-  return b.ops;
+  tp_leave(b, d, p + "ffn");
+  b.bandwidth(p + "ffn_residual", ComputeKind::Elementwise, (m.dropout ? 3 * e + 1 : 3 * e) * Th * h, Th * h);
+  return b;
 }
 
 bool is_core_attention(const GraphOp& op) {
@@ -191,16 +278,17 @@ std::vector<GraphOp> with_phase(std::vector<GraphOp> ops, Phase ph, const std::s
 }  // namespace
 
 core::Bytes layer_activation_bytes(const ModelSpec& m, int layer, const GraphOptions& o) {
-  const std::int64_t e = core::dtype_bytes(o.dtype), s = o.seq_len, bs = o.micro_batch, T = s * bs, h = m.hidden;
-  if (o.recompute == Recompute::Full) return Bytes(e * T * h);  // the layer's input only
-  const std::int64_t H = m.heads, G = m.mla ? m.heads : m.kv_heads;
-  const std::int64_t dqk = m.qk_head_dim(), dv = m.v_head_dim();
-  const std::int64_t mask = m.dropout ? T * h : 0;  // 1-byte dropout masks
+  const Dims d = dims(m, o);
+  const std::int64_t e = d.e, s = d.s, bs = d.bs, T = d.T, h = d.h, Th = d.Th, H = d.H, G = d.G;
+  const std::int64_t dqk = d.dqk, dv = d.dv;
+  if (o.recompute == Recompute::Full) return Bytes(e * Th * h);  // the layer's input only
+  const std::int64_t mask = m.dropout ? Th * h : 0;              // 1-byte dropout masks on h-sized outputs
 
-  // Attention block: norm input, QKV-projection input, Q, K, V, then either the
+  // Attention block: norm input and QKV-projection input (h-sized: split by
+  // sequence parallelism only), Q, K, V (split by heads), then either the
   // fused kernel's output and log-sum-exp, or the output-projection input plus
   // (unless recomputed) the s×s softmax output, dropout mask and dropout output.
-  std::int64_t attn = 2 * e * T * h + e * T * (H * dqk + G * dqk + G * dv) + mask;
+  std::int64_t attn = 2 * e * Th * h + e * T * (H * dqk + G * dqk + G * dv) + mask;
   if (m.mla) {
     const MlaSpec& a = *m.mla;
     attn += 2 * e * T * (a.q_lora_rank + a.kv_lora_rank) + e * T * a.qk_rope_head_dim;
@@ -216,39 +304,51 @@ core::Bytes layer_activation_bytes(const ModelSpec& m, int layer, const GraphOpt
   // FFN block: norm input and FFN input, then what each activation needs.
   const bool glu = m.ffn_activation == FfnActivation::SwiGlu;
   const std::int64_t per_f = glu ? 3 : 2;  // SwiGLU: gate, up, down input; GELU: its input and output
-  std::int64_t ffn = 2 * e * T * h + mask;
+  std::int64_t ffn = 2 * e * Th * h + mask;
   if (m.is_moe_layer(layer)) {
     const MoeSpec& x = *m.moe;
     std::int64_t rows = tokens_per_expert(x, T) * x.experts;
-    ffn += 4 * T * x.experts  // router probabilities (fp32)
-           + e * rows * h     // permuted expert inputs
-           + e * rows * x.expert_ffn_hidden * per_f +
-           e * T * x.top_k * h  // expert outputs, for the gate-weighted combine
-           + e * T * x.shared_experts * x.shared_expert_ffn_hidden * per_f;
+    ffn += 4 * T * x.experts                               // router probabilities (fp32)
+           + e * rows * h                                  // permuted expert inputs
+           + e * rows * x.expert_ffn_hidden / d.t * per_f  // expert activations
+           + e * T * x.top_k * h                           // expert outputs, for the gate-weighted combine
+           + e * T * x.shared_experts * x.shared_expert_ffn_hidden / d.t * per_f;
   } else {
-    ffn += e * T * m.ffn_hidden * per_f;
+    ffn += e * T * m.ffn_hidden / d.t * per_f;
   }
   return Bytes(attn + ffn);
 }
 
 StepGraph build_step_graph(const ModelSpec& m, const GraphOptions& o) {
   StepGraph g;
-  const std::int64_t e = core::dtype_bytes(o.dtype), T = o.seq_len * o.micro_batch, h = m.hidden;
+  const Dims d = dims(m, o);
+  const std::int64_t e = d.e, T = d.T, h = d.h, t = d.t, Th = d.Th;
   g.tokens = T;
   const double flash_bwd = o.flash_attention ? 2.5 : 2.0;
+  // Parameters on one tensor-parallel rank: matrices split t ways, norms replicated.
+  auto per_rank = [&](std::int64_t total, std::int64_t replicated) { return (total - replicated) / t + replicated; };
+  const std::int64_t norm = m.norm == NormKind::LayerNorm ? 2 * h : h;
 
   {
     Unit u;
     u.name = "embedding";
     u.kind = UnitKind::Embedding;
-    u.params = u.weight_params = embedding_params(m);
-    Builder b{e, {}};
+    u.params = u.weight_params = per_rank(embedding_params(m), 0);
+    Builder b{e, {}, {}};
+    // Vocabulary-parallel lookup, then all-reduce (or reduce-scatter to sequence shards).
     b.bandwidth("embedding.lookup", ComputeKind::Embedding, 2 * e * T * h, T * h);
-    if (m.position_embedding == PositionEmbedding::Learned) {
-      b.bandwidth("embedding.position", ComputeKind::Elementwise, 3 * e * T * h, T * h);
+    if (t > 1) {
+      if (d.sp) {
+        b.comm("embedding.tp_reducescatter", core::CollectiveKind::ReduceScatter, e * T * h);
+      } else {
+        b.comm("embedding.tp_allreduce", core::CollectiveKind::AllReduce, e * T * h, true, false);
+      }
     }
-    u.forward = b.ops;
-    u.backward = backward_of(u.forward, flash_bwd);
+    if (m.position_embedding == PositionEmbedding::Learned) {
+      b.bandwidth("embedding.position", ComputeKind::Elementwise, 3 * e * Th * h, Th * h);
+    }
+    u.forward = b.forward();
+    u.backward = backward_of(b, flash_bwd);
     u.activations = Bytes(4 * T);  // token ids
     g.units.push_back(std::move(u));
   }
@@ -257,9 +357,10 @@ StepGraph build_step_graph(const ModelSpec& m, const GraphOptions& o) {
     u.name = fmt::format("layer{}", l);
     u.kind = UnitKind::Layer;
     u.layer = l;
-    u.params = u.weight_params = layer_params(m, l);
-    u.forward = layer_forward(m, l, o);
-    std::vector<GraphOp> bwd = backward_of(u.forward, flash_bwd);
+    u.params = u.weight_params = per_rank(layer_params(m, l), 2 * norm);
+    Builder b = layer_forward(m, l, o);
+    u.forward = b.forward();
+    std::vector<GraphOp> bwd = backward_of(b, flash_bwd);
     if (o.recompute == Recompute::Full) {
       u.backward = with_phase(u.forward, Phase::Recompute, ".recompute");
     } else if (o.recompute == Recompute::Selective && !o.flash_attention) {
@@ -278,16 +379,20 @@ StepGraph build_step_graph(const ModelSpec& m, const GraphOptions& o) {
     Unit u;
     u.name = "head";
     u.kind = UnitKind::Head;
-    u.params = head_params(m);
-    u.weight_params = u.params + (m.tied_embeddings ? m.vocab * h : 0);
-    Builder b{e, {}};
-    b.bandwidth("head.final_norm", ComputeKind::Norm, 2 * e * T * h, T * h);
-    b.gemm("head.lm_head", T, m.vocab, h);
-    // Softmax cross-entropy in fp32: read the logits, write fp32 probabilities.
-    b.bandwidth("head.loss", ComputeKind::Loss, (e + 4) * T * m.vocab, T * m.vocab);
-    u.forward = b.ops;
-    u.backward = backward_of(u.forward, flash_bwd);
-    u.activations = Bytes(2 * e * T * h + 4 * T * m.vocab);  // norm and GEMM inputs, fp32 probabilities
+    u.params = per_rank(head_params(m), norm);
+    u.weight_params = u.params + (m.tied_embeddings ? m.vocab * h / t : 0);
+    Builder b{e, {}, {}};
+    b.bandwidth("head.final_norm", ComputeKind::Norm, 2 * e * Th * h, Th * h);
+    tp_enter(b, d, "head");
+    b.gemm("head.lm_head", T, m.vocab / t, h);
+    // Softmax cross-entropy in fp32 over the vocabulary shard: read the logits,
+    // write fp32 probabilities; with tensor parallelism the max and the sum of
+    // exponentials are all-reduced (two fp32 values per token).
+    b.bandwidth("head.loss", ComputeKind::Loss, (e + 4) * T * (m.vocab / t), T * (m.vocab / t));
+    if (t > 1) b.comm("head.loss_allreduce", core::CollectiveKind::AllReduce, 8 * T, true, false);
+    u.forward = b.forward();
+    u.backward = backward_of(b, flash_bwd);
+    u.activations = Bytes(e * Th * h + e * T * h + 4 * T * (m.vocab / t));  // norm and GEMM inputs, fp32 probabilities
     g.units.push_back(std::move(u));
   }
   return g;

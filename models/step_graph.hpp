@@ -26,18 +26,26 @@ struct GraphOptions {
   /// them (what Korthikanti et al. measured).
   bool flash_attention = true;
   core::Dtype dtype = core::Dtype::Bf16;
+  /// Megatron tensor parallelism over `tp` ranks: attention heads, FFN and
+  /// vocabulary split column/row-wise; with sequence parallelism the norms,
+  /// residuals and dropouts run on 1/tp of the tokens, joined by all-gathers
+  /// and reduce-scatters; without it, by all-reduces.
+  int tp = 1;
+  bool sequence_parallel = true;
 };
 
 enum class Phase { Forward, Recompute, BackwardInput, BackwardWeight };
 
-/// One kernel's worth of work.
+/// One kernel's worth of work, or a tensor-parallel collective.
 struct GraphOp {
   std::string name;
   core::ComputeKind kind = core::ComputeKind::Gemm;
   Phase phase = Phase::Forward;
   core::Flops flops{};  // executed on the device
-  core::Bytes bytes{};  // HBM traffic (reads + writes)
+  core::Bytes bytes{};  // HBM traffic (reads + writes); for a collective its buffer (nccl-tests size)
   std::optional<core::GemmShape> gemm;
+  /// Set for a collective over the tensor-parallel group.
+  std::optional<core::CollectiveKind> collective;
 };
 
 enum class UnitKind { Embedding, Layer, Head };
@@ -47,7 +55,7 @@ struct Unit {
   std::string name;
   UnitKind kind = UnitKind::Layer;
   int layer = -1;  // transformer layer index, -1 for embedding and head
-  /// Parameters this unit owns (a tied head owns none).
+  /// Parameters this unit owns on one tensor-parallel rank (a tied head owns none).
   std::int64_t params = 0;
   /// Parameters its kernels read (a tied head reads the embedding table): what
   /// a sharded plan must gather before running it.

@@ -107,6 +107,56 @@ TEST(StepGraph, Gpt3ActivationsMatchKorthikanti) {
   EXPECT_EQ(layer_activation_bytes(m, 0, none).count(), s * 4 * h * 34 + 5 * a * s * s * 4);
 }
 
+// Korthikanti et al. 2022, Table 2: with tensor parallelism t, per layer
+// s·b·h·(10 + 24/t + 5·a·s/(h·t)) without sequence parallelism and
+// s·b·h·(34/t + 5·a·s/(h·t)) with it.
+TEST(StepGraph, Gpt3ActivationsWithTensorParallelism) {
+  ModelSpec m = load_model("gpt3-175b");
+  const std::int64_t s = 2048, b = 1, h = 12288, a = 96, t = 8;
+  GraphOptions o{
+      .seq_len = s, .micro_batch = b, .flash_attention = false, .tp = static_cast<int>(t), .sequence_parallel = false};
+  EXPECT_EQ(layer_activation_bytes(m, 0, o).count(), s * b * h * 10 + s * b * h * 24 / t + 5 * a * s * s * b / t);
+  o.sequence_parallel = true;
+  EXPECT_EQ(layer_activation_bytes(m, 0, o).count(), s * b * h * 34 / t + 5 * a * s * s * b / t);
+}
+
+// Each tensor-parallel rank does 1/t of every matrix product.
+TEST(StepGraph, TensorParallelSplitsFlops) {
+  ModelSpec m = load_model("llama3-8b");
+  GraphOptions one{.seq_len = 4096, .micro_batch = 1, .flash_attention = false};
+  GraphOptions eight = one;
+  eight.tp = 8;
+  double full = model_flops_per_sequence(m, 4096).count();
+  EXPECT_NEAR(8 * matmul_flops(build_step_graph(m, eight), false), full, 1e-9 * full);
+}
+
+// Per layer with sequence parallelism: forward all-gather before attention
+// and FFN, reduce-scatter after each; backward the duals. Without it: the g
+// all-reduces forward and the f all-reduces backward.
+TEST(StepGraph, TensorParallelCollectives) {
+  ModelSpec m = load_model("llama3-8b");
+  auto count = [&](bool sp, bool forward, core::CollectiveKind kind) {
+    GraphOptions o{.seq_len = 4096, .micro_batch = 1, .tp = 4, .sequence_parallel = sp};
+    const Unit& l = build_step_graph(m, o).units[1];
+    int n = 0;
+    for (const auto& op : forward ? l.forward : l.backward) {
+      if (op.collective == kind) {
+        EXPECT_EQ(op.bytes.count(), 2 * 4096 * 4096);  // bf16 [tokens x hidden]
+        ++n;
+      }
+    }
+    return n;
+  };
+  using core::CollectiveKind;
+  EXPECT_EQ(count(true, true, CollectiveKind::AllGather), 2);
+  EXPECT_EQ(count(true, true, CollectiveKind::ReduceScatter), 2);
+  EXPECT_EQ(count(true, false, CollectiveKind::AllGather), 2);
+  EXPECT_EQ(count(true, false, CollectiveKind::ReduceScatter), 2);
+  EXPECT_EQ(count(false, true, CollectiveKind::AllReduce), 2);
+  EXPECT_EQ(count(false, false, CollectiveKind::AllReduce), 2);
+  EXPECT_EQ(count(false, true, CollectiveKind::AllGather), 0);
+}
+
 TEST(StepGraph, MoeExpertGemmsAreGrouped) {
   ModelSpec m = load_model("mixtral-8x7b");
   StepGraph g = build_step_graph(m, GraphOptions{.seq_len = 4096, .micro_batch = 1});

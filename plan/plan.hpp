@@ -61,6 +61,13 @@ struct PlanOptions {
   /// Free gathered parameters after forward and gather them again for
   /// backward (true), or keep them gathered in between (false).
   bool reshard_after_forward = true;
+  /// Megatron model parallelism: tensor-parallel size (with sequence
+  /// parallelism by default), pipeline stages and virtual stages per pipeline
+  /// rank (interleaved 1F1B when > 1). Data-parallel size = GPUs / (tp · pp).
+  int tp = 1;
+  bool sequence_parallel = true;
+  int pp = 1;
+  int vpp = 1;
 };
 
 /// The (g_p, g_g, g_o) a strategy uses on `dp` data-parallel ranks of this
@@ -75,6 +82,24 @@ struct PlanOptions {
 inline constexpr std::int64_t kAdamBytesPerParam = 30;
 /// fp32 master weight + Adam's two moments.
 inline constexpr std::int64_t kOptimizerStateBytesPerParam = 12;
+
+/// Rank layout: rank = t + tp·(d + dp·p) for tensor rank t, data-parallel
+/// rank d and pipeline stage p (tensor ranks innermost, so they share a node).
+[[nodiscard]] inline int rank_of(int t, int d, int p, int tp, int dp) { return t + tp * (d + dp * p); }
+
+/// One slot of a pipeline stage's schedule: a micro-batch through one model chunk.
+struct PipelineSlot {
+  std::int64_t micro_batch = 0;
+  int chunk = 0;
+  bool backward = false;
+  friend bool operator==(const PipelineSlot&, const PipelineSlot&) = default;
+};
+
+/// The order in which stage `stage` of `pp` runs `m` micro-batches through its
+/// `vpp` chunks: 1F1B (warm-up of pp − stage − 1 forwards, then one forward one
+/// backward, then the remaining backwards), or Megatron's interleaved 1F1B for
+/// vpp > 1 (m a multiple of pp).
+[[nodiscard]] std::vector<PipelineSlot> pipeline_order(int stage, int pp, int vpp, std::int64_t m);
 
 /// How the global batch splits: sequences, data-parallel size, micro-batches.
 struct BatchSplit {

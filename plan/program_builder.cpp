@@ -111,4 +111,24 @@ void ProgramBuilder::sync(int stream, int event, const std::string& name) {
   push(stream, std::move(op));
 }
 
+void ProgramBuilder::send(int stream, const std::string& name, int peer, int seq, core::Bytes bytes) {
+  Op op;
+  op.kind = OpKind::Send;
+  op.name = name;
+  op.peer = peer;
+  op.seq = seq;
+  op.bytes = bytes;
+  push(stream, std::move(op));
+}
+
+void ProgramBuilder::recv(int stream, const std::string& name, int peer, int seq, core::Bytes bytes) {
+  Op op;
+  op.kind = OpKind::Recv;
+  op.name = name;
+  op.peer = peer;
+  op.seq = seq;
+  op.bytes = bytes;
+  push(stream, std::move(op));
+}
+
 }  // namespace hzp::plan

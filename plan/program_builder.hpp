@@ -22,6 +22,10 @@ class ProgramBuilder {
                core::Dtype dtype);
   void collective(int stream, const std::string& name, core::CollectiveKind kind, int group, core::Bytes bytes,
                   core::Dtype dtype);
+  /// Point-to-point transfer to or from `peer` (a global rank); `seq` counts
+  /// transfers per ordered (sender, receiver) pair.
+  void send(int stream, const std::string& name, int peer, int seq, core::Bytes bytes);
+  void recv(int stream, const std::string& name, int peer, int seq, core::Bytes bytes);
   void alloc(int stream, const std::string& buffer, core::Bytes bytes);
   void free(int stream, const std::string& buffer, core::Bytes bytes);
   /// Records a new event on `stream` and returns its id.

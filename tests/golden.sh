@@ -15,18 +15,21 @@ normalise() {
          -e 's/"command_line": ?"[^"]*"/"command_line":"<cmd>"/g' "$1"
 }
 
-# name | arguments
+# name | outputs | arguments
 cases=(
-  "llama3-8b_dgx-h100x16_fsdp|--model llama3-8b --cluster dgx-h100 --gpus 16 --strategy fsdp --global-batch-tokens 128K"
+  "llama3-8b_dgx-h100x16_fsdp|summary.json timeline.csv|--model llama3-8b --cluster dgx-h100 --gpus 16 --strategy fsdp --global-batch-tokens 128K"
+  "llama3-8b_dgx-h100x16_hzp_tp2_pp2x2|summary.json|--model llama3-8b --cluster dgx-h100 --gpus 16 --strategy hzp --tp 2 --pp 2 --vpp 2 --global-batch-tokens 64K"
 )
 
 status=0
 for c in "${cases[@]}"; do
   name=${c%%|*}
-  args=${c#*|}
+  rest=${c#*|}
+  outputs=${rest%%|*}
+  args=${rest#*|}
   # shellcheck disable=SC2086
   "$hzp" simulate $args --summary "$work/$name.summary.json" --csv "$work/$name.timeline.csv" > "$work/$name.stdout"
-  for kind in summary.json timeline.csv; do
+  for kind in $outputs; do
     normalise "$work/$name.$kind" > "$work/$name.$kind.norm"
     if [ "$update" = "--update" ]; then
       cp "$work/$name.$kind.norm" "$golden/$name.$kind"
