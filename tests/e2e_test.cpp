@@ -6,6 +6,8 @@
 #include "cli/scenario.hpp"
 #include "core/schedule.hpp"
 #include "core/schedule_check.hpp"
+#include "models/model_spec.hpp"
+#include "topologies/cluster_spec.hpp"
 #include "traces/timeline.hpp"
 
 namespace hzp {
@@ -51,6 +53,45 @@ TEST(EndToEnd, FsdpShardsMemoryDdpDoesNot) {
   EXPECT_GT(fsdp.step_time, core::Duration{});
   EXPECT_GT(fsdp.mfu, 0.2);
   EXPECT_LT(fsdp.mfu, 0.9);
+}
+
+}  // namespace
+}  // namespace hzp
+
+namespace hzp {
+namespace {
+
+// Every preset and hzp on every catalog model and cluster: lowers, passes the
+// checker, simulates, and reports a positive step time.
+TEST(EndToEnd, EveryStrategyOnEveryModelAndCluster) {
+  for (const auto& cluster : topologies::cluster_catalog_names()) {
+    const int gpus = cluster == "gb200-nvl72" ? 144 : 64;
+    for (const auto& model : models::model_catalog_names()) {
+      cli::Scenario sc;
+      sc.model = model;
+      sc.cluster = cluster;
+      sc.gpus = gpus;
+      sc.plan.seq_len = 2048;
+      sc.plan.global_batch_sequences = gpus;
+      sc.plan.recompute = models::Recompute::Full;
+      cli::ScenarioResult r = cli::run_scenario(sc);
+      ASSERT_EQ(r.runs.size(), plan::all_strategies().size());
+      for (const auto& run : r.runs) {
+        EXPECT_GT(run.metrics.step_time, core::Duration{})
+            << model << " " << cluster << " " << plan::to_string(run.strategy);
+        EXPECT_GT(run.metrics.mfu, 0.0) << model << " " << cluster;
+      }
+      // And inside a Megatron layout: tp 4, two pipeline stages where the layers split evenly.
+      sc.plan.tp = 4;
+      sc.plan.pp = models::load_model(model).layers % 2 == 0 ? 2 : 1;
+      sc.plan.global_batch_sequences = gpus / (4 * sc.plan.pp) * 2;
+      sc.strategies = {plan::Strategy::Zero1, plan::Strategy::Hzp};
+      for (const auto& run : cli::run_scenario(sc).runs) {
+        EXPECT_GT(run.metrics.step_time, core::Duration{})
+            << model << " " << cluster << " tp4 " << plan::to_string(run.strategy);
+      }
+    }
+  }
 }
 
 }  // namespace
