@@ -91,6 +91,9 @@ void add_scenario_options(CLI::App* app, Options& o) {
   app->add_flag("--no-sequence-parallel", o.no_sp,
                 "tensor parallelism with all-reduces instead of sequence parallelism");
   app->add_option("--pp", o.sc.plan.pp, "pipeline stages (1F1B)")->capture_default_str();
+  app->add_option("--ep", o.sc.plan.ep,
+                  "expert-parallel size for MoE models (experts split over ep data-parallel ranks)")
+      ->capture_default_str();
   app->add_option("--vpp", o.sc.plan.vpp, "virtual stages per pipeline rank (interleaved 1F1B when > 1)")
       ->capture_default_str();
   app->add_option("--global-batch-tokens", o.batch_tokens, "global batch in tokens, e.g. 16M (K/M/G = 2^10/2^20/2^30)");

@@ -17,7 +17,7 @@ using Names = std::array<std::pair<E, std::string_view>, N>;
 
 constexpr Names<Dtype, 4> kDtype{
     {{Dtype::Bf16, "bf16"}, {Dtype::Fp16, "fp16"}, {Dtype::Fp32, "fp32"}, {Dtype::Fp8, "fp8"}}};
-constexpr Names<GroupKind, 11> kGroupKind{{{GroupKind::World, "world"},
+constexpr Names<GroupKind, 15> kGroupKind{{{GroupKind::World, "world"},
                                            {GroupKind::DpShard, "dp_shard"},
                                            {GroupKind::DpReplica, "dp_replica"},
                                            {GroupKind::Tp, "tp"},
@@ -27,7 +27,11 @@ constexpr Names<GroupKind, 11> kGroupKind{{{GroupKind::World, "world"},
                                            {GroupKind::Edp, "edp"},
                                            {GroupKind::DpGrad, "dp_grad"},
                                            {GroupKind::DpOptim, "dp_optim"},
-                                           {GroupKind::DpRegather, "dp_regather"}}};
+                                           {GroupKind::DpRegather, "dp_regather"},
+                                           {GroupKind::EdpGrad, "edp_grad"},
+                                           {GroupKind::EdpOptim, "edp_optim"},
+                                           {GroupKind::EdpReplica, "edp_replica"},
+                                           {GroupKind::EdpRegather, "edp_regather"}}};
 constexpr Names<OpKind, 9> kOpKind{{{OpKind::Compute, "compute"},
                                     {OpKind::Collective, "collective"},
                                     {OpKind::Send, "send"},

@@ -24,7 +24,26 @@ enum class Dtype { Bf16, Fp16, Fp32, Fp8 };
 /// 1/g_o reduce-scatter over the ranks holding the same 1/g_g shard),
 /// dp_replica (all-reduce across the DP/g_o optimizer replicas) and
 /// dp_regather (1/g_o back to 1/g_p all-gather).
-enum class GroupKind { World, DpShard, DpReplica, Tp, Pp, Cp, Ep, Edp, DpGrad, DpOptim, DpRegather };
+/// Expert parameters use the same five over the expert-data-parallel ranks:
+/// edp (g_p), edp_grad, edp_optim, edp_replica, edp_regather; ep is the
+/// expert-parallel all-to-all group.
+enum class GroupKind {
+  World,
+  DpShard,
+  DpReplica,
+  Tp,
+  Pp,
+  Cp,
+  Ep,
+  Edp,
+  DpGrad,
+  DpOptim,
+  DpRegather,
+  EdpGrad,
+  EdpOptim,
+  EdpReplica,
+  EdpRegather
+};
 
 /// A process group: the ranks of one NCCL communicator.
 struct Group {

@@ -37,12 +37,14 @@ struct Builder {
     ops.push_back(std::move(op));
     flags.emplace_back(fwd, bwd);
   }
-  void comm(const std::string& name, core::CollectiveKind kind, std::int64_t bytes, bool fwd = true, bool bwd = true) {
+  void comm(const std::string& name, core::CollectiveKind kind, std::int64_t bytes, bool fwd = true, bool bwd = true,
+            CommGroup group = CommGroup::Tp) {
     GraphOp op;
     op.name = name;
     op.kind = ComputeKind::Elementwise;
     op.bytes = Bytes(bytes);
     op.collective = kind;
+    op.comm_group = group;
     push(std::move(op), fwd, bwd);
   }
 
@@ -245,12 +247,22 @@ Builder layer_forward(const ModelSpec& m, int layer, const GraphOptions& o) {
   b.bandwidth(p + "ffn_norm", ComputeKind::Norm, 2 * e * Th * h, Th * h);
   tp_enter(b, d, p + "ffn");
   if (m.is_moe_layer(layer)) {
-    // Experts split like a dense FFN across tensor-parallel ranks (expert TP = TP).
+    // Experts split like a dense FFN across tensor-parallel ranks (expert TP =
+    // TP) and, with expert parallelism, ep ways across ranks: each rank runs
+    // experts / ep experts on the tokens every rank of its ep group routed to
+    // them (uniform routing: ceil(cf · T · top_k / E) rows per expert per rank).
     const MoeSpec& x = *m.moe;
+    const std::int64_t ep = o.ep, rows = tokens_per_expert(x, T);
     b.gemm(p + "router", T, x.experts, h);
     b.bandwidth(p + "router_topk", ComputeKind::Elementwise, 2 * 4 * T * x.experts, T * x.experts);
     b.bandwidth(p + "moe_dispatch", ComputeKind::Elementwise, 2 * e * T * x.top_k * h, T * x.top_k * h);
-    ffn_ops(b, m, p, x.expert_ffn_hidden / d.t, tokens_per_expert(x, T), x.experts, "experts.");
+    if (ep > 1)
+      b.comm(p + "moe_dispatch_alltoall", core::CollectiveKind::AllToAll, e * rows * x.experts * h, true, true,
+             CommGroup::Ep);
+    ffn_ops(b, m, p, x.expert_ffn_hidden / d.t, rows * ep, x.experts / ep, "experts.");
+    if (ep > 1)
+      b.comm(p + "moe_combine_alltoall", core::CollectiveKind::AllToAll, e * rows * x.experts * h, true, true,
+             CommGroup::Ep);
     b.bandwidth(p + "moe_combine", ComputeKind::Elementwise, 2 * e * T * x.top_k * h, T * x.top_k * h);
     if (x.shared_experts > 0) {
       ffn_ops(b, m, p, x.shared_experts * x.shared_expert_ffn_hidden / d.t, T, 1, "shared.");
@@ -261,6 +273,11 @@ Builder layer_forward(const ModelSpec& m, int layer, const GraphOptions& o) {
   tp_leave(b, d, p + "ffn");
   b.bandwidth(p + "ffn_residual", ComputeKind::Elementwise, (m.dropout ? 3 * e + 1 : 3 * e) * Th * h, Th * h);
   return b;
+}
+
+// Matmul parameters of one routed expert.
+std::int64_t ffn_expert_matmul(const ModelSpec& m) {
+  return (m.ffn_activation == FfnActivation::SwiGlu ? 3 : 2) * m.hidden * m.moe->expert_ffn_hidden;
 }
 
 bool is_core_attention(const GraphOp& op) {
@@ -357,7 +374,9 @@ StepGraph build_step_graph(const ModelSpec& m, const GraphOptions& o) {
     u.name = fmt::format("layer{}", l);
     u.kind = UnitKind::Layer;
     u.layer = l;
-    u.params = u.weight_params = per_rank(layer_params(m, l), 2 * norm);
+    const std::int64_t experts = m.is_moe_layer(l) ? m.moe->experts * ffn_expert_matmul(m) : 0;
+    u.expert_params = experts / t / o.ep;
+    u.params = u.weight_params = per_rank(layer_params(m, l) - experts, 2 * norm);
     Builder b = layer_forward(m, l, o);
     u.forward = b.forward();
     std::vector<GraphOp> bwd = backward_of(b, flash_bwd);

@@ -32,7 +32,14 @@ struct GraphOptions {
   /// and reduce-scatters; without it, by all-reduces.
   int tp = 1;
   bool sequence_parallel = true;
+  /// Expert parallelism: each rank of an `ep` group holds experts / ep of
+  /// every MoE layer; tokens reach their experts by an all-to-all (dispatch)
+  /// and come back by another (combine).
+  int ep = 1;
 };
+
+/// Which group a collective of the step graph runs on.
+enum class CommGroup { Tp, Ep };
 
 enum class Phase { Forward, Recompute, BackwardInput, BackwardWeight };
 
@@ -44,8 +51,9 @@ struct GraphOp {
   core::Flops flops{};  // executed on the device
   core::Bytes bytes{};  // HBM traffic (reads + writes); for a collective its buffer (nccl-tests size)
   std::optional<core::GemmShape> gemm;
-  /// Set for a collective over the tensor-parallel group.
+  /// Set for a collective, over `comm_group`.
   std::optional<core::CollectiveKind> collective;
+  CommGroup comm_group = CommGroup::Tp;
 };
 
 enum class UnitKind { Embedding, Layer, Head };
@@ -55,8 +63,11 @@ struct Unit {
   std::string name;
   UnitKind kind = UnitKind::Layer;
   int layer = -1;  // transformer layer index, -1 for embedding and head
-  /// Parameters this unit owns on one tensor-parallel rank (a tied head owns none).
+  /// Dense parameters this unit owns on one tensor-parallel rank (a tied head owns none).
   std::int64_t params = 0;
+  /// Expert parameters on one rank (routed experts / ep, split by tp): sharded
+  /// and reduced over the expert-data-parallel dimension, apart from the dense ones.
+  std::int64_t expert_params = 0;
   /// Parameters its kernels read (a tied head reads the embedding table): what
   /// a sharded plan must gather before running it.
   std::int64_t weight_params = 0;

@@ -128,37 +128,38 @@ namespace {
 struct Unit {
   const models::Unit* u;
   int chunk;
-  std::int64_t padded;  // weight parameters padded to a multiple of g_o
-  std::int64_t owned;   // owned parameters padded likewise (0 for a tied head)
-};
-
-struct GroupIds {
-  int param = -1, grad = -1, optim = -1, replica = -1, regather = -1, tp = -1;
 };
 
 struct Layout {
-  int tp = 1, dp = 1, pp = 1, vpp = 1;
+  int tp = 1, dp = 1, pp = 1, vpp = 1, ep = 1;
 };
 
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
-// Adds the data-parallel groups of one kind: within every (tensor rank,
-// stage) slice, blocks of `block` consecutive data-parallel ranks, split into
-// `block / stride` groups of ranks `stride` apart. Returns the id of the group
-// holding the stage's representative (t = 0, d = 0), or -1 for one-rank groups.
-std::vector<int> add_dp_groups(core::Schedule& s, core::GroupKind kind, const Layout& l, int block, int stride) {
+// Adds the groups of one kind over a data-parallel dimension. Within every
+// (tensor rank, stage) slice the dimension's index x in [0, count) is the
+// data-parallel rank d = offset + mult·x for each offset in [0, mult) (dense
+// parameters: mult 1, count DP; expert parameters: mult ep, count DP / ep).
+// Blocks of `block` consecutive x are split into block / stride groups of x
+// `stride` apart. Returns, per stage, the id of the group holding the stage's
+// representative, or -1 for one-rank groups.
+std::vector<int> add_dp_groups(core::Schedule& s, core::GroupKind kind, const Layout& l, int mult, int count, int block,
+                               int stride) {
   std::vector<int> first(static_cast<std::size_t>(l.pp), -1);
   if (block / stride <= 1) return first;
   for (int p = 0; p < l.pp; ++p) {
     for (int t = 0; t < l.tp; ++t) {
-      for (int b = 0; b < l.dp; b += block) {
-        for (int off = 0; off < stride; ++off) {
-          core::Group g;
-          g.id = static_cast<int>(s.groups.size());
-          g.kind = kind;
-          for (int d = b + off; d < b + block; d += stride) g.ranks.push_back(rank_of(t, d, p, l.tp, l.dp));
-          if (t == 0 && b == 0 && off == 0) first[static_cast<std::size_t>(p)] = g.id;
-          s.groups.push_back(std::move(g));
+      for (int o = 0; o < mult; ++o) {
+        for (int b = 0; b < count; b += block) {
+          for (int off = 0; off < stride; ++off) {
+            core::Group g;
+            g.id = static_cast<int>(s.groups.size());
+            g.kind = kind;
+            for (int x = b + off; x < b + block; x += stride)
+              g.ranks.push_back(rank_of(t, o + mult * x, p, l.tp, l.dp));
+            if (t == 0 && o == 0 && b == 0 && off == 0) first[static_cast<std::size_t>(p)] = g.id;
+            s.groups.push_back(std::move(g));
+          }
         }
       }
     }
@@ -182,6 +183,18 @@ std::vector<int> add_tp_groups(core::Schedule& s, const Layout& l) {
   return first;
 }
 
+/// A class of parameters sharded by one hierarchical ZeRO plan: the dense
+/// parameters over DP, or the expert parameters over DP / ep.
+struct ParamClass {
+  std::string tag;  // "" or ".experts": appended to op names
+  ShardSizes sh;
+  int ranks = 1;  // data-parallel ranks of this class (DP or DP / ep)
+  struct Groups {
+    int param = -1, grad = -1, optim = -1, replica = -1, regather = -1;
+  };
+  std::vector<Groups> groups;  // per stage
+};
+
 class Lowering {
  public:
   struct Stage {
@@ -190,22 +203,35 @@ class Lowering {
     int prev_rep = -1, next_rep = -1;  // representatives of the neighbouring stages
     std::vector<PipelineSlot> order;
     std::int64_t boundary_bytes = 0;  // activation or gradient between stages
+    int tp_group = -1, ep_group = -1;
   };
 
-  Lowering(std::vector<std::pair<const models::Unit*, int>> units, const BatchSplit& batch, const PlanOptions& opt,
-           ShardSizes shards, bool async, GroupIds groups, Layout layout, Stage stage, const topologies::Topology& topo)
+  Lowering(std::vector<Unit> units, const BatchSplit& batch, const PlanOptions& opt,
+           const std::vector<ParamClass>& classes, bool async, Layout layout, Stage stage,
+           const topologies::Topology& topo)
       : batch_(batch),
         opt_(opt),
-        sh_(shards),
         async_(async),
-        groups_(groups),
         layout_(layout),
         stage_(std::move(stage)),
         topo_(topo),
-        b_(stage_.index, layout.pp > 1 ? fmt::format("stage{}", stage_.index) : "dp", stage_.ranks) {
-    for (auto [u, chunk] : units) {
-      std::int64_t o = shards.optim;
-      units_.push_back(Unit{u, chunk, ceil_div(u->weight_params, o) * o, ceil_div(u->params, o) * o});
+        b_(stage_.index, layout.pp > 1 ? fmt::format("stage{}", stage_.index) : "dp", stage_.ranks),
+        units_(std::move(units)) {
+    for (const ParamClass& c : classes) {
+      Class k;
+      k.tag = c.tag;
+      k.sh = c.sh;
+      k.ranks = c.ranks;
+      k.groups = c.groups.at(static_cast<std::size_t>(stage_.index));
+      // Each unit is flattened and padded to a multiple of g_o.
+      const std::int64_t o = c.sh.optim;
+      for (const auto& u : units_) {
+        std::int64_t weights = c.tag.empty() ? u.u->weight_params : u.u->expert_params;
+        std::int64_t owned = c.tag.empty() ? u.u->params : u.u->expert_params;
+        k.padded.push_back(ceil_div(weights, o) * o);
+        k.owned.push_back(ceil_div(owned, o) * o);
+      }
+      classes_.push_back(std::move(k));
     }
     acc_ = core::dtype_bytes(opt.grad_dtype);
   }
@@ -227,6 +253,17 @@ class Lowering {
   }
 
  private:
+  struct Class {
+    std::string tag;
+    ShardSizes sh;
+    int ranks = 1;
+    ParamClass::Groups groups;
+    std::vector<std::int64_t> padded, owned;  // per unit
+    bool gathers(std::size_t u) const { return sh.param > 1 && padded[u] > 0; }
+    bool reduces(std::size_t u) const { return sh.grad > 1 && padded[u] > 0; }
+    bool step_reduction() const { return sh.optim / sh.grad > 1 || ranks / sh.optim > 1; }
+  };
+
   struct Use {
     std::size_t unit;
     std::int64_t mb;
@@ -236,14 +273,27 @@ class Lowering {
     int chunk = 0;
   };
 
-  bool gathers() const { return sh_.param > 1; }
+  bool any_gathers(std::size_t u) const {
+    return std::any_of(classes_.begin(), classes_.end(), [&](const Class& c) { return c.gathers(u); });
+  }
+  bool any_reduces(std::size_t u) const {
+    return std::any_of(classes_.begin(), classes_.end(), [&](const Class& c) { return c.reduces(u); });
+  }
   // Gathered buffers come from the pool when async and each is freed before
   // the next use of its slot (reshard after forward); otherwise they are
   // allocated per use.
   bool pooled() const { return async_ && opt_.reshard_after_forward; }
-  bool reduces_per_micro_batch() const { return sh_.grad > 1; }
-  Bytes gathered_bytes(std::size_t u) const { return Bytes(2 * units_[u].padded); }
-  Bytes full_grad_bytes(std::size_t u) const { return Bytes(2 * units_[u].padded); }
+  // Gathered parameters (and full bf16 gradients) of a unit, all classes.
+  Bytes gathered_bytes(std::size_t u) const {
+    std::int64_t n = 0;
+    for (const auto& c : classes_) n += c.gathers(u) ? 2 * c.padded[u] : 0;
+    return Bytes(n);
+  }
+  Bytes full_grad_bytes(std::size_t u) const {
+    std::int64_t n = 0;
+    for (const auto& c : classes_) n += c.reduces(u) ? 2 * c.padded[u] : 0;
+    return Bytes(n);
+  }
   std::string buf(const char* what, std::size_t j) const { return fmt::format("{}.{}", what, j); }
   // The first and last virtual pipeline stage hold the embedding and the head.
   bool first_virtual(int chunk) const { return stage_.index == 0 && chunk == 0; }
@@ -264,21 +314,30 @@ class Lowering {
       send_bwd_ = b_.add_stream("pp_send_bwd", StreamKind::Comm, main);
     }
 
-    // Model state, per rank: bf16 parameters over g_p, accumulated gradients
-    // over g_g, fp32 master weights and Adam moments over g_o.
-    std::int64_t owned = 0;
-    for (const auto& u : units_) owned += u.owned;
-    b_.alloc(comp_, "params", Bytes(2 * owned / sh_.param));
-    b_.alloc(comp_, "grads", Bytes(acc_ * owned / sh_.grad));
-    b_.alloc(comp_, "optimizer_states", Bytes(kOptimizerStateBytesPerParam * owned / sh_.optim));
+    // Model state, per rank and class: bf16 parameters over g_p, accumulated
+    // gradients over g_g, fp32 master weights and Adam moments over g_o.
+    std::int64_t params = 0, grads = 0, states = 0;
+    for (const auto& c : classes_) {
+      std::int64_t owned = 0;
+      for (auto o : c.owned) owned += o;
+      params += 2 * owned / c.sh.param;
+      grads += acc_ * owned / c.sh.grad;
+      states += kOptimizerStateBytesPerParam * owned / c.sh.optim;
+    }
+    b_.alloc(comp_, "params", Bytes(params));
+    b_.alloc(comp_, "grads", Bytes(grads));
+    b_.alloc(comp_, "optimizer_states", Bytes(states));
     if (async_) {
       // Pools of prefetch_depth + 1 slots sized for the largest unit: allocated
       // once, so per-use buffers never fragment the heap.
       const auto slots = static_cast<std::int64_t>(opt_.prefetch_depth) + 1;
-      Bytes largest{};
-      for (std::size_t u = 0; u < units_.size(); ++u) largest = std::max(largest, gathered_bytes(u));
-      if (gathers() && pooled()) b_.alloc(comp_, "pool.gathered", Bytes(slots * largest.count()));
-      if (reduces_per_micro_batch()) b_.alloc(comp_, "pool.grad", Bytes(slots * largest.count()));
+      Bytes gathered{}, grad{};
+      for (std::size_t u = 0; u < units_.size(); ++u) {
+        gathered = std::max(gathered, gathered_bytes(u));
+        grad = std::max(grad, full_grad_bytes(u));
+      }
+      if (gathered.count() > 0 && pooled()) b_.alloc(comp_, "pool.gathered", Bytes(slots * gathered.count()));
+      if (grad.count() > 0) b_.alloc(comp_, "pool.grad", Bytes(slots * grad.count()));
     }
 
     for (const PipelineSlot& slot : stage_.order) {
@@ -288,8 +347,8 @@ class Lowering {
       }
       if (slot.backward) std::reverse(in_chunk.begin(), in_chunk.end());
       for (std::size_t i = 0; i < in_chunk.size(); ++i) {
-        Use use{in_chunk[i], slot.micro_batch, slot.backward,
-                gathers() && (!slot.backward || opt_.reshard_after_forward)};
+        std::size_t u = in_chunk[i];
+        Use use{u, slot.micro_batch, slot.backward, any_gathers(u) && (!slot.backward || opt_.reshard_after_forward)};
         use.first_of_slot = i == 0;
         use.last_of_slot = i + 1 == in_chunk.size();
         use.chunk = slot.chunk;
@@ -298,7 +357,7 @@ class Lowering {
     }
     for (std::size_t j = 0; j < uses_.size(); ++j) {
       if (uses_[j].gathers) gather_uses_.push_back(j);
-      if (uses_[j].backward) bwd_uses_.push_back(j);
+      if (uses_[j].backward && any_reduces(uses_[j].unit)) reduce_uses_.push_back(j);
     }
     ag_done_.assign(uses_.size(), -1);
     use_done_.assign(uses_.size(), -1);
@@ -313,11 +372,11 @@ class Lowering {
     if (layout_.pp <= 1) return;
     if (!use.backward && !first_virtual(use.chunk)) {
       int from = stage_.prev_rep;  // the stage before (stage 0 chunk c: the last stage, chunk c - 1)
-      b_.recv(comp_, fmt::format("recv act mb{} chunk{}", use.mb, use.chunk), from, next_seq(recv_seq_, from),
+      b_.recv(comp_, fmt::format("recv act mb{} chunk{}", use.mb, use.chunk), from, recv_seq_[from]++,
               Bytes(stage_.boundary_bytes));
     } else if (use.backward && !last_virtual(use.chunk)) {
       int from = stage_.next_rep;
-      b_.recv(comp_, fmt::format("recv grad mb{} chunk{}", use.mb, use.chunk), from, next_seq(recv_seq_, from),
+      b_.recv(comp_, fmt::format("recv grad mb{} chunk{}", use.mb, use.chunk), from, recv_seq_[from]++,
               Bytes(stage_.boundary_bytes));
     }
   }
@@ -329,23 +388,22 @@ class Lowering {
       int ready = b_.record(comp_, fmt::format("act ready mb{} chunk{}", use.mb, use.chunk));
       b_.wait(send_fwd_, ready, "wait act ready");
       b_.send(send_fwd_, fmt::format("send act mb{} chunk{}", use.mb, use.chunk), stage_.next_rep,
-              next_seq(send_seq_, stage_.next_rep), Bytes(stage_.boundary_bytes));
+              send_seq_[stage_.next_rep]++, Bytes(stage_.boundary_bytes));
     } else if (use.backward && !first_virtual(use.chunk)) {
       int ready = b_.record(comp_, fmt::format("grad ready mb{} chunk{}", use.mb, use.chunk));
       b_.wait(send_bwd_, ready, "wait grad ready");
       b_.send(send_bwd_, fmt::format("send grad mb{} chunk{}", use.mb, use.chunk), stage_.prev_rep,
-              next_seq(send_seq_, stage_.prev_rep), Bytes(stage_.boundary_bytes));
+              send_seq_[stage_.prev_rep]++, Bytes(stage_.boundary_bytes));
     }
   }
 
-  static int next_seq(std::map<int, int>& counters, int peer) { return counters[peer]++; }
-
-  // The compute ops of a unit's forward or backward, with tensor-parallel
-  // collectives on the compute stream (they sit on the critical path).
+  // The compute ops of a unit's forward or backward, with tensor- and
+  // expert-parallel collectives on the compute stream (on the critical path).
   void unit_ops(const std::vector<models::GraphOp>& ops) {
     for (const auto& op : ops) {
       if (op.collective) {
-        b_.collective(comp_, op.name, *op.collective, groups_.tp, op.bytes, Dtype::Bf16);
+        int group = op.comm_group == models::CommGroup::Tp ? stage_.tp_group : stage_.ep_group;
+        b_.collective(comp_, op.name, *op.collective, group, op.bytes, Dtype::Bf16);
       } else {
         b_.compute(comp_, op, Dtype::Bf16);
       }
@@ -378,29 +436,32 @@ class Lowering {
       }
     }
     if (!pooled()) b_.alloc(ag_, buf("gathered", j), gathered_bytes(use.unit));
-    b_.collective(ag_, fmt::format("{}.allgather.{}", unit.name, use.backward ? "bwd" : "fwd"),
-                  CollectiveKind::AllGather, groups_.param, gathered_bytes(use.unit), Dtype::Bf16);
+    for (const auto& c : classes_) {
+      if (!c.gathers(use.unit)) continue;
+      b_.collective(ag_, fmt::format("{}{}.allgather.{}", unit.name, c.tag, use.backward ? "bwd" : "fwd"),
+                    CollectiveKind::AllGather, c.groups.param, Bytes(2 * c.padded[use.unit]), Dtype::Bf16);
+    }
     ag_done_[j] = b_.record(ag_, fmt::format("{}.gathered", unit.name));
     if (!use.backward) forward_gather_[slot(use)] = static_cast<int>(j);
   }
 
   std::size_t slot(const Use& use) const { return static_cast<std::size_t>(use.mb) * units_.size() + use.unit; }
 
-  // The use whose gathered buffer this use computes with.
-  std::size_t gathered_by(std::size_t j) const {
+  // The use whose gathered buffer this use computes with (-1: none).
+  int gathered_by(std::size_t j) const {
     const Use& use = uses_[j];
-    if (use.gathers) return j;
-    return static_cast<std::size_t>(forward_gather_[slot(use)]);
+    if (use.gathers) return static_cast<int>(j);
+    return any_gathers(use.unit) ? forward_gather_[slot(use)] : -1;
   }
 
   void forward(std::size_t j) {
     const Use& use = uses_[j];
     const auto& unit = *units_[use.unit].u;
-    if (gathers()) b_.wait(comp_, ag_done_[j], fmt::format("wait {}.gathered", unit.name));
+    if (use.gathers) b_.wait(comp_, ag_done_[j], fmt::format("wait {}.gathered", unit.name));
     b_.alloc(comp_, fmt::format("act.u{}.mb{}", use.unit, use.mb), unit.activations);
     unit_ops(unit.forward);
     use_done_[j] = b_.record(comp_, fmt::format("{}.fwd_done", unit.name));
-    if (gathers() && opt_.reshard_after_forward && !pooled()) {
+    if (use.gathers && opt_.reshard_after_forward && !pooled()) {
       b_.free(comp_, buf("gathered", j), gathered_bytes(use.unit));
     }
   }
@@ -409,14 +470,18 @@ class Lowering {
     const Use& use = uses_[j];
     const auto& unit = *units_[use.unit].u;
     const bool last_mb = use.mb + 1 == batch_.micro_batches;
-    if (gathers()) b_.wait(comp_, ag_done_[gathered_by(j)], fmt::format("wait {}.gathered", unit.name));
-    if (reduces_per_micro_batch()) {
+    const int gathered = gathered_by(j);
+    if (gathered >= 0) {
+      b_.wait(comp_, ag_done_[static_cast<std::size_t>(gathered)], fmt::format("wait {}.gathered", unit.name));
+    }
+    const bool reduces = any_reduces(use.unit);
+    if (reduces) {
       // The full-gradient buffer: a pool slot (free once the reduce-scatter
-      // that used it depth + 1 backward uses ago is done) or a fresh allocation.
-      std::size_t k = bwd_index_++;
+      // that used it depth + 1 reducing uses ago is done) or a fresh allocation.
+      std::size_t k = reduce_index_++;
       const std::size_t depth = static_cast<std::size_t>(opt_.prefetch_depth);
       if (async_) {
-        if (k >= depth + 1) b_.wait(comp_, rs_done_[bwd_uses_[k - depth - 1]], "wait grad slot");
+        if (k >= depth + 1) b_.wait(comp_, rs_done_[reduce_uses_[k - depth - 1]], "wait grad slot");
       } else {
         b_.alloc(comp_, buf("grad", j), full_grad_bytes(use.unit));
       }
@@ -426,81 +491,99 @@ class Lowering {
     unit_ops(unit.backward);
     if (unit.recomputed.count() > 0) b_.free(comp_, recomputed, unit.recomputed);
     use_done_[j] = b_.record(comp_, fmt::format("{}.bwd_done", unit.name));
-    if (gathers() && !pooled()) b_.free(comp_, buf("gathered", gathered_by(j)), gathered_bytes(use.unit));
+    if (gathered >= 0 && !pooled()) {
+      b_.free(comp_, buf("gathered", static_cast<std::size_t>(gathered)), gathered_bytes(use.unit));
+    }
     b_.free(comp_, fmt::format("act.u{}.mb{}", use.unit, use.mb), unit.activations);
 
-    if (reduces_per_micro_batch()) {
+    bool waited = false;
+    if (reduces) {
       b_.wait(rs_, use_done_[j], fmt::format("wait {}.bwd_done", unit.name));
-      b_.collective(rs_, unit.name + ".grad_reducescatter", CollectiveKind::ReduceScatter, groups_.grad,
-                    full_grad_bytes(use.unit), Dtype::Bf16);
-      const std::int64_t shard = units_[use.unit].padded / sh_.grad;
-      b_.compute(rs_, unit.name + ".grad_accumulate", ComputeKind::Elementwise, Flops(static_cast<double>(shard)),
-                 Bytes((2 + 2 * acc_) * shard), opt_.grad_dtype);
+      waited = true;
+      for (const auto& c : classes_) {
+        if (!c.reduces(use.unit)) continue;
+        b_.collective(rs_, fmt::format("{}{}.grad_reducescatter", unit.name, c.tag), CollectiveKind::ReduceScatter,
+                      c.groups.grad, Bytes(2 * c.padded[use.unit]), Dtype::Bf16);
+        const std::int64_t shard = c.padded[use.unit] / c.sh.grad;
+        b_.compute(rs_, fmt::format("{}{}.grad_accumulate", unit.name, c.tag), ComputeKind::Elementwise,
+                   Flops(static_cast<double>(shard)), Bytes((2 + 2 * acc_) * shard), opt_.grad_dtype);
+      }
       rs_done_[j] = b_.record(rs_, fmt::format("{}.grad_reduced", unit.name));
       if (!async_) b_.free(rs_, buf("grad", j), full_grad_bytes(use.unit));
-    } else if (last_mb && needs_step_reduction()) {
-      b_.wait(rs_, use_done_[j], fmt::format("wait {}.bwd_done", unit.name));
     }
-    if (last_mb) reduce_for_optimizer(use.unit);
+    if (last_mb) reduce_for_optimizer(use.unit, j, waited);
   }
 
-  bool needs_step_reduction() const { return sh_.optim / sh_.grad > 1 || layout_.dp / sh_.optim > 1; }
-
   // Once the unit's gradients are final: 1/g_g -> 1/g_o, then across replicas.
-  void reduce_for_optimizer(std::size_t u) {
+  void reduce_for_optimizer(std::size_t u, std::size_t j, bool waited) {
     const auto& unit = *units_[u].u;
-    if (units_[u].owned == 0) return;
-    if (sh_.optim / sh_.grad > 1) {
-      b_.collective(rs_, unit.name + ".grad_reducescatter.optim", CollectiveKind::ReduceScatter, groups_.optim,
-                    Bytes(acc_ * units_[u].padded / sh_.grad), opt_.grad_dtype);
+    bool any = false;
+    for (const auto& c : classes_) {
+      if (c.owned[u] == 0) continue;
+      if (c.step_reduction() && !waited) {
+        b_.wait(rs_, use_done_[j], fmt::format("wait {}.bwd_done", unit.name));
+        waited = true;
+      }
+      if (c.sh.optim / c.sh.grad > 1) {
+        b_.collective(rs_, fmt::format("{}{}.grad_reducescatter.optim", unit.name, c.tag),
+                      CollectiveKind::ReduceScatter, c.groups.optim, Bytes(acc_ * c.padded[u] / c.sh.grad),
+                      opt_.grad_dtype);
+      }
+      if (c.ranks / c.sh.optim > 1) {
+        b_.collective(rs_, fmt::format("{}{}.grad_allreduce", unit.name, c.tag), CollectiveKind::AllReduce,
+                      c.groups.replica, Bytes(acc_ * c.padded[u] / c.sh.optim), opt_.grad_dtype);
+      }
+      any = true;
     }
-    if (layout_.dp / sh_.optim > 1) {
-      b_.collective(rs_, unit.name + ".grad_allreduce", CollectiveKind::AllReduce, groups_.replica,
-                    Bytes(acc_ * units_[u].padded / sh_.optim), opt_.grad_dtype);
-    }
-    reduced_.emplace_back(u, needs_step_reduction() || reduces_per_micro_batch()
-                                 ? b_.record(rs_, fmt::format("{}.grads_final", unit.name))
-                                 : -1);
+    if (any) reduced_.emplace_back(u, waited ? b_.record(rs_, fmt::format("{}.grads_final", unit.name)) : -1);
   }
 
   void step_end() {
     // Adam per unit on the compute stream as each unit's reduction lands
     // (units arrive in backward order), then the regather of its parameters.
+    std::int64_t grads = 0;
     for (auto [u, ev] : reduced_) {
       const auto& unit = *units_[u].u;
       if (ev >= 0) b_.wait(comp_, ev, fmt::format("wait {}.grads_final", unit.name));
-      const std::int64_t shard = units_[u].owned / sh_.optim;
-      b_.compute(comp_, unit.name + ".adam", ComputeKind::Optimizer, Flops(12.0 * static_cast<double>(shard)),
-                 Bytes(kAdamBytesPerParam * shard), Dtype::Fp32);
-      if (sh_.optim / sh_.param > 1) {
+      bool regather = false;
+      for (const auto& c : classes_) {
+        if (c.owned[u] == 0) continue;
+        const std::int64_t shard = c.owned[u] / c.sh.optim;
+        b_.compute(comp_, fmt::format("{}{}.adam", unit.name, c.tag), ComputeKind::Optimizer,
+                   Flops(12.0 * static_cast<double>(shard)), Bytes(kAdamBytesPerParam * shard), Dtype::Fp32);
+        regather = regather || c.sh.optim / c.sh.param > 1;
+      }
+      if (regather) {
         int done = b_.record(comp_, fmt::format("{}.updated", unit.name));
         b_.wait(ag_, done, fmt::format("wait {}.updated", unit.name));
-        b_.collective(ag_, unit.name + ".param_allgather.optim", CollectiveKind::AllGather, groups_.regather,
-                      Bytes(2 * units_[u].owned / sh_.param), Dtype::Bf16);
+        for (const auto& c : classes_) {
+          if (c.owned[u] == 0 || c.sh.optim / c.sh.param <= 1) continue;
+          b_.collective(ag_, fmt::format("{}{}.param_allgather.optim", unit.name, c.tag), CollectiveKind::AllGather,
+                        c.groups.regather, Bytes(2 * c.owned[u] / c.sh.param), Dtype::Bf16);
+        }
       }
     }
-    std::int64_t owned = 0;
-    for (const auto& u : units_) owned += u.owned;
-    b_.compute(comp_, "zero_grads", ComputeKind::Elementwise, Flops(0), Bytes(acc_ * owned / sh_.grad),
-               opt_.grad_dtype);
+    for (const auto& c : classes_) {
+      for (auto o : c.owned) grads += acc_ * o / c.sh.grad;
+    }
+    b_.compute(comp_, "zero_grads", ComputeKind::Elementwise, Flops(0), Bytes(grads), opt_.grad_dtype);
   }
 
   const BatchSplit& batch_;
   const PlanOptions& opt_;
-  ShardSizes sh_;
   bool async_;
-  GroupIds groups_;
   Layout layout_;
   Stage stage_;
   const topologies::Topology& topo_;
   ProgramBuilder b_;
   std::vector<Unit> units_;
+  std::vector<Class> classes_;
   std::int64_t acc_ = 4;
   int comp_ = 0, ag_ = 0, rs_ = 0, send_fwd_ = -1, send_bwd_ = -1;
   std::vector<Use> uses_;
-  std::vector<std::size_t> gather_uses_, bwd_uses_;
+  std::vector<std::size_t> gather_uses_, reduce_uses_;
   std::vector<int> ag_done_, use_done_, rs_done_, forward_gather_;
-  std::size_t next_gather_ = 0, bwd_index_ = 0;
+  std::size_t next_gather_ = 0, reduce_index_ = 0;
   std::vector<std::pair<std::size_t, int>> reduced_;
   std::map<int, int> send_seq_, recv_seq_;
 };
@@ -586,7 +669,18 @@ core::Schedule lower(const models::ModelSpec& m, const topologies::Topology& top
   BatchSplit batch = split_batch(m, topo.devices(), o);
   const ShardSizes sh = resolve_shards(o, batch.data_parallel, topo.spec());
   const bool async = resolve_async(o);
-  Layout layout{o.tp, batch.data_parallel, o.pp, o.vpp};
+  Layout layout{o.tp, batch.data_parallel, o.pp, o.vpp, o.ep};
+  if (o.ep < 1 || batch.data_parallel % o.ep != 0) {
+    throw core::InputError(
+        "command line", "--ep",
+        fmt::format("expected a divisor of the data-parallel size {}, got {}", batch.data_parallel, o.ep));
+  }
+  if (o.ep > 1 && (!m.moe || m.moe->experts % o.ep != 0)) {
+    throw core::InputError(
+        "command line", "--ep",
+        m.moe ? fmt::format("expected a divisor of the {} experts of {}, got {}", m.moe->experts, m.name, o.ep)
+              : fmt::format("{} has no experts: expected --ep 1", m.name));
+  }
   if (m.heads % o.tp != 0) {
     throw core::InputError(
         "command line", "--tp",
@@ -610,6 +704,7 @@ core::Schedule lower(const models::ModelSpec& m, const topologies::Topology& top
   go.flash_attention = o.flash_attention;
   go.tp = o.tp;
   go.sequence_parallel = o.sequence_parallel;
+  go.ep = o.ep;
   models::StepGraph graph = models::build_step_graph(m, go);
 
   core::Schedule s;
@@ -625,11 +720,43 @@ core::Schedule lower(const models::ModelSpec& m, const topologies::Topology& top
 
   const int dp = batch.data_parallel;
   std::vector<int> tp_groups = add_tp_groups(s, layout);
-  std::vector<int> param = add_dp_groups(s, core::GroupKind::DpShard, layout, sh.param, 1);
-  std::vector<int> grad = add_dp_groups(s, core::GroupKind::DpGrad, layout, sh.grad, 1);
-  std::vector<int> optim = add_dp_groups(s, core::GroupKind::DpOptim, layout, sh.optim, sh.grad);
-  std::vector<int> replica = add_dp_groups(s, core::GroupKind::DpReplica, layout, dp, sh.optim);
-  std::vector<int> regather = add_dp_groups(s, core::GroupKind::DpRegather, layout, sh.optim, sh.param);
+  // Dense parameters: the (g_p, g_g, g_o) plan over DP.
+  std::vector<ParamClass> classes;
+  auto add_class = [&](const std::string& tag, ShardSizes shards, int mult, int count, bool expert) {
+    using K = core::GroupKind;
+    ParamClass c;
+    c.tag = tag;
+    c.sh = shards;
+    c.ranks = count;
+    auto param = add_dp_groups(s, expert ? K::Edp : K::DpShard, layout, mult, count, shards.param, 1);
+    auto grad = add_dp_groups(s, expert ? K::EdpGrad : K::DpGrad, layout, mult, count, shards.grad, 1);
+    auto optim = add_dp_groups(s, expert ? K::EdpOptim : K::DpOptim, layout, mult, count, shards.optim, shards.grad);
+    auto replica = add_dp_groups(s, expert ? K::EdpReplica : K::DpReplica, layout, mult, count, count, shards.optim);
+    auto regather =
+        add_dp_groups(s, expert ? K::EdpRegather : K::DpRegather, layout, mult, count, shards.optim, shards.param);
+    for (int p = 0; p < o.pp; ++p) {
+      const auto at = static_cast<std::size_t>(p);
+      c.groups.push_back({param[at], grad[at], optim[at], replica[at], regather[at]});
+    }
+    classes.push_back(std::move(c));
+  };
+  add_class("", sh, 1, dp, false);
+  // Expert parameters: already split ep ways; the same plan over the DP / ep
+  // expert-data-parallel ranks (group sizes capped at DP / ep).
+  std::vector<int> ep_groups(static_cast<std::size_t>(o.pp), -1);
+  ShardSizes expert_sh{};
+  if (m.moe) {
+    const int edp = dp / o.ep;
+    expert_sh = {std::min(sh.param, edp), std::min(sh.grad, edp), std::min(sh.optim, edp)};
+    if (edp % expert_sh.optim != 0 || expert_sh.optim % expert_sh.param != 0 || expert_sh.optim % expert_sh.grad != 0) {
+      throw core::InputError(
+          "command line", "--ep",
+          fmt::format("expert group sizes ({}, {}, {}) do not nest in the {} expert-data-parallel ranks",
+                      expert_sh.param, expert_sh.grad, expert_sh.optim, edp));
+    }
+    if (o.ep > 1) ep_groups = add_dp_groups(s, core::GroupKind::Ep, layout, 1, dp, o.ep, 1);
+    add_class(".experts", expert_sh, o.ep, edp, true);
+  }
 
   // Virtual stage c·pp + p holds layers [(c·pp + p)·Lc, (c·pp + p + 1)·Lc); the
   // embedding rides with the first, the head with the last.
@@ -638,7 +765,7 @@ core::Schedule lower(const models::ModelSpec& m, const topologies::Topology& top
                                 (o.tp > 1 && o.sequence_parallel ? o.tp : 1);
   auto rep = [&](int p) { return rank_of(0, 0, p, o.tp, dp); };
   for (int p = 0; p < o.pp; ++p) {
-    std::vector<std::pair<const models::Unit*, int>> units;
+    std::vector<Unit> units;
     for (const auto& u : graph.units) {
       int chunk = -1;
       if (u.kind == models::UnitKind::Embedding && p == 0) chunk = 0;
@@ -647,13 +774,13 @@ core::Schedule lower(const models::ModelSpec& m, const topologies::Topology& top
         int virtual_stage = u.layer / per_chunk;
         if (virtual_stage % o.pp == p) chunk = virtual_stage / o.pp;
       }
-      if (chunk >= 0) units.emplace_back(&u, chunk);
+      if (chunk >= 0) units.push_back(Unit{&u, chunk});
     }
     std::sort(units.begin(), units.end(), [](const auto& a, const auto& b) {
       auto order = [](const models::Unit* u) {
         return u->kind == models::UnitKind::Embedding ? -1 : u->kind == models::UnitKind::Head ? INT32_MAX : u->layer;
       };
-      return std::pair{a.second, order(a.first)} < std::pair{b.second, order(b.first)};
+      return std::pair{a.chunk, order(a.u)} < std::pair{b.chunk, order(b.u)};
     });
     Lowering::Stage stage;
     stage.index = p;
@@ -662,35 +789,38 @@ core::Schedule lower(const models::ModelSpec& m, const topologies::Topology& top
     stage.next_rep = rep((p + 1) % o.pp);
     stage.order = pipeline_order(p, o.pp, o.vpp, batch.micro_batches);
     stage.boundary_bytes = boundary;
-    const auto at = static_cast<std::size_t>(p);
-    GroupIds g{param[at], grad[at], optim[at], replica[at], regather[at], tp_groups[at]};
-    Lowering lowering(std::move(units), batch, o, sh, async, g, layout, std::move(stage), topo);
+    stage.tp_group = tp_groups[static_cast<std::size_t>(p)];
+    stage.ep_group = ep_groups[static_cast<std::size_t>(p)];
+    Lowering lowering(std::move(units), batch, o, classes, async, layout, std::move(stage), topo);
     s.programs.push_back(lowering.run());
   }
 
-  nlohmann::json prov{{"plan",
-                       {{"strategy", to_string(o.strategy)},
-                        {"param_shard", sh.param},
-                        {"grad_shard", sh.grad},
-                        {"optim_shard", sh.optim},
-                        {"async", async},
-                        {"reshard_after_forward", o.reshard_after_forward},
-                        {"tp", o.tp},
-                        {"sequence_parallel", o.tp > 1 && o.sequence_parallel},
-                        {"pp", o.pp},
-                        {"vpp", o.vpp},
-                        {"seq_len", batch.seq_len},
-                        {"global_batch_sequences", batch.sequences},
-                        {"micro_batch", o.micro_batch},
-                        {"micro_batches", batch.micro_batches},
-                        {"data_parallel", batch.data_parallel},
-                        {"recompute", recompute_name(o.recompute)},
-                        {"flash_attention", o.flash_attention},
-                        {"prefetch_depth", o.prefetch_depth},
-                        {"grad_dtype", core::to_string(o.grad_dtype)}}},
-                      {"model", m.name},
-                      {"cluster", topo.spec().name},
-                      {"gpus", topo.devices()}};
+  nlohmann::json prov{
+      {"plan",
+       {{"strategy", to_string(o.strategy)},
+        {"param_shard", sh.param},
+        {"grad_shard", sh.grad},
+        {"optim_shard", sh.optim},
+        {"ep", o.ep},
+        {"expert_shards", m.moe ? nlohmann::json{expert_sh.param, expert_sh.grad, expert_sh.optim} : nlohmann::json()},
+        {"async", async},
+        {"reshard_after_forward", o.reshard_after_forward},
+        {"tp", o.tp},
+        {"sequence_parallel", o.tp > 1 && o.sequence_parallel},
+        {"pp", o.pp},
+        {"vpp", o.vpp},
+        {"seq_len", batch.seq_len},
+        {"global_batch_sequences", batch.sequences},
+        {"micro_batch", o.micro_batch},
+        {"micro_batches", batch.micro_batches},
+        {"data_parallel", batch.data_parallel},
+        {"recompute", recompute_name(o.recompute)},
+        {"flash_attention", o.flash_attention},
+        {"prefetch_depth", o.prefetch_depth},
+        {"grad_dtype", core::to_string(o.grad_dtype)}}},
+      {"model", m.name},
+      {"cluster", topo.spec().name},
+      {"gpus", topo.devices()}};
   s.provenance_json = prov.dump();
   core::check_schedule(s);
   return s;

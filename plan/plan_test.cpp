@@ -336,3 +336,56 @@ TEST(Pipeline, ComposesWithTensorParallelAndShardedDataParallel) {
 
 }  // namespace
 }  // namespace hzp::plan
+
+namespace hzp::plan {
+namespace {
+
+// Expert parallelism: every MoE layer dispatches and combines by all-to-all
+// over the ep group (twice forward, twice backward, each buffer
+// ceil(T·top_k/E)·E·h·2 bytes), and expert parameters are sharded over the
+// DP / ep expert-data-parallel ranks apart from the dense ones:
+// model state = (2/g_p + 4/g_g + 12/g_o)·Ψ_dense + (2/e_p + 4/e_g + 12/e_o)·Ψ_experts / ep.
+TEST(ExpertParallel, AllToAllsAndExpertShards) {
+  models::ModelSpec m = models::load_model("mixtral-8x7b");
+  topologies::Topology topo(topologies::load_cluster("dgx-h100"), 32);
+  PlanOptions o = options(Strategy::Fsdp, 32 * 4096);
+  o.seq_len = 4096;
+  o.ep = 8;
+  core::Schedule s = lower(m, topo, o);
+  Totals t = totals(s);
+  const std::int64_t T = 4096, rows = T * 2 / 8, a2a = rows * 8 * 4096 * 2;
+  EXPECT_EQ(t.bytes["all_to_all/ep"], 4 * 32 * a2a);  // 4 per layer, 32 layers, 1 micro-batch
+  for (const auto& st : s.programs[0].streams) {
+    for (const auto& op : st.ops) {
+      if (op.kind == core::OpKind::Collective && s.group(op.group).kind == core::GroupKind::Ep) {
+        EXPECT_EQ(s.group(op.group).ranks, (std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7}));
+      }
+      if (op.kind == core::OpKind::Collective && s.group(op.group).kind == core::GroupKind::Edp) {
+        EXPECT_EQ(s.group(op.group).ranks, (std::vector<int>{0, 8, 16, 24}));  // DP / ep = 4, stride ep
+      }
+    }
+  }
+  models::StepGraph g = models::build_step_graph(m, models::GraphOptions{.seq_len = 4096, .micro_batch = 1, .ep = 8});
+  std::int64_t dense = 0, experts = 0;
+  for (const auto& u : g.units) {
+    dense += (u.params + 31) / 32 * 32;
+    experts += (u.expert_params + 3) / 4 * 4;
+  }
+  EXPECT_EQ(experts, 32LL * 8 / 8 * 3 * 4096 * 14336);  // one local expert per layer and rank
+  EXPECT_EQ(t.static_alloc, (2 + 4 + 12) * dense / 32 + (2 + 4 + 12) * experts / 4);
+}
+
+TEST(ExpertParallel, RejectsImpossibleSizes) {
+  topologies::Topology topo(topologies::load_cluster("dgx-h100"), 32);
+  PlanOptions o = options(Strategy::Fsdp, 32 * 4096);
+  o.seq_len = 4096;
+  o.ep = 8;
+  EXPECT_THROW((void)lower(models::load_model("llama3-8b"), topo, o), core::InputError);  // no experts
+  o.ep = 3;
+  EXPECT_THROW((void)lower(models::load_model("mixtral-8x7b"), topo, o), core::InputError);  // 3 does not divide 32
+  o.ep = 16;
+  EXPECT_THROW((void)lower(models::load_model("mixtral-8x7b"), topo, o), core::InputError);  // 8 experts
+}
+
+}  // namespace
+}  // namespace hzp::plan
