@@ -137,7 +137,8 @@ TEST(StepGraph, TensorParallelCollectives) {
   ModelSpec m = load_model("llama3-8b");
   auto count = [&](bool sp, bool forward, core::CollectiveKind kind) {
     GraphOptions o{.seq_len = 4096, .micro_batch = 1, .tp = 4, .sequence_parallel = sp};
-    const Unit& l = build_step_graph(m, o).units[1];
+    const StepGraph graph = build_step_graph(m, o);
+    const Unit& l = graph.units[1];
     int n = 0;
     for (const auto& op : forward ? l.forward : l.backward) {
       if (op.collective == kind) {
