@@ -19,7 +19,7 @@ build: deps $(BUILD_DIR)/build.ninja
 # strategy side by side; traces and summary.json under out/.
 run: build
 	$(BUILD_DIR)/bin/hzp simulate --model llama3-70b --cluster dgx-h100 --gpus 1024 \
-	  --strategy all --global-batch-tokens 16M --recompute full --out-dir out
+	  --strategy all --global-batch-tokens 16M --recompute full --out-dir out --force
 
 test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)

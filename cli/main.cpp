@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 #include <cstdint>
+#include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
@@ -13,6 +14,7 @@
 #include "core/error.hpp"
 #include "core/io.hpp"
 #include "models/model_spec.hpp"
+#include "plan/plan_file.hpp"
 #include "topologies/cluster_spec.hpp"
 
 namespace {
@@ -66,6 +68,9 @@ struct Options {
   bool json = false;
   bool async_on = false, async_off = false, keep_gathered = false, explain = false, no_sp = false;
   std::string trace, csv, summary, out_dir, schedule_out;
+  std::string plan_file;
+  bool force = false;
+  std::vector<CLI::Option*> plan_flags;  // the options a --plan file replaces
 };
 
 void add_scenario_options(CLI::App* app, Options& o) {
@@ -107,10 +112,30 @@ void add_scenario_options(CLI::App* app, Options& o) {
                   "FSDP: parameter all-gathers in flight ahead of compute")
       ->capture_default_str();
   app->add_option("--grad-dtype", o.grad_dtype, "gradient accumulation dtype: fp32 | bf16")->capture_default_str();
+  for (CLI::Option* opt : app->get_options()) {
+    const std::string& n = opt->get_name();
+    if (n != "--model" && n != "--cluster" && n != "--gpus" && n != "--help") o.plan_flags.push_back(opt);
+  }
+  app->add_option("--plan", o.plan_file,
+                  "plan options from a JSON file (see examples/plans/) instead of the flags above");
+  app->add_flag("--force", o.force, "overwrite output files that already exist");
 }
 
 void finish_scenario(Options& o, const std::string& command_line) {
   auto& p = o.sc.plan;
+  o.sc.command_line = command_line;
+  if (!o.plan_file.empty()) {
+    for (const CLI::Option* opt : o.plan_flags) {
+      if (opt->count() > 0) {
+        throw core::InputError("command line", opt->get_name(),
+                               "expected either --plan or plan options on the command line, not both");
+      }
+    }
+    p = plan::plan_from_json(core::read_file(o.plan_file), o.plan_file);
+    o.sc.strategies = {p.strategy};
+    o.strategy = std::string(plan::to_string(p.strategy));
+    return;
+  }
   if (!o.batch_tokens.empty() && o.batch_seqs > 0) {
     throw core::InputError("command line", "--global-batch-seqs",
                            "expected either --global-batch-tokens or --global-batch-seqs, not both");
@@ -148,8 +173,16 @@ void finish_scenario(Options& o, const std::string& command_line) {
   o.sc.command_line = command_line;
 }
 
+// Refuses to replace an existing file unless --force (checked before any work).
+void check_writable(const Options& o, const std::string& path) {
+  if (!path.empty() && !o.force && std::filesystem::exists(path)) {
+    throw core::InputError(path, "", "already exists; pass --force to overwrite it");
+  }
+}
+
 int cmd_simulate(Options& o, const std::string& command_line) {
   finish_scenario(o, command_line);
+  for (const auto* path : {&o.trace, &o.csv, &o.summary}) check_writable(o, *path);
   cli::ScenarioResult r = cli::run_scenario(o.sc);
   const bool one = r.runs.size() == 1;
   if ((!o.trace.empty() || !o.csv.empty()) && !one) {
@@ -178,7 +211,15 @@ int cmd_simulate(Options& o, const std::string& command_line) {
         r.cluster.device.hbm_GiB, top);
     return kExitInfeasible;
   }
-  // Outputs only once everything succeeded, each written atomically.
+  // Outputs only once everything succeeded and none would be clobbered, each written atomically.
+  std::vector<std::pair<std::string, std::string>> dir_files;
+  if (!o.out_dir.empty()) {
+    for (const auto& run : r.runs) {
+      dir_files.emplace_back(fmt::format("{}/{}.trace.json", o.out_dir, cli::run_stem(r, run)), "");
+    }
+    dir_files.emplace_back(fmt::format("{}/summary.json", o.out_dir), "");
+    for (const auto& [path, _] : dir_files) check_writable(o, path);
+  }
   if (!o.trace.empty()) core::write_file_atomic(o.trace, traces::to_chrome_trace(r.runs[0].timeline));
   if (!o.csv.empty()) core::write_file_atomic(o.csv, traces::to_csv(r.runs[0].timeline));
   if (!o.summary.empty()) core::write_file_atomic(o.summary, json);
@@ -202,11 +243,13 @@ int cmd_simulate(Options& o, const std::string& command_line) {
 }
 
 int cmd_schedule(Options& o, const std::string& command_line) {
-  if (o.strategy == "all")
-    throw core::InputError("command line", "--strategy", "expected one strategy (ddp|fsdp) for `hzp schedule`");
   if (o.schedule_out.empty())
     throw core::InputError("command line", "--out", "expected a file to write the Schedule to");
   finish_scenario(o, command_line);
+  if (o.sc.strategies.size() != 1) {
+    throw core::InputError("command line", "--strategy", "expected one strategy for `hzp schedule`, not all");
+  }
+  check_writable(o, o.schedule_out);
   core::Schedule s = cli::build_schedule(o.sc, o.sc.strategies.at(0));
   core::write_file_atomic(o.schedule_out, core::to_canonical_json(s) + "\n");
   std::cout << fmt::format("wrote {} (sha256 {})\n", o.schedule_out, core::schedule_hash(s));

@@ -98,7 +98,7 @@ std::string summary_json(const ScenarioResult& r, const std::string& command_lin
     const auto& m = run.metrics;
     nlohmann::ordered_json x;
     x["strategy"] = plan::to_string(run.strategy);
-    x["schedule_sha256"] = core::schedule_hash(run.schedule);
+    x["schedule_sha256"] = run.schedule_sha256;
     x["plan"] = nlohmann::ordered_json::parse(run.schedule.provenance_json)["plan"];
     x["step_time_s"] = m.step_time.to_seconds();
     x["tokens_per_s"] = m.tokens_per_s;

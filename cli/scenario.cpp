@@ -54,7 +54,9 @@ ScenarioResult run_scenario(const Scenario& sc) {
     o.strategy = strategy;
     run.schedule = plan::lower(r.model, pm.topology(), o);
     stamp_inputs(run.schedule, r.model_sha256, r.cluster_sha256);
+    run.schedule_sha256 = core::schedule_hash(run.schedule);
     traces::TraceHeader header;
+    header.schedule_sha256 = run.schedule_sha256;
     header.hzp_version = core::version();
     header.git_revision = core::git_revision();
     header.command_line = sc.command_line;

@@ -26,6 +26,7 @@ struct Scenario {
 struct StrategyResult {
   plan::Strategy strategy = plan::Strategy::Fsdp;
   core::Schedule schedule;
+  std::string schedule_sha256;
   traces::Timeline timeline;
   sim::Metrics metrics;
 };

@@ -108,6 +108,9 @@ nlohmann::json parse_json(const std::string& text, const std::string& file) {
     return nlohmann::json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {
     throw InputError(file, "", fmt::format("not valid JSON (byte {})", e.byte));
+  } catch (const nlohmann::json::exception& e) {
+    // e.g. out_of_range 406: a number too large for a double
+    throw InputError(file, "", fmt::format("not valid JSON (error {}: a number out of range)", e.id));
   }
 }
 

@@ -240,7 +240,7 @@ std::string to_canonical_json(const Schedule& s) {
   return j.dump();
 }
 
-Schedule schedule_from_json(const std::string& text, const std::string& file) {
+Schedule schedule_from_json(const std::string& text, const std::string& file, bool verify_hash) {
   nlohmann::json j = parse_json(text, file);
   StrictObject o(j, file);
   require_schema_version(o, kScheduleSchemaVersion);
@@ -254,11 +254,11 @@ Schedule schedule_from_json(const std::string& text, const std::string& file) {
   s.step.model = step.str("model");
   s.step.cluster = step.str("cluster");
   s.step.strategy = step.str("strategy");
-  s.step.world_size = static_cast<int>(step.integer("world_size", 1, INT32_MAX));
-  s.step.seq_len = step.integer("seq_len", 1);
-  s.step.global_batch_sequences = step.integer("global_batch_sequences", 1);
-  s.step.micro_batches = step.integer("micro_batches", 1);
-  s.step.model_flops = Flops(step.number("model_flops", 0));
+  s.step.world_size = static_cast<int>(step.integer("world_size", 1, kMaxWorldSize));
+  s.step.seq_len = step.integer("seq_len", 1, 1 << 24);
+  s.step.global_batch_sequences = step.integer("global_batch_sequences", 1, 1LL << 40);
+  s.step.micro_batches = step.integer("micro_batches", 1, 1 << 20);
+  s.step.model_flops = Flops(step.number("model_flops", 0, 1e30));
   step.finish();
 
   const auto& groups = o.array("groups");
@@ -312,7 +312,7 @@ Schedule schedule_from_json(const std::string& text, const std::string& file) {
   std::string recorded = o.str("sha256");
   o.finish();
   std::string actual = schedule_hash(s);
-  if (recorded != actual) {
+  if (verify_hash && recorded != actual) {
     throw InputError(
         file, "sha256",
         fmt::format("content hash {} does not match the recorded {}: the file was edited", actual, recorded));

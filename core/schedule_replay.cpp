@@ -7,6 +7,8 @@
 
 #include <fmt/format.h>
 #include <algorithm>
+#include <deque>
+#include <functional>
 #include <map>
 #include <optional>
 #include <tuple>
@@ -113,11 +115,17 @@ ReplayResult replay(const Schedule& s, const ReplayCosts& costs) {
   }
 
   // Participants of each group: programs whose representative is a member.
-  std::vector<std::vector<std::size_t>> participants(s.groups.size());
+  std::vector<std::size_t> program_of_rep(static_cast<std::size_t>(std::max(s.step.world_size, 1)), SIZE_MAX);
   for (std::size_t p = 0; p < np; ++p) {
-    for (const Group& g : s.groups) {
-      if (std::binary_search(g.ranks.begin(), g.ranks.end(), s.programs[p].ranks.at(0))) {
-        participants[static_cast<std::size_t>(g.id)].push_back(p);
+    auto rep = static_cast<std::size_t>(s.programs[p].ranks.at(0));
+    if (rep < program_of_rep.size()) program_of_rep[rep] = p;
+  }
+  std::vector<std::vector<std::size_t>> participants(s.groups.size());
+  for (const Group& g : s.groups) {
+    for (int rank : g.ranks) {
+      auto r_ = static_cast<std::size_t>(rank);
+      if (r_ < program_of_rep.size() && program_of_rep[r_] != SIZE_MAX) {
+        participants[static_cast<std::size_t>(g.id)].push_back(program_of_rep[r_]);
       }
     }
   }
@@ -148,131 +156,166 @@ ReplayResult replay(const Schedule& s, const ReplayCosts& costs) {
     for (const auto& st : prog.streams) remaining += st.ops.size();
   }
 
-  auto advance_threads = [&]() {
-    std::size_t moved = 0;
-    for (std::size_t p = 0; p < np; ++p) {
-      for (auto& t : threads[p]) {
-        while (t.next < t.ops.size()) {
-          auto [id, k, i] = t.ops[t.next];
-          const Op& op = s.programs[p].streams[k].ops[i];
-          if (op.kind == OpKind::Sync) {
-            auto it = recorded[p].find(op.event);
-            if (it == recorded[p].end()) break;
-            t.clock = std::max(t.clock, it->second);
-          }
-          r.issued[p][k][i] = t.clock;
-          ++issued_count[p][k];
-          if (issues_cost(op.kind)) t.clock += t.launch;
-          ++t.next;
-          ++moved;
-        }
-      }
+  // A worklist of streams that may advance; a stream that blocks registers
+  // what would unblock it (an event, a collective, a transfer, its thread's
+  // issue), so the walk is linear in ops plus wake-ups.
+  std::deque<Cursor> work;
+  std::vector<std::vector<char>> queued(np);
+  for (std::size_t p = 0; p < np; ++p) queued[p].assign(s.programs[p].streams.size(), 0);
+  auto push = [&](Cursor c) {
+    if (!queued[c.program][c.stream]) {
+      queued[c.program][c.stream] = 1;
+      work.push_back(c);
     }
-    return moved;
+  };
+  std::map<std::pair<std::size_t, int>, std::vector<std::size_t>> stream_waiters;  // (program, event) -> streams
+  std::map<std::pair<std::size_t, int>, std::vector<std::size_t>> thread_waiters;  // (program, event) -> threads
+
+  // Issues a thread's ops until it finishes or blocks in a sync.
+  std::function<void(std::size_t, std::size_t)> advance_thread = [&](std::size_t p, std::size_t ti) {
+    ThreadCursor& t = threads[p][ti];
+    while (t.next < t.ops.size()) {
+      auto [id, k, i] = t.ops[t.next];
+      const Op& op = s.programs[p].streams[k].ops[i];
+      if (op.kind == OpKind::Sync) {
+        auto it = recorded[p].find(op.event);
+        if (it == recorded[p].end()) {
+          thread_waiters[{p, op.event}].push_back(ti);
+          return;
+        }
+        t.clock = std::max(t.clock, it->second);
+      }
+      r.issued[p][k][i] = t.clock;
+      ++issued_count[p][k];
+      if (issues_cost(op.kind)) t.clock += t.launch;
+      ++t.next;
+      push({p, k});
+    }
   };
 
-  while (remaining > 0) {
-    std::size_t progressed = advance_threads();
-    for (std::size_t p = 0; p < np; ++p) {
-      const Program& prog = s.programs[p];
-      for (std::size_t k = 0; k < prog.streams.size(); ++k) {
-        const Stream& st = prog.streams[k];
-        bool blocked = false;
-        while (!blocked && next[p][k] < st.ops.size()) {
-          std::size_t i = next[p][k];
-          if (i >= issued_count[p][k]) break;  // its thread has not issued it yet
-          const Op& op = st.ops[i];
-          Cursor c{p, k};
-          TimePoint ready = std::max(free_at[p][k], r.issued[p][k][i]);
-          switch (op.kind) {
-            case OpKind::Compute: {
-              Duration d = costs.compute ? costs.compute(prog, op) : Duration{};
-              finish(c, ready, ready + d);
-              break;
-            }
-            case OpKind::Alloc:
-            case OpKind::Free:
-            case OpKind::Sync: finish(c, ready, ready); break;  // a sync is host-side: on the device it is past
-            case OpKind::Record:
-              recorded[p][op.event] = ready;
-              finish(c, ready, ready);
-              break;
-            case OpKind::Wait: {
-              auto it = recorded[p].find(op.event);
-              if (it == recorded[p].end()) {
-                blocked = true;
-                continue;
-              }
-              TimePoint t = std::max(ready, it->second);
-              finish(c, t, t);
-              break;
-            }
-            case OpKind::Collective: {
-              auto& list = arrived[{op.group, op.seq}];
-              bool mine = std::any_of(list.begin(), list.end(),
-                                      [&](const auto& a) { return a.first.program == p && a.first.stream == k; });
-              if (!mine) list.emplace_back(c, ready);
-              const auto& parts = participants.at(static_cast<std::size_t>(op.group));
-              if (list.size() < parts.size()) {
-                blocked = true;
-                continue;
-              }
-              TimePoint start{};
-              for (const auto& a : list) start = std::max(start, a.second);
-              Duration d = costs.collective ? costs.collective(s.group(op.group), op) : Duration{};
-              for (const auto& a : list) {
-                finish(a.first, start, start + d);
-                ++progressed;
-                --remaining;
-              }
-              arrived.erase({op.group, op.seq});
-              continue;  // counted above, for every member
-            }
-            case OpKind::Send:
-            case OpKind::Recv: {
-              int me = prog.ranks.at(0);
-              bool is_send = op.kind == OpKind::Send;
-              auto key = is_send ? std::tuple{me, op.peer, op.seq} : std::tuple{op.peer, me, op.seq};
-              auto& slot = p2p[key];
-              auto& mine = is_send ? slot.send : slot.recv;
-              if (!mine) mine = std::pair{c, ready};
-              if (!slot.send || !slot.recv) {
-                blocked = true;
-                continue;
-              }
-              TimePoint start = std::max(slot.send->second, slot.recv->second);
-              Cursor sc = slot.send->first;
-              const Op& send_op = s.programs[sc.program].streams[sc.stream].ops[next[sc.program][sc.stream]];
-              Duration d = costs.p2p ? costs.p2p(s.programs[sc.program], send_op) : Duration{};
-              Cursor rc = slot.recv->first;
-              p2p.erase(key);
-              finish(sc, start, start + d);
-              finish(rc, start, start + d);
-              progressed += 2;
-              remaining -= 2;
-              continue;
-            }
-          }
-          ++progressed;
+  auto record_event = [&](std::size_t p, int event, TimePoint t) {
+    recorded[p][event] = t;
+    if (auto it = stream_waiters.find({p, event}); it != stream_waiters.end()) {
+      for (std::size_t k : it->second) push({p, k});
+      stream_waiters.erase(it);
+    }
+    if (auto it = thread_waiters.find({p, event}); it != thread_waiters.end()) {
+      std::vector<std::size_t> blocked = std::move(it->second);
+      thread_waiters.erase(it);
+      for (std::size_t ti : blocked) advance_thread(p, ti);
+    }
+  };
+
+  for (std::size_t p = 0; p < np; ++p) {
+    for (std::size_t ti = 0; ti < threads[p].size(); ++ti) advance_thread(p, ti);
+    for (std::size_t k = 0; k < s.programs[p].streams.size(); ++k) push({p, k});
+  }
+
+  while (!work.empty()) {
+    const Cursor c = work.front();
+    work.pop_front();
+    queued[c.program][c.stream] = 0;
+    const std::size_t p = c.program, k = c.stream;
+    const Program& prog = s.programs[p];
+    const Stream& st = prog.streams[k];
+    while (next[p][k] < st.ops.size()) {
+      const std::size_t i = next[p][k];
+      if (i >= issued_count[p][k]) break;  // its thread will push this stream when it issues the op
+      const Op& op = st.ops[i];
+      const TimePoint ready = std::max(free_at[p][k], r.issued[p][k][i]);
+      bool blocked = false;
+      switch (op.kind) {
+        case OpKind::Compute: {
+          Duration d = costs.compute ? costs.compute(prog, op) : Duration{};
+          finish(c, ready, ready + d);
           --remaining;
+          break;
+        }
+        case OpKind::Alloc:
+        case OpKind::Free:
+        case OpKind::Sync:  // host-side: on the device it is already past
+          finish(c, ready, ready);
+          --remaining;
+          break;
+        case OpKind::Record:
+          finish(c, ready, ready);
+          --remaining;
+          record_event(p, op.event, ready);
+          break;
+        case OpKind::Wait: {
+          auto it = recorded[p].find(op.event);
+          if (it == recorded[p].end()) {
+            stream_waiters[{p, op.event}].push_back(k);
+            blocked = true;
+            break;
+          }
+          TimePoint t = std::max(ready, it->second);
+          finish(c, t, t);
+          --remaining;
+          break;
+        }
+        case OpKind::Collective: {
+          auto& list = arrived[{op.group, op.seq}];
+          list.emplace_back(c, ready);
+          const auto& parts = participants.at(static_cast<std::size_t>(op.group));
+          if (list.size() < parts.size()) {
+            blocked = true;  // the last member to arrive finishes everyone
+            break;
+          }
+          TimePoint start{};
+          for (const auto& a : list) start = std::max(start, a.second);
+          Duration d = costs.collective ? costs.collective(s.group(op.group), op) : Duration{};
+          std::vector<std::pair<Cursor, TimePoint>> members = std::move(list);
+          arrived.erase({op.group, op.seq});
+          for (const auto& a : members) {
+            finish(a.first, start, start + d);
+            --remaining;
+            if (a.first.program != p || a.first.stream != k) push(a.first);
+          }
+          break;
+        }
+        case OpKind::Send:
+        case OpKind::Recv: {
+          int me = prog.ranks.at(0);
+          bool is_send = op.kind == OpKind::Send;
+          auto key = is_send ? std::tuple{me, op.peer, op.seq} : std::tuple{op.peer, me, op.seq};
+          auto& slot = p2p[key];
+          (is_send ? slot.send : slot.recv) = std::pair{c, ready};
+          if (!slot.send || !slot.recv) {
+            blocked = true;
+            break;
+          }
+          TimePoint start = std::max(slot.send->second, slot.recv->second);
+          Cursor sc = slot.send->first, rc = slot.recv->first;
+          const Op& send_op = s.programs[sc.program].streams[sc.stream].ops[next[sc.program][sc.stream]];
+          Duration d = costs.p2p ? costs.p2p(s.programs[sc.program], send_op) : Duration{};
+          p2p.erase(key);
+          finish(sc, start, start + d);
+          finish(rc, start, start + d);
+          remaining -= 2;
+          Cursor other = is_send ? rc : sc;
+          if (other.program != p || other.stream != k) push(other);
+          break;
         }
       }
+      if (blocked) break;
     }
-    if (progressed == 0) {
-      // A host thread blocked in a sync holds back everything it has not issued.
-      for (std::size_t p = 0; p < np; ++p) {
-        for (std::size_t t = 0; t < threads[p].size(); ++t) {
-          if (threads[p][t].next >= threads[p][t].ops.size()) continue;
-          auto [id, k, i] = threads[p][t].ops[threads[p][t].next];
-          const Program& prog = s.programs[p];
-          const Op& op = prog.streams[k].ops[i];
-          throw ScheduleError(
-              fmt::format("deadlock: {} blocks host thread '{}' on event {}, which is never recorded before it",
-                          describe(prog, prog.streams[k], op), prog.threads[t].name, op.event));
-        }
+  }
+
+  if (remaining > 0) {
+    // A host thread blocked in a sync holds back everything it has not issued.
+    for (std::size_t p = 0; p < np; ++p) {
+      for (std::size_t t = 0; t < threads[p].size(); ++t) {
+        if (threads[p][t].next >= threads[p][t].ops.size()) continue;
+        auto [id, k, i] = threads[p][t].ops[threads[p][t].next];
+        const Program& prog = s.programs[p];
+        const Op& op = prog.streams[k].ops[i];
+        throw ScheduleError(
+            fmt::format("deadlock: {} blocks host thread '{}' on event {}, which is never recorded before it",
+                        describe(prog, prog.streams[k], op), prog.threads[t].name, op.event));
       }
-      report_deadlock(s, next);
     }
+    report_deadlock(s, next);
   }
   return r;
 }

@@ -63,8 +63,14 @@ class Duration {
  public:
   constexpr Duration() = default;
   [[nodiscard]] static constexpr Duration ns(std::int64_t n) { return Duration(n); }
-  /// Rounds to the nearest nanosecond.
-  [[nodiscard]] static Duration seconds(double s) { return Duration(static_cast<std::int64_t>(std::llround(s * 1e9))); }
+  /// Rounds to the nearest nanosecond; saturates at kMaxSeconds (about 146
+  /// years: any longer simulated time is meaningless, and must not overflow).
+  static constexpr double kMaxSeconds = 4.6e9;
+  [[nodiscard]] static Duration seconds(double s) {
+    if (!(s < kMaxSeconds)) s = kMaxSeconds;  // also catches NaN and +inf
+    if (s < 0) s = 0;
+    return Duration(static_cast<std::int64_t>(std::llround(s * 1e9)));
+  }
   [[nodiscard]] static Duration us(double u) { return seconds(u * 1e-6); }
   [[nodiscard]] constexpr std::int64_t count_ns() const { return ns_; }
   [[nodiscard]] constexpr double to_seconds() const { return static_cast<double>(ns_) * 1e-9; }

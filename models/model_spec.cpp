@@ -70,13 +70,13 @@ ModelSpec model_from_json(const std::string& text, const std::string& file) {
   ModelSpec m;
   m.name = o.str("name");
   m.source = o.str("source");
-  m.layers = static_cast<int>(o.integer("layers", 1, 100000));
-  m.hidden = o.integer("hidden", 1, 1 << 24);
-  m.heads = static_cast<int>(o.integer("heads", 1, 1 << 16));
-  m.kv_heads = static_cast<int>(o.integer("kv_heads", 1, 1 << 16));
+  m.layers = static_cast<int>(o.integer("layers", 1, 10000));
+  m.hidden = o.integer("hidden", 1, 1 << 20);
+  m.heads = static_cast<int>(o.integer("heads", 1, 1 << 12));
+  m.kv_heads = static_cast<int>(o.integer("kv_heads", 1, 1 << 12));
   if (m.heads % m.kv_heads != 0) o.fail("kv_heads", fmt::format("expected a divisor of heads ({})", m.heads));
-  m.head_dim = o.integer("head_dim", 1, 1 << 16);
-  m.ffn_hidden = o.integer("ffn_hidden", 1, 1 << 24);
+  m.head_dim = o.integer("head_dim", 1, 1 << 12);
+  m.ffn_hidden = o.integer("ffn_hidden", 1, 1 << 22);
   m.ffn_activation =
       choose<FfnActivation>(o, "ffn_activation", {{"swiglu", FfnActivation::SwiGlu}, {"gelu", FfnActivation::Gelu}});
   m.vocab = o.integer("vocab", 1, 1 << 24);
@@ -87,14 +87,14 @@ ModelSpec model_from_json(const std::string& text, const std::string& file) {
   m.dropout = o.boolean("dropout");
   m.position_embedding = choose<PositionEmbedding>(
       o, "position_embedding", {{"rope", PositionEmbedding::Rope}, {"learned", PositionEmbedding::Learned}});
-  m.max_seq_len = o.integer("max_seq_len", 1, 1 << 24);
+  m.max_seq_len = o.integer("max_seq_len", 1, 1 << 21);
   if (auto e = o.object_or_null("moe")) {
     MoeSpec s;
-    s.experts = static_cast<int>(e->integer("experts", 1, 1 << 16));
+    s.experts = static_cast<int>(e->integer("experts", 1, 1 << 12));
     s.top_k = static_cast<int>(e->integer("top_k", 1, s.experts));
-    s.expert_ffn_hidden = e->integer("expert_ffn_hidden", 1, 1 << 24);
-    s.shared_experts = static_cast<int>(e->integer("shared_experts", 0, 1 << 10));
-    s.shared_expert_ffn_hidden = e->integer("shared_expert_ffn_hidden", 0, 1 << 24);
+    s.expert_ffn_hidden = e->integer("expert_ffn_hidden", 1, 1 << 22);
+    s.shared_experts = static_cast<int>(e->integer("shared_experts", 0, 1 << 6));
+    s.shared_expert_ffn_hidden = e->integer("shared_expert_ffn_hidden", 0, 1 << 22);
     if (s.shared_experts > 0 && s.shared_expert_ffn_hidden == 0)
       e->fail("shared_expert_ffn_hidden", "expected a positive size when shared_experts > 0");
     s.dense_layers = static_cast<int>(e->integer("dense_layers", 0, m.layers));
@@ -104,15 +104,32 @@ ModelSpec model_from_json(const std::string& text, const std::string& file) {
   }
   if (auto a = o.object_or_null("mla")) {
     MlaSpec s;
-    s.q_lora_rank = a->integer("q_lora_rank", 0, 1 << 20);
-    s.kv_lora_rank = a->integer("kv_lora_rank", 1, 1 << 20);
-    s.qk_nope_head_dim = a->integer("qk_nope_head_dim", 1, 1 << 16);
-    s.qk_rope_head_dim = a->integer("qk_rope_head_dim", 0, 1 << 16);
-    s.v_head_dim = a->integer("v_head_dim", 1, 1 << 16);
+    s.q_lora_rank = a->integer("q_lora_rank", 0, 1 << 16);
+    s.kv_lora_rank = a->integer("kv_lora_rank", 1, 1 << 16);
+    s.qk_nope_head_dim = a->integer("qk_nope_head_dim", 1, 1 << 12);
+    s.qk_rope_head_dim = a->integer("qk_rope_head_dim", 0, 1 << 12);
+    s.v_head_dim = a->integer("v_head_dim", 1, 1 << 12);
     a->finish();
     m.mla = s;
   }
   o.finish();
+  // Every count hzp derives (parameters, bytes, FLOPs per step) must stay far
+  // inside 64-bit integers: bound the size of the model as a whole.
+  const double h = static_cast<double>(m.hidden);
+  double per_layer =
+      4.0 * h * static_cast<double>(m.heads) * static_cast<double>(std::max(m.head_dim, m.qk_head_dim())) +
+      3.0 * h * static_cast<double>(m.ffn_hidden);
+  if (m.moe) {
+    per_layer += 3.0 * h * static_cast<double>(m.moe->experts) * static_cast<double>(m.moe->expert_ffn_hidden) +
+                 3.0 * h * m.moe->shared_experts * static_cast<double>(m.moe->shared_expert_ffn_hidden);
+  }
+  if (m.mla) per_layer += 2.0 * h * static_cast<double>(m.mla->q_lora_rank + m.mla->kv_lora_rank);
+  const double total = per_layer * m.layers + 2.0 * h * static_cast<double>(m.vocab + m.max_seq_len);
+  if (total > kMaxModelParams) {
+    throw core::InputError(
+        file, "layers",
+        fmt::format("the model has about {:.3g} parameters; expected at most {:.0e}", total, kMaxModelParams));
+  }
   return m;
 }
 

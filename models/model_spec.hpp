@@ -13,6 +13,9 @@
 namespace hzp::models {
 
 inline constexpr int kModelSchemaVersion = 1;
+/// Larger models are rejected at parse time (about 10,000x today's largest),
+/// which keeps every derived count exact in 64-bit integers.
+inline constexpr double kMaxModelParams = 1e16;
 
 enum class FfnActivation { SwiGlu, Gelu };
 enum class NormKind { RmsNorm, LayerNorm };

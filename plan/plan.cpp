@@ -57,8 +57,11 @@ BatchSplit split_batch(const models::ModelSpec& m, int world, const PlanOptions&
     throw core::InputError("command line", "--global-batch-tokens",
                            "expected exactly one of --global-batch-tokens and --global-batch-seqs");
   }
-  if (o.micro_batch < 1)
-    throw core::InputError("command line", "--micro-batch", "expected a positive number of sequences");
+  if (o.micro_batch < 1 || o.micro_batch > (1 << 24) / b.seq_len) {
+    throw core::InputError("command line", "--micro-batch",
+                           fmt::format("expected 1 to {} sequences ({} tokens per micro-batch at most), got {}",
+                                       (1 << 24) / b.seq_len, 1 << 24, o.micro_batch));
+  }
   std::string key = o.global_batch_tokens ? "--global-batch-tokens" : "--global-batch-seqs";
   if (o.global_batch_tokens) {
     if (*o.global_batch_tokens <= 0 || *o.global_batch_tokens % b.seq_len != 0) {
@@ -89,6 +92,14 @@ BatchSplit split_batch(const models::ModelSpec& m, int world, const PlanOptions&
                                        b.sequences, b.data_parallel, o.micro_batch, per_step));
   }
   b.micro_batches = b.sequences / per_step;
+  // Bounds that keep a Schedule's size and every byte count finite: the
+  // Schedule holds every micro-batch's ops.
+  if (b.micro_batches > kMaxMicroBatches) {
+    throw core::InputError(
+        "command line", key,
+        fmt::format("{} sequences make {} micro-batches per rank; expected at most {} (raise --micro-batch)",
+                    b.sequences, b.micro_batches, kMaxMicroBatches));
+  }
   return b;
 }
 

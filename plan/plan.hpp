@@ -105,6 +105,9 @@ struct PipelineSlot {
 /// vpp > 1 (m a multiple of pp).
 [[nodiscard]] std::vector<PipelineSlot> pipeline_order(int stage, int pp, int vpp, std::int64_t m);
 
+/// The most micro-batches per rank a plan may have (the Schedule holds them all).
+inline constexpr std::int64_t kMaxMicroBatches = 4096;
+
 /// How the global batch splits: sequences, data-parallel size, micro-batches.
 struct BatchSplit {
   std::int64_t seq_len = 0;

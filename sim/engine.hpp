@@ -16,8 +16,9 @@ class Engine {
  public:
   virtual ~Engine() = default;
   [[nodiscard]] virtual std::string name() const = 0;
-  /// Simulates one step. The header's engine, schedule hash and provenance
-  /// are filled in here; the caller supplies version and command line.
+  /// Simulates one step. The header's engine and provenance are filled in
+  /// here, and the Schedule's hash unless the caller already computed it; the
+  /// caller supplies version and command line.
   virtual void run(const core::Schedule& s, traces::TraceHeader header, traces::TraceSink& sink) = 0;
 };
 

@@ -45,6 +45,46 @@ expect_error "--param-shard: expected no group sizes for the fsdp preset" simula
 expect_error "command line:" simulate --no-such-flag
 expect_error "nope.json: cannot open file" simulate --model nope.json
 
+# Semantic rejections: inputs that parse but make no sense.
+sed 's/"bw_GBps": 450/"bw_GBps": 0/' "$(dirname "$0")/../topologies/catalog/dgx-h100.json" > "$work/zero-bw.json"
+expect_error "zero-bw.json: node.scale_up.bw_GBps: expected a number in [0.001" simulate --cluster "$work/zero-bw.json"
+expect_error "--global-batch-seqs: 512 sequences do not split over 1024 data-parallel ranks" simulate --global-batch-seqs 512
+expect_error "--param-shard: expected a divisor of the optimizer shard group g_o (256), got 3" simulate --strategy hzp --param-shard 3 --optim-shard 256
+expect_error "--tp: expected a divisor of the 64 attention heads of llama3-70b, got 48" simulate --tp 48 --gpus 96 --global-batch-seqs 2
+expect_error "--gpus: expected 1 to 1048576 GPUs" simulate --gpus 2000000
+expect_error "--plan" simulate --plan "$(dirname "$0")/../examples/plans/llama3-70b-hzp.json" --tp 2
+printf '{"schema_version": 1}' > "$work/plan.json"
+expect_error "plan.json: strategy: missing required key" simulate --plan "$work/plan.json"
+
+# Existing outputs are not overwritten without --force.
+echo "keep me" > "$work/existing.json"
+"$hzp" simulate --model llama3-8b --gpus 16 --global-batch-tokens 128K --strategy fsdp --trace "$work/existing.json" > /dev/null 2> "$work/stderr"
+rc=$?
+if [ "$rc" -ne 2 ] || [ "$(cat "$work/existing.json")" != "keep me" ] || ! grep -q "already exists; pass --force" "$work/stderr"; then
+  echo "FAIL: an existing output was not protected (rc=$rc)"
+  fail=1
+fi
+"$hzp" simulate --model llama3-8b --gpus 16 --global-batch-tokens 128K --strategy fsdp --trace "$work/existing.json" --force > /dev/null
+if [ "$(head -c 1 "$work/existing.json")" != "{" ]; then
+  echo "FAIL: --force did not replace the output"
+  fail=1
+fi
+
+# Reruns are byte-identical (trace, CSV, summary; same arguments, so the
+# recorded command line matches too).
+hzp_abs=$(cd "$(dirname "$hzp")" && pwd)/$(basename "$hzp")
+for i in 1 2; do
+  mkdir -p "$work/run$i"
+  (cd "$work/run$i" && "$hzp_abs" simulate --model llama3-8b --gpus 16 --global-batch-tokens 128K --strategy hzp \
+    --tp 2 --pp 2 --trace t.json --csv t.csv --summary s.json > /dev/null)
+done
+for f in t.json t.csv s.json; do
+  if ! cmp -s "$work/run1/$f" "$work/run2/$f"; then
+    echo "FAIL: rerun of $f differs"
+    fail=1
+  fi
+done
+
 # An infeasible plan: exit 3, the summary still printed, nothing written.
 "$hzp" simulate --model llama3-70b --gpus 8 --strategy fsdp --global-batch-tokens 64K --trace "$work/t.json" > "$work/stdout" 2> "$work/stderr"
 rc=$?

@@ -24,13 +24,13 @@ EfficiencyCurve read_curve(StrictObject& o, const std::string& key, double max_e
       o.fail(key, "expected an array of [size, efficiency] pairs");
     }
     double x = p[0].get<double>(), e = p[1].get<double>();
-    if (!(x > 0) || !(e > 0) || e > max_eff || !std::isfinite(x)) {
-      o.fail(key, fmt::format("expected sizes > 0 and efficiencies in (0, {}]", max_eff));
+    if (!(x > 0) || !(e >= 1e-3) || e > max_eff || !std::isfinite(x)) {
+      o.fail(key, fmt::format("expected sizes > 0 and efficiencies in [0.001, {}]", max_eff));
     }
     if (!c.points.empty() && x <= c.points.back().first) o.fail(key, "expected sizes in ascending order");
     c.points.emplace_back(x, e);
   }
-  if (c.points.empty()) o.fail(key, "expected at least one [size, efficiency] pair");
+  if (c.points.empty() || c.points.size() > 256) o.fail(key, "expected 1 to 256 [size, efficiency] pairs");
   return c;
 }
 
@@ -58,22 +58,22 @@ ClusterSpec cluster_from_json(const std::string& text, const std::string& file) 
   c.device.name = d.str("name");
   StrictObject peak = d.object("peak_tflops");
   // bf16 is required; a dtype the device lacks (fp8 on A100) is null.
-  c.device.peak_tflops[core::Dtype::Bf16] = peak.number("bf16", 0, 1e6, true);
+  c.device.peak_tflops[core::Dtype::Bf16] = peak.number("bf16", 1e-3, 1e6);
   for (auto [dt, key] :
        {std::pair{core::Dtype::Fp16, "fp16"}, {core::Dtype::Fp8, "fp8"}, {core::Dtype::Fp32, "fp32"}}) {
-    if (!peak.raw(key).is_null()) c.device.peak_tflops[dt] = peak.number(key, 0, 1e6, true);
+    if (!peak.raw(key).is_null()) c.device.peak_tflops[dt] = peak.number(key, 1e-3, 1e6);
   }
   peak.finish();
-  c.device.hbm_GiB = d.number("hbm_GiB", 0, 1e5, true);
-  c.device.hbm_GBps = d.number("hbm_GBps", 0, 1e6, true);
+  c.device.hbm_GiB = d.number("hbm_GiB", 1e-3, 1e5);
+  c.device.hbm_GBps = d.number("hbm_GBps", 1e-3, 1e6);
   c.device.launch_latency_us = d.number("launch_latency_us", 0, 1e4);
   c.device.gemm = read_curve(d, "gemm_efficiency", 1.0);
-  c.device.attention_efficiency = d.number("attention_efficiency", 0, 1, true);
-  c.device.hbm_efficiency = d.number("hbm_efficiency", 0, 1, true);
+  c.device.attention_efficiency = d.number("attention_efficiency", 1e-3, 1);
+  c.device.hbm_efficiency = d.number("hbm_efficiency", 1e-3, 1);
   d.finish();
 
   StrictObject n = o.object("node");
-  c.devices_per_node = static_cast<int>(n.integer("devices", 1, 1 << 16));
+  c.devices_per_node = static_cast<int>(n.integer("devices", 1, 1 << 12));
   StrictObject up = n.object("scale_up");
   std::string kind = up.str("kind");
   if (kind == "nvswitch") {
@@ -87,7 +87,7 @@ ClusterSpec cluster_from_json(const std::string& text, const std::string& file) 
   if (c.devices_per_node % c.scale_up.domain_devices != 0) {
     up.fail("domain_devices", fmt::format("expected a divisor of node.devices ({})", c.devices_per_node));
   }
-  c.scale_up.bw_GBps = up.number("bw_GBps", 0, 1e6, true);
+  c.scale_up.bw_GBps = up.number("bw_GBps", 1e-3, 1e6);
   c.scale_up.latency_us = up.number("latency_us", 0, 1e4);
   // Efficiencies above 1 are allowed up to 1.1: NVLink SHARP (NVLS) reduces in
   // the switch, so all-reduce bus bandwidth can exceed the link rate.
@@ -96,17 +96,17 @@ ClusterSpec cluster_from_json(const std::string& text, const std::string& file) 
   n.finish();
 
   StrictObject out = o.object("scale_out");
-  c.scale_out.nics_per_node = static_cast<int>(out.integer("nics_per_node", 1, 1 << 10));
-  c.scale_out.nic_Gbps = out.number("nic_Gbps", 0, 1e6, true);
+  c.scale_out.nics_per_node = static_cast<int>(out.integer("nics_per_node", 1, 1 << 12));
+  c.scale_out.nic_Gbps = out.number("nic_Gbps", 1e-3, 1e7);
   c.scale_out.rail_optimized = out.boolean("rail_optimized");
   c.scale_out.nic_latency_us = out.number("nic_latency_us", 0, 1e4);
   const auto& tiers = out.array("tiers");
-  if (tiers.empty()) out.fail("tiers", "expected at least one fabric tier");
+  if (tiers.empty() || tiers.size() > 6) out.fail("tiers", "expected one to six fabric tiers");
   for (std::size_t i = 0; i < tiers.size(); ++i) {
     StrictObject t = out.element("tiers", i);
     FabricTier tier;
     tier.name = t.str("name");
-    tier.radix = static_cast<int>(t.integer("radix", 2, 1 << 16));
+    tier.radix = static_cast<int>(t.integer("radix", 2, 1 << 12));
     tier.oversubscription = t.number("oversubscription", 1, 64);
     tier.hop_latency_us = t.number("hop_latency_us", 0, 1e4);
     t.finish();

@@ -28,7 +28,10 @@ using core::Duration;
 
 Topology::Topology(ClusterSpec spec, int devices) : spec_(std::move(spec)), devices_(devices) {
   const int dpn = spec_.devices_per_node;
-  if (devices <= 0) throw core::InputError("command line", "--gpus", "expected a positive number of GPUs");
+  if (devices <= 0 || devices > kMaxDevices) {
+    throw core::InputError("command line", "--gpus",
+                           fmt::format("expected 1 to {} GPUs, got {}", kMaxDevices, devices));
+  }
   if (devices < dpn) {
     if (dpn % devices != 0) {
       throw core::InputError(
@@ -58,6 +61,7 @@ Topology::Topology(ClusterSpec spec, int devices) : spec_(std::move(spec)), devi
     } else {
       ports *= (i + 1 == tiers.size()) ? tiers[i].radix : tiers[i].radix / 2;
     }
+    ports = std::min(ports, 1LL << 40);  // saturate: far beyond any fabric, and no overflow below
     // Nodes per tier-i domain: with rails, a node puts one port in each rail's
     // domain; without, all its NICs land in the same one.
     long long nodes_here = spec_.scale_out.rail_optimized ? ports : ports / spec_.scale_out.nics_per_node;

@@ -11,6 +11,9 @@
 
 namespace hzp::topologies {
 
+/// The most devices a cluster may have (a million).
+inline constexpr int kMaxDevices = 1 << 20;
+
 /// `devices` devices of a ClusterSpec. Device d sits on node d / devices_per_node.
 /// Fabric tier i groups nodes into domains of `nodes_per_tier_domain[i]` nodes:
 /// two nodes in the same tier-i domain talk through tier-i switches at most.

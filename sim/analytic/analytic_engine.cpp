@@ -45,7 +45,7 @@ void AnalyticEngine::run(const core::Schedule& s, traces::TraceHeader header, tr
   core::ReplayResult r = core::replay(s, costs);
 
   header.engine = name();
-  header.schedule_sha256 = core::schedule_hash(s);
+  if (header.schedule_sha256.empty()) header.schedule_sha256 = core::schedule_hash(s);
   header.schedule_name = s.name;
   header.schedule_provenance_json = s.provenance_json;
   sink.on_header(header);

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include "core/error.hpp"
 #include "sim/metrics.hpp"
 
 namespace hzp::sim {
@@ -77,6 +78,19 @@ TEST(AnalyticEngine, OverlapAndExposedCommunication) {
   EXPECT_EQ(t.header.engine, "analytic");
   EXPECT_EQ(t.header.schedule_sha256, core::schedule_hash(s));
   EXPECT_NEAR(m.mfu, (s.step.model_flops.count() / (a + g) / 8 / 1e12) / 989, 1e-6);  // step rounded to ns
+}
+
+TEST(AnalyticEngine, RejectsMoreRanksThanDevices) {
+  // The Schedule is for 8 ranks; the cluster has 4 devices.
+  topologies::PerfModel pm(topologies::Topology(topologies::load_cluster("dgx-h100"), 4));
+  AnalyticEngine engine(pm);
+  traces::TimelineRecorder rec;
+  try {
+    engine.run(overlap_schedule(), {}, rec);
+    FAIL();
+  } catch (const core::InputError& e) {
+    EXPECT_EQ(std::string(e.what()), "schedule: groups[0].ranks: rank 4 does not exist on a cluster of 4 devices");
+  }
 }
 
 TEST(AnalyticEngine, MemoryPeakFromAllocs) {

@@ -1,0 +1,100 @@
+// Plan files (see plan_file.hpp).
+#include "plan/plan_file.hpp"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "core/error.hpp"
+#include "core/json_reader.hpp"
+
+namespace hzp::plan {
+namespace {
+
+std::string recompute_name(models::Recompute r) {
+  return r == models::Recompute::None ? "none" : r == models::Recompute::Selective ? "selective" : "full";
+}
+
+}  // namespace
+
+PlanOptions plan_from_json(const std::string& text, const std::string& file) {
+  nlohmann::json j = core::parse_json(text, file);
+  core::StrictObject o(j, file);
+  core::require_schema_version(o, kPlanSchemaVersion);
+  PlanOptions p;
+  const std::string strategy = o.str("strategy");
+  try {
+    p.strategy = parse_strategy(strategy);
+  } catch (const core::InputError&) {
+    o.fail("strategy", fmt::format("expected ddp|zero1|zero2|zero3|fsdp|hsdp|hpz|hzp, got \"{}\"", strategy));
+  }
+  p.param_shard = static_cast<int>(o.integer("param_shard", 0, 1 << 20));
+  p.grad_shard = static_cast<int>(o.integer("grad_shard", 0, 1 << 20));
+  p.optim_shard = static_cast<int>(o.integer("optim_shard", 0, 1 << 20));
+  if (!o.raw("async").is_null()) p.async = o.boolean("async");
+  p.reshard_after_forward = o.boolean("reshard_after_forward");
+  p.prefetch_depth = static_cast<int>(o.integer("prefetch_depth", 0, 64));
+  p.tp = static_cast<int>(o.integer("tp", 1, 1 << 12));
+  p.sequence_parallel = o.boolean("sequence_parallel");
+  p.pp = static_cast<int>(o.integer("pp", 1, 1 << 12));
+  p.vpp = static_cast<int>(o.integer("vpp", 1, 1 << 10));
+  p.ep = static_cast<int>(o.integer("ep", 1, 1 << 12));
+  p.seq_len = o.integer("seq_len", 0, 1 << 21);
+  const bool tokens = !o.raw("global_batch_tokens").is_null();
+  const bool seqs = !o.raw("global_batch_sequences").is_null();
+  if (tokens == seqs)
+    o.fail("global_batch_tokens",
+           "expected exactly one of global_batch_tokens and global_batch_sequences to be non-null");
+  if (tokens) p.global_batch_tokens = o.integer("global_batch_tokens", 1, 1LL << 50);
+  if (seqs) p.global_batch_sequences = o.integer("global_batch_sequences", 1, 1LL << 40);
+  p.micro_batch = o.integer("micro_batch", 1, 1 << 24);
+  const std::string rc = o.str("recompute");
+  if (rc == "none") {
+    p.recompute = models::Recompute::None;
+  } else if (rc == "selective") {
+    p.recompute = models::Recompute::Selective;
+  } else if (rc == "full") {
+    p.recompute = models::Recompute::Full;
+  } else {
+    o.fail("recompute", fmt::format("expected none|selective|full, got \"{}\"", rc));
+  }
+  p.flash_attention = o.boolean("flash_attention");
+  const std::string gd = o.str("grad_dtype");
+  if (gd == "fp32") {
+    p.grad_dtype = core::Dtype::Fp32;
+  } else if (gd == "bf16") {
+    p.grad_dtype = core::Dtype::Bf16;
+  } else {
+    o.fail("grad_dtype", fmt::format("expected fp32|bf16, got \"{}\"", gd));
+  }
+  o.finish();
+  return p;
+}
+
+std::string plan_to_json(const PlanOptions& p) {
+  nlohmann::ordered_json j;
+  j["schema_version"] = kPlanSchemaVersion;
+  j["strategy"] = to_string(p.strategy);
+  j["param_shard"] = p.param_shard;
+  j["grad_shard"] = p.grad_shard;
+  j["optim_shard"] = p.optim_shard;
+  j["async"] = p.async ? nlohmann::ordered_json(*p.async) : nlohmann::ordered_json();
+  j["reshard_after_forward"] = p.reshard_after_forward;
+  j["prefetch_depth"] = p.prefetch_depth;
+  j["tp"] = p.tp;
+  j["sequence_parallel"] = p.sequence_parallel;
+  j["pp"] = p.pp;
+  j["vpp"] = p.vpp;
+  j["ep"] = p.ep;
+  j["seq_len"] = p.seq_len;
+  j["global_batch_tokens"] =
+      p.global_batch_tokens ? nlohmann::ordered_json(*p.global_batch_tokens) : nlohmann::ordered_json();
+  j["global_batch_sequences"] =
+      p.global_batch_sequences ? nlohmann::ordered_json(*p.global_batch_sequences) : nlohmann::ordered_json();
+  j["micro_batch"] = p.micro_batch;
+  j["recompute"] = recompute_name(p.recompute);
+  j["flash_attention"] = p.flash_attention;
+  j["grad_dtype"] = core::to_string(p.grad_dtype);
+  return j.dump(2) + "\n";
+}
+
+}  // namespace hzp::plan

@@ -1,0 +1,53 @@
+// Plan files: round trip, strict keys, the one-line errors.
+#include "plan/plan_file.hpp"
+
+#include <gtest/gtest.h>
+
+#include "core/error.hpp"
+
+namespace hzp::plan {
+namespace {
+
+std::string error_of(const std::string& text) {
+  try {
+    (void)plan_from_json(text, "p.json");
+  } catch (const core::InputError& e) {
+    return e.what();
+  }
+  return "(accepted)";
+}
+
+PlanOptions sample() {
+  PlanOptions o;
+  o.strategy = Strategy::Hzp;
+  o.param_shard = 8;
+  o.grad_shard = 16;
+  o.optim_shard = 256;
+  o.async = true;
+  o.tp = 2;
+  o.global_batch_tokens = 16 << 20;
+  o.recompute = models::Recompute::Full;
+  return o;
+}
+
+TEST(PlanFile, RoundTrips) {
+  std::string text = plan_to_json(sample());
+  EXPECT_EQ(plan_to_json(plan_from_json(text, "p.json")), text);
+}
+
+TEST(PlanFile, StrictKeysAndValues) {
+  std::string text = plan_to_json(sample());
+  std::string typo = text;
+  typo.replace(typo.find("\"grad_shard\""), 12, "\"grad_shards\"");
+  EXPECT_EQ(error_of(typo), "p.json: grad_shard: missing required key");
+  std::string bad = text;
+  bad.replace(bad.find("\"full\""), 6, "\"most\"");
+  EXPECT_EQ(error_of(bad), "p.json: recompute: expected none|selective|full, got \"most\"");
+  std::string both = text;
+  both.replace(both.find("\"global_batch_sequences\": null"), 30, "\"global_batch_sequences\": 4");
+  EXPECT_EQ(error_of(both).rfind("p.json: global_batch_tokens: expected exactly one", 0), 0u);
+  EXPECT_EQ(error_of("[1]"), "p.json: (top level): expected a JSON object");
+}
+
+}  // namespace
+}  // namespace hzp::plan

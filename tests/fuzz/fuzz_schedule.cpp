@@ -1,0 +1,24 @@
+// Fuzz target: Schedules — parse (hash not required), check, simulate with the
+// analytic engine, compute metrics and write the trace.
+#include "core/schedule.hpp"
+#include "core/schedule_check.hpp"
+#include "fuzz_harness.hpp"
+#include "sim/engine.hpp"
+#include "sim/metrics.hpp"
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  return hzp::fuzz::run(data, size, [](const std::string& text) {
+    using namespace hzp;
+    core::Schedule s = core::schedule_from_json(text, "fuzz.json", /*verify_hash=*/false);
+    core::check_schedule(s);
+    if (s.step.world_size > 4096) return;
+    const int devices = (s.step.world_size + 7) / 8 * 8;
+    static const topologies::ClusterSpec spec = topologies::load_cluster("dgx-h100");
+    topologies::PerfModel pm(topologies::Topology(spec, devices));
+    auto engine = sim::make_engine("analytic", pm);
+    traces::TimelineRecorder rec;
+    engine->run(s, {}, rec);
+    (void)sim::compute_metrics(s, rec.timeline(), spec.device);
+    (void)traces::to_chrome_trace(rec.timeline());
+  });
+}
