@@ -8,6 +8,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "cli/adaptive.hpp"
 #include "cli/explain.hpp"
 #include "cli/report.hpp"
 #include "cli/scenario.hpp"
@@ -70,6 +71,8 @@ struct Options {
   std::string trace, csv, summary, out_dir, schedule_out;
   std::string plan_file;
   bool force = false;
+  bool adaptive = false;
+  double memory_limit_GiB = 0;
   std::vector<CLI::Option*> plan_flags;  // the options a --plan file replaces
 };
 
@@ -182,6 +185,17 @@ void check_writable(const Options& o, const std::string& path) {
 
 int cmd_simulate(Options& o, const std::string& command_line) {
   finish_scenario(o, command_line);
+  if (o.adaptive) {
+    if (o.sc.plan.param_shard || o.sc.plan.grad_shard || o.sc.plan.optim_shard) {
+      throw core::InputError("command line", "--adaptive",
+                             "expected no --param-shard/--grad-shard/--optim-shard with --adaptive");
+    }
+    double limit = o.memory_limit_GiB > 0 ? o.memory_limit_GiB : topologies::load_cluster(o.sc.cluster).device.hbm_GiB;
+    cli::AdaptiveChoice choice = cli::choose_shards(o.sc, limit);
+    if (!o.json) std::cout << choice.explanation << "\n";
+    o.sc.plan = choice.plan;
+    o.sc.strategies = {plan::Strategy::Hzp};
+  }
   for (const auto* path : {&o.trace, &o.csv, &o.summary}) check_writable(o, *path);
   cli::ScenarioResult r = cli::run_scenario(o.sc);
   const bool one = r.runs.size() == 1;
@@ -325,6 +339,9 @@ int main(int argc, char** argv) {
   sim->add_option("--summary", o.summary, "write the JSON summary to this file");
   sim->add_option("--out-dir", o.out_dir, "write every strategy's trace and summary.json here");
   sim->add_flag("--explain", o.explain, "print the groups, their placement and the per-step communication table");
+  sim->add_flag("--adaptive", o.adaptive,
+                "choose hzp group sizes (dense and expert) that minimise step time within the memory budget");
+  sim->add_option("--memory-limit-GiB", o.memory_limit_GiB, "memory budget per device for --adaptive (default: HBM)");
 
   auto* sched = app.add_subcommand("schedule", "lower a plan to a Schedule and write it as canonical JSON");
   add_scenario_options(sched, o);

@@ -758,8 +758,10 @@ core::Schedule lower(const models::ModelSpec& m, const topologies::Topology& top
   ShardSizes expert_sh{};
   if (m.moe) {
     const int edp = dp / o.ep;
-    expert_sh = {std::min(sh.param, edp), std::min(sh.grad, edp), std::min(sh.optim, edp)};
-    if (edp % expert_sh.optim != 0 || expert_sh.optim % expert_sh.param != 0 || expert_sh.optim % expert_sh.grad != 0) {
+    expert_sh =
+        o.expert_shards.value_or(ShardSizes{std::min(sh.param, edp), std::min(sh.grad, edp), std::min(sh.optim, edp)});
+    if (expert_sh.param < 1 || expert_sh.grad < 1 || expert_sh.optim < 1 || edp % expert_sh.optim != 0 ||
+        expert_sh.optim % expert_sh.param != 0 || expert_sh.optim % expert_sh.grad != 0) {
       throw core::InputError(
           "command line", "--ep",
           fmt::format("expert group sizes ({}, {}, {}) do not nest in the {} expert-data-parallel ranks",

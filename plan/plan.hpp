@@ -72,6 +72,9 @@ struct PlanOptions {
   /// ranks (dispatch and combine all-to-all); expert parameters then follow
   /// the same (g_p, g_g, g_o) plan over the DP / ep expert-data-parallel ranks.
   int ep = 1;
+  /// Expert parameters' own (g_p, g_g, g_o) over the DP / ep expert-data-parallel
+  /// ranks; unset: the dense sizes capped at DP / ep.
+  std::optional<ShardSizes> expert_shards;
 };
 
 /// The (g_p, g_g, g_o) a strategy uses on `dp` data-parallel ranks of this

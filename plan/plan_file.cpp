@@ -38,6 +38,19 @@ PlanOptions plan_from_json(const std::string& text, const std::string& file) {
   p.pp = static_cast<int>(o.integer("pp", 1, 1 << 12));
   p.vpp = static_cast<int>(o.integer("vpp", 1, 1 << 10));
   p.ep = static_cast<int>(o.integer("ep", 1, 1 << 12));
+  const auto& experts = o.raw("expert_shards");
+  if (!experts.is_null()) {
+    if (!experts.is_array() || experts.size() != 3) o.fail("expert_shards", "expected null or [g_p, g_g, g_o]");
+    int v[3] = {0, 0, 0};
+    for (std::size_t i = 0; i < 3; ++i) {
+      if (!experts[i].is_number_integer() || experts[i].get<std::int64_t>() < 1 ||
+          experts[i].get<std::int64_t>() > (1 << 20)) {
+        o.fail("expert_shards", "expected null or three positive group sizes [g_p, g_g, g_o]");
+      }
+      v[i] = experts[i].get<int>();
+    }
+    p.expert_shards = ShardSizes{v[0], v[1], v[2]};
+  }
   p.seq_len = o.integer("seq_len", 0, 1 << 21);
   const bool tokens = !o.raw("global_batch_tokens").is_null();
   const bool seqs = !o.raw("global_batch_sequences").is_null();
@@ -85,6 +98,9 @@ std::string plan_to_json(const PlanOptions& p) {
   j["pp"] = p.pp;
   j["vpp"] = p.vpp;
   j["ep"] = p.ep;
+  j["expert_shards"] =
+      p.expert_shards ? nlohmann::ordered_json{p.expert_shards->param, p.expert_shards->grad, p.expert_shards->optim}
+                      : nlohmann::ordered_json();
   j["seq_len"] = p.seq_len;
   j["global_batch_tokens"] =
       p.global_batch_tokens ? nlohmann::ordered_json(*p.global_batch_tokens) : nlohmann::ordered_json();

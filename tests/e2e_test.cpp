@@ -4,6 +4,7 @@
 
 #include "cli/report.hpp"
 #include "cli/scenario.hpp"
+#include "core/error.hpp"
 #include "core/schedule.hpp"
 #include "core/schedule_check.hpp"
 #include "models/model_spec.hpp"
@@ -92,6 +93,54 @@ TEST(EndToEnd, EveryStrategyOnEveryModelAndCluster) {
       }
     }
   }
+}
+
+}  // namespace
+}  // namespace hzp
+
+#include "cli/adaptive.hpp"
+
+namespace hzp {
+namespace {
+
+// Adaptive resharding picks the fastest plan that fits, and a tighter budget
+// forces more sharding.
+TEST(Adaptive, FastestPlanWithinBudget) {
+  cli::Scenario sc = small();
+  sc.plan.recompute = models::Recompute::Full;
+  cli::AdaptiveChoice loose = cli::choose_shards(sc, 80);
+  ASSERT_FALSE(loose.candidates.empty());
+  // (g_p, g_g, g_o) nested in 16 ranks: the sum over g_o in {1, 2, 4, 8, 16} of divisors(g_o)^2 = 1 + 4 + 9 + 16 + 25.
+  EXPECT_EQ(loose.candidates.size(), 55u);
+  const cli::ShardCandidate& best = loose.candidates.front();
+  EXPECT_TRUE(best.fits);
+  for (const auto& c : loose.candidates) {
+    if (c.fits) {
+      EXPECT_LE(best.step, c.step);
+    }
+  }
+  EXPECT_EQ(loose.plan.param_shard, best.dense.param);
+  // A budget just above the smallest plan leaves only it.
+  core::Bytes smallest = loose.candidates.front().reserved;
+  for (const auto& c : loose.candidates) smallest = std::min(smallest, c.reserved);
+  cli::AdaptiveChoice squeezed = cli::choose_shards(sc, smallest.gib() + 0.01);
+  EXPECT_EQ(squeezed.candidates.front().reserved, smallest);
+  EXPECT_THROW((void)cli::choose_shards(sc, 1), core::InfeasibleError);
+}
+
+TEST(Adaptive, ExpertShardsChosenSeparately) {
+  cli::Scenario sc;
+  sc.model = "mixtral-8x7b";
+  sc.cluster = "dgx-h100";
+  sc.gpus = 16;
+  sc.plan.seq_len = 4096;
+  sc.plan.global_batch_sequences = 16;
+  sc.plan.ep = 4;
+  sc.plan.recompute = models::Recompute::Full;
+  cli::AdaptiveChoice c = cli::choose_shards(sc, 80);
+  ASSERT_TRUE(c.plan.expert_shards.has_value());
+  EXPECT_EQ(4 % c.plan.expert_shards->optim, 0);  // over the 16 / 4 expert-data-parallel ranks
+  EXPECT_NE(c.explanation.find("experts"), std::string::npos);
 }
 
 }  // namespace

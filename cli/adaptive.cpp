@@ -1,0 +1,151 @@
+// Adaptive resharding (see adaptive.hpp).
+#include "cli/adaptive.hpp"
+
+#include <fmt/format.h>
+#include <algorithm>
+#include <map>
+
+#include "core/error.hpp"
+#include "sim/engine.hpp"
+
+namespace hzp::cli {
+namespace {
+
+std::vector<int> divisors(int n) {
+  std::vector<int> d;
+  for (int i = 1; i <= n; ++i) {
+    if (n % i == 0) d.push_back(i);
+  }
+  return d;
+}
+
+std::vector<plan::ShardSizes> nested_sizes(int ranks) {
+  std::vector<plan::ShardSizes> out;
+  for (int o : divisors(ranks)) {
+    for (int p : divisors(o)) {
+      for (int g : divisors(o)) out.push_back({p, g, o});
+    }
+  }
+  return out;
+}
+
+std::string sizes(const plan::ShardSizes& s) { return fmt::format("({}, {}, {})", s.param, s.grad, s.optim); }
+
+}  // namespace
+
+AdaptiveChoice choose_shards(const Scenario& sc, double memory_limit_GiB) {
+  models::ModelSpec m = models::load_model(sc.model);
+  topologies::PerfModel pm(topologies::Topology(topologies::load_cluster(sc.cluster), sc.gpus));
+  auto engine = sim::make_engine(sc.engine, pm);
+  plan::PlanOptions base = sc.plan;
+  base.strategy = plan::Strategy::Hzp;
+  const plan::BatchSplit batch = plan::split_batch(m, sc.gpus, base);
+  const core::Bytes limit = core::gib(memory_limit_GiB);
+
+  auto evaluate = [&](const plan::PlanOptions& o) {
+    ShardCandidate c;
+    core::Schedule s = plan::lower(m, pm.topology(), o);
+    traces::TraceHeader header;
+    header.schedule_sha256 = "(adaptive search)";  // not hashed: only the fastest plan is kept
+    traces::TimelineRecorder rec;
+    engine->run(s, header, rec);
+    sim::Metrics metrics = sim::compute_metrics(s, rec.timeline(), pm.topology().spec().device);
+    c.step = metrics.step_time;
+    c.reserved = std::max(metrics.peak_reserved(), metrics.peak_memory());
+    c.fits = c.reserved <= limit;
+    return c;
+  };
+  auto better = [](const ShardCandidate& a, const ShardCandidate& b) {
+    if (a.fits != b.fits) return a.fits;
+    if (!a.fits) return a.reserved < b.reserved;
+    return a.step < b.step || (a.step == b.step && a.reserved < b.reserved);
+  };
+
+  AdaptiveChoice choice;
+  std::map<std::tuple<int, int, int>, ShardCandidate> dense_seen;
+  for (const plan::ShardSizes& d : nested_sizes(batch.data_parallel)) {
+    plan::PlanOptions o = base;
+    o.param_shard = d.param;
+    o.grad_shard = d.grad;
+    o.optim_shard = d.optim;
+    ShardCandidate c = evaluate(o);
+    c.dense = d;
+    dense_seen[{d.param, d.grad, d.optim}] = c;
+    choice.candidates.push_back(c);
+  }
+  std::stable_sort(choice.candidates.begin(), choice.candidates.end(), better);
+  ShardCandidate best = choice.candidates.front();
+
+  // Experts: their own sizes over the expert-data-parallel ranks, dense fixed.
+  if (m.moe) {
+    const int edp = batch.data_parallel / std::max(base.ep, 1);
+    std::vector<ShardCandidate> experts;
+    for (const plan::ShardSizes& e : nested_sizes(edp)) {
+      plan::PlanOptions o = base;
+      o.param_shard = best.dense.param;
+      o.grad_shard = best.dense.grad;
+      o.optim_shard = best.dense.optim;
+      o.expert_shards = e;
+      ShardCandidate c = evaluate(o);
+      c.dense = best.dense;
+      c.expert = e;
+      experts.push_back(c);
+    }
+    std::stable_sort(experts.begin(), experts.end(), better);
+    best = experts.front();
+    choice.candidates.insert(choice.candidates.begin(), experts.begin(), experts.end());
+    std::stable_sort(choice.candidates.begin(), choice.candidates.end(), better);
+  }
+  if (!best.fits) {
+    throw core::InfeasibleError(
+        fmt::format("no hierarchical ZeRO group sizes fit {:.1f} GiB; the smallest needs {:.1f} GiB", memory_limit_GiB,
+                    best.reserved.gib()));
+  }
+  choice.plan = base;
+  choice.plan.param_shard = best.dense.param;
+  choice.plan.grad_shard = best.dense.grad;
+  choice.plan.optim_shard = best.dense.optim;
+  choice.plan.expert_shards = best.expert;
+
+  // Explanation: the chosen sizes against their neighbours, one dimension at a time.
+  std::string& x = choice.explanation;
+  const int fitting = static_cast<int>(std::count_if(choice.candidates.begin(), choice.candidates.end(),
+                                                     [](const ShardCandidate& c) { return c.fits; }));
+  x +=
+      fmt::format("adaptive resharding: {} plans evaluated over {} data-parallel ranks, {} fit {:.1f} GiB per device\n",
+                  choice.candidates.size(), batch.data_parallel, fitting, memory_limit_GiB);
+  x += fmt::format("chosen dense (g_p, g_g, g_o) = {}", sizes(best.dense));
+  if (best.expert)
+    x += fmt::format(", experts {} over {} expert-data-parallel ranks", sizes(*best.expert),
+                     batch.data_parallel / base.ep);
+  x += fmt::format(": step {:.3f} s, {:.1f} GiB\n", best.step.to_seconds(), best.reserved.gib());
+  x += "what changing one dense group size does (memory per device, step time):\n";
+  const plan::ShardSizes b = best.dense;
+  auto neighbour = [&](const char* name, plan::ShardSizes n, int from, int to) {
+    auto it = dense_seen.find({n.param, n.grad, n.optim});
+    if (it == dense_seen.end()) return;
+    const ShardCandidate& c = it->second;
+    const ShardCandidate& here = dense_seen.at({b.param, b.grad, b.optim});
+    x += fmt::format("  {} {} -> {}: memory {:+.1f} GiB, step {:+.3f} s{}\n", name, from, to,
+                     c.reserved.gib() - here.reserved.gib(), (c.step - here.step).to_seconds(),
+                     c.fits ? "" : " (does not fit)");
+  };
+  for (int f : {2, -2}) {
+    auto scale = [&](int v) { return f > 0 ? v * 2 : v / 2; };
+    neighbour("g_p", {scale(b.param), b.grad, b.optim}, b.param, scale(b.param));
+    neighbour("g_g", {b.param, scale(b.grad), b.optim}, b.grad, scale(b.grad));
+    neighbour("g_o", {b.param, b.grad, scale(b.optim)}, b.optim, scale(b.optim));
+  }
+  x += "fastest plans that fit:\n";
+  int shown = 0;
+  for (const auto& c : choice.candidates) {
+    if (!c.fits || shown == 5) continue;
+    x += fmt::format("  dense {}{}  step {:.3f} s  {:.1f} GiB\n", sizes(c.dense),
+                     c.expert ? fmt::format(" experts {}", sizes(*c.expert)) : std::string(), c.step.to_seconds(),
+                     c.reserved.gib());
+    ++shown;
+  }
+  return choice;
+}
+
+}  // namespace hzp::cli
