@@ -99,6 +99,15 @@ void add_scenario_options(CLI::App* app, Options& o) {
   app->add_flag("--no-sequence-parallel", o.no_sp,
                 "tensor parallelism with all-reduces instead of sequence parallelism");
   app->add_option("--pp", o.sc.plan.pp, "pipeline stages (1F1B)")->capture_default_str();
+  app->add_option("--variability-classes", o.sc.plan.variability_classes,
+                  "rank classes per stage, each drawing its own workload (documents, jitter)")
+      ->capture_default_str();
+  app->add_option("--doc-mean-tokens", o.sc.plan.doc_mean_tokens,
+                  "packed documents of this mean length (exponential): attention costs the sum of squares");
+  app->add_option("--compute-jitter", o.sc.plan.compute_jitter,
+                  "relative std. dev. of each rank class's compute per micro-batch");
+  app->add_option("--moe-skew", o.sc.plan.moe_skew, "Zipf skew of the routing to experts (0: uniform)");
+  app->add_option("--seed", o.sc.plan.seed, "seed of every workload draw")->capture_default_str();
   app->add_option("--ep", o.sc.plan.ep,
                   "expert-parallel size for MoE models (experts split over ep data-parallel ranks)")
       ->capture_default_str();

@@ -68,7 +68,9 @@ struct GemmShape {
 ///  - Compute: compute, flops (what the hardware executes), bytes (HBM traffic), dtype, gemm.
 ///  - Collective: collective, group, seq, bytes, dtype. `bytes` is the per-rank
 ///    buffer size in nccl-tests' convention: all-gather = receive buffer,
-///    reduce-scatter = send buffer, all-reduce = the buffer, all-to-all = send buffer.
+///    reduce-scatter = send buffer, all-reduce = the buffer, all-to-all = the
+///    larger of what the rank sends and receives (all_to_allv: may differ
+///    between members; the collective lasts as long as the largest share).
 ///  - Send / Recv: peer (global rank of the other side), seq (per ordered pair), bytes.
 ///  - Alloc / Free: buffer (name, unique among live buffers of the program), bytes.
 ///  - Record / Wait: event (id, unique within the program; recorded exactly once).

@@ -142,7 +142,9 @@ void check_collective_agreement(const Schedule& s) {
         auto [it, inserted] = first.try_emplace({op.group, op.seq}, &p, &op);
         if (inserted) continue;
         const Op& o = *it->second.second;
-        if (o.collective != op.collective || o.bytes != op.bytes || o.dtype != op.dtype) {
+        // All-to-all is all_to_allv: members may send different amounts.
+        const bool sizes_may_differ = op.collective == CollectiveKind::AllToAll;
+        if (o.collective != op.collective || (o.bytes != op.bytes && !sizes_may_differ) || o.dtype != op.dtype) {
           fail_at(
               p, st, op,
               fmt::format("collective on group {} seq {} is {} of {} bytes {}, but program {} issues {} of {} bytes {}",

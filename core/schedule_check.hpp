@@ -13,7 +13,8 @@ namespace hzp::core {
 ///  - memory: every free matches a live alloc of the same buffer and size;
 ///  - collectives: an op's group contains its program's representative; per
 ///    (program, group) the sequence numbers run 0, 1, 2, ... in issue order;
-///    every participant issues the same (kind, bytes, dtype) at each seq;
+///    every participant issues the same (kind, bytes, dtype) at each seq
+///    (bytes may differ for all-to-all, which is all_to_allv);
 ///  - progress: a replay reaches the end (no deadlock, no unmatched op).
 void check_schedule(const Schedule& s);
 

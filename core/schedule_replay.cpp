@@ -263,8 +263,15 @@ ReplayResult replay(const Schedule& s, const ReplayCosts& costs) {
             break;
           }
           TimePoint start{};
-          for (const auto& a : list) start = std::max(start, a.second);
-          Duration d = costs.collective ? costs.collective(s.group(op.group), op) : Duration{};
+          // All members finish together; an all_to_allv lasts as long as its largest member's share.
+          const Op* largest = &op;
+          for (const auto& a : list) {
+            start = std::max(start, a.second);
+            const Op& mine =
+                s.programs[a.first.program].streams[a.first.stream].ops[next[a.first.program][a.first.stream]];
+            if (mine.bytes > largest->bytes) largest = &mine;
+          }
+          Duration d = costs.collective ? costs.collective(s.group(op.group), *largest) : Duration{};
           std::vector<std::pair<Cursor, TimePoint>> members = std::move(list);
           arrived.erase({op.group, op.seq});
           for (const auto& a : members) {

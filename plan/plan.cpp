@@ -29,6 +29,7 @@
 
 #include <fmt/format.h>
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <nlohmann/json.hpp>
 
@@ -152,12 +153,11 @@ std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; 
 // data-parallel rank d = offset + mult·x for each offset in [0, mult) (dense
 // parameters: mult 1, count DP; expert parameters: mult ep, count DP / ep).
 // Blocks of `block` consecutive x are split into block / stride groups of x
-// `stride` apart. Returns, per stage, the id of the group holding the stage's
-// representative, or -1 for one-rank groups.
+// `stride` apart. Returns the group of every rank (-1 for one-rank groups).
 std::vector<int> add_dp_groups(core::Schedule& s, core::GroupKind kind, const Layout& l, int mult, int count, int block,
                                int stride) {
-  std::vector<int> first(static_cast<std::size_t>(l.pp), -1);
-  if (block / stride <= 1) return first;
+  std::vector<int> of(static_cast<std::size_t>(l.tp * l.dp * l.pp), -1);
+  if (block / stride <= 1) return of;
   for (int p = 0; p < l.pp; ++p) {
     for (int t = 0; t < l.tp; ++t) {
       for (int o = 0; o < mult; ++o) {
@@ -166,32 +166,37 @@ std::vector<int> add_dp_groups(core::Schedule& s, core::GroupKind kind, const La
             core::Group g;
             g.id = static_cast<int>(s.groups.size());
             g.kind = kind;
-            for (int x = b + off; x < b + block; x += stride)
-              g.ranks.push_back(rank_of(t, o + mult * x, p, l.tp, l.dp));
-            if (t == 0 && o == 0 && b == 0 && off == 0) first[static_cast<std::size_t>(p)] = g.id;
+            for (int x = b + off; x < b + block; x += stride) {
+              const int r = rank_of(t, o + mult * x, p, l.tp, l.dp);
+              g.ranks.push_back(r);
+              of[static_cast<std::size_t>(r)] = g.id;
+            }
+            std::sort(g.ranks.begin(), g.ranks.end());
             s.groups.push_back(std::move(g));
           }
         }
       }
     }
   }
-  return first;
+  return of;
 }
 
 std::vector<int> add_tp_groups(core::Schedule& s, const Layout& l) {
-  std::vector<int> first(static_cast<std::size_t>(l.pp), -1);
-  if (l.tp <= 1) return first;
+  std::vector<int> of(static_cast<std::size_t>(l.tp * l.dp * l.pp), -1);
+  if (l.tp <= 1) return of;
   for (int p = 0; p < l.pp; ++p) {
     for (int d = 0; d < l.dp; ++d) {
       core::Group g;
       g.id = static_cast<int>(s.groups.size());
       g.kind = core::GroupKind::Tp;
-      for (int t = 0; t < l.tp; ++t) g.ranks.push_back(rank_of(t, d, p, l.tp, l.dp));
-      if (d == 0) first[static_cast<std::size_t>(p)] = g.id;
+      for (int t = 0; t < l.tp; ++t) {
+        g.ranks.push_back(rank_of(t, d, p, l.tp, l.dp));
+        of[static_cast<std::size_t>(g.ranks.back())] = g.id;
+      }
       s.groups.push_back(std::move(g));
     }
   }
-  return first;
+  return of;
 }
 
 /// A class of parameters sharded by one hierarchical ZeRO plan: the dense
@@ -203,14 +208,21 @@ struct ParamClass {
   struct Groups {
     int param = -1, grad = -1, optim = -1, replica = -1, regather = -1;
   };
-  std::vector<Groups> groups;  // per stage
+  std::vector<int> param_of, grad_of, optim_of, replica_of, regather_of;  // group of every rank
+  [[nodiscard]] Groups groups_of(int rank) const {
+    const auto r = static_cast<std::size_t>(rank);
+    return {param_of[r], grad_of[r], optim_of[r], replica_of[r], regather_of[r]};
+  }
 };
 
 class Lowering {
  public:
   struct Stage {
-    int index = 0;
-    std::vector<int> ranks;
+    int program = 0;  // program id
+    std::string name;
+    int index = 0;           // pipeline stage
+    std::vector<int> ranks;  // ascending; ranks.front() is the representative
+    Workload workload;
     int prev_rep = -1, next_rep = -1;  // representatives of the neighbouring stages
     std::vector<PipelineSlot> order;
     std::int64_t boundary_bytes = 0;  // activation or gradient between stages
@@ -226,14 +238,14 @@ class Lowering {
         layout_(layout),
         stage_(std::move(stage)),
         topo_(topo),
-        b_(stage_.index, layout.pp > 1 ? fmt::format("stage{}", stage_.index) : "dp", stage_.ranks),
+        b_(stage_.program, stage_.name, stage_.ranks),
         units_(std::move(units)) {
     for (const ParamClass& c : classes) {
       Class k;
       k.tag = c.tag;
       k.sh = c.sh;
       k.ranks = c.ranks;
-      k.groups = c.groups.at(static_cast<std::size_t>(stage_.index));
+      k.groups = c.groups_of(stage_.ranks.front());
       // Each unit is flattened and padded to a multiple of g_o.
       const std::int64_t o = c.sh.optim;
       for (const auto& u : units_) {
@@ -409,15 +421,50 @@ class Lowering {
   }
 
   // The compute ops of a unit's forward or backward, with tensor- and
-  // expert-parallel collectives on the compute stream (on the critical path).
-  void unit_ops(const std::vector<models::GraphOp>& ops) {
+  // expert-parallel collectives on the compute stream (on the critical path),
+  // scaled by this rank class's workload draw for the micro-batch.
+  void unit_ops(const std::vector<models::GraphOp>& ops, std::int64_t mb) {
+    const Workload& w = stage_.workload;
+    const auto i = static_cast<std::size_t>(mb);
+    const double compute = w.compute.empty() ? 1.0 : w.compute[i];
+    const double attention = w.attention.empty() ? 1.0 : w.attention[i];
     for (const auto& op : ops) {
+      const bool expert = op.name.find(".experts.") != std::string::npos;
       if (op.collective) {
         int group = op.comm_group == models::CommGroup::Tp ? stage_.tp_group : stage_.ep_group;
-        b_.collective(comp_, op.name, *op.collective, group, op.bytes, Dtype::Bf16);
-      } else {
-        b_.compute(comp_, op, Dtype::Bf16);
+        // all_to_allv: a rank whose experts draw more tokens receives more than it sends.
+        core::Bytes bytes =
+            op.comm_group == models::CommGroup::Ep && w.experts > 1.0
+                ? Bytes(static_cast<std::int64_t>(std::ceil(static_cast<double>(op.bytes.count()) * w.experts)))
+                : op.bytes;
+        b_.collective(comp_, op.name, *op.collective, group, bytes, Dtype::Bf16);
+        continue;
       }
+      double factor = compute;
+      const bool attention_core = op.kind == core::ComputeKind::Attention ||
+                                  op.name.find("attn_scores") != std::string::npos ||
+                                  op.name.find("attn_context") != std::string::npos;
+      if (attention_core) factor *= attention;
+      if (expert) factor *= w.experts;
+      if (factor == 1.0) {
+        b_.compute(comp_, op, Dtype::Bf16);
+        continue;
+      }
+      models::GraphOp scaled = op;
+      scaled.flops = op.flops * factor;
+      if (expert && scaled.gemm) {
+        // More (or fewer) rows per expert: the GEMM's m (or k, for the weight gradient).
+        auto rows = [&](std::int64_t v) {
+          return std::max<std::int64_t>(1, std::llround(static_cast<double>(v) * w.experts));
+        };
+        if (scaled.phase == models::Phase::BackwardWeight) {
+          scaled.gemm->k = rows(scaled.gemm->k);
+        } else {
+          scaled.gemm->m = rows(scaled.gemm->m);
+        }
+        scaled.bytes = Bytes(static_cast<std::int64_t>(static_cast<double>(op.bytes.count()) * w.experts));
+      }
+      b_.compute(comp_, scaled, Dtype::Bf16);
     }
   }
 
@@ -470,7 +517,7 @@ class Lowering {
     const auto& unit = *units_[use.unit].u;
     if (use.gathers) b_.wait(comp_, ag_done_[j], fmt::format("wait {}.gathered", unit.name));
     b_.alloc(comp_, fmt::format("act.u{}.mb{}", use.unit, use.mb), unit.activations);
-    unit_ops(unit.forward);
+    unit_ops(unit.forward, use.mb);
     use_done_[j] = b_.record(comp_, fmt::format("{}.fwd_done", unit.name));
     if (use.gathers && opt_.reshard_after_forward && !pooled()) {
       b_.free(comp_, buf("gathered", j), gathered_bytes(use.unit));
@@ -499,7 +546,7 @@ class Lowering {
     }
     const std::string recomputed = fmt::format("recomputed.u{}.mb{}", use.unit, use.mb);
     if (unit.recomputed.count() > 0) b_.alloc(comp_, recomputed, unit.recomputed);
-    unit_ops(unit.backward);
+    unit_ops(unit.backward, use.mb);
     if (unit.recomputed.count() > 0) b_.free(comp_, recomputed, unit.recomputed);
     use_done_[j] = b_.record(comp_, fmt::format("{}.bwd_done", unit.name));
     if (gathered >= 0 && !pooled()) {
@@ -605,6 +652,70 @@ std::string recompute_name(models::Recompute r) {
 
 }  // namespace
 
+namespace {
+
+// splitmix64: a seeded, portable stream of 64-bit values (std:: distributions
+// differ between standard libraries; these transforms do not).
+struct Rng {
+  std::uint64_t state;
+  std::uint64_t next() {
+    std::uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+  }
+  double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }  // [0, 1)
+  double exponential(double mean) { return -mean * std::log1p(-uniform()); }
+  double normal() {  // Box–Muller
+    const double u = 1.0 - uniform(), v = uniform();
+    return std::sqrt(-2.0 * std::log(u)) * std::cos(2.0 * 3.14159265358979323846 * v);
+  }
+};
+
+std::uint64_t mix(std::uint64_t a, std::uint64_t b) { return Rng{a ^ (b * 0x9e3779b97f4a7c15ULL)}.next(); }
+
+}  // namespace
+
+Workload draw_workload(const PlanOptions& o, std::int64_t seq_len, std::int64_t micro_batches, int variability_class,
+                       int stage, int expert_rank, int ep, int experts) {
+  Workload w;
+  const auto m = static_cast<std::size_t>(micro_batches);
+  w.attention.assign(m, 1.0);
+  w.compute.assign(m, 1.0);
+  const auto vc = static_cast<std::uint64_t>(variability_class);
+  for (std::size_t mb = 0; mb < m; ++mb) {
+    if (o.doc_mean_tokens > 0) {
+      // Documents packed into the sequence; the last one is cut at the end.
+      // Data belongs to the data-parallel rank: the same on every stage.
+      Rng rng{mix(mix(o.seed, vc), mb)};
+      const double s = static_cast<double>(seq_len);
+      double filled = 0, squares = 0;
+      while (filled < s) {
+        double len = std::min(std::max(1.0, std::round(rng.exponential(o.doc_mean_tokens))), s - filled);
+        filled += len;
+        squares += len * len;
+      }
+      w.attention[mb] = squares / (s * s);
+    }
+    if (o.compute_jitter > 0) {
+      Rng rng{mix(mix(mix(o.seed ^ 0x6a177e5ULL, vc), static_cast<std::uint64_t>(stage)), mb)};
+      w.compute[mb] = std::max(0.5, 1.0 + o.compute_jitter * rng.normal());
+    }
+  }
+  if (o.moe_skew > 0 && ep > 1 && experts > 0) {
+    // Zipf loads over experts; rank e holds experts [e·E/ep, (e+1)·E/ep).
+    double total = 0, mine = 0;
+    const int per_rank = experts / ep;
+    for (int j = 0; j < experts; ++j) {
+      const double load = 1.0 / std::pow(j + 1.0, o.moe_skew);
+      total += load;
+      if (j / per_rank == expert_rank) mine += load;
+    }
+    w.experts = mine / total * ep;
+  }
+  return w;
+}
+
 std::string_view to_string(Strategy s) {
   switch (s) {
     case Strategy::Ddp: return "ddp";
@@ -692,6 +803,16 @@ core::Schedule lower(const models::ModelSpec& m, const topologies::Topology& top
         m.moe ? fmt::format("expected a divisor of the {} experts of {}, got {}", m.moe->experts, m.name, o.ep)
               : fmt::format("{} has no experts: expected --ep 1", m.name));
   }
+  if (o.variability_classes < 1 || batch.data_parallel % o.variability_classes != 0) {
+    throw core::InputError("command line", "--variability-classes",
+                           fmt::format("expected a divisor of the data-parallel size {}, got {}", batch.data_parallel,
+                                       o.variability_classes));
+  }
+  if (!(o.doc_mean_tokens >= 0) || !(o.compute_jitter >= 0 && o.compute_jitter <= 1) ||
+      !(o.moe_skew >= 0 && o.moe_skew <= 10)) {
+    throw core::InputError("command line", "--doc-mean-tokens",
+                           "expected doc_mean_tokens >= 0, compute_jitter in [0, 1] and moe_skew in [0, 10]");
+  }
   if (m.heads % o.tp != 0) {
     throw core::InputError(
         "command line", "--tp",
@@ -745,16 +866,17 @@ core::Schedule lower(const models::ModelSpec& m, const topologies::Topology& top
     auto replica = add_dp_groups(s, expert ? K::EdpReplica : K::DpReplica, layout, mult, count, count, shards.optim);
     auto regather =
         add_dp_groups(s, expert ? K::EdpRegather : K::DpRegather, layout, mult, count, shards.optim, shards.param);
-    for (int p = 0; p < o.pp; ++p) {
-      const auto at = static_cast<std::size_t>(p);
-      c.groups.push_back({param[at], grad[at], optim[at], replica[at], regather[at]});
-    }
+    c.param_of = std::move(param);
+    c.grad_of = std::move(grad);
+    c.optim_of = std::move(optim);
+    c.replica_of = std::move(replica);
+    c.regather_of = std::move(regather);
     classes.push_back(std::move(c));
   };
   add_class("", sh, 1, dp, false);
   // Expert parameters: already split ep ways; the same plan over the DP / ep
   // expert-data-parallel ranks (group sizes capped at DP / ep).
-  std::vector<int> ep_groups(static_cast<std::size_t>(o.pp), -1);
+  std::vector<int> ep_groups(static_cast<std::size_t>(topo.devices()), -1);
   ShardSizes expert_sh{};
   if (m.moe) {
     const int edp = dp / o.ep;
@@ -776,7 +898,15 @@ core::Schedule lower(const models::ModelSpec& m, const topologies::Topology& top
   const int per_chunk = m.layers / (o.pp * o.vpp);
   const std::int64_t boundary = core::dtype_bytes(Dtype::Bf16) * batch.seq_len * o.micro_batch * m.hidden /
                                 (o.tp > 1 && o.sequence_parallel ? o.tp : 1);
-  auto rep = [&](int p) { return rank_of(0, 0, p, o.tp, dp); };
+  // Rank classes: ranks that run identical programs. Without variability, one
+  // per stage; with it, contiguous blocks of data-parallel ranks and, under a
+  // routing skew, each expert-parallel rank index apart.
+  const bool skewed = m.moe && o.ep > 1 && o.moe_skew > 0;
+  const int blocks = o.variability_classes;
+  const int per_block = dp / blocks;
+  auto class_of = [&](int d) { return (skewed ? d % o.ep : 0) * blocks + d / per_block; };
+  const int class_count = (skewed ? o.ep : 1) * blocks;
+  int program_id = 0;
   for (int p = 0; p < o.pp; ++p) {
     std::vector<Unit> units;
     for (const auto& u : graph.units) {
@@ -795,17 +925,33 @@ core::Schedule lower(const models::ModelSpec& m, const topologies::Topology& top
       };
       return std::pair{a.chunk, order(a.u)} < std::pair{b.chunk, order(b.u)};
     });
-    Lowering::Stage stage;
-    stage.index = p;
-    for (int r = rep(p); r < rep(p) + o.tp * dp; ++r) stage.ranks.push_back(r);
-    stage.prev_rep = rep((p + o.pp - 1) % o.pp);
-    stage.next_rep = rep((p + 1) % o.pp);
-    stage.order = pipeline_order(p, o.pp, o.vpp, batch.micro_batches);
-    stage.boundary_bytes = boundary;
-    stage.tp_group = tp_groups[static_cast<std::size_t>(p)];
-    stage.ep_group = ep_groups[static_cast<std::size_t>(p)];
-    Lowering lowering(std::move(units), batch, o, classes, async, layout, std::move(stage), topo);
-    s.programs.push_back(lowering.run());
+    for (int c = 0; c < class_count; ++c) {
+      Lowering::Stage stage;
+      stage.program = program_id++;
+      stage.index = p;
+      int first_d = -1;
+      for (int d = 0; d < dp; ++d) {
+        if (class_of(d) != c) continue;
+        if (first_d < 0) first_d = d;
+        for (int t = 0; t < o.tp; ++t) stage.ranks.push_back(rank_of(t, d, p, o.tp, dp));
+      }
+      std::sort(stage.ranks.begin(), stage.ranks.end());
+      std::string name = o.pp > 1 ? fmt::format("stage{}", p) : "dp";
+      if (class_count > 1) name += fmt::format(".class{}", c);
+      stage.name = name;
+      // The neighbouring stages' members with the same data-parallel rank.
+      stage.prev_rep = rank_of(0, first_d, (p + o.pp - 1) % o.pp, o.tp, dp);
+      stage.next_rep = rank_of(0, first_d, (p + 1) % o.pp, o.tp, dp);
+      stage.order = pipeline_order(p, o.pp, o.vpp, batch.micro_batches);
+      stage.boundary_bytes = boundary;
+      const auto rep = static_cast<std::size_t>(stage.ranks.front());
+      stage.tp_group = tp_groups[rep];
+      stage.ep_group = ep_groups[rep];
+      stage.workload = draw_workload(o, batch.seq_len, batch.micro_batches, first_d / per_block, p,
+                                     skewed ? first_d % o.ep : 0, o.ep, m.moe ? m.moe->experts : 0);
+      Lowering lowering(units, batch, o, classes, async, layout, std::move(stage), topo);
+      s.programs.push_back(lowering.run());
+    }
   }
 
   nlohmann::json prov{
@@ -814,6 +960,11 @@ core::Schedule lower(const models::ModelSpec& m, const topologies::Topology& top
         {"param_shard", sh.param},
         {"grad_shard", sh.grad},
         {"optim_shard", sh.optim},
+        {"variability_classes", o.variability_classes},
+        {"doc_mean_tokens", o.doc_mean_tokens},
+        {"compute_jitter", o.compute_jitter},
+        {"moe_skew", o.moe_skew},
+        {"seed", o.seed},
         {"ep", o.ep},
         {"expert_shards", m.moe ? nlohmann::json{expert_sh.param, expert_sh.grad, expert_sh.optim} : nlohmann::json()},
         {"async", async},

@@ -75,6 +75,22 @@ struct PlanOptions {
   /// Expert parameters' own (g_p, g_g, g_o) over the DP / ep expert-data-parallel
   /// ranks; unset: the dense sizes capped at DP / ep.
   std::optional<ShardSizes> expert_shards;
+
+  /// Workload variability, which breaks the symmetry between ranks: the
+  /// data-parallel ranks of each stage split into `variability_classes`
+  /// contiguous blocks (rank classes), each drawing its own workload from
+  /// `seed`; synchronising collectives then propagate the slowest class.
+  int variability_classes = 1;
+  /// Packed documents of exponentially distributed length with this mean
+  /// (tokens): attention costs Σ lenᵢ² instead of seq². 0: one document per sequence.
+  double doc_mean_tokens = 0;
+  /// Relative standard deviation of each (rank class, micro-batch)'s compute time.
+  double compute_jitter = 0;
+  /// MoE routing skew: expert j receives tokens ∝ 1/(j+1)^skew (Zipf); 0 is
+  /// uniform. With ep > 1 each expert-parallel rank index becomes its own rank
+  /// class: expert GEMMs and all-to-alls grow with the load of its experts.
+  double moe_skew = 0;
+  std::uint64_t seed = 1;
 };
 
 /// The (g_p, g_g, g_o) a strategy uses on `dp` data-parallel ranks of this
@@ -120,6 +136,17 @@ struct BatchSplit {
 };
 /// Throws InputError naming the option when the batch does not divide.
 [[nodiscard]] BatchSplit split_batch(const models::ModelSpec& m, int world, const PlanOptions& o);
+
+/// Per rank class and micro-batch: what the seeded workload draws make of the
+/// nominal step (attention and compute factors; expert-load factor of the class).
+struct Workload {
+  std::vector<double> attention;  // per micro-batch: Σ lenᵢ² / seq²
+  std::vector<double> compute;    // per micro-batch: jitter factor
+  double experts = 1.0;           // this class's expert load relative to uniform
+};
+/// The draws for one rank class (deterministic in the seed, the class and the micro-batch).
+[[nodiscard]] Workload draw_workload(const PlanOptions& o, std::int64_t seq_len, std::int64_t micro_batches,
+                                     int variability_class, int stage, int expert_rank, int ep, int experts);
 
 /// Lowers the plan to a Schedule (checked by core::check_schedule before return).
 [[nodiscard]] core::Schedule lower(const models::ModelSpec& m, const topologies::Topology& topo, const PlanOptions& o);

@@ -52,6 +52,11 @@ PlanOptions plan_from_json(const std::string& text, const std::string& file) {
     p.expert_shards = ShardSizes{v[0], v[1], v[2]};
   }
   p.seq_len = o.integer("seq_len", 0, 1 << 21);
+  p.variability_classes = static_cast<int>(o.integer("variability_classes", 1, 1 << 20));
+  p.doc_mean_tokens = o.number("doc_mean_tokens", 0, 1 << 21);
+  p.compute_jitter = o.number("compute_jitter", 0, 1);
+  p.moe_skew = o.number("moe_skew", 0, 10);
+  p.seed = static_cast<std::uint64_t>(o.integer("seed", 0));
   const bool tokens = !o.raw("global_batch_tokens").is_null();
   const bool seqs = !o.raw("global_batch_sequences").is_null();
   if (tokens == seqs)
@@ -102,6 +107,11 @@ std::string plan_to_json(const PlanOptions& p) {
       p.expert_shards ? nlohmann::ordered_json{p.expert_shards->param, p.expert_shards->grad, p.expert_shards->optim}
                       : nlohmann::ordered_json();
   j["seq_len"] = p.seq_len;
+  j["variability_classes"] = p.variability_classes;
+  j["doc_mean_tokens"] = p.doc_mean_tokens;
+  j["compute_jitter"] = p.compute_jitter;
+  j["moe_skew"] = p.moe_skew;
+  j["seed"] = p.seed;
   j["global_batch_tokens"] =
       p.global_batch_tokens ? nlohmann::ordered_json(*p.global_batch_tokens) : nlohmann::ordered_json();
   j["global_batch_sequences"] =

@@ -389,3 +389,111 @@ TEST(ExpertParallel, RejectsImpossibleSizes) {
 
 }  // namespace
 }  // namespace hzp::plan
+
+namespace hzp::plan {
+namespace {
+
+struct Simulated {
+  core::Schedule schedule;
+  std::int64_t step = 0;
+  std::vector<std::int64_t> busy;  // compute-stream compute time per program
+};
+
+Simulated simulate(const models::ModelSpec& m, int gpus, const PlanOptions& o) {
+  topologies::PerfModel pm(topologies::Topology(topologies::load_cluster("dgx-h100"), gpus));
+  Simulated run{lower(m, pm.topology(), o), 0, {}};
+  core::ReplayCosts costs;
+  costs.compute = [&](const core::Program&, const core::Op& op) { return pm.compute(op); };
+  costs.collective = [&](const core::Group& g, const core::Op& op) {
+    return pm.collective(op.collective, op.bytes, pm.span(g.ranks));
+  };
+  costs.p2p = [&](const core::Program& p, const core::Op& op) { return pm.p2p(op.bytes, p.ranks.at(0), op.peer); };
+  core::ReplayResult r = core::replay(run.schedule, costs);
+  for (std::size_t p = 0; p < run.schedule.programs.size(); ++p) {
+    std::int64_t busy = 0;
+    for (std::size_t k = 0; k < r.times[p].size(); ++k) {
+      for (std::size_t i = 0; i < r.times[p][k].size(); ++i) {
+        run.step = std::max(run.step, r.times[p][k][i].end.count_ns());
+        if (k == 0 && run.schedule.programs[p].streams[k].ops[i].kind == core::OpKind::Compute) {
+          busy += (r.times[p][k][i].end - r.times[p][k][i].start).count_ns();
+        }
+      }
+    }
+    run.busy.push_back(busy);
+  }
+  return run;
+}
+
+TEST(Workload, DrawsAreBoundedAndSeeded) {
+  PlanOptions o;
+  o.doc_mean_tokens = 512;
+  o.compute_jitter = 0.1;
+  Workload a = draw_workload(o, 8192, 4, 0, 0, 0, 1, 0);
+  Workload b = draw_workload(o, 8192, 4, 0, 0, 0, 1, 0);
+  Workload c = draw_workload(o, 8192, 4, 1, 0, 0, 1, 0);
+  EXPECT_EQ(a.attention, b.attention);
+  EXPECT_NE(a.attention, c.attention);
+  for (double f : a.attention) {
+    EXPECT_GT(f, 0.0);
+    EXPECT_LT(f, 0.5);  // ~16 documents of ~512 tokens: Σ len² far below seq²
+  }
+  // One document per sequence when documents are longer than the sequence.
+  o.doc_mean_tokens = 1e6;
+  EXPECT_EQ(draw_workload(o, 8192, 2, 0, 0, 0, 1, 0).attention, (std::vector<double>{1.0, 1.0}));
+  // Zipf routing over 8 experts on 4 ranks: rank 0 holds experts 0 and 1.
+  o.moe_skew = 1.0;
+  const double h8 = 1 + 1 / 2.0 + 1 / 3.0 + 1 / 4.0 + 1 / 5.0 + 1 / 6.0 + 1 / 7.0 + 1 / 8.0;
+  EXPECT_NEAR(draw_workload(o, 8192, 1, 0, 0, 0, 4, 8).experts, (1 + 1 / 2.0) / h8 * 4, 1e-12);
+}
+
+// Rank classes break the symmetry; synchronising collectives make every class
+// wait for the slowest.
+TEST(Workload, VariabilityPropagatesTheSlowestClass) {
+  models::ModelSpec m = models::load_model("llama3-8b");
+  PlanOptions o;
+  o.strategy = Strategy::Fsdp;
+  o.global_batch_sequences = 32;
+  o.seq_len = 8192;
+  Simulated base = simulate(m, 16, o);
+  o.variability_classes = 4;
+  Simulated same = simulate(m, 16, o);  // classes without variability: the same step
+  ASSERT_EQ(same.schedule.programs.size(), 4u);
+  EXPECT_EQ(same.step, base.step);
+  o.compute_jitter = 0.2;
+  o.doc_mean_tokens = 1024;
+  Simulated varied = simulate(m, 16, o);
+  std::int64_t slowest = *std::max_element(varied.busy.begin(), varied.busy.end());
+  std::int64_t fastest = *std::min_element(varied.busy.begin(), varied.busy.end());
+  EXPECT_GT(slowest, fastest);
+  EXPECT_GE(varied.step, slowest);  // nobody finishes before the slowest class's compute
+  o.seed = 2;
+  EXPECT_NE(core::schedule_hash(simulate(m, 16, o).schedule), core::schedule_hash(varied.schedule));
+}
+
+TEST(Workload, RoutingSkewMakesExpertRanksUneven) {
+  models::ModelSpec m = models::load_model("mixtral-8x7b");
+  PlanOptions o;
+  o.strategy = Strategy::Zero1;
+  o.global_batch_sequences = 16;
+  o.seq_len = 4096;
+  o.ep = 8;
+  o.recompute = models::Recompute::Full;
+  Simulated uniform = simulate(m, 16, o);
+  ASSERT_EQ(uniform.schedule.programs.size(), 1u);
+  o.moe_skew = 1.2;
+  Simulated skewed = simulate(m, 16, o);
+  ASSERT_EQ(skewed.schedule.programs.size(), 8u);  // one class per expert-parallel rank index
+  EXPECT_GT(skewed.busy[0], skewed.busy[7]);       // expert 0 is the most popular
+  EXPECT_GT(skewed.step, uniform.step);
+  auto a2a_bytes = [&](std::size_t program) {
+    for (const auto& op : skewed.schedule.programs[program].streams[0].ops) {
+      if (op.kind == core::OpKind::Collective && op.collective == core::CollectiveKind::AllToAll)
+        return op.bytes.count();
+    }
+    return std::int64_t{0};
+  };
+  EXPECT_GT(a2a_bytes(0), a2a_bytes(7));
+}
+
+}  // namespace
+}  // namespace hzp::plan
