@@ -48,9 +48,11 @@ std::string explain(const core::Schedule& s, const topologies::PerfModel& pm) {
                       p["sequence_parallel"].get<bool>() ? " (sequence parallel)" : "", p["pp"].get<int>(), pipeline);
     }
     out += fmt::format(
-        "plan {}: (g_p, g_g, g_o) = ({}, {}, {}) over {} data-parallel ranks, {}, prefetch depth {}, {}\n",
+        "plan {}: (g_p, g_g, g_o) = ({}, {}, {}) over {} data-parallel (x context-parallel) ranks, {}, prefetch depth "
+        "{}, {}\n",
         p["strategy"].get<std::string>(), p["param_shard"].get<int>(), p["grad_shard"].get<int>(),
-        p["optim_shard"].get<int>(), p["data_parallel"].get<int>(),
+        p["optim_shard"].get<int>(),
+        p.contains("shard_ranks") ? p["shard_ranks"].get<int>() : p["data_parallel"].get<int>(),
         p["async"].get<bool>() ? "async (background issue threads, pooled buffers)"
                                : "sync (inline issue, caching allocator)",
         p["prefetch_depth"].get<int>(),

@@ -108,6 +108,8 @@ void add_scenario_options(CLI::App* app, Options& o) {
                   "relative std. dev. of each rank class's compute per micro-batch");
   app->add_option("--moe-skew", o.sc.plan.moe_skew, "Zipf skew of the routing to experts (0: uniform)");
   app->add_option("--seed", o.sc.plan.seed, "seed of every workload draw")->capture_default_str();
+  app->add_option("--cp", o.sc.plan.cp, "context-parallel size (ring attention; sequences split over cp ranks)")
+      ->capture_default_str();
   app->add_option("--ep", o.sc.plan.ep,
                   "expert-parallel size for MoE models (experts split over ep data-parallel ranks)")
       ->capture_default_str();

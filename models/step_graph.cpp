@@ -142,10 +142,11 @@ std::int64_t tokens_per_expert(const MoeSpec& e, std::int64_t T) {
 
 // Per-rank dimensions under tensor parallelism over t ranks.
 struct Dims {
-  std::int64_t e, s, bs, T, h;
-  std::int64_t t;     // tensor-parallel size
-  std::int64_t Th;    // tokens of h-sized tensors on this rank (T / t with sequence parallelism)
-  std::int64_t H, G;  // attention and K/V heads on this rank (K/V replicated when fewer than t)
+  std::int64_t e, s, bs, T, h;  // T: tokens of a micro-batch on this rank (s · bs / cp)
+  std::int64_t s_local;         // sequence tokens on this rank (s / cp)
+  std::int64_t t;               // tensor-parallel size
+  std::int64_t Th;              // tokens of h-sized tensors on this rank (T / t with sequence parallelism)
+  std::int64_t H, G;            // attention and K/V heads on this rank (K/V replicated when fewer than t)
   std::int64_t dqk, dv;
   bool sp;
 };
@@ -155,7 +156,8 @@ Dims dims(const ModelSpec& m, const GraphOptions& o) {
   d.e = core::dtype_bytes(o.dtype);
   d.s = o.seq_len;
   d.bs = o.micro_batch;
-  d.T = d.s * d.bs;
+  d.s_local = d.s / std::max(o.cp, 1);
+  d.T = d.s_local * d.bs;
   d.h = m.hidden;
   d.t = o.tp;
   d.sp = o.tp > 1 && o.sequence_parallel;
@@ -230,8 +232,9 @@ Builder layer_forward(const ModelSpec& m, int layer, const GraphOptions& o) {
     std::int64_t rope = m.mla ? m.mla->qk_rope_head_dim : dqk;
     b.bandwidth(p + "rope", ComputeKind::Elementwise, 2 * e * T * (H + G) * rope, T * (H + G) * rope);
   }
+  // Scores and context of this rank's s / cp queries against all s keys.
   const double full_core =
-      2.0 * static_cast<double>(bs * H) * static_cast<double>(s * s) * static_cast<double>(dqk + dv);
+      2.0 * static_cast<double>(bs * H) * static_cast<double>(s * d.s_local) * static_cast<double>(dqk + dv);
   if (o.flash_attention) {
     b.attention(p + "attn_core", 0.5 * full_core, e * T * (H * dqk + G * dqk + G * dv + H * dv));
   } else {
@@ -312,7 +315,7 @@ core::Bytes layer_activation_bytes(const ModelSpec& m, int layer, const GraphOpt
   }
   if (m.qk_norm) attn += e * T * (H + G) * dqk;
   if (o.flash_attention) {
-    attn += e * T * H * dv + 4 * bs * H * s;
+    attn += e * T * H * dv + 4 * bs * H * d.s_local;
   } else {
     attn += e * T * H * dv;
     if (o.recompute == Recompute::None) attn += (e + (m.dropout ? 1 + e : 0)) * bs * H * s * s;

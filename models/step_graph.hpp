@@ -36,6 +36,11 @@ struct GraphOptions {
   /// every MoE layer; tokens reach their experts by an all-to-all (dispatch)
   /// and come back by another (combine).
   int ep = 1;
+  /// Context parallelism: each rank holds seq_len / cp tokens of every
+  /// sequence; its attention covers its queries against all keys (1/cp of
+  /// the attention FLOPs, load-balanced under the causal mask). The plan
+  /// passes K/V blocks around the cp ranks (ring attention); needs flash attention.
+  int cp = 1;
 };
 
 /// Which group a collective of the step graph runs on.

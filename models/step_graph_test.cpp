@@ -158,6 +158,25 @@ TEST(StepGraph, TensorParallelCollectives) {
   EXPECT_EQ(count(false, true, CollectiveKind::AllGather), 0);
 }
 
+// Context parallelism: each of cp ranks runs its s/cp queries against all s
+// keys — 1/cp of the attention FLOPs — and 1/cp of every token-wise op.
+TEST(StepGraph, ContextParallelSplitsTokensAndAttention) {
+  ModelSpec m = load_model("llama3-8b");
+  GraphOptions one{.seq_len = 8192, .micro_batch = 1};
+  GraphOptions four = one;
+  four.cp = 4;
+  auto attention = [&](const GraphOptions& o) {
+    double f = 0;
+    for (const auto& op : build_step_graph(m, o).units[1].forward) {
+      if (op.kind == core::ComputeKind::Attention) f += op.flops.count();
+    }
+    return f;
+  };
+  EXPECT_DOUBLE_EQ(4 * attention(four), attention(one));
+  StepGraph g = build_step_graph(m, four);
+  EXPECT_EQ(g.units[1].forward[1].gemm->m, 8192 / 4);  // the QKV projection on 2,048 tokens
+}
+
 TEST(StepGraph, MoeExpertGemmsAreGrouped) {
   ModelSpec m = load_model("mixtral-8x7b");
   StepGraph g = build_step_graph(m, GraphOptions{.seq_len = 4096, .micro_batch = 1});

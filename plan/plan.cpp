@@ -84,7 +84,12 @@ BatchSplit split_batch(const models::ModelSpec& m, int world, const PlanOptions&
         "command line", "--pp",
         fmt::format("expected a divisor of GPUs / tp = {}, got {}", world / std::max(o.tp, 1), o.pp));
   }
-  b.data_parallel = world / (o.tp * o.pp);
+  if (o.cp < 1 || (world / (o.tp * o.pp)) % o.cp != 0) {
+    throw core::InputError(
+        "command line", "--cp",
+        fmt::format("expected a divisor of GPUs / (tp x pp) = {}, got {}", world / (o.tp * o.pp), o.cp));
+  }
+  b.data_parallel = world / (o.tp * o.pp * o.cp);
   const std::int64_t per_step = static_cast<std::int64_t>(b.data_parallel) * o.micro_batch;
   if (b.sequences % per_step != 0) {
     throw core::InputError("command line", key,
@@ -227,6 +232,9 @@ class Lowering {
     std::vector<PipelineSlot> order;
     std::int64_t boundary_bytes = 0;  // activation or gradient between stages
     int tp_group = -1, ep_group = -1;
+    int cp = 1;                              // context-parallel size
+    int cp_next_rep = -1, cp_prev_rep = -1;  // ring neighbours
+    std::int64_t kv_block_bytes = 0;         // K and V of one rank's tokens
   };
 
   Lowering(std::vector<Unit> units, const BatchSplit& batch, const PlanOptions& opt,
@@ -330,6 +338,12 @@ class Lowering {
     comp_ = b_.add_stream("compute", StreamKind::Compute, main);
     ag_ = b_.add_stream("param_allgather", StreamKind::ParamGather, param_thread);
     rs_ = b_.add_stream("grad_reduce", StreamKind::GradReduce, grad_thread);
+    if (stage_.cp > 1) {
+      // Ring attention: K/V blocks go round on their own send and receive
+      // streams, overlapped with the attention chunks on the compute stream.
+      cp_send_ = b_.add_stream("cp_send", StreamKind::Comm, main);
+      cp_recv_ = b_.add_stream("cp_recv", StreamKind::Comm, main);
+    }
     if (layout_.pp > 1) {
       // Sends run on their own streams so that a stage can send and receive at
       // once (Megatron batches isend/irecv); receives sit on the compute stream.
@@ -440,6 +454,10 @@ class Lowering {
         b_.collective(comp_, op.name, *op.collective, group, bytes, Dtype::Bf16);
         continue;
       }
+      if (op.kind == core::ComputeKind::Attention && stage_.cp > 1) {
+        ring_attention(op, compute * attention);
+        continue;
+      }
       double factor = compute;
       const bool attention_core = op.kind == core::ComputeKind::Attention ||
                                   op.name.find("attn_scores") != std::string::npos ||
@@ -465,6 +483,37 @@ class Lowering {
         scaled.bytes = Bytes(static_cast<std::int64_t>(static_cast<double>(op.bytes.count()) * w.experts));
       }
       b_.compute(comp_, scaled, Dtype::Bf16);
+    }
+  }
+
+  // Attention of this rank's queries against every rank's keys, in cp chunks:
+  // chunk 0 on the local K/V while that block starts round the ring; chunk i
+  // once block i has arrived (forwarded on to the next rank as it comes).
+  // Backward circulates K/V and their gradients: twice the bytes.
+  void ring_attention(const models::GraphOp& op, double factor) {
+    const int cp = stage_.cp;
+    const bool backward = op.phase == models::Phase::BackwardInput;
+    const Bytes block(stage_.kv_block_bytes * (backward ? 2 : 1));
+    models::GraphOp chunk = op;
+    chunk.flops = op.flops * (factor / cp);
+    chunk.bytes = Bytes(op.bytes.count() / cp);
+    int ready = b_.record(comp_, op.name + ".kv_ready");
+    b_.wait(cp_send_, ready, "wait kv ready");
+    b_.send(cp_send_, op.name + ".kv_send1", stage_.cp_next_rep, send_seq_[stage_.cp_next_rep]++, block);
+    chunk.name = op.name + ".cp0";
+    b_.compute(comp_, chunk, Dtype::Bf16);
+    for (int i = 1; i < cp; ++i) {
+      b_.recv(cp_recv_, fmt::format("{}.kv_recv{}", op.name, i), stage_.cp_prev_rep, recv_seq_[stage_.cp_prev_rep]++,
+              block);
+      int arrived = b_.record(cp_recv_, fmt::format("{}.kv{}", op.name, i));
+      if (i + 1 < cp) {
+        b_.wait(cp_send_, arrived, "wait kv block");
+        b_.send(cp_send_, fmt::format("{}.kv_send{}", op.name, i + 1), stage_.cp_next_rep,
+                send_seq_[stage_.cp_next_rep]++, block);
+      }
+      b_.wait(comp_, arrived, fmt::format("wait kv block {}", i));
+      chunk.name = fmt::format("{}.cp{}", op.name, i);
+      b_.compute(comp_, chunk, Dtype::Bf16);
     }
   }
 
@@ -637,7 +686,7 @@ class Lowering {
   std::vector<Unit> units_;
   std::vector<Class> classes_;
   std::int64_t acc_ = 4;
-  int comp_ = 0, ag_ = 0, rs_ = 0, send_fwd_ = -1, send_bwd_ = -1;
+  int comp_ = 0, ag_ = 0, rs_ = 0, send_fwd_ = -1, send_bwd_ = -1, cp_send_ = -1, cp_recv_ = -1;
   std::vector<Use> uses_;
   std::vector<std::size_t> gather_uses_, reduce_uses_;
   std::vector<int> ag_done_, use_done_, rs_done_, forward_gather_;
@@ -789,9 +838,18 @@ core::Schedule lower(const models::ModelSpec& m, const topologies::Topology& top
     throw core::InputError("command line", "--prefetch-depth", fmt::format("expected 0..64, got {}", o.prefetch_depth));
   }
   BatchSplit batch = split_batch(m, topo.devices(), o);
-  const ShardSizes sh = resolve_shards(o, batch.data_parallel, topo.spec());
+  // Parameters are replicated over data- and context-parallel ranks alike: the
+  // sharding dimension is DP x CP (Megatron's data-parallel-with-context group).
+  const int shard_ranks = batch.data_parallel * o.cp;
+  const ShardSizes sh = resolve_shards(o, shard_ranks, topo.spec());
   const bool async = resolve_async(o);
-  Layout layout{o.tp, batch.data_parallel, o.pp, o.vpp, o.ep};
+  Layout layout{o.tp, shard_ranks, o.pp, o.vpp, o.ep};
+  if (o.cp > 1 && (!o.flash_attention || batch.seq_len % (2 * o.cp) != 0)) {
+    throw core::InputError(
+        "command line", "--cp",
+        fmt::format("context parallelism needs flash attention and a sequence length divisible by 2 x cp = {}",
+                    2 * o.cp));
+  }
   if (o.ep < 1 || batch.data_parallel % o.ep != 0) {
     throw core::InputError(
         "command line", "--ep",
@@ -837,6 +895,7 @@ core::Schedule lower(const models::ModelSpec& m, const topologies::Topology& top
   go.tp = o.tp;
   go.sequence_parallel = o.sequence_parallel;
   go.ep = o.ep;
+  go.cp = o.cp;
   models::StepGraph graph = models::build_step_graph(m, go);
 
   core::Schedule s;
@@ -850,7 +909,7 @@ core::Schedule lower(const models::ModelSpec& m, const topologies::Topology& top
   s.step.micro_batches = batch.micro_batches;
   s.step.model_flops = models::model_flops_per_sequence(m, batch.seq_len) * static_cast<double>(batch.sequences);
 
-  const int dp = batch.data_parallel;
+  const int dp = shard_ranks;  // the data-parallel index d' = c + cp·d runs over DP x CP
   std::vector<int> tp_groups = add_tp_groups(s, layout);
   // Dense parameters: the (g_p, g_g, g_o) plan over DP.
   std::vector<ParamClass> classes;
@@ -896,16 +955,25 @@ core::Schedule lower(const models::ModelSpec& m, const topologies::Topology& top
   // Virtual stage c·pp + p holds layers [(c·pp + p)·Lc, (c·pp + p + 1)·Lc); the
   // embedding rides with the first, the head with the last.
   const int per_chunk = m.layers / (o.pp * o.vpp);
-  const std::int64_t boundary = core::dtype_bytes(Dtype::Bf16) * batch.seq_len * o.micro_batch * m.hidden /
+  const std::int64_t boundary = core::dtype_bytes(Dtype::Bf16) * batch.seq_len / o.cp * o.micro_batch * m.hidden /
                                 (o.tp > 1 && o.sequence_parallel ? o.tp : 1);
   // Rank classes: ranks that run identical programs. Without variability, one
   // per stage; with it, contiguous blocks of data-parallel ranks and, under a
   // routing skew, each expert-parallel rank index apart.
+  // Context-parallel ranks exchange K/V blocks with each other, so each cp
+  // index is its own class too.
   const bool skewed = m.moe && o.ep > 1 && o.moe_skew > 0;
   const int blocks = o.variability_classes;
   const int per_block = dp / blocks;
-  auto class_of = [&](int d) { return (skewed ? d % o.ep : 0) * blocks + d / per_block; };
-  const int class_count = (skewed ? o.ep : 1) * blocks;
+  std::map<std::tuple<int, int, int>, int> class_ids;
+  auto class_key = [&](int d) { return std::tuple{d % o.cp, skewed ? d % o.ep : 0, d / per_block}; };
+  for (int d = 0; d < dp; ++d) class_ids.emplace(class_key(d), 0);
+  {
+    int next = 0;
+    for (auto& [key, id] : class_ids) id = next++;
+  }
+  auto class_of = [&](int d) { return class_ids.at(class_key(d)); };
+  const int class_count = static_cast<int>(class_ids.size());
   int program_id = 0;
   for (int p = 0; p < o.pp; ++p) {
     std::vector<Unit> units;
@@ -949,6 +1017,17 @@ core::Schedule lower(const models::ModelSpec& m, const topologies::Topology& top
       stage.ep_group = ep_groups[rep];
       stage.workload = draw_workload(o, batch.seq_len, batch.micro_batches, first_d / per_block, p,
                                      skewed ? first_d % o.ep : 0, o.ep, m.moe ? m.moe->experts : 0);
+      if (o.cp > 1) {
+        // Ring neighbours: the classes of the next and previous context-parallel index.
+        const int base = first_d - first_d % o.cp;
+        stage.cp_next_rep = rank_of(0, base + (first_d + 1) % o.cp, p, o.tp, dp);
+        stage.cp_prev_rep = rank_of(0, base + (first_d + o.cp - 1) % o.cp, p, o.tp, dp);
+        stage.cp = o.cp;
+        // K and V of this rank's tokens, per K/V head on this tensor-parallel rank.
+        const std::int64_t kv_heads = std::max<std::int64_t>(1, (m.mla ? m.heads : m.kv_heads) / o.tp);
+        stage.kv_block_bytes = core::dtype_bytes(Dtype::Bf16) * batch.seq_len / o.cp * o.micro_batch * kv_heads *
+                               (m.qk_head_dim() + m.v_head_dim());
+      }
       Lowering lowering(units, batch, o, classes, async, layout, std::move(stage), topo);
       s.programs.push_back(lowering.run());
     }
@@ -970,6 +1049,7 @@ core::Schedule lower(const models::ModelSpec& m, const topologies::Topology& top
         {"async", async},
         {"reshard_after_forward", o.reshard_after_forward},
         {"tp", o.tp},
+        {"cp", o.cp},
         {"sequence_parallel", o.tp > 1 && o.sequence_parallel},
         {"pp", o.pp},
         {"vpp", o.vpp},
@@ -978,6 +1058,7 @@ core::Schedule lower(const models::ModelSpec& m, const topologies::Topology& top
         {"micro_batch", o.micro_batch},
         {"micro_batches", batch.micro_batches},
         {"data_parallel", batch.data_parallel},
+        {"shard_ranks", shard_ranks},
         {"recompute", recompute_name(o.recompute)},
         {"flash_attention", o.flash_attention},
         {"prefetch_depth", o.prefetch_depth},

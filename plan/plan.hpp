@@ -68,6 +68,10 @@ struct PlanOptions {
   bool sequence_parallel = true;
   int pp = 1;
   int vpp = 1;
+  /// Context parallelism (ring attention): sequences split over cp ranks that
+  /// pass K/V blocks around, overlapped with attention. Data-parallel size =
+  /// GPUs / (tp · pp · cp); parameters are sharded over DP × CP.
+  int cp = 1;
   /// Expert parallelism for MoE models: experts split over ep data-parallel
   /// ranks (dispatch and combine all-to-all); expert parameters then follow
   /// the same (g_p, g_g, g_o) plan over the DP / ep expert-data-parallel ranks.

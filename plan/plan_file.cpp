@@ -37,6 +37,7 @@ PlanOptions plan_from_json(const std::string& text, const std::string& file) {
   p.sequence_parallel = o.boolean("sequence_parallel");
   p.pp = static_cast<int>(o.integer("pp", 1, 1 << 12));
   p.vpp = static_cast<int>(o.integer("vpp", 1, 1 << 10));
+  p.cp = static_cast<int>(o.integer("cp", 1, 1 << 12));
   p.ep = static_cast<int>(o.integer("ep", 1, 1 << 12));
   const auto& experts = o.raw("expert_shards");
   if (!experts.is_null()) {
@@ -102,6 +103,7 @@ std::string plan_to_json(const PlanOptions& p) {
   j["sequence_parallel"] = p.sequence_parallel;
   j["pp"] = p.pp;
   j["vpp"] = p.vpp;
+  j["cp"] = p.cp;
   j["ep"] = p.ep;
   j["expert_shards"] =
       p.expert_shards ? nlohmann::ordered_json{p.expert_shards->param, p.expert_shards->grad, p.expert_shards->optim}

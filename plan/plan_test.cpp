@@ -497,3 +497,43 @@ TEST(Workload, RoutingSkewMakesExpertRanksUneven) {
 
 }  // namespace
 }  // namespace hzp::plan
+
+namespace hzp::plan {
+namespace {
+
+// Ring attention over cp ranks: every attention op becomes cp chunks and cp − 1
+// K/V blocks of 2·(s/cp)·b·G·(d_qk + d_v) bytes (twice that in backward) pass
+// to the next rank; each cp index is its own rank class.
+TEST(ContextParallel, RingAttention) {
+  models::ModelSpec m = models::load_model("llama3-8b");
+  topologies::Topology topo(topologies::load_cluster("dgx-h100"), 16);
+  PlanOptions o;
+  o.strategy = Strategy::Fsdp;
+  o.seq_len = 8192;
+  o.global_batch_sequences = 8;
+  o.cp = 4;
+  core::Schedule s = lower(m, topo, o);  // checked: the ring's sends and receives pair up
+  ASSERT_EQ(s.programs.size(), 4u);
+  const std::int64_t block = 2 * (8192 / 4) * 8 * (128 + 128);
+  int sends = 0, chunks = 0;
+  std::int64_t bytes = 0;
+  for (const auto& st : s.programs[0].streams) {
+    for (const auto& op : st.ops) {
+      if (op.kind == core::OpKind::Send && st.name == "cp_send") {
+        ++sends;
+        bytes += op.bytes.count();
+        EXPECT_EQ(op.peer, 1);  // the next context-parallel rank
+      }
+      if (op.kind == core::OpKind::Compute && op.compute == core::ComputeKind::Attention) ++chunks;
+    }
+  }
+  const int layers = 32, micro_batches = 2;  // 8 sequences over 16 / 4 = 4 data-parallel ranks
+  EXPECT_EQ(sends, layers * micro_batches * 2 * 3);
+  EXPECT_EQ(chunks, layers * micro_batches * 2 * 4);
+  EXPECT_EQ(bytes, layers * micro_batches * 3 * (block + 2 * block));
+  o.flash_attention = false;
+  EXPECT_THROW((void)lower(m, topo, o), core::InputError);
+}
+
+}  // namespace
+}  // namespace hzp::plan
