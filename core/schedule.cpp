@@ -199,7 +199,8 @@ nlohmann::json to_json_without_hash(const Schedule& s) {
     nlohmann::json pj{{"id", p.id}, {"name", p.name}, {"ranks", p.ranks}};
     auto& threads = pj["threads"] = nlohmann::json::array();
     for (const auto& t : p.threads) {
-      threads.push_back({{"id", t.id}, {"name", t.name}, {"launch_latency_ns", t.launch_latency.count_ns()}});
+      threads.push_back({{"id", t.id}, {"name", t.name}, {"launch_latency_ns", t.launch_latency.count_ns()},
+                         {"collective_launch_latency_ns", t.collective_launch_latency.count_ns()}});
     }
     auto& streams = pj["streams"] = nlohmann::json::array();
     for (const auto& st : p.streams) {
@@ -287,7 +288,8 @@ Schedule schedule_from_json(const std::string& text, const std::string& file, bo
       th.id = static_cast<int>(to.integer("id", 0, INT32_MAX));
       if (th.id != static_cast<int>(t)) to.fail("id", fmt::format("expected {} (threads are numbered in order)", t));
       th.name = to.str("name");
-      th.launch_latency = Duration::ns(to.integer("launch_latency_ns", 0));
+      th.launch_latency = Duration::ns(to.integer("launch_latency_ns", 0, 1000000000));
+      th.collective_launch_latency = Duration::ns(to.integer("collective_launch_latency_ns", 0, 1000000000));
       to.finish();
       prog.threads.push_back(std::move(th));
     }

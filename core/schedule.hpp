@@ -107,13 +107,15 @@ struct Stream {
 };
 
 /// A host thread. It issues the ops of its streams in ascending op id, one
-/// every `launch_latency` for kernels and collectives (record, wait, alloc and
+/// every `launch_latency` for kernels and `collective_launch_latency` for
+/// collectives, sends and receives (record, wait, alloc and
 /// free cost nothing to issue); an op starts on the device no earlier than it
 /// is issued.
 struct Thread {
   int id = 0;
   std::string name;
   Duration launch_latency{};
+  Duration collective_launch_latency{};
 };
 
 /// The op list shared by a class of ranks. Ops name groups as seen by the

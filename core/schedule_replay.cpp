@@ -22,9 +22,6 @@ struct Cursor {
   std::size_t program, stream;
 };
 
-bool issues_cost(OpKind k) {
-  return k == OpKind::Compute || k == OpKind::Collective || k == OpKind::Send || k == OpKind::Recv;
-}
 
 std::string describe(const Program& p, const Stream& st, const Op& op) {
   return fmt::format("program {} ('{}') stream '{}' op {} '{}' ({})", p.id, p.name, st.name, op.id, op.name,
@@ -93,6 +90,7 @@ ReplayResult replay(const Schedule& s, const ReplayCosts& costs) {
     std::size_t next = 0;
     TimePoint clock{};
     Duration launch{};
+    Duration collective_launch{};
   };
   std::vector<std::vector<ThreadCursor>> threads(np);
   std::vector<std::vector<std::size_t>> issued_count(np);  // per stream: ops issued so far
@@ -102,7 +100,10 @@ ReplayResult replay(const Schedule& s, const ReplayCosts& costs) {
     r.issued[p].resize(prog.streams.size());
     issued_count[p].assign(prog.streams.size(), 0);
     threads[p].resize(prog.threads.size());
-    for (std::size_t t = 0; t < prog.threads.size(); ++t) threads[p][t].launch = prog.threads[t].launch_latency;
+    for (std::size_t t = 0; t < prog.threads.size(); ++t) {
+      threads[p][t].launch = prog.threads[t].launch_latency;
+      threads[p][t].collective_launch = prog.threads[t].collective_launch_latency;
+    }
     for (std::size_t k = 0; k < prog.streams.size(); ++k) {
       const Stream& st = prog.streams[k];
       r.times[p][k].resize(st.ops.size());
@@ -187,7 +188,8 @@ ReplayResult replay(const Schedule& s, const ReplayCosts& costs) {
       }
       r.issued[p][k][i] = t.clock;
       ++issued_count[p][k];
-      if (issues_cost(op.kind)) t.clock += t.launch;
+      if (op.kind == OpKind::Compute) t.clock += t.launch;
+      if (op.kind == OpKind::Collective || op.kind == OpKind::Send || op.kind == OpKind::Recv) t.clock += t.collective_launch;
       ++t.next;
       push({p, k});
     }

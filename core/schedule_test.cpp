@@ -177,7 +177,7 @@ TEST(ScheduleCheck, RejectsUnbalancedFree) {
 TEST(Replay, OverlapsCommunicationWithCompute) {
   // compute: pre 10 ns | wait(ag) | post 10 ns ; ag: 25 ns from t=0 (1 ns launch each).
   Schedule s = two_rank_schedule();
-  for (auto& p : s.programs) p.threads[0].launch_latency = Duration::ns(1);
+  for (auto& p : s.programs) p.threads[0].launch_latency = p.threads[0].collective_launch_latency = Duration::ns(1);
   ReplayCosts costs;
   costs.compute = [](const Program&, const Op& op) {
     return Duration::ns(static_cast<std::int64_t>(op.flops.count()));
@@ -203,7 +203,7 @@ namespace {
 Schedule sync_schedule(bool with_sync) {
   Schedule s = two_rank_schedule();
   for (auto& p : s.programs) {
-    p.threads[0].launch_latency = Duration::ns(1);
+    p.threads[0].launch_latency = p.threads[0].collective_launch_latency = Duration::ns(1);
     auto& comp = p.streams[0].ops;
     auto& ag = p.streams[1].ops;
     ag = {collective(0, 0, 0, 1000), event_op(1, OpKind::Record, 7)};

@@ -332,9 +332,10 @@ class Lowering {
 
   void setup() {
     const core::Duration launch = core::Duration::us(topo_.spec().device.launch_latency_us);
-    int main = b_.add_thread("main", launch);
-    int param_thread = async_ ? b_.add_thread("param", launch) : main;
-    int grad_thread = async_ ? b_.add_thread("grad", launch) : main;
+    const core::Duration coll = core::Duration::us(topo_.spec().device.collective_launch_latency_us);
+    int main = b_.add_thread("main", launch, coll);
+    int param_thread = async_ ? b_.add_thread("param", launch, coll) : main;
+    int grad_thread = async_ ? b_.add_thread("grad", launch, coll) : main;
     comp_ = b_.add_stream("compute", StreamKind::Compute, main);
     ag_ = b_.add_stream("param_allgather", StreamKind::ParamGather, param_thread);
     rs_ = b_.add_stream("grad_reduce", StreamKind::GradReduce, grad_thread);

@@ -267,7 +267,7 @@ double bubble_fraction(int pp, int vpp, int m) {
   o.vpp = vpp;
   core::Schedule s = lower(model, topo, o);
   for (auto& p : s.programs) {
-    for (auto& t : p.threads) t.launch_latency = core::Duration{};
+    for (auto& t : p.threads) t.launch_latency = t.collective_launch_latency = core::Duration{};
   }
   core::ReplayCosts costs;
   // Layers cost their FLOPs (1 ns per GFLOP); the embedding, head and optimizer

@@ -12,9 +12,10 @@ ProgramBuilder::ProgramBuilder(int id, std::string name, std::vector<int> ranks)
   prog_.ranks = std::move(ranks);
 }
 
-int ProgramBuilder::add_thread(const std::string& name, core::Duration launch_latency) {
+int ProgramBuilder::add_thread(const std::string& name, core::Duration launch_latency,
+                               core::Duration collective_launch_latency) {
   int id = static_cast<int>(prog_.threads.size());
-  prog_.threads.push_back(core::Thread{id, name, launch_latency});
+  prog_.threads.push_back(core::Thread{id, name, launch_latency, collective_launch_latency});
   return id;
 }
 

@@ -14,7 +14,7 @@ class ProgramBuilder {
  public:
   ProgramBuilder(int id, std::string name, std::vector<int> ranks);
 
-  int add_thread(const std::string& name, core::Duration launch_latency);
+  int add_thread(const std::string& name, core::Duration launch_latency, core::Duration collective_launch_latency);
   int add_stream(const std::string& name, core::StreamKind kind, int thread);
 
   void compute(int stream, const models::GraphOp& g, core::Dtype dtype);

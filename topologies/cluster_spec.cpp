@@ -67,6 +67,7 @@ ClusterSpec cluster_from_json(const std::string& text, const std::string& file) 
   c.device.hbm_GiB = d.number("hbm_GiB", 1e-3, 1e5);
   c.device.hbm_GBps = d.number("hbm_GBps", 1e-3, 1e6);
   c.device.launch_latency_us = d.number("launch_latency_us", 0, 1e4);
+  c.device.collective_launch_latency_us = d.number("collective_launch_latency_us", 0, 1e4);
   c.device.gemm = read_curve(d, "gemm_efficiency", 1.0);
   c.device.attention_efficiency = d.number("attention_efficiency", 1e-3, 1);
   c.device.hbm_efficiency = d.number("hbm_efficiency", 1e-3, 1);
