@@ -108,6 +108,10 @@ void add_scenario_options(CLI::App* app, Options& o) {
                   "relative std. dev. of each rank class's compute per micro-batch");
   app->add_option("--moe-skew", o.sc.plan.moe_skew, "Zipf skew of the routing to experts (0: uniform)");
   app->add_option("--seed", o.sc.plan.seed, "seed of every workload draw")->capture_default_str();
+  app->add_flag("--tp-comm-overlap", o.sc.plan.tp_comm_overlap,
+                "pipeline tensor-parallel all-gathers/reduce-scatters with their GEMMs in chunks");
+  app->add_flag("--overlap-param-gather", o.sc.plan.overlap_param_gather,
+                "steady state: the 1/g_o -> 1/g_p parameter all-gather overlaps the next forward");
   app->add_option("--cp", o.sc.plan.cp, "context-parallel size (ring attention; sequences split over cp ranks)")
       ->capture_default_str();
   app->add_option("--ep", o.sc.plan.ep,

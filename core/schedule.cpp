@@ -199,7 +199,9 @@ nlohmann::json to_json_without_hash(const Schedule& s) {
     nlohmann::json pj{{"id", p.id}, {"name", p.name}, {"ranks", p.ranks}};
     auto& threads = pj["threads"] = nlohmann::json::array();
     for (const auto& t : p.threads) {
-      threads.push_back({{"id", t.id}, {"name", t.name}, {"launch_latency_ns", t.launch_latency.count_ns()},
+      threads.push_back({{"id", t.id},
+                         {"name", t.name},
+                         {"launch_latency_ns", t.launch_latency.count_ns()},
                          {"collective_launch_latency_ns", t.collective_launch_latency.count_ns()}});
     }
     auto& streams = pj["streams"] = nlohmann::json::array();

@@ -22,7 +22,6 @@ struct Cursor {
   std::size_t program, stream;
 };
 
-
 std::string describe(const Program& p, const Stream& st, const Op& op) {
   return fmt::format("program {} ('{}') stream '{}' op {} '{}' ({})", p.id, p.name, st.name, op.id, op.name,
                      to_string(op.kind));
@@ -189,7 +188,8 @@ ReplayResult replay(const Schedule& s, const ReplayCosts& costs) {
       r.issued[p][k][i] = t.clock;
       ++issued_count[p][k];
       if (op.kind == OpKind::Compute) t.clock += t.launch;
-      if (op.kind == OpKind::Collective || op.kind == OpKind::Send || op.kind == OpKind::Recv) t.clock += t.collective_launch;
+      if (op.kind == OpKind::Collective || op.kind == OpKind::Send || op.kind == OpKind::Recv)
+        t.clock += t.collective_launch;
       ++t.next;
       push({p, k});
     }

@@ -32,6 +32,7 @@
 #include <cmath>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "core/error.hpp"
 #include "core/schedule_check.hpp"
@@ -339,6 +340,7 @@ class Lowering {
     comp_ = b_.add_stream("compute", StreamKind::Compute, main);
     ag_ = b_.add_stream("param_allgather", StreamKind::ParamGather, param_thread);
     rs_ = b_.add_stream("grad_reduce", StreamKind::GradReduce, grad_thread);
+    if (opt_.tp_comm_overlap && stage_.tp_group >= 0) tp_comm_ = b_.add_stream("tp_comm", StreamKind::Comm, main);
     if (stage_.cp > 1) {
       // Ring attention: K/V blocks go round on their own send and receive
       // streams, overlapped with the attention chunks on the compute stream.
@@ -365,6 +367,20 @@ class Lowering {
     b_.alloc(comp_, "params", Bytes(params));
     b_.alloc(comp_, "grads", Bytes(grads));
     b_.alloc(comp_, "optimizer_states", Bytes(states));
+    // NCCL's own buffers: every communicator (and point-to-point peer) this
+    // rank uses holds kNcclBufferBytes (see plan.hpp).
+    std::set<int> comms;
+    for (const auto& c : classes_) {
+      for (int g : {c.groups.param, c.groups.grad, c.groups.optim, c.groups.replica, c.groups.regather}) {
+        if (g >= 0) comms.insert(g);
+      }
+    }
+    for (int g : {stage_.tp_group, stage_.ep_group}) {
+      if (g >= 0) comms.insert(g);
+    }
+    std::int64_t peers = (layout_.pp > 1 ? 2 : 0) + (stage_.cp > 1 ? 2 : 0);
+    const std::int64_t communicators = static_cast<std::int64_t>(comms.size()) + peers;
+    if (communicators > 0) b_.alloc(comp_, "nccl_buffers", Bytes(communicators * kNcclBufferBytes));
     if (async_) {
       // Pools of prefetch_depth + 1 slots sized for the largest unit: allocated
       // once, so per-use buffers never fragment the heap.
@@ -443,8 +459,49 @@ class Lowering {
     const auto i = static_cast<std::size_t>(mb);
     const double compute = w.compute.empty() ? 1.0 : w.compute[i];
     const double attention = w.attention.empty() ? 1.0 : w.attention[i];
-    for (const auto& op : ops) {
+    // The op as this rank class runs it in this micro-batch.
+    auto scaled = [&](const models::GraphOp& op) {
       const bool expert = op.name.find(".experts.") != std::string::npos;
+      double factor = compute;
+      const bool attention_core = op.kind == core::ComputeKind::Attention ||
+                                  op.name.find("attn_scores") != std::string::npos ||
+                                  op.name.find("attn_context") != std::string::npos;
+      if (attention_core) factor *= attention;
+      if (expert) factor *= w.experts;
+      models::GraphOp out = op;
+      if (factor == 1.0) return out;
+      out.flops = op.flops * factor;
+      if (expert && out.gemm) {
+        // More (or fewer) rows per expert: the GEMM's m (or k, for the weight gradient).
+        auto rows = [&](std::int64_t v) {
+          return std::max<std::int64_t>(1, std::llround(static_cast<double>(v) * w.experts));
+        };
+        if (out.phase == models::Phase::BackwardWeight) {
+          out.gemm->k = rows(out.gemm->k);
+        } else {
+          out.gemm->m = rows(out.gemm->m);
+        }
+        out.bytes = Bytes(static_cast<std::int64_t>(static_cast<double>(op.bytes.count()) * w.experts));
+      }
+      return out;
+    };
+    auto is_tp = [](const models::GraphOp& op, core::CollectiveKind kind) {
+      return op.collective == kind && op.comm_group == models::CommGroup::Tp;
+    };
+    for (std::size_t k = 0; k < ops.size(); ++k) {
+      const auto& op = ops[k];
+      const bool next_is_gemm = k + 1 < ops.size() && ops[k + 1].gemm && !ops[k + 1].collective;
+      if (tp_comm_ >= 0 && is_tp(op, core::CollectiveKind::AllGather) && next_is_gemm) {
+        overlapped_gather_gemm(op, scaled(ops[k + 1]));
+        ++k;
+        continue;
+      }
+      if (tp_comm_ >= 0 && op.gemm && !op.collective && k + 1 < ops.size() &&
+          is_tp(ops[k + 1], core::CollectiveKind::ReduceScatter)) {
+        overlapped_gemm_scatter(scaled(op), ops[k + 1]);
+        ++k;
+        continue;
+      }
       if (op.collective) {
         int group = op.comm_group == models::CommGroup::Tp ? stage_.tp_group : stage_.ep_group;
         // all_to_allv: a rank whose experts draw more tokens receives more than it sends.
@@ -459,32 +516,48 @@ class Lowering {
         ring_attention(op, compute * attention);
         continue;
       }
-      double factor = compute;
-      const bool attention_core = op.kind == core::ComputeKind::Attention ||
-                                  op.name.find("attn_scores") != std::string::npos ||
-                                  op.name.find("attn_context") != std::string::npos;
-      if (attention_core) factor *= attention;
-      if (expert) factor *= w.experts;
-      if (factor == 1.0) {
-        b_.compute(comp_, op, Dtype::Bf16);
-        continue;
-      }
-      models::GraphOp scaled = op;
-      scaled.flops = op.flops * factor;
-      if (expert && scaled.gemm) {
-        // More (or fewer) rows per expert: the GEMM's m (or k, for the weight gradient).
-        auto rows = [&](std::int64_t v) {
-          return std::max<std::int64_t>(1, std::llround(static_cast<double>(v) * w.experts));
-        };
-        if (scaled.phase == models::Phase::BackwardWeight) {
-          scaled.gemm->k = rows(scaled.gemm->k);
-        } else {
-          scaled.gemm->m = rows(scaled.gemm->m);
-        }
-        scaled.bytes = Bytes(static_cast<std::int64_t>(static_cast<double>(op.bytes.count()) * w.experts));
-      }
-      b_.compute(comp_, scaled, Dtype::Bf16);
+      b_.compute(comp_, scaled(op), Dtype::Bf16);
     }
+  }
+
+  // A GEMM cut into kTpOverlapChunks pieces along its first dimension.
+  static models::GraphOp chunk_of(const models::GraphOp& op, int k) {
+    models::GraphOp c = op;
+    c.name = fmt::format("{}.chunk{}", op.name, k);
+    c.flops = op.flops * (1.0 / kTpOverlapChunks);
+    c.bytes = Bytes(op.bytes.count() / kTpOverlapChunks);
+    if (c.gemm) c.gemm->m = std::max<std::int64_t>(1, c.gemm->m / kTpOverlapChunks);
+    return c;
+  }
+
+  // Tensor-parallel overlap: all-gather chunk k on the tp stream while the
+  // GEMM works on chunk k - 1.
+  void overlapped_gather_gemm(const models::GraphOp& gather, const models::GraphOp& gemm) {
+    int input = b_.record(comp_, gather.name + ".input_ready");
+    b_.wait(tp_comm_, input, "wait input");
+    std::vector<int> arrived;
+    for (int k = 0; k < kTpOverlapChunks; ++k) {
+      b_.collective(tp_comm_, fmt::format("{}.chunk{}", gather.name, k), core::CollectiveKind::AllGather,
+                    stage_.tp_group, Bytes(gather.bytes.count() / kTpOverlapChunks), Dtype::Bf16);
+      arrived.push_back(b_.record(tp_comm_, fmt::format("{}.chunk{}.done", gather.name, k)));
+    }
+    for (int k = 0; k < kTpOverlapChunks; ++k) {
+      b_.wait(comp_, arrived[static_cast<std::size_t>(k)], "wait gathered chunk");
+      b_.compute(comp_, chunk_of(gemm, k), Dtype::Bf16);
+    }
+  }
+
+  // And the mirror: reduce-scatter chunk k while the GEMM computes chunk k + 1.
+  void overlapped_gemm_scatter(const models::GraphOp& gemm, const models::GraphOp& scatter) {
+    for (int k = 0; k < kTpOverlapChunks; ++k) {
+      b_.compute(comp_, chunk_of(gemm, k), Dtype::Bf16);
+      int done = b_.record(comp_, fmt::format("{}.chunk{}.done", gemm.name, k));
+      b_.wait(tp_comm_, done, "wait gemm chunk");
+      b_.collective(tp_comm_, fmt::format("{}.chunk{}", scatter.name, k), core::CollectiveKind::ReduceScatter,
+                    stage_.tp_group, Bytes(scatter.bytes.count() / kTpOverlapChunks), Dtype::Bf16);
+    }
+    int reduced = b_.record(tp_comm_, scatter.name + ".done");
+    b_.wait(comp_, reduced, "wait reduce-scatter");
   }
 
   // Attention of this rank's queries against every rank's keys, in cp chunks:
@@ -532,6 +605,7 @@ class Lowering {
 
   void issue_gather(std::size_t g, std::size_t j) {
     const Use& use = uses_[j];
+    ensure_regathered(use.unit);
     const auto& unit = *units_[use.unit].u;
     const std::size_t depth = static_cast<std::size_t>(opt_.prefetch_depth);
     // The slot this gather reuses was last used by gathering use g - depth - 1.
@@ -562,9 +636,36 @@ class Lowering {
     return any_gathers(use.unit) ? forward_gather_[slot(use)] : -1;
   }
 
+  bool regathers(std::size_t u) const {
+    return std::any_of(classes_.begin(), classes_.end(),
+                       [&](const Class& c) { return c.owned[u] > 0 && c.sh.optim / c.sh.param > 1; });
+  }
+
+  // The all-gather of the last update's 1/g_o shards back to 1/g_p (on the
+  // parameter stream, ahead of this unit's own gather when it has one).
+  int regather(std::size_t u) {
+    const auto& unit = *units_[u].u;
+    for (const auto& c : classes_) {
+      if (c.owned[u] == 0 || c.sh.optim / c.sh.param <= 1) continue;
+      b_.collective(ag_, fmt::format("{}{}.param_allgather.optim", unit.name, c.tag), CollectiveKind::AllGather,
+                    c.groups.regather, Bytes(2 * c.owned[u] / c.sh.param), Dtype::Bf16);
+    }
+    return b_.record(ag_, fmt::format("{}.regathered", unit.name));
+  }
+
+  // With --overlap-param-gather: regather each unit once, before its first use.
+  void ensure_regathered(std::size_t u) {
+    if (!opt_.overlap_param_gather || !regathers(u) || regathered_.contains(u)) return;
+    regathered_[u] = regather(u);
+  }
+
   void forward(std::size_t j) {
     const Use& use = uses_[j];
     const auto& unit = *units_[use.unit].u;
+    ensure_regathered(use.unit);
+    if (auto it = regathered_.find(use.unit); it != regathered_.end() && use.mb == 0) {
+      b_.wait(comp_, it->second, fmt::format("wait {}.regathered", unit.name));
+    }
     if (use.gathers) b_.wait(comp_, ag_done_[j], fmt::format("wait {}.gathered", unit.name));
     b_.alloc(comp_, fmt::format("act.u{}.mb{}", use.unit, use.mb), unit.activations);
     unit_ops(unit.forward, use.mb);
@@ -661,7 +762,7 @@ class Lowering {
                    Flops(12.0 * static_cast<double>(shard)), Bytes(kAdamBytesPerParam * shard), Dtype::Fp32);
         regather = regather || c.sh.optim / c.sh.param > 1;
       }
-      if (regather) {
+      if (regather && !opt_.overlap_param_gather) {
         int done = b_.record(comp_, fmt::format("{}.updated", unit.name));
         b_.wait(ag_, done, fmt::format("wait {}.updated", unit.name));
         for (const auto& c : classes_) {
@@ -687,13 +788,14 @@ class Lowering {
   std::vector<Unit> units_;
   std::vector<Class> classes_;
   std::int64_t acc_ = 4;
-  int comp_ = 0, ag_ = 0, rs_ = 0, send_fwd_ = -1, send_bwd_ = -1, cp_send_ = -1, cp_recv_ = -1;
+  int comp_ = 0, ag_ = 0, rs_ = 0, send_fwd_ = -1, send_bwd_ = -1, cp_send_ = -1, cp_recv_ = -1, tp_comm_ = -1;
   std::vector<Use> uses_;
   std::vector<std::size_t> gather_uses_, reduce_uses_;
   std::vector<int> ag_done_, use_done_, rs_done_, forward_gather_;
   std::size_t next_gather_ = 0, reduce_index_ = 0;
   std::vector<std::pair<std::size_t, int>> reduced_;
   std::map<int, int> send_seq_, recv_seq_;
+  std::map<std::size_t, int> regathered_;  // unit -> event, with --overlap-param-gather
 };
 
 std::string recompute_name(models::Recompute r) {
@@ -1050,6 +1152,8 @@ core::Schedule lower(const models::ModelSpec& m, const topologies::Topology& top
         {"async", async},
         {"reshard_after_forward", o.reshard_after_forward},
         {"tp", o.tp},
+        {"tp_comm_overlap", o.tp_comm_overlap},
+        {"overlap_param_gather", o.overlap_param_gather},
         {"cp", o.cp},
         {"sequence_parallel", o.tp > 1 && o.sequence_parallel},
         {"pp", o.pp},

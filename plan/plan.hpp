@@ -61,6 +61,15 @@ struct PlanOptions {
   /// Free gathered parameters after forward and gather them again for
   /// backward (true), or keep them gathered in between (false).
   bool reshard_after_forward = true;
+  /// Steady-state overlap of the 1/g_o -> 1/g_p parameter all-gather with the
+  /// forward pass (Megatron's --overlap-param-gather): the gather of the last
+  /// update runs at the start of the step, each unit's before its first
+  /// forward, instead of after the optimizer at the end.
+  bool overlap_param_gather = false;
+  /// Tensor-parallel communication overlap: each all-gather + GEMM and GEMM +
+  /// reduce-scatter pair runs as kTpOverlapChunks pipelined chunks on a
+  /// separate stream (userbuffers-style), instead of back to back.
+  bool tp_comm_overlap = false;
   /// Megatron model parallelism: tensor-parallel size (with sequence
   /// parallelism by default), pipeline stages and virtual stages per pipeline
   /// rank (interleaved 1F1B when > 1). Data-parallel size = GPUs / (tp · pp).
@@ -107,6 +116,12 @@ struct PlanOptions {
 /// read and write the fp32 master weight, first and second moments (3 x 8),
 /// write the bf16 parameter (2).
 inline constexpr std::int64_t kAdamBytesPerParam = 30;
+/// Device memory NCCL holds per communicator a rank uses: its default
+/// NCCL_BUFFSIZE of 4 MiB per channel and direction (NCCL environment
+/// documentation), for an assumed 8 channels and a ring's two peers.
+inline constexpr std::int64_t kNcclBufferBytes = 4LL * 1024 * 1024 * 8 * 2;
+/// Chunks of a tensor-parallel collective overlapped with its GEMM.
+inline constexpr int kTpOverlapChunks = 4;
 /// fp32 master weight + Adam's two moments.
 inline constexpr std::int64_t kOptimizerStateBytesPerParam = 12;
 

@@ -38,6 +38,8 @@ PlanOptions plan_from_json(const std::string& text, const std::string& file) {
   p.pp = static_cast<int>(o.integer("pp", 1, 1 << 12));
   p.vpp = static_cast<int>(o.integer("vpp", 1, 1 << 10));
   p.cp = static_cast<int>(o.integer("cp", 1, 1 << 12));
+  p.tp_comm_overlap = o.boolean("tp_comm_overlap");
+  p.overlap_param_gather = o.boolean("overlap_param_gather");
   p.ep = static_cast<int>(o.integer("ep", 1, 1 << 12));
   const auto& experts = o.raw("expert_shards");
   if (!experts.is_null()) {
@@ -104,6 +106,8 @@ std::string plan_to_json(const PlanOptions& p) {
   j["pp"] = p.pp;
   j["vpp"] = p.vpp;
   j["cp"] = p.cp;
+  j["tp_comm_overlap"] = p.tp_comm_overlap;
+  j["overlap_param_gather"] = p.overlap_param_gather;
   j["ep"] = p.ep;
   j["expert_shards"] =
       p.expert_shards ? nlohmann::ordered_json{p.expert_shards->param, p.expert_shards->grad, p.expert_shards->optim}

@@ -35,8 +35,9 @@ Totals totals(const core::Schedule& s) {
         std::int64_t factor = op.collective == core::CollectiveKind::AllReduce ? 2 : 1;
         t.wire[key] += factor * (P - 1) * op.bytes.count() / P;
       }
-      if (op.kind == core::OpKind::Alloc && op.buffer.find('.') == std::string::npos)
+      if (op.kind == core::OpKind::Alloc && op.buffer.find('.') == std::string::npos && op.buffer != "nccl_buffers") {
         t.static_alloc += op.bytes.count();
+      }
       if (op.kind == core::OpKind::Sync) ++t.syncs;
     }
   }
@@ -533,6 +534,51 @@ TEST(ContextParallel, RingAttention) {
   EXPECT_EQ(bytes, layers * micro_batches * 3 * (block + 2 * block));
   o.flash_attention = false;
   EXPECT_THROW((void)lower(m, topo, o), core::InputError);
+}
+
+}  // namespace
+}  // namespace hzp::plan
+
+namespace hzp::plan {
+namespace {
+
+// NCCL's buffers: kNcclBufferBytes for every communicator a rank uses.
+TEST(Memory, NcclBuffersPerCommunicator) {
+  models::ModelSpec m = models::load_model("llama3-8b");
+  topologies::Topology topo(topologies::load_cluster("dgx-h100"), 32);
+  PlanOptions o = options(Strategy::Hzp, 64 * 8192);
+  o.param_shard = 4;
+  o.grad_shard = 8;
+  o.optim_shard = 16;
+  // Groups of rank 0: dp_shard (4), dp_grad (8), dp_optim (16/8 = 2), dp_replica (32/16 = 2), dp_regather (16/4 = 4).
+  core::Schedule s = lower(m, topo, o);
+  std::int64_t nccl = 0;
+  for (const auto& op : s.programs[0].streams[0].ops) {
+    if (op.kind == core::OpKind::Alloc && op.buffer == "nccl_buffers") nccl = op.bytes.count();
+  }
+  EXPECT_EQ(nccl, 5 * kNcclBufferBytes);
+}
+
+// Overlap options move communication off the critical path.
+TEST(Overlap, ParamGatherAndTensorParallel) {
+  models::ModelSpec m = models::load_model("llama3-8b");
+  PlanOptions o;
+  o.strategy = Strategy::Zero1;
+  o.global_batch_sequences = 32;
+  o.seq_len = 4096;
+  Simulated plain = simulate(m, 16, o);
+  o.overlap_param_gather = true;
+  Simulated overlapped = simulate(m, 16, o);
+  EXPECT_LT(overlapped.step, plain.step);
+  o = PlanOptions{};
+  o.strategy = Strategy::Zero1;
+  o.global_batch_sequences = 4;
+  o.seq_len = 8192;
+  o.tp = 8;
+  Simulated tp = simulate(m, 16, o);
+  o.tp_comm_overlap = true;
+  Simulated tp_overlapped = simulate(m, 16, o);
+  EXPECT_LT(tp_overlapped.step, tp.step);
 }
 
 }  // namespace

@@ -145,3 +145,35 @@ TEST(Adaptive, ExpertShardsChosenSeparately) {
 
 }  // namespace
 }  // namespace hzp
+
+namespace hzp {
+namespace {
+
+// `hzp simulate --strategy hzp --param-shard 8 --grad-shard 16 --optim-shard 256
+// [--async|--no-async]` on every catalog model and cluster.
+TEST(EndToEnd, HierarchicalZeroOnEveryModelAndCluster) {
+  for (const auto& cluster : topologies::cluster_catalog_names()) {
+    const int gpus = cluster == "gb200-nvl72" ? 2304 : 1024;  // whole NVL72 racks, divisible by 256
+    for (const auto& model : models::model_catalog_names()) {
+      for (bool async : {true, false}) {
+        cli::Scenario sc;
+        sc.model = model;
+        sc.cluster = cluster;
+        sc.gpus = gpus;
+        sc.strategies = {plan::Strategy::Hzp};
+        sc.plan.param_shard = 8;
+        sc.plan.grad_shard = 16;
+        sc.plan.optim_shard = 256;
+        sc.plan.async = async;
+        sc.plan.seq_len = 2048;
+        sc.plan.global_batch_sequences = gpus;
+        sc.plan.recompute = models::Recompute::Full;
+        cli::ScenarioResult r = cli::run_scenario(sc);
+        EXPECT_GT(r.runs.at(0).metrics.step_time, core::Duration{}) << model << " " << cluster << " async " << async;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace hzp

@@ -30,9 +30,9 @@ struct DeviceProfile {
   double hbm_GBps = 0;
   double launch_latency_us = 0;             // host cost to enqueue one kernel
   double collective_launch_latency_us = 0;  // host cost to enqueue one NCCL collective or send/recv
-  EfficiencyCurve gemm;             // fraction of peak vs cube root of m·n·k
-  double attention_efficiency = 0;  // fused attention kernels, fraction of peak
-  double hbm_efficiency = 0;        // achievable fraction of HBM bandwidth
+  EfficiencyCurve gemm;                     // fraction of peak vs cube root of m·n·k
+  double attention_efficiency = 0;          // fused attention kernels, fraction of peak
+  double hbm_efficiency = 0;                // achievable fraction of HBM bandwidth
 };
 
 enum class ScaleUpKind { NvSwitch, FullMesh };
