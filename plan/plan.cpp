@@ -1,8 +1,11 @@
-// Lowering data-parallel plans to a Schedule: every strategy is one
-// hierarchical ZeRO plan (g_p, g_g, g_o), generated — never hand-written.
+// Lowering plans to a Schedule: every data-parallel strategy is one
+// hierarchical ZeRO plan (g_p, g_g, g_o), composed with Megatron TP/SP, CP,
+// PP (1F1B, interleaved) and EP — generated, never hand-written.
 //
-// One rank class (every data-parallel rank runs the same list). Per
-// micro-batch: units run forward in order, then backward in reverse.
+// One program per (pipeline stage, rank class); without workload variability
+// or context parallelism every data-parallel rank of a stage is one class.
+// Slots of a stage run in pipeline order; within a slot its units run forward
+// in order or backward in reverse.
 //  - g_p > 1: each unit's bf16 parameters are all-gathered inside its g_p
 //    group before forward and again before backward (unless kept gathered),
 //    at most prefetch_depth uses ahead of compute, and freed after use.
@@ -15,9 +18,10 @@
 //    1/g_g shard (stride g_g), all-reduce across the DP/g_o optimizer replicas
 //    (stride g_o), Adam on the 1/g_o shard, all-gather 1/g_o -> 1/g_p over the
 //    g_o/g_p ranks holding pieces of the same 1/g_p shard (stride g_p).
-// Groups are contiguous rank blocks (strided sets inside them), so with ranks
-// numbered node by node the smallest groups fill scale-up domains first and
-// strided groups run along rails.
+// Groups are contiguous blocks of the data-parallel index (strided sets
+// inside them), and tensor ranks are innermost, so with ranks numbered node by
+// node the smallest groups fill scale-up domains first and strided groups run
+// along rails.
 //
 // async on: a "param" thread issues the all-gathers and a "grad" thread the
 // reduce-scatters, each onto its own stream; the compute thread only waits on
