@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "core/error.hpp"
+#include "hzp_git_revision.hpp"
 
 namespace hzp::core {
 

@@ -13,7 +13,7 @@ run() {
   local status=0
   echo "\$ hzp $*" >> "$out"
   "$hzp" "$@" > "$out.tmp" 2>&1 || status=$?
-  sed -E 's/^hzp ([0-9.]+) \([0-9a-f]+\)/hzp \1 (<rev>)/' "$out.tmp" >> "$out"
+  sed -E 's/^hzp ([0-9.]+) \([0-9a-f]+(-dirty)?\)/hzp \1 (<rev>)/' "$out.tmp" >> "$out"
   rm -f "$out.tmp"
   # Exit code 3 (a plan that does not fit) is an answer, not a failure.
   if [ "$status" -ne 0 ] && [ "$status" -ne 3 ]; then
