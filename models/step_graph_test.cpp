@@ -167,7 +167,8 @@ TEST(StepGraph, ContextParallelSplitsTokensAndAttention) {
   four.cp = 4;
   auto attention = [&](const GraphOptions& o) {
     double f = 0;
-    for (const auto& op : build_step_graph(m, o).units[1].forward) {
+    const StepGraph graph = build_step_graph(m, o);
+    for (const auto& op : graph.units[1].forward) {
       if (op.kind == core::ComputeKind::Attention) f += op.flops.count();
     }
     return f;
