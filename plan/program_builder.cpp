@@ -88,43 +88,39 @@ void ProgramBuilder::free(int stream, const std::string& buffer, core::Bytes byt
 }
 
 int ProgramBuilder::record(int stream, const std::string& name) {
-  Op op;
-  op.kind = OpKind::Record;
-  op.name = name;
-  op.event = next_event_++;
-  push(stream, std::move(op));
-  return next_event_ - 1;
+  const int event = next_event_++;
+  event_op(stream, OpKind::Record, event, name);
+  return event;
 }
 
 void ProgramBuilder::wait(int stream, int event, const std::string& name) {
-  Op op;
-  op.kind = OpKind::Wait;
-  op.name = name;
-  op.event = event;
-  push(stream, std::move(op));
+  event_op(stream, OpKind::Wait, event, name);
 }
 
 void ProgramBuilder::sync(int stream, int event, const std::string& name) {
+  event_op(stream, OpKind::Sync, event, name);
+}
+
+void ProgramBuilder::event_op(int stream, core::OpKind kind, int event, const std::string& name) {
   Op op;
-  op.kind = OpKind::Sync;
+  op.kind = kind;
   op.name = name;
   op.event = event;
   push(stream, std::move(op));
 }
 
 void ProgramBuilder::send(int stream, const std::string& name, int peer, int seq, core::Bytes bytes) {
-  Op op;
-  op.kind = OpKind::Send;
-  op.name = name;
-  op.peer = peer;
-  op.seq = seq;
-  op.bytes = bytes;
-  push(stream, std::move(op));
+  transfer(stream, OpKind::Send, name, peer, seq, bytes);
 }
 
 void ProgramBuilder::recv(int stream, const std::string& name, int peer, int seq, core::Bytes bytes) {
+  transfer(stream, OpKind::Recv, name, peer, seq, bytes);
+}
+
+void ProgramBuilder::transfer(int stream, core::OpKind kind, const std::string& name, int peer, int seq,
+                              core::Bytes bytes) {
   Op op;
-  op.kind = OpKind::Recv;
+  op.kind = kind;
   op.name = name;
   op.peer = peer;
   op.seq = seq;

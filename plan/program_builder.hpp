@@ -38,6 +38,8 @@ class ProgramBuilder {
 
  private:
   core::Op& push(int stream, core::Op op);
+  void event_op(int stream, core::OpKind kind, int event, const std::string& name);
+  void transfer(int stream, core::OpKind kind, const std::string& name, int peer, int seq, core::Bytes bytes);
   core::Program prog_;
   int next_id_ = 0;
   int next_event_ = 0;
