@@ -2,6 +2,7 @@
 #include "models/model_spec.hpp"
 
 #include <gtest/gtest.h>
+#include <cctype>
 #include <cmath>
 
 #include "core/error.hpp"
@@ -23,6 +24,8 @@ struct Published {
 // 0.5 % or one unit of the last printed digit, whichever is larger.
 double tolerance(double value, double digit) { return std::max(0.005 * value, digit); }
 
+void PrintTo(const Published& p, std::ostream* os) { *os << p.model; }
+
 class PublishedParams : public ::testing::TestWithParam<Published> {};
 
 TEST_P(PublishedParams, WithinTolerance) {
@@ -42,7 +45,14 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Published{"llama3-8b", 8.03, 0.01, 0, 0}, Published{"llama3-70b", 70.6, 0.1, 0, 0},
                       Published{"llama3.1-405b", 405.9, 0.1, 0, 0}, Published{"gpt3-175b", 175, 1, 0, 0},
                       Published{"mixtral-8x7b", 46.7, 0.1, 12.9, 0.1}, Published{"qwen3-30b-a3b", 30.5, 0.1, 3.3, 0.1},
-                      Published{"qwen3-235b-a22b", 235, 1, 22, 1}, Published{"deepseek-v3", 671, 1, 37, 1}));
+                      Published{"qwen3-235b-a22b", 235, 1, 22, 1}, Published{"deepseek-v3", 671, 1, 37, 1}),
+    [](const ::testing::TestParamInfo<Published>& param) {
+      std::string name = param.param.model;
+      for (char& ch : name) {
+        if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+      }
+      return name;
+    });
 
 TEST(ModelSpec, Llama8bExactCount) {
   // 32 · (4096·(32+16)·128 + 4096·4096 + 3·4096·14336 + 2·4096) + 2·128256·4096 + 4096

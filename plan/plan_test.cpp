@@ -110,6 +110,10 @@ struct Case {
   bool async;
 };
 
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << to_string(c.strategy) << " (" << c.p << ", " << c.g << ", " << c.o << ")" << (c.async ? " async" : " sync");
+}
+
 class ClosedForm : public ::testing::TestWithParam<Case> {};
 
 // Per-rank buffer bytes per step, Ψ'_u = unit parameters padded to a multiple
@@ -179,7 +183,12 @@ INSTANTIATE_TEST_SUITE_P(Presets, ClosedForm,
                                            Case{Strategy::Zero2, 0, 0, 0, false}, Case{Strategy::Fsdp, 0, 0, 0, false},
                                            Case{Strategy::Hsdp, 0, 0, 0, false}, Case{Strategy::Hpz, 0, 0, 0, false},
                                            Case{Strategy::Hzp, 0, 0, 0, true}, Case{Strategy::Hzp, 4, 8, 16, true},
-                                           Case{Strategy::Hzp, 8, 2, 16, false}, Case{Strategy::Fsdp, 0, 0, 0, true}));
+                                           Case{Strategy::Hzp, 8, 2, 16, false}, Case{Strategy::Fsdp, 0, 0, 0, true}),
+                         [](const ::testing::TestParamInfo<Case>& param) {
+                           const Case& c = param.param;
+                           return std::string(to_string(c.strategy)) + "_" + std::to_string(c.p) + "_" +
+                                  std::to_string(c.g) + "_" + std::to_string(c.o) + (c.async ? "_async" : "_sync");
+                         });
 
 // The ZeRO paper's model-state memory per rank with 2-byte gradients:
 // stage 1: 2Ψ + 2Ψ + 12Ψ/N; stage 2: 2Ψ + (2 + 12)Ψ/N; stage 3: (2 + 2 + 12)Ψ/N.
