@@ -163,24 +163,18 @@ void finish_scenario(Options& o, const std::string& command_line) {
   } else {
     p.global_batch_tokens = parse_count(o.batch_tokens.empty() ? "16M" : o.batch_tokens, "--global-batch-tokens");
   }
-  if (o.recompute == "none") {
-    p.recompute = models::Recompute::None;
-  } else if (o.recompute == "selective") {
-    p.recompute = models::Recompute::Selective;
-  } else if (o.recompute == "full") {
-    p.recompute = models::Recompute::Full;
-  } else {
+  const auto recompute = plan::parse_recompute(o.recompute);
+  if (!recompute) {
     throw core::InputError("command line", "--recompute",
                            fmt::format("expected none|selective|full, got '{}'", o.recompute));
   }
+  p.recompute = *recompute;
   p.flash_attention = !o.no_flash;
-  if (o.grad_dtype == "fp32") {
-    p.grad_dtype = core::Dtype::Fp32;
-  } else if (o.grad_dtype == "bf16") {
-    p.grad_dtype = core::Dtype::Bf16;
-  } else {
+  const auto grad_dtype = plan::parse_grad_dtype(o.grad_dtype);
+  if (!grad_dtype) {
     throw core::InputError("command line", "--grad-dtype", fmt::format("expected fp32|bf16, got '{}'", o.grad_dtype));
   }
+  p.grad_dtype = *grad_dtype;
   if (o.async_on && o.async_off)
     throw core::InputError("command line", "--async", "expected --async or --no-async, not both");
   if (o.async_on) p.async = true;

@@ -802,10 +802,6 @@ class Lowering {
   std::map<std::size_t, int> regathered_;  // unit -> event, with --overlap-param-gather
 };
 
-std::string recompute_name(models::Recompute r) {
-  return r == models::Recompute::None ? "none" : r == models::Recompute::Selective ? "selective" : "full";
-}
-
 }  // namespace
 
 namespace {
@@ -870,6 +866,29 @@ Workload draw_workload(const PlanOptions& o, std::int64_t seq_len, std::int64_t 
     w.experts = mine / total * ep;
   }
   return w;
+}
+
+std::string_view to_string(models::Recompute r) {
+  switch (r) {
+    case models::Recompute::None: return "none";
+    case models::Recompute::Selective: return "selective";
+    case models::Recompute::Full: return "full";
+  }
+  return "?";
+}
+
+std::optional<models::Recompute> parse_recompute(std::string_view s) {
+  for (auto r : {models::Recompute::None, models::Recompute::Selective, models::Recompute::Full}) {
+    if (s == to_string(r)) return r;
+  }
+  return std::nullopt;
+}
+
+std::optional<core::Dtype> parse_grad_dtype(std::string_view s) {
+  for (auto d : {core::Dtype::Fp32, core::Dtype::Bf16}) {
+    if (s == core::to_string(d)) return d;
+  }
+  return std::nullopt;
 }
 
 std::string_view to_string(Strategy s) {
@@ -1168,7 +1187,7 @@ core::Schedule lower(const models::ModelSpec& m, const topologies::Topology& top
         {"micro_batches", batch.micro_batches},
         {"data_parallel", batch.data_parallel},
         {"shard_ranks", shard_ranks},
-        {"recompute", recompute_name(o.recompute)},
+        {"recompute", to_string(o.recompute)},
         {"flash_attention", o.flash_attention},
         {"prefetch_depth", o.prefetch_depth},
         {"grad_dtype", core::to_string(o.grad_dtype)}}},

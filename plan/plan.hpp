@@ -28,6 +28,12 @@ enum class Strategy { Ddp, Zero1, Zero2, Fsdp, Hsdp, Hpz, Hzp };
 /// Every strategy implemented so far, in the order tables list them.
 [[nodiscard]] std::vector<Strategy> all_strategies();
 
+/// "none" | "selective" | "full", and back (nullopt for any other text).
+[[nodiscard]] std::string_view to_string(models::Recompute r);
+[[nodiscard]] std::optional<models::Recompute> parse_recompute(std::string_view s);
+/// Gradient accumulation dtypes a plan accepts: "fp32" | "bf16".
+[[nodiscard]] std::optional<core::Dtype> parse_grad_dtype(std::string_view s);
+
 /// Group sizes of a hierarchical ZeRO plan: bf16 parameters over g_p ranks,
 /// accumulated gradients over g_g, fp32 master weights and Adam moments over g_o.
 struct ShardSizes {

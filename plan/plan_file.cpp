@@ -8,13 +8,6 @@
 #include "core/json_reader.hpp"
 
 namespace hzp::plan {
-namespace {
-
-std::string recompute_name(models::Recompute r) {
-  return r == models::Recompute::None ? "none" : r == models::Recompute::Selective ? "selective" : "full";
-}
-
-}  // namespace
 
 PlanOptions plan_from_json(const std::string& text, const std::string& file) {
   nlohmann::json j = core::parse_json(text, file);
@@ -69,24 +62,14 @@ PlanOptions plan_from_json(const std::string& text, const std::string& file) {
   if (seqs) p.global_batch_sequences = o.integer("global_batch_sequences", 1, 1LL << 40);
   p.micro_batch = o.integer("micro_batch", 1, 1 << 24);
   const std::string rc = o.str("recompute");
-  if (rc == "none") {
-    p.recompute = models::Recompute::None;
-  } else if (rc == "selective") {
-    p.recompute = models::Recompute::Selective;
-  } else if (rc == "full") {
-    p.recompute = models::Recompute::Full;
-  } else {
-    o.fail("recompute", fmt::format("expected none|selective|full, got \"{}\"", rc));
-  }
+  const auto recompute = parse_recompute(rc);
+  if (!recompute) o.fail("recompute", fmt::format("expected none|selective|full, got \"{}\"", rc));
+  p.recompute = *recompute;
   p.flash_attention = o.boolean("flash_attention");
   const std::string gd = o.str("grad_dtype");
-  if (gd == "fp32") {
-    p.grad_dtype = core::Dtype::Fp32;
-  } else if (gd == "bf16") {
-    p.grad_dtype = core::Dtype::Bf16;
-  } else {
-    o.fail("grad_dtype", fmt::format("expected fp32|bf16, got \"{}\"", gd));
-  }
+  const auto grad_dtype = parse_grad_dtype(gd);
+  if (!grad_dtype) o.fail("grad_dtype", fmt::format("expected fp32|bf16, got \"{}\"", gd));
+  p.grad_dtype = *grad_dtype;
   o.finish();
   return p;
 }
@@ -123,7 +106,7 @@ std::string plan_to_json(const PlanOptions& p) {
   j["global_batch_sequences"] =
       p.global_batch_sequences ? nlohmann::ordered_json(*p.global_batch_sequences) : nlohmann::ordered_json();
   j["micro_batch"] = p.micro_batch;
-  j["recompute"] = recompute_name(p.recompute);
+  j["recompute"] = to_string(p.recompute);
   j["flash_attention"] = p.flash_attention;
   j["grad_dtype"] = core::to_string(p.grad_dtype);
   return j.dump(2) + "\n";

@@ -264,6 +264,31 @@ TEST(PipelineOrder, InterleavedCoversEveryChunkAndMicroBatchOnce) {
   }
 }
 
+// Replays a Schedule: the step time and each program's compute time on its
+// compute stream (stream 0), in ns.
+struct Timing {
+  std::int64_t step = 0;
+  std::vector<std::int64_t> busy;
+};
+
+Timing measure(const core::Schedule& s, const core::ReplayCosts& costs) {
+  core::ReplayResult r = core::replay(s, costs);
+  Timing t;
+  for (std::size_t p = 0; p < s.programs.size(); ++p) {
+    std::int64_t busy = 0;
+    for (std::size_t k = 0; k < r.times[p].size(); ++k) {
+      for (std::size_t i = 0; i < r.times[p][k].size(); ++i) {
+        t.step = std::max(t.step, r.times[p][k][i].end.count_ns());
+        if (k == 0 && s.programs[p].streams[k].ops[i].kind == core::OpKind::Compute) {
+          busy += (r.times[p][k][i].end - r.times[p][k][i].start).count_ns();
+        }
+      }
+    }
+    t.busy.push_back(busy);
+  }
+  return t;
+}
+
 // The idle fraction of a pipeline stage with free communication and equal
 // stages, measured from a replayed timeline.
 double bubble_fraction(int pp, int vpp, int m) {
@@ -287,17 +312,8 @@ double bubble_fraction(int pp, int vpp, int m) {
                 op.name.rfind("head.", 0) == 0 || op.name == "zero_grads";
     return free ? core::Duration{} : core::Duration::ns(std::llround(op.flops.count() / 1e9));
   };
-  core::ReplayResult r = core::replay(s, costs);
-  std::int64_t step = 0, busy = 0;
-  for (std::size_t p = 0; p < s.programs.size(); ++p) {
-    for (std::size_t k = 0; k < s.programs[p].streams.size(); ++k) {
-      for (std::size_t i = 0; i < r.times[p][k].size(); ++i) {
-        step = std::max(step, r.times[p][k][i].end.count_ns());
-        if (p == 0 && k == 0) busy += (r.times[p][k][i].end - r.times[p][k][i].start).count_ns();
-      }
-    }
-  }
-  return 1.0 - static_cast<double>(busy) / static_cast<double>(step);
+  Timing t = measure(s, costs);
+  return 1.0 - static_cast<double>(t.busy[0]) / static_cast<double>(t.step);
 }
 
 // Narayanan et al. 2021: 1F1B idles (p−1)/(m+p−1) of the step; interleaving
@@ -418,19 +434,9 @@ Simulated simulate(const models::ModelSpec& m, int gpus, const PlanOptions& o) {
     return pm.collective(op.collective, op.bytes, pm.span(g.ranks));
   };
   costs.p2p = [&](const core::Program& p, const core::Op& op) { return pm.p2p(op.bytes, p.ranks.at(0), op.peer); };
-  core::ReplayResult r = core::replay(run.schedule, costs);
-  for (std::size_t p = 0; p < run.schedule.programs.size(); ++p) {
-    std::int64_t busy = 0;
-    for (std::size_t k = 0; k < r.times[p].size(); ++k) {
-      for (std::size_t i = 0; i < r.times[p][k].size(); ++i) {
-        run.step = std::max(run.step, r.times[p][k][i].end.count_ns());
-        if (k == 0 && run.schedule.programs[p].streams[k].ops[i].kind == core::OpKind::Compute) {
-          busy += (r.times[p][k][i].end - r.times[p][k][i].start).count_ns();
-        }
-      }
-    }
-    run.busy.push_back(busy);
-  }
+  Timing t = measure(run.schedule, costs);
+  run.step = t.step;
+  run.busy = std::move(t.busy);
   return run;
 }
 
