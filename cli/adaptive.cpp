@@ -36,7 +36,7 @@ std::string sizes(const plan::ShardSizes& s) { return fmt::format("({}, {}, {})"
 AdaptiveChoice choose_shards(const Scenario& sc, double memory_limit_GiB) {
   models::ModelSpec m = models::load_model(sc.model);
   topologies::PerfModel pm(topologies::Topology(topologies::load_cluster(sc.cluster), sc.gpus));
-  auto engine = sim::make_engine(sc.engine, pm);
+  auto engine = sim::make_engine(sc.engine, pm, sc.engine_options);
   plan::PlanOptions base = sc.plan;
   base.strategy = plan::Strategy::Hzp;
   const plan::BatchSplit batch = plan::split_batch(m, sc.gpus, base);

@@ -341,7 +341,15 @@ int main(int argc, char** argv) {
 
   auto* sim = app.add_subcommand("simulate", "simulate one training step and print its metrics");
   add_scenario_options(sim, o);
-  sim->add_option("--engine", o.sc.engine, "analytic")->capture_default_str();
+  sim->add_option("--engine", o.sc.engine, "analytic (fast, uncontended) | simgrid (flow-level contention)")
+      ->capture_default_str();
+  sim->add_option("--ranks", o.sc.engine_options.ranks,
+                  "simgrid: all (every rank in detail) | classes (one per rank class, the rest as background flows)")
+      ->capture_default_str();
+  sim->add_option("--nccl-channels", o.sc.engine_options.nccl_channels, "simgrid: NCCL channels per collective")
+      ->capture_default_str();
+  sim->add_flag("!--no-interference", o.sc.engine_options.interference,
+                "simgrid: compute does not slow down while collectives share the device");
   sim->add_flag("--json", o.json, "print the summary as JSON");
   sim->add_option("--trace", o.trace, "write a Chrome/Perfetto trace (one strategy)");
   sim->add_option("--csv", o.csv, "write the timeline as CSV (one strategy)");

@@ -24,7 +24,8 @@ std::string run_stem(const ScenarioResult& r, const StrategyResult& run) {
 
 std::string summary_text(const ScenarioResult& r) {
   std::string out;
-  out += fmt::format("hzp {} ({}) - {} engine\n", core::version(), core::git_revision(), r.engine);
+  out += fmt::format("hzp {} ({}) - {} engine{}\n", core::version(), core::git_revision(), r.engine,
+                     r.engine_detail.empty() ? "" : " (" + r.engine_detail + ")");
   out += fmt::format(
       "{} on {} x {} ({}), global batch {} x {} tokens = {} tokens, {} data-parallel ranks, {} micro-batch(es) per "
       "rank\n",
@@ -81,6 +82,7 @@ std::string summary_json(const ScenarioResult& r, const std::string& command_lin
   j["git_revision"] = core::git_revision();
   j["command_line"] = command_line;
   j["engine"] = r.engine;
+  if (!r.engine_detail.empty()) j["engine_detail"] = r.engine_detail;
   j["inputs"] = {{"model", r.model.name},
                  {"model_sha256", r.model_sha256},
                  {"cluster", r.cluster.name},

@@ -43,7 +43,7 @@ ScenarioResult run_scenario(const Scenario& sc) {
   r.gpus = sc.gpus;
   topologies::PerfModel pm(topologies::Topology(r.cluster, sc.gpus));
   r.batch = plan::split_batch(r.model, sc.gpus, sc.plan);
-  auto engine = sim::make_engine(sc.engine, pm);
+  auto engine = sim::make_engine(sc.engine, pm, sc.engine_options);
   r.engine = engine->name();
 
   std::vector<plan::Strategy> strategies = sc.strategies.empty() ? plan::all_strategies() : sc.strategies;
@@ -63,6 +63,7 @@ ScenarioResult run_scenario(const Scenario& sc) {
     traces::TimelineRecorder rec;
     engine->run(run.schedule, header, rec);
     run.timeline = rec.take();
+    r.engine_detail = run.timeline.header.engine_detail;
     run.metrics = sim::compute_metrics(run.schedule, run.timeline, r.cluster.device);
     r.runs.push_back(std::move(run));
   }

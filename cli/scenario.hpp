@@ -7,6 +7,7 @@
 
 #include "core/schedule.hpp"
 #include "plan/plan.hpp"
+#include "sim/engine.hpp"
 #include "sim/metrics.hpp"
 #include "topologies/topology.hpp"
 #include "traces/timeline.hpp"
@@ -20,6 +21,7 @@ struct Scenario {
   std::vector<plan::Strategy> strategies;  // empty: every implemented strategy
   plan::PlanOptions plan;                  // strategy is set per run
   std::string engine = "analytic";
+  sim::EngineOptions engine_options;  // the SimGrid engine's settings
   std::string command_line;
 };
 
@@ -39,6 +41,7 @@ struct ScenarioResult {
   int gpus = 0;
   plan::BatchSplit batch;
   std::string engine;
+  std::string engine_detail;  // the last run's (how the engine ran)
   std::vector<StrategyResult> runs;
 };
 

@@ -22,7 +22,22 @@ class Engine {
   virtual void run(const core::Schedule& s, traces::TraceHeader header, traces::TraceSink& sink) = 0;
 };
 
-/// "analytic" (and, once built, "simgrid"); InputError(--engine) otherwise.
-[[nodiscard]] std::unique_ptr<Engine> make_engine(const std::string& name, const topologies::PerfModel& pm);
+/// Settings of the SimGrid engine (the analytic engine has none).
+struct EngineOptions {
+  /// "all": every rank in detail; "classes": one representative per rank
+  /// class, the other ranks' traffic as background flows.
+  std::string ranks = "all";
+  int nccl_channels = 16;
+  /// Slow compute down while a collective runs on the same device, by the
+  /// device profile's comm_compute_slowdown.
+  bool interference = true;
+};
+
+/// "analytic" or "simgrid"; InputError(--engine / --ranks / --nccl-channels) otherwise.
+[[nodiscard]] std::unique_ptr<Engine> make_engine(const std::string& name, const topologies::PerfModel& pm,
+                                                  const EngineOptions& options = {});
+
+/// Throws InputError when a group names a rank the topology lacks.
+void check_fits(const core::Schedule& s, const topologies::Topology& topo);
 
 }  // namespace hzp::sim

@@ -71,6 +71,7 @@ ClusterSpec cluster_from_json(const std::string& text, const std::string& file) 
   c.device.gemm = read_curve(d, "gemm_efficiency", 1.0);
   c.device.attention_efficiency = d.number("attention_efficiency", 1e-3, 1);
   c.device.hbm_efficiency = d.number("hbm_efficiency", 1e-3, 1);
+  if (d.has("comm_compute_slowdown")) c.device.comm_compute_slowdown = d.number("comm_compute_slowdown", 1, 10);
   d.finish();
 
   StrictObject n = o.object("node");

@@ -33,6 +33,9 @@ struct DeviceProfile {
   EfficiencyCurve gemm;                     // fraction of peak vs cube root of m·n·k
   double attention_efficiency = 0;          // fused attention kernels, fraction of peak
   double hbm_efficiency = 0;                // achievable fraction of HBM bandwidth
+  /// How much longer a kernel runs while a collective's kernels share the
+  /// device (SMs and HBM); 1 = no interference. Used by the SimGrid engine.
+  double comm_compute_slowdown = 1;
 };
 
 enum class ScaleUpKind { NvSwitch, FullMesh };

@@ -143,56 +143,84 @@ double PerfModel::ring_pass_latency_us(const GroupSpan& g) const {
   return g.domains * scale_out_latency_us(g.top_tier) + (g.ranks - g.domains) * up;
 }
 
+double PerfModel::scale_up_efficiency(Bytes bytes) const {
+  return topo_.spec().scale_up.efficiency.at(static_cast<double>(bytes.count()));
+}
+
+double PerfModel::scale_out_efficiency(Bytes bytes) const {
+  return topo_.spec().scale_out.efficiency.at(static_cast<double>(bytes.count()));
+}
+
 Duration PerfModel::collective(core::CollectiveKind kind, Bytes bytes, const GroupSpan& g) const {
-  if (g.ranks <= 1 || bytes.count() == 0) return Duration{};
+  CollectiveCost c = collective_cost(kind, bytes, g);
+  return Duration::seconds(c.latency_s + c.transfer_s);
+}
+
+CollectiveCost PerfModel::collective_cost(core::CollectiveKind kind, Bytes bytes, const GroupSpan& g) const {
+  CollectiveCost c;
+  if (kind == core::CollectiveKind::AllToAll) c.algorithm = Algorithm::Pairwise;
+  if (g.ranks <= 1 || bytes.count() == 0) return c;
   const double P = g.ranks, N = static_cast<double>(bytes.count());
   const double busbw = ring_busbw_GBps(g, bytes) * 1e9;  // bytes/s
   const double pass = ring_pass_latency_us(g) * 1e-6;
-  double t = 0;
   switch (kind) {
     case core::CollectiveKind::AllGather:
-    case core::CollectiveKind::ReduceScatter: t = pass + (P - 1) / P * N / busbw; break;
+    case core::CollectiveKind::ReduceScatter:
+      c.latency_s = pass;
+      c.transfer_s = (P - 1) / P * N / busbw;
+      break;
     case core::CollectiveKind::AllReduce: {
-      double ring = 2 * pass + 2 * (P - 1) / P * N / busbw;
-      t = ring;
+      c.latency_s = 2 * pass;
+      c.transfer_s = 2 * (P - 1) / P * N / busbw;
       if (g.domains > 1) {
         const double up = topo_.spec().scale_up.latency_us * 1e-6;
         const double out = scale_out_latency_us(g.top_tier) * 1e-6;
-        double tree = 2 * (std::ceil(std::log2(g.domains)) * out + (g.max_ranks_per_domain - 1) * up) + 2 * N / busbw;
-        t = std::min(ring, tree);
+        const double tree_latency = 2 * (std::ceil(std::log2(g.domains)) * out + (g.max_ranks_per_domain - 1) * up);
+        const double tree_transfer = 2 * N / busbw;
+        if (tree_latency + tree_transfer < c.latency_s + c.transfer_s) {
+          c = CollectiveCost{Algorithm::Tree, tree_latency, tree_transfer};
+        }
       }
       break;
     }
-    case core::CollectiveKind::Broadcast: t = pass + N / busbw; break;
+    case core::CollectiveKind::Broadcast:
+      c.latency_s = pass;
+      c.transfer_s = N / busbw;
+      break;
     case core::CollectiveKind::AllToAll: {
       const auto& spec = topo_.spec();
       const double k = std::min<double>(g.max_ranks_per_domain, P);
-      double up = spec.scale_up.bw_GBps * spec.scale_up.efficiency.at(N) * 1e9;
+      double up = spec.scale_up.bw_GBps * scale_up_efficiency(bytes) * 1e9;
       double t_up = N * (k - 1) / P / up;
       double t_out = 0;
-      double lat = spec.scale_up.latency_us * 1e-6;
+      c.latency_s = spec.scale_up.latency_us * 1e-6;
       if (g.domains > 1) {
-        double nic = scale_out_bw_GBps(g.top_tier) * spec.scale_out.efficiency.at(N) * 1e9;
+        double nic = scale_out_bw_GBps(g.top_tier) * scale_out_efficiency(bytes) * 1e9;
         t_out = N * (P - k) / P / nic;
-        lat = scale_out_latency_us(g.top_tier) * 1e-6;
+        c.latency_s = scale_out_latency_us(g.top_tier) * 1e-6;
       }
-      t = lat + std::max(t_up, t_out);
+      c.transfer_s = std::max(t_up, t_out);
       break;
     }
   }
-  return Duration::seconds(t);
+  return c;
+}
+
+double PerfModel::p2p_latency_s(int src, int dst) const {
+  if (topo_.domain_of(src) == topo_.domain_of(dst)) return topo_.spec().scale_up.latency_us * 1e-6;
+  int tier = std::max(0, topo_.tier_between(topo_.node_of(src), topo_.node_of(dst)));
+  return scale_out_latency_us(tier) * 1e-6;
 }
 
 Duration PerfModel::p2p(Bytes bytes, int src, int dst) const {
   const auto& spec = topo_.spec();
   const double N = static_cast<double>(bytes.count());
   if (topo_.domain_of(src) == topo_.domain_of(dst)) {
-    return Duration::seconds(spec.scale_up.latency_us * 1e-6 +
-                             N / (spec.scale_up.bw_GBps * spec.scale_up.efficiency.at(N) * 1e9));
+    return Duration::seconds(p2p_latency_s(src, dst) + N / (spec.scale_up.bw_GBps * scale_up_efficiency(bytes) * 1e9));
   }
   int tier = std::max(0, topo_.tier_between(topo_.node_of(src), topo_.node_of(dst)));
-  double bw = scale_out_bw_GBps(tier) * spec.scale_out.efficiency.at(N) * 1e9;
-  return Duration::seconds(scale_out_latency_us(tier) * 1e-6 + N / bw);
+  double bw = scale_out_bw_GBps(tier) * scale_out_efficiency(bytes) * 1e9;
+  return Duration::seconds(p2p_latency_s(src, dst) + N / bw);
 }
 
 Duration PerfModel::compute(const core::Op& op) const {

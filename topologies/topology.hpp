@@ -52,6 +52,17 @@ struct GroupSpan {
   int top_tier = -1;  // -1: within one node; else the highest fabric tier crossed
 };
 
+/// How a collective moves its data (what the SimGrid engine lowers to flows).
+enum class Algorithm { Ring, Tree, Pairwise };
+
+/// A collective's uncontended cost split into its closed-form step latencies
+/// and its bandwidth term, seconds.
+struct CollectiveCost {
+  Algorithm algorithm = Algorithm::Ring;
+  double latency_s = 0;
+  double transfer_s = 0;
+};
+
 /// Uncontended costs of ops on a Topology (the analytic engine's cost model;
 /// the SimGrid engine uses the same compute costs and these as its α terms).
 class PerfModel {
@@ -67,7 +78,14 @@ class PerfModel {
   /// Collective time by algorithm (ring; tree for all-reduce when faster;
   /// direct pairwise for all-to-all) over the slowest tier the group spans.
   [[nodiscard]] core::Duration collective(core::CollectiveKind kind, core::Bytes bytes, const GroupSpan& g) const;
+  [[nodiscard]] CollectiveCost collective_cost(core::CollectiveKind kind, core::Bytes bytes, const GroupSpan& g) const;
   [[nodiscard]] core::Duration p2p(core::Bytes bytes, int src, int dst) const;
+  /// The latency part of `p2p`, seconds.
+  [[nodiscard]] double p2p_latency_s(int src, int dst) const;
+
+  /// Achievable fraction of the scale-up / NIC bandwidth for a message of `bytes`.
+  [[nodiscard]] double scale_up_efficiency(core::Bytes bytes) const;
+  [[nodiscard]] double scale_out_efficiency(core::Bytes bytes) const;
 
   /// Bus bandwidth a ring over this group achieves for a message of `bytes`,
   /// GB/s, and the latency of one pass around the ring, µs.

@@ -35,6 +35,7 @@ std::string to_chrome_trace(const Timeline& t) {
                         {"schedule_sha256", t.header.schedule_sha256},
                         {"schedule_name", t.header.schedule_name},
                         {"engine", t.header.engine},
+                        {"engine_detail", t.header.engine_detail},
                         {"hzp_version", t.header.hzp_version},
                         {"git_revision", t.header.git_revision},
                         {"command_line", t.header.command_line},

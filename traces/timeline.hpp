@@ -16,7 +16,8 @@ inline constexpr int kTimelineSchemaVersion = 1;
 struct TraceHeader {
   std::string schedule_sha256;
   std::string schedule_name;
-  std::string engine;  // "analytic", "simgrid", "cuda", "host"
+  std::string engine;         // "analytic", "simgrid", "cuda", "host"
+  std::string engine_detail;  // how it ran, e.g. "ranks=all (1024 of 1024 ranks simulated)"
   std::string hzp_version;
   std::string git_revision;
   std::string command_line;  // the arguments the run was given

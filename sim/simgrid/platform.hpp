@@ -1,0 +1,37 @@
+// The SimGrid platform of a Topology: every device a host, the scale-up
+// fabric as direct routes between the devices of a domain, the scale-out
+// network as a fat tree with one NIC port per device. Built in this one file.
+#pragma once
+
+#include <vector>
+
+#include "topologies/topology.hpp"
+
+namespace simgrid::s4u {
+class Engine;
+class Host;
+}  // namespace simgrid::s4u
+
+namespace hzp::sim::simgrid {
+
+/// The fat tree's shape in SimGrid's terms (levels of switches above the
+/// leaves; down[i]: children of a level-(i+1) switch; up[i]: parents of a
+/// level-i node) and which device sits at each leaf position (-1: padding).
+struct FatTreeShape {
+  std::vector<unsigned> down, up;
+  std::vector<int> device_at;
+};
+
+/// Leaves in rail order when the cluster is rail-optimized (a leaf switch
+/// holds the same NIC index of consecutive nodes), else in device order. A
+/// switch of tier i has down[i] ports facing down and down[i]/oversubscription
+/// facing up (at least one); only the tiers the cluster's size needs are built.
+[[nodiscard]] FatTreeShape fat_tree_shape(const topologies::Topology& topo);
+
+/// Builds the platform in the engine's root zone and sets the network model
+/// for RDMA and NVLink (CM02, no TCP gamma, no cross-traffic). Returns the
+/// host of each device. Links have no latency: the engine adds latencies in
+/// closed form. Call once per process, before any actor runs.
+std::vector<::simgrid::s4u::Host*> build_platform(::simgrid::s4u::Engine& e, const topologies::Topology& topo);
+
+}  // namespace hzp::sim::simgrid

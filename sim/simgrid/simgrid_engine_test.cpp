@@ -1,0 +1,281 @@
+// The SimGrid engine against hand-computed answers: contention on shared
+// NICs and oversubscribed spines, max-min sharing between overlapping
+// collectives, compute slowed under collectives, and agreement with the
+// analytic engine where nothing contends. Every simulation runs in a forked
+// process of its own (SimGrid allows one engine per process), and ctest runs
+// each test in its own process too.
+#include "sim/simgrid/simgrid_engine.hpp"
+
+#include <gtest/gtest.h>
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "core/error.hpp"
+#include "core/schedule_replay.hpp"
+#include "models/model_spec.hpp"
+#include "plan/plan.hpp"
+#include "sim/analytic/analytic_engine.hpp"
+#include "sim/metrics.hpp"
+#include "topologies/catalog.hpp"
+
+namespace hzp::sim::simgrid {
+namespace {
+
+using core::Bytes;
+using core::CollectiveKind;
+using core::GroupKind;
+using core::Op;
+using core::OpKind;
+
+// A hand-made Schedule: one program (all `ranks`, rank[0] representative),
+// one thread without launch costs, streams added with ops.
+struct Builder {
+  core::Schedule s;
+  int next_id = 0;
+  Builder(std::vector<int> ranks, int world) {
+    s.name = "test";
+    s.step.world_size = world;
+    s.step.seq_len = 1;
+    s.step.global_batch_sequences = 1;
+    core::Program p;
+    p.name = "p";
+    p.ranks = std::move(ranks);
+    p.threads.push_back(core::Thread{0, "main", {}, {}});
+    s.programs.push_back(std::move(p));
+  }
+  int group(GroupKind kind, std::vector<int> ranks) {
+    core::Group g;
+    g.id = static_cast<int>(s.groups.size());
+    g.kind = kind;
+    g.ranks = std::move(ranks);
+    s.groups.push_back(std::move(g));
+    return s.groups.back().id;
+  }
+  std::size_t stream(const std::string& name) {
+    core::Stream st;
+    st.id = static_cast<int>(s.programs[0].streams.size());
+    st.name = name;
+    s.programs[0].streams.push_back(std::move(st));
+    return s.programs[0].streams.size() - 1;
+  }
+  void collective(std::size_t stream, CollectiveKind kind, int group, std::int64_t bytes, int seq = 0) {
+    Op op;
+    op.id = next_id++;
+    op.kind = OpKind::Collective;
+    op.name = "c" + std::to_string(op.id);
+    op.collective = kind;
+    op.group = group;
+    op.seq = seq;
+    op.bytes = Bytes(bytes);
+    s.programs[0].streams[stream].ops.push_back(op);
+  }
+  void compute(std::size_t stream, std::int64_t hbm_bytes) {
+    Op op;
+    op.id = next_id++;
+    op.kind = OpKind::Compute;
+    op.name = "k" + std::to_string(op.id);
+    op.compute = core::ComputeKind::Elementwise;
+    op.bytes = Bytes(hbm_bytes);
+    s.programs[0].streams[stream].ops.push_back(op);
+  }
+};
+
+// Runs the engine and returns the timeline.
+traces::Timeline run(const core::Schedule& s, const topologies::PerfModel& pm, EngineOptions o = {}) {
+  SimGridEngine e(pm, o);
+  traces::TimelineRecorder rec;
+  traces::TraceHeader h;
+  h.schedule_sha256 = "test";
+  e.run(s, h, rec);
+  return rec.take();
+}
+
+double seconds(const traces::OpRecord& r) { return (r.end - r.start).to_seconds(); }
+double end_s(const traces::OpRecord& r) { return r.end.to_seconds(); }
+
+EngineOptions quiet(const std::string& ranks = "all") {
+  EngineOptions o;
+  o.ranks = ranks;
+  o.interference = false;
+  return o;
+}
+
+topologies::PerfModel h100(int gpus) {
+  return topologies::PerfModel(topologies::Topology(topologies::load_cluster("dgx-h100"), gpus));
+}
+
+class Modes : public ::testing::TestWithParam<std::string> {};
+
+// Ranks 0 and 8 sit in different nodes: a two-member all-gather is one flow
+// each way through their NICs carrying N/2 (plus the ring's latency).
+TEST_P(Modes, TwoAllGathersSharingOneNicEachTakeTwiceAsLong) {
+  auto pm = h100(16);
+  const std::int64_t n = 1LL << 30;
+  const double bw = 50e9 * pm.scale_out_efficiency(Bytes(n));
+  const auto cost = pm.collective_cost(CollectiveKind::AllGather, Bytes(n), pm.span({0, 8}));
+  ASSERT_NEAR(cost.transfer_s, n / 2.0 / bw, 1e-9);
+
+  Builder alone({0, 8}, 16);
+  auto a = alone.stream("a");
+  alone.collective(a, CollectiveKind::AllGather, alone.group(GroupKind::DpShard, {0, 8}), n);
+  auto t1 = run(alone.s, pm, quiet(GetParam()));
+  ASSERT_EQ(t1.ops.size(), 1u);
+  EXPECT_NEAR(seconds(t1.ops[0]), cost.latency_s + n / 2.0 / bw, 1e-6);
+
+  Builder both({0, 8}, 16);
+  auto s0 = both.stream("a"), s1 = both.stream("b");
+  both.collective(s0, CollectiveKind::AllGather, both.group(GroupKind::DpShard, {0, 8}), n);
+  both.collective(s1, CollectiveKind::AllGather, both.group(GroupKind::DpGrad, {0, 8}), n);
+  auto t2 = run(both.s, pm, quiet(GetParam()));
+  ASSERT_EQ(t2.ops.size(), 2u);
+  for (const auto& op : t2.ops) EXPECT_NEAR(seconds(op), cost.latency_s + 2 * n / 2.0 / bw, 1e-6);
+}
+
+// A fabric whose leaves connect 8 nodes per rail and whose uplinks are
+// oversubscribed `o`:1. 16 nodes = two leaf domains; every GPU of the first
+// all-gathers with its counterpart in the second, so all 64 flows each way
+// cross the leaves' uplinks at once.
+double cross_pod_transfer(double o, const std::string& ranks) {
+  auto [text, file] = topologies::cluster_text("dgx-h100");
+  auto j = nlohmann::json::parse(text);
+  j["scale_out"]["tiers"] = nlohmann::json::array(
+      {{{"name", "leaf"}, {"radix", o > 1 ? 12 : 16}, {"oversubscription", o}, {"hop_latency_us", 0.3}},
+       {{"name", "spine"}, {"radix", 64}, {"oversubscription", 1.0}, {"hop_latency_us", 0.3}}});
+  topologies::PerfModel pm(topologies::Topology(topologies::cluster_from_json(j.dump(), "test.json"), 128));
+  EXPECT_EQ(pm.topology().nodes_per_tier_domain().at(0), 8);
+  std::vector<int> all;
+  for (int r = 0; r < 128; ++r) all.push_back(r);
+  Builder b(all, 128);
+  auto st = b.stream("a");
+  int g0 = -1;
+  for (int r = 0; r < 64; ++r) {
+    int g = b.group(GroupKind::DpShard, {r, r + 64});
+    if (r == 0) g0 = g;
+  }
+  const std::int64_t n = 1LL << 30;
+  b.collective(st, CollectiveKind::AllGather, g0, n);
+  auto t = run(b.s, pm, quiet(ranks));
+  const auto cost = pm.collective_cost(CollectiveKind::AllGather, Bytes(n), pm.span({0, 64}));
+  return seconds(t.ops.at(0)) - cost.latency_s;
+}
+
+TEST_P(Modes, TwoToOneOversubscribedSpineHalvesCrossPodAllGatherBandwidth) {
+  const double full = cross_pod_transfer(1.0, GetParam());
+  const double over = cross_pod_transfer(2.0, GetParam());
+  const double bw = 50e9 * topologies::PerfModel(topologies::Topology(topologies::load_cluster("dgx-h100"), 8))
+                               .scale_out_efficiency(Bytes(1LL << 30));
+  EXPECT_NEAR(full, (1LL << 29) / bw, 1e-6);  // full bisection: N/2 at the NIC's rate
+  EXPECT_NEAR(over / full, 2.0, 0.01);
+}
+
+// An expert all-to-all (256 MiB) and a gradient reduce-scatter (1 GiB) on the
+// same two NICs: max-min gives each half the link until the smaller is done,
+// then the larger has it alone.
+TEST_P(Modes, AllToAllOverlappingReduceScatterSlowsBothByTheMaxMinShare) {
+  auto pm = h100(16);
+  const std::int64_t na = 256LL << 20, nr = 1LL << 30;
+  const double wa = na / 2.0 / pm.scale_out_efficiency(Bytes(na));  // wire bytes each way
+  const double wr = nr / 2.0 / pm.scale_out_efficiency(Bytes(nr));
+  const double bw = 50e9;
+  const double la = pm.collective_cost(CollectiveKind::AllToAll, Bytes(na), pm.span({0, 8})).latency_s;
+  const double lr = pm.collective_cost(CollectiveKind::ReduceScatter, Bytes(nr), pm.span({0, 8})).latency_s;
+
+  Builder b({0, 8}, 16);
+  auto s0 = b.stream("ep"), s1 = b.stream("grad");
+  b.collective(s0, CollectiveKind::AllToAll, b.group(GroupKind::Ep, {0, 8}), na);
+  b.collective(s1, CollectiveKind::ReduceScatter, b.group(GroupKind::DpGrad, {0, 8}), nr);
+  auto t = run(b.s, pm, quiet(GetParam()));
+  ASSERT_EQ(t.ops.size(), 2u);
+  const auto& a2a = t.ops[0].what == "all_to_all" ? t.ops[0] : t.ops[1];
+  const auto& rs = t.ops[0].what == "all_to_all" ? t.ops[1] : t.ops[0];
+  EXPECT_NEAR(seconds(a2a), 2 * wa / bw + la, 1e-6);    // alone: wa / bw
+  EXPECT_NEAR(seconds(rs), (wa + wr) / bw + lr, 1e-6);  // alone: wr / bw
+  EXPECT_GT(seconds(a2a), 1.9 * (wa / bw));
+}
+
+INSTANTIATE_TEST_SUITE_P(RankModes, Modes, ::testing::Values("all", "classes"), [](const auto& p) { return p.param; });
+
+// A kernel of W seconds starts with a collective of T < W on another stream:
+// it runs at 1/f while the collective lasts, then at full speed.
+TEST(SimGridEngine, ComputeSlowsDownWhileACollectiveSharesTheDevice) {
+  auto pm = h100(16);
+  const double f = pm.topology().spec().device.comm_compute_slowdown;
+  ASSERT_GT(f, 1.0);
+  Builder b({0, 8}, 16);
+  auto c = b.stream("compute"), x = b.stream("comm");
+  b.compute(c, 40LL << 30);  // 40 GiB of HBM traffic: ~15 ms
+  const std::int64_t n = 256LL << 20;
+  b.collective(x, CollectiveKind::AllGather, b.group(GroupKind::DpShard, {0, 8}), n);
+  const double w = pm.compute(b.s.programs[0].streams[c].ops[0]).to_seconds();
+  const double tc = pm.collective(CollectiveKind::AllGather, Bytes(n), pm.span({0, 8})).to_seconds();
+  ASSERT_LT(tc / f, w);
+
+  EngineOptions o;
+  auto t = run(b.s, pm, o);
+  const auto& k = t.ops[0].kind == OpKind::Compute ? t.ops[0] : t.ops[1];
+  EXPECT_NEAR(end_s(k), tc + (w - tc / f), 2e-6);
+  auto quiet_run = run(b.s, pm, quiet());
+  const auto& k2 = quiet_run.ops[0].kind == OpKind::Compute ? quiet_run.ops[0] : quiet_run.ops[1];
+  EXPECT_NEAR(end_s(k2), w, 1e-6);
+  EXPECT_NE(t.header.engine_detail.find("slowdown under collectives 1.189"), std::string::npos);
+}
+
+TEST(SimGridEngine, HeaderSaysWhichModeRan) {
+  auto pm = h100(16);
+  Builder b({0, 8}, 16);
+  auto a = b.stream("a");
+  b.collective(a, CollectiveKind::AllReduce, b.group(GroupKind::DpReplica, {0, 8}), 1 << 20);
+  auto all = run(b.s, pm, quiet("all"));
+  auto classes = run(b.s, pm, quiet("classes"));
+  EXPECT_EQ(all.header.engine, "simgrid");
+  EXPECT_NE(all.header.engine_detail.find("ranks=all (2 of 16 ranks in detail)"), std::string::npos)
+      << all.header.engine_detail;
+  EXPECT_NE(classes.header.engine_detail.find("ranks=classes (1 of 16 ranks in detail)"), std::string::npos)
+      << classes.header.engine_detail;
+  EXPECT_EQ(seconds(all.ops[0]), seconds(classes.ops[0]));
+}
+
+TEST(SimGridEngine, RejectsRanksTheClusterLacksAndBrokenSchedules) {
+  auto pm = h100(8);
+  Builder b({0, 8}, 16);
+  auto a = b.stream("a");
+  b.collective(a, CollectiveKind::AllGather, b.group(GroupKind::DpShard, {0, 8}), 1 << 20);
+  EXPECT_THROW(run(b.s, pm), core::InputError);
+
+  auto pm16 = h100(16);
+  Builder broken({0, 8}, 16);
+  auto s0 = broken.stream("a");
+  broken.collective(s0, CollectiveKind::AllGather, broken.group(GroupKind::DpShard, {0, 8}), 1 << 20, 0);
+  broken.collective(s0, CollectiveKind::AllGather, broken.group(GroupKind::DpGrad, {0, 9}), 1 << 20, 0);
+  EXPECT_THROW(run(broken.s, pm16), core::ScheduleError);
+}
+
+// Where nothing contends for long (dgx-h100 is a full-bisection fabric), the
+// two engines agree on every preset's step time within 2 %.
+class Agreement : public ::testing::TestWithParam<plan::Strategy> {};
+
+TEST_P(Agreement, WithTheAnalyticEngineWithinTwoPercent) {
+  auto m = models::load_model("llama3-8b");
+  auto pm = h100(16);
+  plan::PlanOptions o;
+  o.strategy = GetParam();
+  o.seq_len = 4096;
+  o.global_batch_sequences = 64;
+  o.recompute = models::Recompute::Full;
+  core::Schedule s = plan::lower(m, pm.topology(), o);
+  traces::TraceHeader h;
+  h.schedule_sha256 = "test";
+  traces::TimelineRecorder a, g;
+  AnalyticEngine(pm).run(s, h, a);
+  SimGridEngine(pm, quiet()).run(s, h, g);
+  const auto& dev = pm.topology().spec().device;
+  const double ta = compute_metrics(s, a.timeline(), dev).step_time.to_seconds();
+  const double tg = compute_metrics(s, g.timeline(), dev).step_time.to_seconds();
+  EXPECT_NEAR(tg / ta, 1.0, 0.02) << "analytic " << ta << " s, simgrid " << tg << " s";
+}
+
+INSTANTIATE_TEST_SUITE_P(Presets, Agreement, ::testing::ValuesIn(plan::all_strategies()),
+                         [](const auto& p) { return std::string(plan::to_string(p.param)); });
+
+}  // namespace
+}  // namespace hzp::sim::simgrid
