@@ -189,11 +189,12 @@ struct Rank {
   std::size_t program = 0;
   Device device;
   std::vector<std::vector<core::OpTime>> times;  // [stream][op]
-  std::vector<std::vector<std::int64_t>> issue;  // [stream][op], ns
-  std::vector<std::size_t> issued;               // [stream]: ops issued so far
-  std::vector<sg4::ActorPtr> issue_waiter;       // [stream]
-  std::vector<std::size_t> issue_wait_for;       // [stream]
-  std::vector<double> event_time;                // [dense event], -1 until recorded
+  // Issue times: the program's sync-free times plus, per thread, the shifts
+  // its syncs added: (position in the thread's order, shift from there on).
+  std::vector<std::vector<std::pair<std::size_t, std::int64_t>>> shifts;  // [thread]
+  std::vector<std::size_t> issued_upto;                                   // [thread]: positions issued
+  std::vector<sg4::ActorPtr> issue_waiter;                                // [stream]
+  std::vector<double> event_time;                                         // [dense event], -1 until recorded
   std::unordered_map<int, std::vector<sg4::ActorPtr>> event_waiters;
   std::vector<std::size_t> next;  // [stream]: ops done
 };
@@ -219,6 +220,8 @@ struct ProgramInfo {
   std::vector<std::vector<double>> work;                                     // [stream][op] seconds of compute
   std::vector<std::vector<int>> event;                                       // [stream][op] dense event index or -1
   std::vector<std::vector<std::pair<std::size_t, std::size_t>>> thread_ops;  // [thread] (stream, op) by id
+  std::vector<std::vector<std::size_t>> position;                            // [stream][op] in its thread's order
+  std::vector<std::vector<std::int64_t>> issue0;  // [stream][op] ns, were no sync to hold its thread back
   std::size_t events = 0;
 };
 
@@ -229,13 +232,18 @@ class Simulation {
 
   SimResult run() {
     xbt_log_control_set("root.thres:critical");
-    int argc = 1;
+    // The context factory is chosen when the engine starts: pass it as an argument.
     char name[] = "hzp";
-    char* argv[] = {name, nullptr};
-    sg4::Engine e(&argc, argv);
 #if defined(__SANITIZE_ADDRESS__)
-    e.set_config("contexts/factory:thread");  // ASan and stack switching do not mix
+    char contexts[] = "--cfg=contexts/factory:thread";  // ASan and stack switching do not mix
 #else
+    char contexts[] = "--cfg=contexts/factory:raw";
+#endif
+    char* argv[] = {name, contexts, nullptr};
+    int argc = 2;
+    sg4::Engine e(&argc, argv);
+#if !defined(__SANITIZE_ADDRESS__)
+    // Small stacks without guard pages: tens of thousands of actors stay cheap.
     e.set_config("contexts/stack-size:64");
     e.set_config("contexts/guard-size:0");
 #endif
@@ -277,9 +285,26 @@ class Simulation {
         }
       }
       pi.events = dense.size();
+      pi.position.resize(prog.streams.size());
+      pi.issue0.resize(prog.streams.size());
+      for (std::size_t k = 0; k < prog.streams.size(); ++k) {
+        pi.position[k].resize(prog.streams[k].ops.size());
+        pi.issue0[k].resize(prog.streams[k].ops.size());
+      }
       for (std::size_t t = 0; t < order.size(); ++t) {
         std::sort(order[t].begin(), order[t].end());
-        for (auto [id, k, i] : order[t]) pi.thread_ops[t].emplace_back(k, i);
+        const core::Thread& th = prog.threads[t];
+        std::int64_t clock = 0;
+        for (auto [id, k, i] : order[t]) {
+          pi.position[k][i] = pi.thread_ops[t].size();
+          pi.issue0[k][i] = clock;
+          pi.thread_ops[t].emplace_back(k, i);
+          const OpKind kind = prog.streams[k].ops[i].kind;
+          if (kind == OpKind::Compute) clock += th.launch_latency.count_ns();
+          if (kind == OpKind::Collective || kind == OpKind::Send || kind == OpKind::Recv) {
+            clock += th.collective_launch_latency.count_ns();
+          }
+        }
       }
       for (int r : prog.ranks) program_of_rank_.at(static_cast<std::size_t>(r)) = static_cast<int>(p);
       is_rep_.at(static_cast<std::size_t>(prog.ranks.at(0))) = 1;
@@ -312,14 +337,12 @@ class Simulation {
         rank->device.slowdown = o_.interference ? pm_.topology().spec().device.comm_compute_slowdown : 1.0;
         const std::size_t ns = prog.streams.size();
         rank->times.resize(ns);
-        rank->issue.resize(ns);
         for (std::size_t k = 0; k < ns; ++k) {
           rank->times[k].resize(prog.streams[k].ops.size());
-          rank->issue[k].assign(prog.streams[k].ops.size(), 0);
         }
-        rank->issued.assign(ns, 0);
+        rank->shifts.assign(prog.threads.size(), {{0, 0}});
+        rank->issued_upto.assign(prog.threads.size(), 0);
         rank->issue_waiter.resize(ns);
-        rank->issue_wait_for.assign(ns, 0);
         rank->next.assign(ns, 0);
         rank->event_time.assign(info_[p].events, -1.0);
         ranks_.push_back(std::move(rank));
@@ -350,43 +373,64 @@ class Simulation {
   sg4::Host* host(int rank) const { return hosts_.at(static_cast<std::size_t>(rank)); }
 
   // ---- host threads -------------------------------------------------------
+  // A thread issues its ops at the program's sync-free times until a sync;
+  // when the sync's event happens later than the sync would have been issued,
+  // everything after it shifts by the difference.
   void thread_body(Rank& r, std::size_t t) {
     const core::Program& prog = s_.programs[r.program];
     const ProgramInfo& pi = info_[r.program];
-    const core::Thread& th = prog.threads[t];
-    std::int64_t clock = 0;
-    for (auto [k, i] : pi.thread_ops[t]) {
-      const Op& op = prog.streams[k].ops[i];
-      if (op.kind == OpKind::Sync) {
-        const auto ev = static_cast<std::size_t>(pi.event[k][i]);
-        if (r.event_time[ev] < 0) {
-          r.event_waiters[static_cast<int>(ev)].push_back(sg4::Actor::self());
-          sg4::this_actor::suspend();
-        }
-        clock = std::max(clock, to_ns(r.event_time[ev]));
+    const auto& ops = pi.thread_ops[t];
+    for (std::size_t q = 0; q <= ops.size(); ++q) {
+      if (q < ops.size() && prog.streams[ops[q].first].ops[ops[q].second].kind != OpKind::Sync) continue;
+      set_issued(r, t, q);  // everything before this sync (or the end) is issued
+      if (q == ops.size()) break;
+      auto [k, i] = ops[q];
+      const auto ev = static_cast<std::size_t>(pi.event[k][i]);
+      if (r.event_time[ev] < 0) {
+        r.event_waiters[static_cast<int>(ev)].push_back(sg4::Actor::self());
+        sg4::this_actor::suspend();
       }
-      r.issue[k][i] = clock;
-      r.issued[k] = i + 1;
-      if (r.issue_waiter[k] && r.issue_wait_for[k] < r.issued[k]) {
+      const std::int64_t at = pi.issue0[k][i] + r.shifts[t].back().second;
+      const std::int64_t happened = to_ns(r.event_time[ev]);
+      if (happened > at) r.shifts[t].emplace_back(q, r.shifts[t].back().second + happened - at);
+    }
+  }
+
+  void set_issued(Rank& r, std::size_t t, std::size_t upto) {
+    r.issued_upto[t] = upto;
+    const core::Program& prog = s_.programs[r.program];
+    for (std::size_t k = 0; k < prog.streams.size(); ++k) {
+      if (r.issue_waiter[k] && static_cast<std::size_t>(prog.streams[k].thread) == t) {
         sg4::ActorPtr a = std::move(r.issue_waiter[k]);
         r.issue_waiter[k] = nullptr;
-        a->resume();
-      }
-      if (op.kind == OpKind::Compute) clock += th.launch_latency.count_ns();
-      if (op.kind == OpKind::Collective || op.kind == OpKind::Send || op.kind == OpKind::Recv) {
-        clock += th.collective_launch_latency.count_ns();
+        a->resume();  // it checks again and waits anew if still not issued
       }
     }
   }
 
+  [[nodiscard]] bool issued(const Rank& r, std::size_t k, std::size_t i) const {
+    const auto t = static_cast<std::size_t>(s_.programs[r.program].streams[k].thread);
+    return info_[r.program].position[k][i] < r.issued_upto[t];
+  }
+
+  [[nodiscard]] double issue_time(const Rank& r, std::size_t k, std::size_t i) const {
+    const ProgramInfo& pi = info_[r.program];
+    const auto t = static_cast<std::size_t>(s_.programs[r.program].streams[k].thread);
+    const auto& sh = r.shifts[t];
+    const std::size_t pos = pi.position[k][i];
+    auto it =
+        std::upper_bound(sh.begin(), sh.end(), pos,
+                         [](std::size_t p, const std::pair<std::size_t, std::int64_t>& e) { return p < e.first; });
+    return static_cast<double>(pi.issue0[k][i] + std::prev(it)->second) * 1e-9;
+  }
+
   // Blocks until op i of stream k is issued, then until its issue time.
   void await_issue(Rank& r, std::size_t k, std::size_t i) {
-    if (r.issued[k] <= i) {
+    while (!issued(r, k, i)) {
       r.issue_waiter[k] = sg4::Actor::self();
-      r.issue_wait_for[k] = i;
       sg4::this_actor::suspend();
     }
-    const double at = static_cast<double>(r.issue[k][i]) * 1e-9;
+    const double at = issue_time(r, k, i);
     if (at > now_s()) sg4::this_actor::sleep_until(at);
   }
 
@@ -451,7 +495,7 @@ class Simulation {
     for (; j < st.ops.size(); ++j) {
       const OpKind kind = st.ops[j].kind;
       if (kind != OpKind::Compute && kind != OpKind::Alloc && kind != OpKind::Free) break;
-      if (j > first && (r.issued[k] <= j || static_cast<double>(r.issue[k][j]) * 1e-9 > t0 + work)) break;
+      if (j > first && (!issued(r, k, j) || issue_time(r, k, j) > t0 + work)) break;
       work += pi.work[k][j];
     }
     r.device.run(k, work);

@@ -1,0 +1,225 @@
+"""Pictures from hzp outputs, drawn with matplotlib (Debian's python3-matplotlib).
+
+`hzp plot` embeds this script and runs it with the system Python:
+  heatmap  DB --x KEY --y KEY [--metric M] --out FILE   throughput over two swept axes
+  scaling  DB [--x gpus] --out FILE                    tokens/s and MFU against GPU count
+  timeline TRACE --out FILE [--program N]              one bar per op, one row per stream
+  memory   TRACE --out FILE                            allocated and reserved memory over time
+FILE ends in .png or .svg. Exit status 2 with one line on bad input.
+"""
+import argparse
+import json
+import os
+import sqlite3
+import sys
+
+
+def fail(where, key, expected):
+    print(f"hzp plot: {where}: {key}: {expected}", file=sys.stderr)
+    sys.exit(2)
+
+
+def plt_for(out):
+    ext = os.path.splitext(out)[1].lower()
+    if ext not in (".png", ".svg"):
+        fail("command line", "--out", f"expected a .png or .svg file, got '{out}'")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plt.rcParams.update({"figure.dpi": 110, "font.size": 9, "axes.grid": True, "grid.alpha": 0.3})
+    return plt
+
+
+def save(fig, out):
+    tmp = out + ".tmp" + os.path.splitext(out)[1]
+    fig.savefig(tmp, bbox_inches="tight", metadata=None if out.endswith(".png") else {"Date": None})
+    os.replace(tmp, out)  # nothing half-written on disk
+    print(f"wrote {out}")
+
+
+def rows(db, where="status = 'ok'"):
+    if not os.path.exists(db):
+        fail(db, "", "no such sweep database")
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    con.row_factory = sqlite3.Row
+    try:
+        return [dict(r) for r in con.execute(f"SELECT * FROM points WHERE {where} ORDER BY point")]
+    except sqlite3.Error as e:
+        fail(db, "points", f"expected an hzp sweep database ({e})")
+
+
+def heatmap(a):
+    plt = plt_for(a.out)
+    data = rows(a.db)
+    if not data:
+        fail(a.db, "points", "no finished points to plot")
+    for key in (a.x, a.y, a.metric):
+        if key not in data[0]:
+            fail(a.db, key, f"expected one of {', '.join(sorted(data[0]))}")
+    xs = sorted({r[a.x] for r in data}, key=sort_key)
+    ys = sorted({r[a.y] for r in data}, key=sort_key)
+    grid = [[float("nan")] * len(xs) for _ in ys]
+    for r in data:  # the best point per cell when other axes vary too
+        i, j = ys.index(r[a.y]), xs.index(r[a.x])
+        v = r[a.metric]
+        if v is not None and (grid[i][j] != grid[i][j] or v > grid[i][j]):
+            grid[i][j] = v
+    fig, ax = plt.subplots(figsize=(1.1 * len(xs) + 2.5, 0.6 * len(ys) + 1.8))
+    im = ax.imshow(grid, origin="lower", cmap="viridis", aspect="auto")
+    ax.set_xticks(range(len(xs)), [str(x) for x in xs])
+    ax.set_yticks(range(len(ys)), [str(y) for y in ys])
+    ax.set_xlabel(a.x)
+    ax.set_ylabel(a.y)
+    ax.grid(False)
+    finite = [v for row in grid for v in row if v == v]
+    top = max(finite) if finite else 0
+    for i, row in enumerate(grid):
+        for j, v in enumerate(row):
+            if v == v:
+                ax.text(j, i, human(v), ha="center", va="center", color="white" if v < 0.6 * top else "black")
+            else:
+                ax.text(j, i, "—", ha="center", va="center", color="grey")
+    fig.colorbar(im, ax=ax, label=a.metric)
+    ax.set_title(title(data, f"{a.metric} over {a.x} × {a.y} (best per cell; — infeasible or missing)"))
+    save(fig, a.out)
+
+
+def scaling(a):
+    plt = plt_for(a.out)
+    data = rows(a.db)
+    if not data:
+        fail(a.db, "points", "no finished points to plot")
+    series = {}
+    for r in data:
+        label = f"{r['cluster']} {r['strategy']}"
+        best = series.setdefault(label, {})
+        if r[a.x] not in best or r["tokens_per_s"] > best[r[a.x]]["tokens_per_s"]:
+            best[r[a.x]] = r
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
+    for label, pts in sorted(series.items()):
+        xs = sorted(pts, key=sort_key)
+        ax1.plot(xs, [pts[x]["tokens_per_s"] for x in xs], marker="o", label=label)
+        ax2.plot(xs, [100 * pts[x]["mfu"] for x in xs], marker="o", label=label)
+    for ax in (ax1, ax2):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel(a.x)
+    ax1.set_ylabel("tokens / s")
+    ax2.set_ylabel("MFU (%)")
+    ax1.legend(fontsize=7)
+    fig.suptitle(title(data, "throughput and MFU against GPU count (best plan per point)"))
+    save(fig, a.out)
+
+
+def load_trace(path):
+    try:
+        with open(path) as f:
+            t = json.load(f)
+    except (OSError, ValueError) as e:
+        fail(path, "", f"expected an hzp Chrome trace ({e})")
+    if "traceEvents" not in t:
+        fail(path, "traceEvents", "expected an hzp Chrome trace")
+    return t
+
+
+def timeline(a):
+    plt = plt_for(a.out)
+    t = load_trace(a.trace)
+    names, ops = {}, {}
+    for e in t["traceEvents"]:
+        if e.get("ph") == "M" and e.get("name") == "thread_name" and e["pid"] == a.program:
+            names[e["tid"]] = e["args"]["name"]
+        if e.get("ph") == "X" and e["pid"] == a.program:
+            ops.setdefault(e["tid"], []).append(e)
+    if not ops:
+        fail(a.trace, "program", f"no ops for rank class {a.program}")
+    collectives = {"all_gather", "reduce_scatter", "all_reduce", "all_to_all", "broadcast"}
+    colours = {"compute": "tab:blue", "collective": "tab:orange", "send / recv": "tab:green"}
+
+    def colour(cat):
+        if cat in collectives:
+            return colours["collective"]
+        return colours["send / recv"] if cat in ("send", "recv") else colours["compute"]
+
+    tids = sorted(ops)
+    fig, ax = plt.subplots(figsize=(12, 0.5 * len(tids) + 1.5))
+    for row, tid in enumerate(tids):
+        bars = [(e["ts"] / 1e6, e["dur"] / 1e6) for e in ops[tid]]
+        kinds = [colour(e.get("cat", "")) for e in ops[tid]]
+        ax.broken_barh(bars, (row - 0.4, 0.8), facecolors=kinds, linewidth=0)
+    ax.set_yticks(range(len(tids)), [names.get(tid, str(tid)) for tid in tids])
+    ax.set_xlabel("time (s)")
+    header = t.get("otherData", {})
+    ax.set_title(f"{header.get('schedule_name', '')} — {header.get('engine', '')} engine, rank class {a.program}")
+    from matplotlib.patches import Patch
+
+    ax.legend(handles=[Patch(color=c, label=k) for k, c in colours.items()], loc="upper right", fontsize=7)
+    save(fig, a.out)
+
+
+def memory(a):
+    plt = plt_for(a.out)
+    t = load_trace(a.trace)
+    series = {}
+    for e in t["traceEvents"]:
+        if e.get("ph") == "C":
+            s = series.setdefault(e["pid"], ([], [], []))
+            s[0].append(e["ts"] / 1e6)
+            s[1].append(e["args"].get("GiB", 0))
+            s[2].append(e["args"].get("reserved_GiB", 0))
+    if not series:
+        fail(a.trace, "memory", "no memory counters in this trace")
+    fig, ax = plt.subplots(figsize=(10, 4))
+    for pid, (ts, alloc, res) in sorted(series.items()):
+        ax.step(ts, alloc, where="post", label=f"rank class {pid} allocated")
+        ax.step(ts, res, where="post", linestyle="--", label=f"rank class {pid} reserved")
+    ax.set_xlabel("time (s)")
+    ax.set_ylabel("GiB")
+    ax.legend(fontsize=7)
+    ax.set_title(f"device memory over one step — {t.get('otherData', {}).get('schedule_name', '')}")
+    save(fig, a.out)
+
+
+def sort_key(v):
+    return (0, v) if isinstance(v, (int, float)) else (1, str(v))
+
+
+def human(v):
+    for unit, div in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(v) >= div:
+            return f"{v / div:.3g}{unit}"
+    return f"{v:.3g}"
+
+
+def title(data, what):
+    r = data[0]
+    return f"{r.get('model', '')}: {what}"
+
+
+def main():
+    p = argparse.ArgumentParser(prog="hzp plot")
+    sub = p.add_subparsers(dest="kind", required=True)
+    h = sub.add_parser("heatmap")
+    h.add_argument("db")
+    h.add_argument("--x", required=True)
+    h.add_argument("--y", required=True)
+    h.add_argument("--metric", default="tokens_per_s")
+    h.add_argument("--out", required=True)
+    s = sub.add_parser("scaling")
+    s.add_argument("db")
+    s.add_argument("--x", default="gpus")
+    s.add_argument("--out", required=True)
+    tl = sub.add_parser("timeline")
+    tl.add_argument("trace")
+    tl.add_argument("--program", type=int, default=0)
+    tl.add_argument("--out", required=True)
+    m = sub.add_parser("memory")
+    m.add_argument("trace")
+    m.add_argument("--out", required=True)
+    a = p.parse_args()
+    {"heatmap": heatmap, "scaling": scaling, "timeline": timeline, "memory": memory}[a.kind](a)
+
+
+if __name__ == "__main__":
+    main()
