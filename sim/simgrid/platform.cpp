@@ -72,6 +72,17 @@ FatTreeShape fat_tree_shape(const topologies::Topology& topo) {
   return s;
 }
 
+std::vector<int> FatTreeShape::leaf_of_device() const {
+  std::vector<int> leaf;
+  for (std::size_t p = 0; p < device_at.size(); ++p) {
+    const int d = device_at[p];
+    if (d < 0) continue;
+    if (leaf.size() <= static_cast<std::size_t>(d)) leaf.resize(static_cast<std::size_t>(d) + 1, -1);
+    leaf[static_cast<std::size_t>(d)] = static_cast<int>(p / down.at(0));
+  }
+  return leaf;
+}
+
 std::vector<sg4::Host*> build_platform(sg4::Engine& e, const topologies::Topology& topo) {
   e.set_config("network/model:CM02");
   e.set_config("network/TCP-gamma:0");

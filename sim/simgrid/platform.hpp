@@ -20,6 +20,9 @@ namespace hzp::sim::simgrid {
 struct FatTreeShape {
   std::vector<unsigned> down, up;
   std::vector<int> device_at;
+  /// The leaf switch of each device (position / down[0]): flows between two
+  /// devices of one leaf use only their NIC links; others climb the fabric.
+  [[nodiscard]] std::vector<int> leaf_of_device() const;
 };
 
 /// Leaves in rail order when the cluster is rail-optimized (a leaf switch

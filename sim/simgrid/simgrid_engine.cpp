@@ -220,6 +220,7 @@ struct ProgramInfo {
   std::vector<std::vector<double>> work;                                     // [stream][op] seconds of compute
   std::vector<std::vector<int>> event;                                       // [stream][op] dense event index or -1
   std::vector<std::vector<std::pair<std::size_t, std::size_t>>> thread_ops;  // [thread] (stream, op) by id
+  std::vector<char> syncs;                                                   // [thread]: has sync ops
   std::vector<std::vector<std::size_t>> position;                            // [stream][op] in its thread's order
   std::vector<std::vector<std::int64_t>> issue0;  // [stream][op] ns, were no sync to hold its thread back
   std::size_t events = 0;
@@ -248,6 +249,7 @@ class Simulation {
     e.set_config("contexts/guard-size:0");
 #endif
     hosts_ = build_platform(e, pm_.topology());
+    leaf_ = fat_tree_shape(pm_.topology()).leaf_of_device();
     prepare();
     spawn();
     e.run();
@@ -285,6 +287,7 @@ class Simulation {
         }
       }
       pi.events = dense.size();
+      pi.syncs.assign(prog.threads.size(), 0);
       pi.position.resize(prog.streams.size());
       pi.issue0.resize(prog.streams.size());
       for (std::size_t k = 0; k < prog.streams.size(); ++k) {
@@ -300,6 +303,7 @@ class Simulation {
           pi.issue0[k][i] = clock;
           pi.thread_ops[t].emplace_back(k, i);
           const OpKind kind = prog.streams[k].ops[i].kind;
+          if (kind == OpKind::Sync) pi.syncs[t] = 1;
           if (kind == OpKind::Compute) clock += th.launch_latency.count_ns();
           if (kind == OpKind::Collective || kind == OpKind::Send || kind == OpKind::Recv) {
             clock += th.collective_launch_latency.count_ns();
@@ -356,6 +360,10 @@ class Simulation {
       Rank* r = rp.get();
       const core::Program& prog = s_.programs[r->program];
       for (std::size_t t = 0; t < prog.threads.size(); ++t) {
+        if (!info_[r->program].syncs[t]) {
+          r->issued_upto[t] = info_[r->program].thread_ops[t].size();  // nothing holds it back
+          continue;
+        }
         sg4::Actor::create(fmt::format("r{}.{}", r->rank, prog.threads[t].name), host(r->rank),
                            [this, r, t] { guarded([&] { thread_body(*r, t); }); });
       }
@@ -519,6 +527,21 @@ class Simulation {
     return l;
   }
 
+  // A mirror group's flows that leave their leaf switch: the only ones that
+  // share a link with anything simulated (flows inside a leaf use just the
+  // two NICs, and a mirror group's NICs are its own).
+  LoweredPtr background(int group, core::CollectiveKind kind, std::int64_t bytes) {
+    auto key = std::tuple{-1 - group, static_cast<int>(kind), bytes};
+    auto it = lowered_.find(key);
+    if (it != lowered_.end()) return it->second;
+    auto l = std::make_shared<Lowered>(*lower(group, kind, bytes));
+    std::erase_if(l->set.flows, [this](const Flow& f) { return leaf(f.src) == leaf(f.dst); });
+    lowered_.emplace(key, l);
+    return l;
+  }
+
+  [[nodiscard]] int leaf(int device) const { return leaf_.at(static_cast<std::size_t>(device)); }
+
   // Puts the flows of `l` from `me` (all sources when -1) that `take`
   // accepts on the network and waits for them.
   template <class Take>
@@ -678,7 +701,7 @@ class Simulation {
         if (it != mirrors_.end()) {
           for (int mg : it->second) {
             if (!crosses_[static_cast<std::size_t>(mg)]) continue;
-            LoweredPtr l = lower(mg, inst.kind, inst.max_bytes);
+            LoweredPtr l = background(mg, inst.kind, inst.max_bytes);
             int last = -1;
             for (const Flow& f : l->set.flows) {
               if (f.src != last) give(f.src, Proxy::Job{nullptr, l});
@@ -722,7 +745,7 @@ class Simulation {
           s_.programs[static_cast<std::size_t>(program_of_rank_.at(static_cast<std::size_t>(src)))];
       for (int m : sender.ranks) {
         const int to = m + (dst - src);
-        if (m == src || to < 0 || to >= pm_.topology().devices()) continue;
+        if (m == src || to < 0 || to >= pm_.topology().devices() || leaf(m) == leaf(to)) continue;
         auto l = std::make_shared<Lowered>();
         l->set = lower_p2p(pm_, op.bytes, m, to);
         give(m, Proxy::Job{nullptr, l});
@@ -779,6 +802,7 @@ class Simulation {
   const EngineOptions& o_;
   const bool classes_;
   std::vector<sg4::Host*> hosts_;
+  std::vector<int> leaf_;  // leaf switch of each device
   std::vector<ProgramInfo> info_;
   std::vector<int> program_of_rank_;
   std::vector<char> is_rep_;
