@@ -2,16 +2,24 @@
 // function per subcommand, prints. The only place exceptions become exit
 // codes: 0 ok, 2 bad input, 3 infeasible plan (out of memory), 1 internal.
 #include <fmt/format.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <CLI/CLI.hpp>
 #include <cstdint>
+#include <cstdio>
 #include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "cli/adaptive.hpp"
 #include "cli/explain.hpp"
+#include "cli/plot.hpp"
 #include "cli/report.hpp"
 #include "cli/scenario.hpp"
+#include "cli/search.hpp"
+#include "cli/sweep.hpp"
+#include "cli/sweep_db.hpp"
 #include "core/error.hpp"
 #include "core/io.hpp"
 #include "models/model_spec.hpp"
@@ -327,6 +335,215 @@ int cmd_clusters(bool json) {
   return 0;
 }
 
+struct SweepArgs {
+  std::string spec, db, out, csv, json;
+  std::vector<std::string> sets, where, shards;
+  int jobs = 0;
+};
+
+int cmd_sweep(const SweepArgs& a, bool force) {
+  cli::SweepSpec spec;
+  std::string file = "command line";
+  if (!a.spec.empty()) {
+    spec = cli::sweep_from_json(core::read_file(a.spec), a.spec);
+    file = a.spec;
+  }
+  for (const auto& set : a.sets) cli::add_set(spec, set);
+  for (const auto& w : a.where) spec.where.push_back(w);
+  if (a.db.empty()) throw core::InputError("command line", "--db", "expected the sweep database to write");
+  (void)force;
+  cli::SweepOptions o;
+  auto [rank, ranks] = cli::launcher_rank();
+  o.rank = rank;
+  o.ranks = ranks;
+  o.db = ranks > 1 ? cli::shard_path(a.db, rank, ranks) : a.db;
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  o.jobs =
+      a.jobs > 0 ? a.jobs : static_cast<int>(ranks > 1 ? std::max(1u, cores / static_cast<unsigned>(ranks)) : cores);
+  o.progress_tty = ::isatty(STDERR_FILENO) != 0;
+  o.progress = [](const std::string& line) {
+    std::cerr << line;
+    if (!line.empty() && line.back() != '\n' && line.front() != '\r') std::cerr << "\n";
+    std::cerr.flush();
+  };
+  cli::SweepSummary sum = cli::run_sweep(spec, file, o);
+  std::cout << fmt::format(
+      "{}: {} points, {} already done, {} run ({} ok, {} infeasible, {} errors) in {:.1f} s{}\n", o.db, sum.points,
+      sum.skipped, sum.ran, sum.ok, sum.infeasible, sum.errors, sum.seconds,
+      sum.ran > 0 ? fmt::format(" ({:.1f} points/s)", static_cast<double>(sum.ran) / std::max(1e-9, sum.seconds)) : "");
+  if (sum.interrupted) {
+    std::cerr << "hzp: sweep interrupted; run the same command again to resume\n";
+    return 130;
+  }
+  return 0;
+}
+
+int cmd_sweep_merge(const SweepArgs& a) {
+  if (a.out.empty() || a.shards.empty()) {
+    throw core::InputError("command line", "merge", "expected OUT.db and at least one shard");
+  }
+  auto [hash, spec_json] = cli::sweep_db_meta(a.shards.front());
+  for (const auto& s : a.shards) {
+    if (cli::sweep_db_meta(s).first != hash) {
+      throw core::InputError(s, "meta.spec_sha256", "expected a shard of the same sweep as " + a.shards.front());
+    }
+  }
+  cli::SweepDb out(a.out, hash, spec_json);
+  int added = 0;
+  for (const auto& s : a.shards) added += out.merge_from(s);
+  std::cout << fmt::format("{}: merged {} rows from {} shard{}\n", a.out, added, a.shards.size(),
+                           a.shards.size() == 1 ? "" : "s");
+  return 0;
+}
+
+int cmd_sweep_export(const SweepArgs& a, bool force) {
+  if (a.csv.empty() == a.json.empty())
+    throw core::InputError("command line", "--csv", "expected --csv FILE or --json FILE");
+  auto [hash, spec_json] = cli::sweep_db_meta(a.db);
+  const std::string& path = a.csv.empty() ? a.json : a.csv;
+  if (!force && std::filesystem::exists(path))
+    throw core::InputError(path, "", "already exists; pass --force to overwrite it");
+  cli::SweepDb db(a.db, hash, spec_json);
+  auto rows = db.rows();
+  if (!a.csv.empty()) {
+    core::write_file_atomic(a.csv, cli::rows_to_csv(rows));
+  } else {
+    nlohmann::ordered_json j{{"spec_sha256", hash},
+                             {"spec", nlohmann::ordered_json::parse(spec_json)},
+                             {"hzp_version", core::version()},
+                             {"rows", rows}};
+    core::write_file_atomic(a.json, j.dump(1) + "\n");
+  }
+  std::cout << fmt::format("wrote {} ({} rows)\n", path, rows.size());
+  return 0;
+}
+
+struct PlanArgs {
+  std::string model = "llama3-70b";
+  std::vector<std::string> clusters{"dgx-h100"};
+  std::vector<int> gpus{1024};
+  std::string batch_tokens;
+  std::int64_t batch_seqs = 0;
+  std::int64_t seq_len = 0;
+  double memory_limit_GiB = 0;
+  double price = 0;
+  std::string objective = "throughput";
+  int top = 5;
+  int jobs = 0;
+  bool json = false;
+};
+
+int cmd_plan(const PlanArgs& a) {
+  cli::PlanQuery q;
+  q.model = a.model;
+  q.clusters = a.clusters;
+  q.gpus = a.gpus;
+  if (!a.batch_tokens.empty() && a.batch_seqs > 0) {
+    throw core::InputError("command line", "--global-batch-seqs",
+                           "expected --global-batch-tokens or --global-batch-seqs, not both");
+  }
+  if (a.batch_seqs > 0) {
+    q.base.global_batch_sequences = a.batch_seqs;
+  } else {
+    q.base.global_batch_tokens = parse_count(a.batch_tokens.empty() ? "16M" : a.batch_tokens, "--global-batch-tokens");
+  }
+  q.base.seq_len = a.seq_len;
+  q.memory_limit_GiB = a.memory_limit_GiB;
+  if (a.price > 0) q.price_per_gpu_hour = a.price;
+  q.objective = a.objective;
+  q.top = a.top;
+  q.jobs = a.jobs > 0 ? a.jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  cli::PlanSearch r = cli::search_plans(q);
+  nlohmann::ordered_json j{{"hzp_version", core::version()},
+                           {"git_revision", core::git_revision()},
+                           {"model", q.model},
+                           {"objective", q.objective},
+                           {"candidates", r.candidates},
+                           {"pruned_by_memory_bound", r.pruned_memory},
+                           {"pruned_by_compute_bound", r.pruned_bound},
+                           {"screened", r.screened},
+                           {"simulated_exactly", r.exact},
+                           {"seconds", r.seconds},
+                           {"candidates_per_second", r.candidates_per_second()},
+                           {"plans", nlohmann::ordered_json::array()}};
+  std::string text = fmt::format(
+      "hzp plan: {} candidates ({} pruned by the memory bound, {} by the compute bound, {} screened on reduced-layer "
+      "models, {} simulated exactly) in {:.2f} s = {:.0f} candidates/s\n\n",
+      r.candidates, r.pruned_memory, r.pruned_bound, r.screened, r.exact, r.seconds, r.candidates_per_second());
+  text += fmt::format("{:>3} {:<16} {:>6}  {:<44} {:>8} {:>10} {:>6} {:>9} {:>9}  {}\n", "#", "cluster", "gpus", "plan",
+                      "step s", "tokens/s", "MFU", "mem GiB", "$/Mtok", "bottleneck");
+  int rank = 0;
+  for (const auto& c : r.best) {
+    ++rank;
+    text +=
+        fmt::format("{:>3} {:<16} {:>6}  {:<44} {:>8.3f} {:>10.0f} {:>5.1f}% {:>9.1f} {:>9}  {}\n", rank, c.cluster,
+                    c.gpus, cli::describe_plan(c), c.step_s, c.tokens_per_s, 100 * c.mfu, c.peak_reserved_GiB,
+                    c.usd_per_million_tokens ? fmt::format("{:.3f}", *c.usd_per_million_tokens) : "n/a", c.bottleneck);
+    j["plans"].push_back(
+        {{"cluster", c.cluster},
+         {"gpus", c.gpus},
+         {"plan", cli::describe_plan(c)},
+         {"strategy", plan::to_string(c.options.strategy)},
+         {"param_shard", c.shards.param},
+         {"grad_shard", c.shards.grad},
+         {"optim_shard", c.shards.optim},
+         {"async", c.async},
+         {"tp", c.options.tp},
+         {"pp", c.options.pp},
+         {"vpp", c.options.vpp},
+         {"ep", c.options.ep},
+         {"micro_batch", c.options.micro_batch},
+         {"recompute", plan::to_string(c.options.recompute)},
+         {"step_time_s", c.step_s},
+         {"tokens_per_s", c.tokens_per_s},
+         {"mfu", c.mfu},
+         {"peak_reserved_GiB", c.peak_reserved_GiB},
+         {"usd_per_million_tokens", c.usd_per_million_tokens ? nlohmann::ordered_json(*c.usd_per_million_tokens)
+                                                             : nlohmann::ordered_json(nullptr)},
+         {"bottleneck", c.bottleneck}});
+  }
+  if (r.best.empty()) text += "(no plan fits the memory budget)\n";
+  std::cout << (a.json ? j.dump(2) + "\n" : text);
+  return r.best.empty() ? kExitInfeasible : 0;
+}
+
+int cmd_plot(const std::vector<std::string>& args) {
+  int fds[2];
+  if (::pipe(fds) != 0) throw std::runtime_error("pipe failed");
+  const pid_t pid = ::fork();
+  if (pid < 0) throw std::runtime_error("fork failed");
+  if (pid == 0) {
+    ::dup2(fds[0], STDIN_FILENO);
+    ::close(fds[0]);
+    ::close(fds[1]);
+    const char* python = std::filesystem::exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3";
+    std::vector<std::string> argv_s{
+        python,
+        "-",
+    };
+    argv_s.insert(argv_s.end(), args.begin(), args.end());
+    std::vector<char*> argv_c;
+    for (auto& x : argv_s) argv_c.push_back(x.data());
+    argv_c.push_back(nullptr);
+    ::execvp(python, argv_c.data());
+    std::fprintf(stderr, "hzp: error: command line: plot: expected python3 with matplotlib (python3-matplotlib)\n");
+    ::_exit(2);
+  }
+  ::close(fds[0]);
+  const std::string script = cli::plot_script();
+  std::size_t at = 0;
+  while (at < script.size()) {
+    ssize_t w = ::write(fds[1], script.data() + at, script.size() - at);
+    if (w <= 0) break;
+    at += static_cast<std::size_t>(w);
+  }
+  ::close(fds[1]);
+  int st = 0;
+  while (::waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+  }
+  return WIFEXITED(st) ? WEXITSTATUS(st) : kExitInternal;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -369,6 +586,50 @@ int main(int argc, char** argv) {
   auto* clusters_cmd = app.add_subcommand("clusters", "list the cluster catalog");
   clusters_cmd->add_flag("--json", clusters_json, "as JSON");
 
+  SweepArgs sw;
+  bool sweep_force = false;
+  auto* sweep =
+      app.add_subcommand("sweep", "simulate a grid of plans and clusters into an SQLite database (resumable)");
+  sweep->add_option("--spec", sw.spec, "sweep spec (JSON: base, axes, where; see examples/sweeps/)");
+  sweep->add_option("--set", sw.sets, "KEY=V1,V2,... (one value: fixed; several: an axis); repeatable")
+      ->allow_extra_args(false);
+  sweep->add_option("--where", sw.where, "filter, e.g. 'param_shard <= grad_shard' or 'tp * pp <= 8'; repeatable")
+      ->allow_extra_args(false);
+  sweep->add_option("--db", sw.db, "the SQLite database (under mpirun: one shard per rank, see `sweep merge`)");
+  sweep->add_option("-j,--jobs", sw.jobs, "worker processes (default: the core count)");
+  sweep->require_subcommand(0, 1);
+  auto* merge = sweep->add_subcommand("merge", "join the shards of an mpirun sweep into one database");
+  merge->add_option("out", sw.out, "the merged database")->required();
+  merge->add_option("shards", sw.shards, "shard databases")->required();
+  auto* exp = sweep->add_subcommand("export", "write a sweep database as CSV or JSON");
+  exp->add_option("db", sw.db, "the sweep database")->required();
+  exp->add_option("--csv", sw.csv, "CSV file to write");
+  exp->add_option("--json", sw.json, "JSON file to write");
+  exp->add_flag("--force", sweep_force, "overwrite an existing file");
+
+  PlanArgs pa;
+  auto* plan_cmd = app.add_subcommand("plan", "search strategies and parallelism for the best plans that fit");
+  plan_cmd->add_option("--model", pa.model, "catalog name or model .json")->capture_default_str();
+  plan_cmd->add_option("--cluster", pa.clusters, "catalog names or .json files (repeat or comma-separate)")
+      ->delimiter(',')
+      ->capture_default_str();
+  plan_cmd->add_option("--gpus", pa.gpus, "GPU counts (e.g. 256,512,1024)")->delimiter(',')->capture_default_str();
+  plan_cmd->add_option("--global-batch-tokens", pa.batch_tokens, "global batch in tokens (default 16M)");
+  plan_cmd->add_option("--global-batch-seqs", pa.batch_seqs, "global batch in sequences");
+  plan_cmd->add_option("--seq-len", pa.seq_len, "sequence length (default: min(model max, 8192))");
+  plan_cmd->add_option("--memory-limit-GiB", pa.memory_limit_GiB, "memory budget per device (default: HBM)");
+  plan_cmd->add_option("--price-per-gpu-hour", pa.price, "USD per GPU-hour (default: the cluster file's, if any)");
+  plan_cmd->add_option("--objective", pa.objective, "throughput | cost")->capture_default_str();
+  plan_cmd->add_option("--top", pa.top, "how many plans to print")->capture_default_str();
+  plan_cmd->add_option("-j,--jobs", pa.jobs, "screening processes (default: the core count)");
+  plan_cmd->add_flag("--json", pa.json, "as JSON");
+
+  std::vector<std::string> plot_args;
+  auto* plot =
+      app.add_subcommand("plot", "draw a sweep heatmap or scaling curve, or a trace's timeline or memory (PNG/SVG)");
+  plot->allow_extras();
+  plot->prefix_command();
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -387,6 +648,11 @@ int main(int argc, char** argv) {
     if (sched->parsed()) return cmd_schedule(o, command_line);
     if (models_cmd->parsed()) return cmd_models(models_json);
     if (clusters_cmd->parsed()) return cmd_clusters(clusters_json);
+    if (merge->parsed()) return cmd_sweep_merge(sw);
+    if (exp->parsed()) return cmd_sweep_export(sw, sweep_force);
+    if (sweep->parsed()) return cmd_sweep(sw, sweep_force);
+    if (plan_cmd->parsed()) return cmd_plan(pa);
+    if (plot->parsed()) return cmd_plot(plot->remaining());
   } catch (const core::InputError& e) {
     std::cerr << "hzp: error: " << e.what() << "\n";
     return kExitBadInput;

@@ -20,9 +20,20 @@ void stamp_inputs(core::Schedule& s, const std::string& model_sha, const std::st
 
 }  // namespace
 
+std::pair<std::string, std::string> scenario_cluster_text(const Scenario& sc) {
+  auto [text, file] = topologies::cluster_text(sc.cluster);
+  if (!sc.nic_gbps && !sc.oversubscription) return {text, file};
+  nlohmann::ordered_json j = nlohmann::ordered_json::parse(text);
+  if (sc.nic_gbps) j["scale_out"]["nic_Gbps"] = *sc.nic_gbps;
+  if (sc.oversubscription && !j["scale_out"]["tiers"].empty()) {
+    j["scale_out"]["tiers"][0]["oversubscription"] = *sc.oversubscription;
+  }
+  return {j.dump(2), file};
+}
+
 core::Schedule build_schedule(const Scenario& sc, plan::Strategy strategy) {
   models::SpecText mt = models::model_text(sc.model);
-  auto [ct, cf] = topologies::cluster_text(sc.cluster);
+  auto [ct, cf] = scenario_cluster_text(sc);
   models::ModelSpec m = models::model_from_json(mt.text, mt.file);
   topologies::Topology topo(topologies::cluster_from_json(ct, cf), sc.gpus);
   plan::PlanOptions o = sc.plan;
@@ -35,7 +46,7 @@ core::Schedule build_schedule(const Scenario& sc, plan::Strategy strategy) {
 ScenarioResult run_scenario(const Scenario& sc) {
   ScenarioResult r;
   models::SpecText mt = models::model_text(sc.model);
-  auto [ct, cf] = topologies::cluster_text(sc.cluster);
+  auto [ct, cf] = scenario_cluster_text(sc);
   r.model = models::model_from_json(mt.text, mt.file);
   r.cluster = topologies::cluster_from_json(ct, cf);
   r.model_sha256 = core::sha256_hex(mt.text);
@@ -54,9 +65,9 @@ ScenarioResult run_scenario(const Scenario& sc) {
     o.strategy = strategy;
     run.schedule = plan::lower(r.model, pm.topology(), o);
     stamp_inputs(run.schedule, r.model_sha256, r.cluster_sha256);
-    run.schedule_sha256 = core::schedule_hash(run.schedule);
+    if (sc.hash_schedules) run.schedule_sha256 = core::schedule_hash(run.schedule);
     traces::TraceHeader header;
-    header.schedule_sha256 = run.schedule_sha256;
+    header.schedule_sha256 = sc.hash_schedules ? run.schedule_sha256 : "(not hashed)";
     header.hzp_version = core::version();
     header.git_revision = core::git_revision();
     header.command_line = sc.command_line;

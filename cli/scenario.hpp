@@ -2,7 +2,9 @@
 // the one place where models, plans and engines meet (the CLI's job).
 #pragma once
 
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/schedule.hpp"
@@ -23,7 +25,18 @@ struct Scenario {
   std::string engine = "analytic";
   sim::EngineOptions engine_options;  // the SimGrid engine's settings
   std::string command_line;
+  /// What-if changes to the cluster file: NIC speed (Gb/s) and the leaf
+  /// switches' down:up oversubscription.
+  std::optional<double> nic_gbps;
+  std::optional<double> oversubscription;
+  /// Hash each Schedule for the trace header (plan search skips it: it only
+  /// keeps numbers).
+  bool hash_schedules = true;
 };
+
+/// The cluster file's text with the scenario's what-if changes applied, and
+/// the name errors are reported under.
+[[nodiscard]] std::pair<std::string, std::string> scenario_cluster_text(const Scenario& sc);
 
 struct StrategyResult {
   plan::Strategy strategy = plan::Strategy::Fsdp;

@@ -173,7 +173,9 @@ struct Workload {
 [[nodiscard]] Workload draw_workload(const PlanOptions& o, std::int64_t seq_len, std::int64_t micro_batches,
                                      int variability_class, int stage, int expert_rank, int ep, int experts);
 
-/// Lowers the plan to a Schedule (checked by core::check_schedule before return).
-[[nodiscard]] core::Schedule lower(const models::ModelSpec& m, const topologies::Topology& topo, const PlanOptions& o);
+/// Lowers the plan to a Schedule, checked by core::check_schedule before
+/// return (plan search skips the check for plans it only scores).
+[[nodiscard]] core::Schedule lower(const models::ModelSpec& m, const topologies::Topology& topo, const PlanOptions& o,
+                                   bool check = true);
 
 }  // namespace hzp::plan

@@ -3,17 +3,31 @@
 // milliseconds per configuration, which is what sweeps and planning use.
 #pragma once
 
+#include "core/schedule_replay.hpp"
 #include "sim/engine.hpp"
 
 namespace hzp::sim {
+
+/// What a plan search needs from one simulation, without building a Timeline.
+struct StepEstimate {
+  core::Duration step{};
+  core::Bytes peak_reserved{};  // worst rank class, through the caching-allocator model
+  /// Compute-stream time of GEMM and attention kernels, worst rank class:
+  /// the same under every sharding of the same model-parallel plan, and a
+  /// lower bound on its step time.
+  core::Duration model_compute{};
+};
 
 class AnalyticEngine final : public Engine {
  public:
   explicit AnalyticEngine(const topologies::PerfModel& pm) : pm_(pm) {}
   [[nodiscard]] std::string name() const override { return "analytic"; }
   void run(const core::Schedule& s, traces::TraceHeader header, traces::TraceSink& sink) override;
+  /// The same walk, reduced to step time, peak reserved memory and compute.
+  [[nodiscard]] StepEstimate estimate(const core::Schedule& s) const;
 
  private:
+  [[nodiscard]] core::ReplayResult walk(const core::Schedule& s) const;
   const topologies::PerfModel& pm_;
 };
 

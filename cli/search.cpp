@@ -1,0 +1,509 @@
+// Plan search (see search.hpp).
+#include "cli/search.hpp"
+
+#include <fmt/format.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <set>
+
+#include "core/error.hpp"
+#include "models/model_spec.hpp"
+#include "sim/analytic/analytic_engine.hpp"
+#include "sim/metrics.hpp"
+#include "topologies/cluster_spec.hpp"
+
+namespace hzp::cli {
+namespace {
+
+using plan::PlanOptions;
+using plan::Strategy;
+
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+struct Candidate {
+  std::size_t setting = 0;  // (cluster, gpus) index
+  std::size_t group = 0;    // candidates with the same model-parallel plan, micro-batch and recompute
+  PlanOptions o;
+  bool preset_at_base = false;
+};
+
+struct Setting {
+  std::string cluster_name;
+  topologies::ClusterSpec cluster;
+  int gpus = 0;
+  std::unique_ptr<topologies::PerfModel> pm;
+  double limit_GiB = 0;
+};
+
+struct Estimate {
+  bool ok = false;
+  double step_s = 0;
+  double reserved_GiB = 0;
+  double compute_s = 0;  // GEMM and attention on the compute stream: a lower bound on the step
+};
+
+Estimate estimate(const models::ModelSpec& m, const topologies::PerfModel& pm, const PlanOptions& o) {
+  try {
+    const core::Schedule s = plan::lower(m, pm.topology(), o, /*check=*/false);
+    const sim::StepEstimate e = sim::AnalyticEngine(pm).estimate(s);
+    return Estimate{true, e.step.to_seconds(), e.peak_reserved.gib(), e.model_compute.to_seconds()};
+  } catch (const core::InputError&) {
+    return Estimate{};  // a plan the lowering refuses (does not divide): not a candidate
+  }
+}
+
+// The full simulation with metrics, for the plans that are reported.
+Estimate simulate(const models::ModelSpec& m, const topologies::PerfModel& pm, const PlanOptions& o,
+                  sim::Metrics& out) {
+  try {
+    core::Schedule s = plan::lower(m, pm.topology(), o);
+    traces::TraceHeader h;
+    h.schedule_sha256 = "(plan search)";
+    traces::TimelineRecorder rec;
+    sim::AnalyticEngine(pm).run(s, h, rec);
+    out = sim::compute_metrics(s, rec.timeline(), pm.topology().spec().device);
+    return Estimate{true, out.step_time.to_seconds(), out.peak_reserved().gib(), 0};
+  } catch (const core::InputError&) {
+    return Estimate{};
+  }
+}
+
+// Screening: the same plan with a few layers per virtual stage, extrapolated
+// to the model's layer count (step time and memory are affine in it).
+Estimate screen(const models::ModelSpec& m, const topologies::PerfModel& pm, const PlanOptions& o) {
+  // Two and three layers per virtual stage for short pipelines (with one, the
+  // embedding's and the head's transients can set the peak), one and two for
+  // long ones (already many layers).
+  const int unit = o.pp * o.vpp;
+  const int k1 = unit <= 4 ? 2 : 1;
+  if ((k1 + 1) * unit >= m.layers) return estimate(m, pm, o);
+  models::ModelSpec a = m, b = m;
+  a.layers = k1 * unit;
+  b.layers = (k1 + 1) * unit;
+  if (m.moe) {
+    a.moe->dense_layers = std::min(m.moe->dense_layers, a.layers - 1);
+    b.moe->dense_layers = std::min(m.moe->dense_layers, b.layers - 1);
+  }
+  const Estimate ea = estimate(a, pm, o), eb = estimate(b, pm, o);
+  if (!ea.ok || !eb.ok) return Estimate{};
+  const double k = static_cast<double>(m.layers - a.layers) / (b.layers - a.layers);
+  auto x = [k](double va, double vb) { return va + k * (vb - va); };
+  // More layers never need less memory: the larger reduced model bounds the peak from below.
+  return Estimate{true, x(ea.step_s, eb.step_s), std::max(eb.reserved_GiB, x(ea.reserved_GiB, eb.reserved_GiB)),
+                  x(ea.compute_s, eb.compute_s)};
+}
+
+// The sharded model states alone (a lower bound on the peak), GiB.
+double memory_lower_bound_GiB(const models::ModelSpec& m, const PlanOptions& o, const plan::ShardSizes& sh) {
+  const int per_stage = m.layers / o.pp;
+  double biggest = 0;
+  for (int s = 0; s < o.pp; ++s) {
+    double params = 0;
+    for (int l = s * per_stage; l < (s + 1) * per_stage; ++l) {
+      double expert = m.is_moe_layer(l) ? static_cast<double>(models::ffn_params(m, l)) : 0;
+      params += static_cast<double>(models::layer_params(m, l)) - expert + expert / o.ep;
+    }
+    biggest = std::max(biggest, params / o.tp);
+  }
+  const double grad_bytes = static_cast<double>(core::dtype_bytes(o.grad_dtype));
+  return biggest * (2.0 / sh.param + grad_bytes / sh.grad + 12.0 / sh.optim) / (1024.0 * 1024 * 1024);
+}
+
+// Adam's kernels on the compute stream (bandwidth-bound: kAdamBytesPerParam
+// per owned parameter), largest stage, seconds: serial with the GEMMs.
+double adam_seconds(const models::ModelSpec& m, const PlanOptions& o, const plan::ShardSizes& sh,
+                    const topologies::DeviceProfile& d) {
+  const int per_stage = m.layers / o.pp;
+  double biggest = 0;
+  for (int s = 0; s < o.pp; ++s) {
+    double params = 0;
+    for (int l = s * per_stage; l < (s + 1) * per_stage; ++l) {
+      const double expert = m.is_moe_layer(l) ? static_cast<double>(models::ffn_params(m, l)) : 0;
+      params += static_cast<double>(models::layer_params(m, l)) - expert;
+    }
+    biggest = std::max(biggest, params / o.tp);
+  }
+  return static_cast<double>(plan::kAdamBytesPerParam) * biggest / sh.optim / (d.hbm_GBps * 1e9 * d.hbm_efficiency);
+}
+
+std::vector<int> divisors_from(const std::vector<int>& wanted, int n) {
+  std::set<int> out;
+  for (int w : wanted) {
+    if (w >= 1 && w <= n && n % w == 0) out.insert(w);
+  }
+  out.insert(n);
+  out.insert(1);
+  return {out.begin(), out.end()};
+}
+
+std::string bottleneck(const sim::Metrics& m) {
+  const double step = m.step_time.to_seconds();
+  std::string worst;
+  double worst_s = 0;
+  for (const auto& [kind, d] : m.exposed_comm) {
+    if (d.to_seconds() > worst_s) {
+      worst_s = d.to_seconds();
+      worst = kind;
+    }
+  }
+  const double idle = m.compute_idle.to_seconds();
+  if (worst_s > 0.05 * step && worst_s >= idle) {
+    return fmt::format("{} collectives exposed ({:.0f}% of the step)", worst, 100 * worst_s / step);
+  }
+  if (idle > 0.05 * step)
+    return fmt::format("compute stream idle ({:.0f}%: pipeline bubble or waits)", 100 * idle / step);
+  return fmt::format("compute ({:.0f}% MFU)", 100 * m.mfu);
+}
+
+// Runs `fn(i)` for every i in [0, n) over `jobs` forked processes; each
+// result is `width` doubles sent back through a pipe.
+template <class Fn>
+std::vector<std::vector<double>> parallel_map(std::size_t n, int jobs, std::size_t width, Fn fn) {
+  std::vector<std::vector<double>> out(n, std::vector<double>(width, 0));
+  if (jobs <= 1 || n < 64) {
+    for (std::size_t i = 0; i < n; ++i) out[i] = fn(i);
+    return out;
+  }
+  std::vector<std::pair<pid_t, int>> kids;
+  for (int w = 0; w < jobs; ++w) {
+    int fds[2];
+    if (::pipe(fds) != 0) throw std::runtime_error(fmt::format("pipe: {}", std::strerror(errno)));
+    const pid_t pid = ::fork();
+    if (pid < 0) throw std::runtime_error(fmt::format("fork: {}", std::strerror(errno)));
+    if (pid == 0) {
+      ::close(fds[0]);
+      std::vector<double> buf;
+      for (std::size_t i = static_cast<std::size_t>(w); i < n; i += static_cast<std::size_t>(jobs)) {
+        auto r = fn(i);
+        buf.insert(buf.end(), r.begin(), r.end());
+      }
+      const char* p = reinterpret_cast<const char*>(buf.data());
+      std::size_t left = buf.size() * sizeof(double);
+      while (left > 0) {
+        ssize_t wr = ::write(fds[1], p, left);
+        if (wr < 0 && errno == EINTR) continue;
+        if (wr <= 0) ::_exit(1);
+        p += wr;
+        left -= static_cast<std::size_t>(wr);
+      }
+      ::_exit(0);
+    }
+    ::close(fds[1]);
+    kids.emplace_back(pid, fds[0]);
+  }
+  for (int w = 0; w < jobs; ++w) {
+    std::string data;
+    char chunk[1 << 16];
+    while (true) {
+      ssize_t r = ::read(kids[static_cast<std::size_t>(w)].second, chunk, sizeof chunk);
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) break;
+      data.append(chunk, static_cast<std::size_t>(r));
+    }
+    ::close(kids[static_cast<std::size_t>(w)].second);
+    int st = 0;
+    while (::waitpid(kids[static_cast<std::size_t>(w)].first, &st, 0) < 0 && errno == EINTR) {
+    }
+    std::size_t at = 0;
+    for (std::size_t i = static_cast<std::size_t>(w); i < n; i += static_cast<std::size_t>(jobs)) {
+      if ((at + width) * sizeof(double) > data.size()) {
+        throw std::runtime_error("plan search: a screening process died");
+      }
+      std::memcpy(out[i].data(), data.data() + at * sizeof(double), width * sizeof(double));
+      at += width;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string describe_plan(const PlanChoice& c) {
+  const auto& o = c.options;
+  std::string s = fmt::format("{} ({},{},{}) {}", plan::to_string(o.strategy), c.shards.param, c.shards.grad,
+                              c.shards.optim, c.async ? "async" : "sync");
+  if (o.tp > 1) s += fmt::format(" tp{}", o.tp);
+  if (o.pp > 1) s += fmt::format(" pp{}{}", o.pp, o.vpp > 1 ? fmt::format("x{}", o.vpp) : "");
+  if (o.ep > 1) s += fmt::format(" ep{}", o.ep);
+  s += fmt::format(" mb{} {}", o.micro_batch, plan::to_string(o.recompute));
+  return s;
+}
+
+PlanSearch search_plans(const PlanQuery& q) {
+  const double t0 = now_s();
+  PlanSearch out;
+  if (q.objective != "throughput" && q.objective != "cost") {
+    throw core::InputError("command line", "--objective",
+                           fmt::format("expected throughput or cost, got '{}'", q.objective));
+  }
+  if (q.top < 1) throw core::InputError("command line", "--top", "expected at least 1");
+  const models::ModelSpec m = models::load_model(q.model);
+
+  std::vector<Setting> settings;
+  for (const auto& c : q.clusters) {
+    topologies::ClusterSpec spec = topologies::load_cluster(c);
+    for (int g : q.gpus) {
+      Setting s;
+      s.cluster_name = c;
+      s.cluster = spec;
+      s.gpus = g;
+      s.pm = std::make_unique<topologies::PerfModel>(topologies::Topology(spec, g));
+      s.limit_GiB = q.memory_limit_GiB > 0 ? q.memory_limit_GiB : spec.device.hbm_GiB;
+      settings.push_back(std::move(s));
+    }
+  }
+  const std::optional<double> price = q.price_per_gpu_hour;
+  if (q.objective == "cost") {
+    for (const auto& s : settings) {
+      if (!price && !s.cluster.price_per_device_hour) {
+        throw core::InputError("command line", "--price-per-gpu-hour",
+                               fmt::format("expected a price: {} has none in its file", s.cluster_name));
+      }
+    }
+  }
+
+  // The search space.
+  std::vector<Candidate> space;
+  std::size_t groups = 0;
+  for (std::size_t si = 0; si < settings.size(); ++si) {
+    const Setting& st = settings[si];
+    const int dpn = st.cluster.devices_per_node;
+    for (int tp : {1, 2, 4, 8}) {
+      if (tp > dpn || m.heads % tp != 0) continue;
+      for (int pp : {1, 2, 4, 8, 16}) {
+        if (m.layers % pp != 0) continue;
+        for (int vpp : {1, 2}) {
+          if ((vpp > 1 && pp == 1) || m.layers % (pp * vpp) != 0) continue;
+          for (int ep : {1, 2, 4, 8}) {
+            if (ep > 1 && (!m.moe || m.moe->experts % ep != 0)) continue;
+            if (st.gpus % (tp * pp) != 0) continue;
+            const int dp = st.gpus / (tp * pp);
+            if (dp % ep != 0) continue;
+            for (std::int64_t mb : {1, 2}) {
+              for (auto rc : {models::Recompute::None, models::Recompute::Selective, models::Recompute::Full}) {
+                PlanOptions o = q.base;
+                o.tp = tp;
+                o.pp = pp;
+                o.vpp = vpp;
+                o.ep = ep;
+                o.micro_batch = mb;
+                o.recompute = rc;
+                try {
+                  (void)plan::split_batch(m, st.gpus, o);
+                } catch (const core::InputError&) {
+                  continue;
+                }
+                const std::size_t group = groups++;
+                const bool base = tp == 1 && pp == 1 && ep == 1 && mb == q.base.micro_batch && rc == q.base.recompute;
+                for (Strategy s :
+                     {Strategy::Ddp, Strategy::Zero1, Strategy::Zero2, Strategy::Fsdp, Strategy::Hsdp, Strategy::Hpz}) {
+                  PlanOptions p = o;
+                  p.strategy = s;
+                  space.push_back(Candidate{si, group, p, base});
+                }
+                const auto sizes = divisors_from({2, 8, 32, 128, 512}, dp);
+                for (int gp : sizes) {
+                  for (int gg : sizes) {
+                    if (gg < gp || gg % gp != 0) continue;
+                    for (int go : sizes) {
+                      if (go < gg || go % gg != 0) continue;
+                      for (bool async : {true, false}) {
+                        // Inline issue with these sizes is a preset already: ddp, zero1, zero2, fsdp.
+                        if (!async && gg == go && (go == dp || (gp == 1 && gg == 1)) && (gp == 1 || gp == dp)) continue;
+                        if (!async && gp == 1 && gg == 1 && go == dp) continue;
+                        PlanOptions p = o;
+                        p.strategy = Strategy::Hzp;
+                        p.param_shard = gp;
+                        p.grad_shard = gg;
+                        p.optim_shard = go;
+                        p.async = async;
+                        space.push_back(Candidate{si, group, p, false});
+                      }
+                    }
+                  }
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+
+  // 1. Memory lower bound; shards that do not resolve are not candidates.
+  std::vector<Candidate> alive;
+  std::vector<double> adam;  // per alive candidate
+  for (auto& c : space) {
+    const Setting& st = settings[c.setting];
+    const int dp = st.gpus / (c.o.tp * c.o.pp);
+    plan::ShardSizes sh;
+    try {
+      sh = plan::resolve_shards(c.o, dp, st.cluster);
+    } catch (const core::InputError&) {
+      continue;
+    }
+    ++out.candidates;
+    if (memory_lower_bound_GiB(m, c.o, sh) > st.limit_GiB) {
+      ++out.pruned_memory;
+      continue;
+    }
+    alive.push_back(c);
+    adam.push_back(adam_seconds(m, c.o, sh, st.cluster.device));
+  }
+
+  auto cost_of = [&](const Setting& st, double step_s, double tokens) -> std::optional<double> {
+    auto p = price ? price : st.cluster.price_per_device_hour;
+    if (!p || tokens <= 0) return std::nullopt;
+    return *p * st.gpus * step_s / 3600.0 / tokens * 1e6;
+  };
+  const double tokens_per_step = [&] {
+    PlanOptions o = q.base;
+    auto b = plan::split_batch(m, settings.front().gpus, o);
+    return static_cast<double>(b.sequences * b.seq_len);
+  }();
+  auto score = [&](const Setting& st, double step_s) {
+    if (q.objective == "cost") return cost_of(st, step_s, tokens_per_step).value_or(1e300);
+    return step_s;  // same tokens per step everywhere: throughput is 1 / step
+  };
+
+  // 2. Screening with branch and bound over groups: the GEMM and attention
+  // time of a group (the same for every sharding of it) bounds each member's
+  // step from below; a group whose bound is worse than the K-th best screened
+  // plan so far (with 2 % for extrapolation error) is not screened further.
+  std::vector<std::array<double, 4>> screened(alive.size(), {0, 0, 0, 0});  // ok, step, reserved, compute
+  std::map<std::size_t, std::vector<std::size_t>> members;
+  for (std::size_t i = 0; i < alive.size(); ++i) members[alive[i].group].push_back(i);
+  std::vector<std::size_t> firsts;
+  for (const auto& [g, list] : members) firsts.push_back(list.front());
+  auto run_screen = [&](const std::vector<std::size_t>& which) {
+    auto res = parallel_map(which.size(), q.jobs, 4, [&](std::size_t j) {
+      const Candidate& c = alive[which[j]];
+      const Estimate e = screen(m, *settings[c.setting].pm, c.o);
+      return std::vector<double>{e.ok ? 1.0 : 0.0, e.step_s, e.reserved_GiB, e.compute_s};
+    });
+    for (std::size_t j = 0; j < which.size(); ++j) {
+      for (std::size_t f = 0; f < 4; ++f) screened[which[j]][f] = res[j][f];
+    }
+    out.screened += static_cast<long long>(which.size());
+  };
+  run_screen(firsts);
+  const std::size_t keep = static_cast<std::size_t>(std::max(16, 4 * q.top));
+  std::vector<double> best_scores;  // the `keep` best screened scores so far
+  auto feasible = [&](std::size_t i) {
+    return screened[i][0] > 0 && screened[i][2] <= settings[alive[i].setting].limit_GiB * 1.05;
+  };
+  auto note = [&](std::size_t i) {
+    if (!feasible(i)) return;
+    best_scores.push_back(score(settings[alive[i].setting], screened[i][1]));
+    std::sort(best_scores.begin(), best_scores.end());
+    if (best_scores.size() > keep) best_scores.resize(keep);
+  };
+  for (std::size_t i : firsts) note(i);
+  std::vector<std::size_t> group_order;
+  for (std::size_t i : firsts) group_order.push_back(i);
+  std::sort(group_order.begin(), group_order.end(), [&](std::size_t a, std::size_t b) {
+    return score(settings[alive[a].setting], screened[a][3]) < score(settings[alive[b].setting], screened[b][3]);
+  });
+  const std::size_t batch = static_cast<std::size_t>(std::max(1, 2 * q.jobs));
+  for (std::size_t at = 0; at < group_order.size(); at += batch) {
+    std::vector<std::size_t> todo;
+    for (std::size_t g = at; g < std::min(group_order.size(), at + batch); ++g) {
+      const std::size_t first = group_order[g];
+      const auto& list = members[alive[first].group];
+      const double bound = score(settings[alive[first].setting], screened[first][3]);
+      const double kth = best_scores.size() >= keep ? best_scores.back() : 1e300;
+      if (screened[first][0] > 0 && bound > 1.02 * kth) {
+        out.pruned_bound += static_cast<long long>(list.size() - 1);
+        continue;
+      }
+      for (auto it = list.begin() + 1; it != list.end(); ++it) {
+        // The group's GEMM and attention time plus this member's Adam bounds its step.
+        if (screened[first][0] > 0 &&
+            score(settings[alive[*it].setting], screened[first][3] + adam[*it]) > 1.02 * kth) {
+          ++out.pruned_bound;
+        } else {
+          todo.push_back(*it);
+        }
+      }
+    }
+    run_screen(todo);
+    for (std::size_t i : todo) note(i);
+  }
+
+  // 3. Exact simulation of the best screened, every strategy's best and the presets at the base options.
+  std::vector<std::size_t> order;
+  for (std::size_t i = 0; i < alive.size(); ++i) {
+    if (feasible(i)) order.push_back(i);
+  }
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return score(settings[alive[a].setting], screened[a][1]) < score(settings[alive[b].setting], screened[b][1]);
+  });
+  // Exact simulation, best screened first, until `top` plans fit (the
+  // screened memory is an extrapolation); plus every strategy's best and the
+  // presets at the base options, so that no preset beats the answer.
+  std::vector<std::size_t> exact_set;
+  std::set<std::pair<std::size_t, int>> best_of_strategy;
+  for (std::size_t i : order) {
+    if (best_of_strategy.insert({alive[i].setting, static_cast<int>(alive[i].o.strategy)}).second)
+      exact_set.push_back(i);
+  }
+  for (std::size_t i = 0; i < alive.size(); ++i) {
+    if (alive[i].preset_at_base && std::find(exact_set.begin(), exact_set.end(), i) == exact_set.end()) {
+      exact_set.push_back(i);
+    }
+  }
+  std::vector<PlanChoice> found;
+  std::set<std::size_t> simulated;
+  auto verify = [&](std::size_t i) {
+    if (!simulated.insert(i).second) return;
+    const Candidate& c = alive[i];
+    const Setting& st = settings[c.setting];
+    sim::Metrics metrics;
+    Estimate e = simulate(m, *st.pm, c.o, metrics);
+    ++out.exact;
+    if (!e.ok || e.reserved_GiB > st.limit_GiB) return;
+    PlanChoice pc;
+    pc.cluster = st.cluster_name;
+    pc.gpus = st.gpus;
+    pc.options = c.o;
+    pc.shards = plan::resolve_shards(c.o, st.gpus / (c.o.tp * c.o.pp), st.cluster);
+    pc.async = plan::resolve_async(c.o);
+    pc.step_s = e.step_s;
+    pc.tokens_per_s = metrics.tokens_per_s;
+    pc.mfu = metrics.mfu;
+    pc.peak_reserved_GiB = e.reserved_GiB;
+    pc.hbm_GiB = st.limit_GiB;
+    pc.usd_per_million_tokens = cost_of(st, e.step_s, tokens_per_step);
+    pc.bottleneck = bottleneck(metrics);
+    found.push_back(std::move(pc));
+  };
+  for (std::size_t i : exact_set) verify(i);
+  std::size_t fits_from_order = 0;
+  for (std::size_t n = 0; n < order.size() && fits_from_order < static_cast<std::size_t>(q.top) && n < 400; ++n) {
+    const std::size_t before = found.size();
+    verify(order[n]);
+    if (found.size() > before) ++fits_from_order;
+  }
+  std::sort(found.begin(), found.end(), [&](const PlanChoice& a, const PlanChoice& b) {
+    const double sa = q.objective == "cost" ? a.usd_per_million_tokens.value_or(1e300) : a.step_s;
+    const double sb = q.objective == "cost" ? b.usd_per_million_tokens.value_or(1e300) : b.step_s;
+    return sa < sb;
+  });
+  // One entry per distinct plan.
+  std::set<std::string> seen;
+  for (auto& pc : found) {
+    if (out.best.size() >= static_cast<std::size_t>(q.top)) break;
+    if (seen.insert(pc.cluster + std::to_string(pc.gpus) + describe_plan(pc)).second) out.best.push_back(pc);
+  }
+  out.seconds = now_s() - t0;
+  return out;
+}
+
+}  // namespace hzp::cli

@@ -1,0 +1,73 @@
+// `hzp plan`: search strategies and their parameters for the best plans of a
+// model on one or more clusters and GPU counts.
+//
+// Every well-formed candidate (group sizes, TP/PP/VPP/EP, micro-batch,
+// recompute, async) is evaluated in three steps, cheapest first:
+//  1. memory lower bound, closed form: the sharded model states alone (2Ψ/g_p
+//     + gradient bytes·Ψ/g_g + 12Ψ/g_o over the largest pipeline stage)
+//     exceed the budget -> pruned, never simulated;
+//  2. screening by the analytic engine on the same plan with two and three
+//     layers per virtual pipeline stage (one and two for long pipelines),
+//     extrapolated linearly in the layer count (step time and peak reserved memory are affine in it), with
+//     branch and bound over groups of candidates that share the
+//     model-parallel plan, micro-batch and recompute: their GEMM and attention
+//     time bounds every member's step from below, so a group whose bound is
+//     worse than the best plans screened so far is not screened further;
+//  3. the best screened candidates, and every preset, simulated exactly on the
+//     full model; only plans whose exact peak fits are reported.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "plan/plan.hpp"
+
+namespace hzp::cli {
+
+struct PlanQuery {
+  std::string model = "llama3-70b";
+  std::vector<std::string> clusters{"dgx-h100"};
+  std::vector<int> gpus{1024};
+  plan::PlanOptions base;                    // batch, sequence length
+  double memory_limit_GiB = 0;               // 0: each cluster's HBM
+  std::optional<double> price_per_gpu_hour;  // else the cluster file's price
+  std::string objective = "throughput";      // or "cost"
+  int top = 5;
+  int jobs = 1;
+};
+
+struct PlanChoice {
+  std::string cluster;
+  int gpus = 0;
+  plan::PlanOptions options;  // strategy and resolved group sizes
+  plan::ShardSizes shards;
+  bool async = false;
+  double step_s = 0;
+  double tokens_per_s = 0;
+  double mfu = 0;
+  double peak_reserved_GiB = 0;
+  double hbm_GiB = 0;
+  std::optional<double> usd_per_million_tokens;
+  std::string bottleneck;  // which stream or link is on the critical path
+};
+
+struct PlanSearch {
+  std::vector<PlanChoice> best;  // feasible, best first
+  long long candidates = 0;      // well-formed plans in the search space
+  long long pruned_memory = 0;   // by the closed-form memory bound
+  long long pruned_bound = 0;    // by a group's compute lower bound (branch and bound)
+  long long screened = 0;        // extrapolated from reduced-layer simulations
+  long long exact = 0;           // simulated on the full model
+  double seconds = 0;
+  [[nodiscard]] double candidates_per_second() const {
+    return seconds > 0 ? static_cast<double>(candidates) / seconds : 0;
+  }
+};
+
+[[nodiscard]] PlanSearch search_plans(const PlanQuery& q);
+
+/// A one-line label for a plan, e.g. "hzp (8,8,1024) async tp2 pp4x2 mb1 full".
+[[nodiscard]] std::string describe_plan(const PlanChoice& c);
+
+}  // namespace hzp::cli

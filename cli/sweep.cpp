@@ -1,0 +1,701 @@
+// Sweeps (see sweep.hpp): spec, expansion, one point, and the runner that
+// farms points out to worker processes and records them in the database.
+#include "cli/sweep.hpp"
+
+#include <fmt/format.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cstring>
+#include <map>
+#include <optional>
+#include <set>
+#include <sstream>
+
+#include "cli/sweep_db.hpp"
+#include "core/error.hpp"
+#include "core/io.hpp"
+#include "core/json_reader.hpp"
+#include "core/sha256.hpp"
+
+namespace hzp::cli {
+namespace {
+
+using json = nlohmann::ordered_json;
+
+enum class Type { Int, Number, String, Bool, Tokens };
+
+struct KeyInfo {
+  Type type;
+  std::string help;
+};
+
+const std::map<std::string, KeyInfo>& key_table() {
+  static const std::map<std::string, KeyInfo> t = {
+      {"model", {Type::String, "a catalog model or a model .json file"}},
+      {"cluster", {Type::String, "a catalog cluster or a cluster .json file"}},
+      {"gpus", {Type::Int, "GPU count"}},
+      {"strategy", {Type::String, "ddp|zero1|zero2|fsdp|hsdp|hpz|hzp"}},
+      {"param_shard", {Type::Int, "g_p"}},
+      {"grad_shard", {Type::Int, "g_g"}},
+      {"optim_shard", {Type::Int, "g_o"}},
+      {"tp", {Type::Int, "tensor-parallel size"}},
+      {"pp", {Type::Int, "pipeline stages"}},
+      {"vpp", {Type::Int, "virtual stages per pipeline rank"}},
+      {"cp", {Type::Int, "context-parallel size"}},
+      {"ep", {Type::Int, "expert-parallel size"}},
+      {"micro_batch", {Type::Int, "sequences per micro-batch"}},
+      {"recompute", {Type::String, "none|selective|full"}},
+      {"async", {Type::Bool, "true|false"}},
+      {"engine", {Type::String, "analytic|simgrid"}},
+      {"ranks", {Type::String, "simgrid: all|classes"}},
+      {"nccl_channels", {Type::Int, "simgrid: NCCL channels"}},
+      {"nic_gbps", {Type::Number, "NIC speed, Gb/s"}},
+      {"oversubscription", {Type::Number, "leaf switches' down:up ratio"}},
+      {"seq_len", {Type::Int, "sequence length"}},
+      {"global_batch_tokens", {Type::Tokens, "global batch in tokens (16M style or an integer)"}},
+      {"global_batch_seqs", {Type::Int, "global batch in sequences"}},
+      {"prefetch_depth", {Type::Int, "parameter all-gathers in flight"}},
+      {"grad_dtype", {Type::String, "fp32|bf16"}},
+  };
+  return t;
+}
+
+std::string known_keys() {
+  std::string s;
+  for (const auto& [k, info] : key_table()) s += (s.empty() ? "" : ", ") + k;
+  return s;
+}
+
+std::int64_t parse_tokens(const std::string& s, const std::string& file, const std::string& key) {
+  std::int64_t mult = 1;
+  std::string d = s;
+  if (!d.empty() && std::string("KkMmGg").find(d.back()) != std::string::npos) {
+    const char c = static_cast<char>(std::toupper(d.back()));
+    mult = c == 'K' ? 1LL << 10 : c == 'M' ? 1LL << 20 : 1LL << 30;
+    d.pop_back();
+  }
+  if (d.empty() || d.size() > 12 || d.find_first_not_of("0123456789") != std::string::npos) {
+    throw core::InputError(file, key, fmt::format("expected a token count like 16M, got '{}'", s));
+  }
+  return std::stoll(d) * mult;
+}
+
+// Checks one value against its key's type; returns it normalised.
+json check_value(const std::string& key, const json& v, const std::string& file, const std::string& where) {
+  auto it = key_table().find(key);
+  if (it == key_table().end()) {
+    throw core::InputError(file, where, fmt::format("unknown key '{}': expected one of {}", key, known_keys()));
+  }
+  const auto bad = [&](const char* what) {
+    return core::InputError(file, where, fmt::format("expected {} ({}), got {}", what, it->second.help, v.dump()));
+  };
+  switch (it->second.type) {
+    case Type::Int:
+      if (!v.is_number_integer() || v.get<std::int64_t>() < 0 || v.get<std::int64_t>() > (1LL << 40))
+        throw bad("a non-negative integer");
+      return v;
+    case Type::Number:
+      if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() <= 0) throw bad("a positive number");
+      return v;
+    case Type::String:
+      if (!v.is_string() || v.get<std::string>().empty()) throw bad("a string");
+      return v;
+    case Type::Bool:
+      if (!v.is_boolean()) throw bad("true or false");
+      return v;
+    case Type::Tokens:
+      if (v.is_number_integer() && v.get<std::int64_t>() > 0) return v;
+      if (v.is_string()) return parse_tokens(v.get<std::string>(), file, where);
+      throw bad("a token count");
+  }
+  return v;
+}
+
+// A value typed from `--set` text: integer, number, boolean or string.
+json value_from_text(const std::string& s) {
+  if (s == "true") return true;
+  if (s == "false") return false;
+  if (!s.empty() && s.find_first_not_of("0123456789") == std::string::npos && s.size() <= 15) return std::stoll(s);
+  char* end = nullptr;
+  const double d = std::strtod(s.c_str(), &end);
+  if (!s.empty() && end && *end == '\0' && std::isfinite(d)) return d;
+  return s;
+}
+
+// Filters: "a op b", "a * b op c", "a divides b".
+struct Filter {
+  std::vector<std::string> lhs;  // operands multiplied
+  std::string op;
+  std::string rhs;
+  std::string text;
+};
+
+Filter parse_filter(const std::string& text, const std::string& file, const std::string& where) {
+  std::istringstream in(text);
+  std::vector<std::string> tok;
+  for (std::string t; in >> t;) tok.push_back(t);
+  Filter f;
+  f.text = text;
+  static const std::set<std::string> ops = {"<", "<=", "==", "!=", ">=", ">", "divides"};
+  std::size_t i = 0;
+  if (tok.empty()) throw core::InputError(file, where, "expected a filter like 'tp * pp <= 8', got nothing");
+  f.lhs.push_back(tok[i++]);
+  while (i + 1 < tok.size() && tok[i] == "*") {
+    f.lhs.push_back(tok[i + 1]);
+    i += 2;
+  }
+  if (i + 2 != tok.size() || !ops.count(tok[i])) {
+    throw core::InputError(
+        file, where,
+        fmt::format("expected 'KEY [* KEY] OP KEY' with OP one of < <= == != >= > divides, got '{}'", text));
+  }
+  f.op = tok[i];
+  f.rhs = tok[i + 1];
+  for (const auto& operand : f.lhs) {
+    if (!key_table().count(operand) && value_from_text(operand).is_string()) {
+      throw core::InputError(file, where, fmt::format("unknown key '{}' in filter '{}'", operand, text));
+    }
+  }
+  return f;
+}
+
+std::optional<double> operand(const std::string& name, const json& point) {
+  auto it = point.find(name);
+  if (it != point.end()) {
+    if (it->is_number()) return it->get<double>();
+    return std::nullopt;
+  }
+  json v = value_from_text(name);
+  if (v.is_number()) return v.get<double>();
+  return std::nullopt;  // a key the point leaves at its default: the filter does not apply
+}
+
+bool passes(const Filter& f, const json& point) {
+  double l = 1;
+  for (const auto& name : f.lhs) {
+    auto v = operand(name, point);
+    if (!v) return true;
+    l *= *v;
+  }
+  auto r = operand(f.rhs, point);
+  if (!r) return true;
+  if (f.op == "<") return l < *r;
+  if (f.op == "<=") return l <= *r;
+  if (f.op == "==") return l == *r;
+  if (f.op == "!=") return l != *r;
+  if (f.op == ">=") return l >= *r;
+  if (f.op == ">") return l > *r;
+  return l != 0 && std::fmod(*r, l) == 0;  // divides
+}
+
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+volatile std::sig_atomic_t g_stop = 0;
+void on_signal(int) { g_stop = 1; }
+
+std::string fmt_duration(double s) {
+  if (!std::isfinite(s) || s < 0) return "?";
+  const auto t = static_cast<long long>(s + 0.5);
+  return t >= 3600 ? fmt::format("{}:{:02}:{:02}", t / 3600, t / 60 % 60, t % 60)
+                   : fmt::format("{}:{:02}", t / 60, t % 60);
+}
+
+}  // namespace
+
+const std::vector<std::pair<std::string, std::string>>& sweep_keys() {
+  static const std::vector<std::pair<std::string, std::string>> keys = [] {
+    std::vector<std::pair<std::string, std::string>> k;
+    for (const auto& [name, info] : key_table()) k.emplace_back(name, info.help);
+    return k;
+  }();
+  return keys;
+}
+
+json SweepSpec::to_json() const {
+  json axes_json = json::object();
+  for (const auto& [k, vs] : axes) axes_json[k] = vs;
+  return json{{"schema_version", 1}, {"base", base}, {"axes", axes_json}, {"where", where}};
+}
+
+std::string SweepSpec::hash() const { return core::sha256_hex(to_json().dump()); }
+
+SweepSpec sweep_from_json(const std::string& text, const std::string& file) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const std::exception& e) {
+    throw core::InputError(file, "", fmt::format("expected JSON ({})", e.what()));
+  }
+  if (!j.is_object()) throw core::InputError(file, "", "expected a JSON object");
+  SweepSpec s;
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    const std::string& k = it.key();
+    if (k == "schema_version") {
+      if (*it != 1) throw core::InputError(file, "schema_version", fmt::format("expected 1, got {}", it->dump()));
+    } else if (k == "base") {
+      if (!it->is_object()) throw core::InputError(file, "base", "expected an object of key: value");
+      for (auto b = it->begin(); b != it->end(); ++b) {
+        s.base[b.key()] = check_value(b.key(), *b, file, "base." + b.key());
+      }
+    } else if (k == "axes") {
+      if (!it->is_object()) throw core::InputError(file, "axes", "expected an object of key: [values]");
+      for (auto a = it->begin(); a != it->end(); ++a) {
+        if (!a->is_array() || a->empty()) {
+          throw core::InputError(file, "axes." + a.key(), "expected a non-empty array of values");
+        }
+        std::vector<json> values;
+        for (std::size_t i = 0; i < a->size(); ++i) {
+          values.push_back(check_value(a.key(), (*a)[i], file, fmt::format("axes.{}[{}]", a.key(), i)));
+        }
+        s.axes.emplace_back(a.key(), std::move(values));
+      }
+    } else if (k == "where") {
+      if (!it->is_array()) throw core::InputError(file, "where", "expected an array of filter strings");
+      for (std::size_t i = 0; i < it->size(); ++i) {
+        if (!(*it)[i].is_string()) throw core::InputError(file, fmt::format("where[{}]", i), "expected a string");
+        (void)parse_filter((*it)[i].get<std::string>(), file, fmt::format("where[{}]", i));
+        s.where.push_back((*it)[i].get<std::string>());
+      }
+    } else {
+      throw core::InputError(file, k, "unknown key: expected schema_version, base, axes, where");
+    }
+  }
+  if (!j.contains("schema_version")) throw core::InputError(file, "schema_version", "expected 1");
+  return s;
+}
+
+void add_set(SweepSpec& spec, const std::string& set) {
+  const auto eq = set.find('=');
+  if (eq == std::string::npos || eq == 0 || eq + 1 == set.size()) {
+    throw core::InputError("command line", "--set", fmt::format("expected key=v1,v2,..., got '{}'", set));
+  }
+  const std::string key = set.substr(0, eq);
+  std::vector<json> values;
+  std::stringstream in(set.substr(eq + 1));
+  for (std::string v; std::getline(in, v, ',');) {
+    values.push_back(check_value(key, value_from_text(v), "command line", "--set " + key));
+  }
+  if (values.size() == 1) {
+    spec.base[key] = values[0];
+  } else {
+    spec.axes.emplace_back(key, std::move(values));
+  }
+}
+
+std::vector<SweepPoint> expand(const SweepSpec& spec, const std::string& file) {
+  std::vector<Filter> filters;
+  for (std::size_t i = 0; i < spec.where.size(); ++i) {
+    filters.push_back(parse_filter(spec.where[i], file, fmt::format("where[{}]", i)));
+  }
+  std::set<std::string> seen;
+  for (const auto& [k, vs] : spec.axes) {
+    if (!seen.insert(k).second || spec.base.contains(k)) {
+      throw core::InputError(file, "axes." + k, "expected each key once (in base or in axes)");
+    }
+  }
+  std::int64_t total = 1;
+  for (const auto& [k, vs] : spec.axes) {
+    total *= static_cast<std::int64_t>(vs.size());
+    if (total > 10'000'000) throw core::InputError(file, "axes", "expected at most 10 million points");
+  }
+  std::vector<SweepPoint> points;
+  for (std::int64_t idx = 0; idx < total; ++idx) {
+    json inputs = spec.base;
+    std::int64_t rest = idx;
+    for (auto it = spec.axes.rbegin(); it != spec.axes.rend(); ++it) {  // the last axis varies fastest
+      const auto n = static_cast<std::int64_t>(it->second.size());
+      inputs[it->first] = it->second[static_cast<std::size_t>(rest % n)];
+      rest /= n;
+    }
+    if (!std::all_of(filters.begin(), filters.end(), [&](const Filter& f) { return passes(f, inputs); })) continue;
+    // The identity of a point: its inputs with keys sorted.
+    nlohmann::json sorted = nlohmann::json::parse(inputs.dump());
+    points.push_back(SweepPoint{idx, inputs, sorted.dump()});
+  }
+  return points;
+}
+
+Scenario scenario_of(const json& in, const std::string& file) {
+  Scenario sc;
+  auto str = [&](const char* k, const std::string& def) { return in.contains(k) ? in[k].get<std::string>() : def; };
+  auto num = [&](const char* k, std::int64_t def) { return in.contains(k) ? in[k].get<std::int64_t>() : def; };
+  sc.model = str("model", sc.model);
+  sc.cluster = str("cluster", sc.cluster);
+  sc.gpus = static_cast<int>(num("gpus", sc.gpus));
+  sc.strategies = {plan::parse_strategy(str("strategy", "hzp"))};
+  auto& p = sc.plan;
+  p.param_shard = static_cast<int>(num("param_shard", 0));
+  p.grad_shard = static_cast<int>(num("grad_shard", 0));
+  p.optim_shard = static_cast<int>(num("optim_shard", 0));
+  p.tp = static_cast<int>(num("tp", 1));
+  p.pp = static_cast<int>(num("pp", 1));
+  p.vpp = static_cast<int>(num("vpp", 1));
+  p.cp = static_cast<int>(num("cp", 1));
+  p.ep = static_cast<int>(num("ep", 1));
+  p.micro_batch = num("micro_batch", 1);
+  p.seq_len = num("seq_len", 0);
+  p.prefetch_depth = static_cast<int>(num("prefetch_depth", 1));
+  const auto rc = plan::parse_recompute(str("recompute", "none"));
+  if (!rc) throw core::InputError(file, "recompute", "expected none|selective|full");
+  p.recompute = *rc;
+  const auto gd = plan::parse_grad_dtype(str("grad_dtype", "fp32"));
+  if (!gd) throw core::InputError(file, "grad_dtype", "expected fp32|bf16");
+  p.grad_dtype = *gd;
+  if (in.contains("async")) p.async = in["async"].get<bool>();
+  if (in.contains("global_batch_seqs")) {
+    p.global_batch_sequences = in["global_batch_seqs"].get<std::int64_t>();
+  } else {
+    p.global_batch_tokens = num("global_batch_tokens", 16LL << 20);
+  }
+  sc.engine = str("engine", "analytic");
+  sc.engine_options.ranks = str("ranks", "classes");
+  sc.engine_options.nccl_channels = static_cast<int>(num("nccl_channels", 16));
+  if (in.contains("nic_gbps")) sc.nic_gbps = in["nic_gbps"].get<double>();
+  if (in.contains("oversubscription")) sc.oversubscription = in["oversubscription"].get<double>();
+  sc.hash_schedules = false;  // rows carry the input hashes; the Schedule's adds 20 ms per point
+  return sc;
+}
+
+PointResult run_point(const SweepPoint& pt) {
+  PointResult res;
+  json& row = res.row;
+  row["point"] = pt.index;
+  row["key"] = pt.key;
+  row["inputs"] = pt.inputs.dump();
+  for (const auto& [k, info] : key_table()) {
+    if (pt.inputs.contains(k) && k != "global_batch_tokens" && k != "nccl_channels" && k != "prefetch_depth" &&
+        k != "grad_dtype") {
+      row[k] = pt.inputs[k];
+    }
+  }
+  row["hzp_version"] = core::version();
+  row["git_revision"] = core::git_revision();
+  const double t0 = now_s();
+  try {
+    Scenario sc = scenario_of(pt.inputs, "sweep point");
+    ScenarioResult r = run_scenario(sc);
+    const StrategyResult& run = r.runs.at(0);
+    const sim::Metrics& m = run.metrics;
+    auto prov = nlohmann::json::parse(run.schedule.provenance_json);
+    const auto& plan_prov = prov.at("plan");
+    row["model"] = r.model.name;
+    row["cluster"] = r.cluster.name;
+    row["gpus"] = r.gpus;
+    row["strategy"] = std::string(plan::to_string(run.strategy));
+    row["param_shard"] = plan_prov.value("param_shard", 0);
+    row["grad_shard"] = plan_prov.value("grad_shard", 0);
+    row["optim_shard"] = plan_prov.value("optim_shard", 0);
+    row["async"] = plan_prov.value("async", false);
+    row["tp"] = sc.plan.tp;
+    row["pp"] = sc.plan.pp;
+    row["vpp"] = sc.plan.vpp;
+    row["cp"] = sc.plan.cp;
+    row["ep"] = sc.plan.ep;
+    row["micro_batch"] = sc.plan.micro_batch;
+    row["recompute"] = std::string(plan::to_string(sc.plan.recompute));
+    row["engine"] = r.engine;
+    row["engine_detail"] = r.engine_detail;
+    row["nic_gbps"] = r.cluster.scale_out.nic_Gbps;
+    row["oversubscription"] =
+        r.cluster.scale_out.tiers.empty() ? 1.0 : r.cluster.scale_out.tiers.front().oversubscription;
+    row["seq_len"] = r.batch.seq_len;
+    row["global_batch_seqs"] = r.batch.sequences;
+    row["model_sha256"] = r.model_sha256;
+    row["cluster_sha256"] = r.cluster_sha256;
+    row["step_time_s"] = m.step_time.to_seconds();
+    row["tokens_per_s"] = m.tokens_per_s;
+    row["tflops_per_gpu"] = m.model_tflops_per_gpu;
+    row["mfu"] = m.mfu;
+    double exposed = 0;
+    for (const auto& [kind, d] : m.exposed_comm) exposed += d.to_seconds();
+    row["exposed_comm_s"] = exposed;
+    row["peak_memory_gib"] = m.peak_memory().gib();
+    row["peak_reserved_gib"] = m.peak_reserved().gib();
+    row["fits"] = m.fits();
+    if (m.fits()) {
+      res.status = "ok";
+    } else {
+      res.status = "infeasible";
+      res.error = fmt::format("out of memory: {:.1f} GiB reserved per device, {} has {:.0f} GiB",
+                              m.peak_reserved().gib(), r.cluster.device.name, r.cluster.device.hbm_GiB);
+    }
+  } catch (const core::InfeasibleError& e) {
+    res.status = "infeasible";
+    res.error = e.what();
+  } catch (const std::exception& e) {
+    res.status = "error";
+    res.error = e.what();
+  }
+  row["wall_s"] = now_s() - t0;
+  row["status"] = res.status;
+  if (!res.error.empty()) row["error"] = res.error;
+  return res;
+}
+
+std::pair<int, int> launcher_rank() {
+  for (auto [r, n] : {std::pair{"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"}, std::pair{"PMI_RANK", "PMI_SIZE"},
+                      std::pair{"SLURM_PROCID", "SLURM_NTASKS"}}) {
+    const char* rv = std::getenv(r);
+    const char* nv = std::getenv(n);
+    if (rv && nv) {
+      const int rank = std::atoi(rv), size = std::atoi(nv);
+      if (size >= 1 && rank >= 0 && rank < size) return {rank, size};
+    }
+  }
+  return {0, 1};
+}
+
+std::string shard_path(const std::string& db, int rank, int ranks) {
+  const auto dot = db.rfind('.');
+  const bool ext = dot != std::string::npos && db.find('/', dot) == std::string::npos;
+  const std::string stem = ext ? db.substr(0, dot) : db;
+  return fmt::format("{}.rank{}of{}{}", stem, rank, ranks, ext ? db.substr(dot) : ".db");
+}
+
+namespace {
+
+// A worker process: reads point numbers (one per line) and writes one JSON
+// result line each, until its input closes.
+struct Worker {
+  pid_t pid = -1;
+  int to = -1, from = -1;
+  std::int64_t current = -1;  // index into the todo list, -1 when idle
+  std::string buffer;
+};
+
+[[noreturn]] void worker_main(const std::vector<SweepPoint>& todo, int in, int out) {
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);                  // never outlive the sweep
+  std::signal(SIGINT, SIG_IGN);                        // the parent decides when to stop
+  const char* fault = std::getenv("HZP_SWEEP_FAULT");  // fault injection for tests: "abort@<point>"
+  std::string line;
+  char c = 0;
+  while (true) {
+    ssize_t n = ::read(in, &c, 1);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) ::_exit(0);
+    if (c != '\n') {
+      line += c;
+      continue;
+    }
+    const auto& pt = todo.at(static_cast<std::size_t>(std::stoll(line)));
+    line.clear();
+    if (fault && std::string(fault) == fmt::format("abort@{}", pt.index)) std::abort();
+    PointResult r = run_point(pt);
+    std::string msg = r.row.dump() + "\n";
+    std::size_t at = 0;
+    while (at < msg.size()) {
+      ssize_t w = ::write(out, msg.data() + at, msg.size() - at);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) ::_exit(1);
+      at += static_cast<std::size_t>(w);
+    }
+  }
+}
+
+Worker spawn(const std::vector<SweepPoint>& todo, const std::vector<Worker>& others) {
+  int down[2], up[2];
+  if (::pipe(down) != 0 || ::pipe(up) != 0) throw std::runtime_error(fmt::format("pipe: {}", std::strerror(errno)));
+  std::fflush(stdout);
+  std::fflush(stderr);
+  const pid_t pid = ::fork();
+  if (pid < 0) throw std::runtime_error(fmt::format("fork: {}", std::strerror(errno)));
+  if (pid == 0) {
+    for (const auto& w : others) {
+      if (w.to >= 0) ::close(w.to);
+      if (w.from >= 0) ::close(w.from);
+    }
+    ::close(down[1]);
+    ::close(up[0]);
+    worker_main(todo, down[0], up[1]);
+  }
+  ::close(down[0]);
+  ::close(up[1]);
+  Worker w;
+  w.pid = pid;
+  w.to = down[1];
+  w.from = up[0];
+  return w;
+}
+
+void send(Worker& w, std::int64_t i) {
+  std::string msg = fmt::format("{}\n", i);
+  w.current = i;
+  if (::write(w.to, msg.data(), msg.size()) != static_cast<ssize_t>(msg.size())) {
+    // The worker is gone; its EOF is handled by the main loop.
+  }
+}
+
+void stop(Worker& w) {
+  if (w.to >= 0) ::close(w.to);
+  if (w.from >= 0) ::close(w.from);
+  w.to = w.from = -1;
+  if (w.pid > 0) {
+    ::kill(w.pid, SIGKILL);
+    int st = 0;
+    while (::waitpid(w.pid, &st, 0) < 0 && errno == EINTR) {
+    }
+  }
+  w.pid = -1;
+}
+
+}  // namespace
+
+SweepSummary run_sweep(const SweepSpec& spec, const std::string& spec_file, const SweepOptions& o) {
+  SweepSummary sum;
+  const double t0 = now_s();
+  std::vector<SweepPoint> all = expand(spec, spec_file);
+  std::vector<SweepPoint> mine;
+  for (auto& p : all) {
+    if (p.index % o.ranks == o.rank) mine.push_back(std::move(p));
+  }
+  sum.points = static_cast<std::int64_t>(mine.size());
+  SweepDb db(o.db, spec.hash(), spec.to_json().dump());
+  const std::set<std::string> done = db.done();
+  std::vector<SweepPoint> todo;
+  for (auto& p : mine) {
+    if (done.count(p.key)) {
+      ++sum.skipped;
+    } else {
+      todo.push_back(std::move(p));
+    }
+  }
+  const std::string shard = o.ranks > 1 ? fmt::format("{}/{}", o.rank, o.ranks) : "";
+  auto say = [&](const std::string& s) {
+    if (o.progress) o.progress(s);
+  };
+  say(fmt::format("sweep: {} points{}, {} already in {}, {} to run on {} worker{}", sum.points,
+                  shard.empty() ? "" : " (rank " + shard + ")", sum.skipped, o.db, todo.size(), o.jobs,
+                  o.jobs == 1 ? "" : "s"));
+
+  g_stop = 0;
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  struct sigaction old_int {
+  }, old_term{};
+  ::sigaction(SIGINT, &sa, &old_int);
+  ::sigaction(SIGTERM, &sa, &old_term);
+
+  std::vector<Worker> workers;
+  std::size_t next = 0, finished = 0;
+  const int jobs = std::max(1, std::min<int>(o.jobs, static_cast<int>(std::max<std::size_t>(1, todo.size()))));
+  double last_progress = 0;
+  auto record = [&](json row) {
+    row["shard"] = shard.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(shard);
+    const std::string status = row.value("status", "error");
+    if (status == "ok") ++sum.ok;
+    if (status == "infeasible") ++sum.infeasible;
+    if (status == "error") ++sum.errors;
+    db.add(row);
+    ++finished;
+    ++sum.ran;
+  };
+  auto progress = [&](bool final) {
+    const double t = now_s();
+    if (!final && t - last_progress < (o.progress_tty ? 0.2 : 5.0)) return;
+    last_progress = t;
+    const double rate = static_cast<double>(finished) / std::max(1e-9, t - t0);
+    const double eta = (static_cast<double>(todo.size()) - static_cast<double>(finished)) / std::max(1e-9, rate);
+    const double frac = todo.empty() ? 1.0 : static_cast<double>(finished) / static_cast<double>(todo.size());
+    if (o.progress_tty) {
+      const int width = 30, filled = static_cast<int>(frac * width);
+      std::string bar(static_cast<std::size_t>(filled), '=');
+      if (filled < width) bar += '>' + std::string(static_cast<std::size_t>(width - filled - 1), ' ');
+      say(fmt::format("\r[{}] {}/{} {:5.1f}%  {:.1f} points/s  ETA {}{}", bar, finished, todo.size(), 100 * frac, rate,
+                      fmt_duration(eta), final ? "\n" : ""));
+    } else {
+      say(fmt::format("sweep: {}/{} points ({:.1f}%), {:.1f} points/s, ETA {}\n", finished, todo.size(), 100 * frac,
+                      rate, fmt_duration(eta)));
+    }
+  };
+  try {
+    for (int j = 0; j < jobs && next < todo.size(); ++j) {
+      workers.push_back(spawn(todo, workers));
+      send(workers.back(), static_cast<std::int64_t>(next++));
+    }
+    while (finished < todo.size() && !g_stop) {
+      std::vector<pollfd> fds;
+      for (const auto& w : workers) fds.push_back(pollfd{w.from, POLLIN, 0});
+      const int n = ::poll(fds.data(), fds.size(), 200);
+      if (n < 0 && errno != EINTR) throw std::runtime_error(fmt::format("poll: {}", std::strerror(errno)));
+      for (std::size_t k = 0; k < workers.size() && n > 0; ++k) {
+        if (!(fds[k].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+        Worker& w = workers[k];
+        char buf[1 << 14];
+        const ssize_t got = ::read(w.from, buf, sizeof buf);
+        if (got > 0) {
+          w.buffer.append(buf, static_cast<std::size_t>(got));
+          std::size_t nl;
+          while ((nl = w.buffer.find('\n')) != std::string::npos) {
+            record(json::parse(w.buffer.substr(0, nl)));
+            w.buffer.erase(0, nl + 1);
+            w.current = -1;
+            if (next < todo.size()) send(w, static_cast<std::int64_t>(next++));
+          }
+          continue;
+        }
+        if (got < 0 && errno == EINTR) continue;
+        // The worker died: its point is recorded as a crash, a new worker takes over.
+        int st = 0;
+        ::close(w.to);
+        ::close(w.from);
+        w.to = w.from = -1;
+        while (::waitpid(w.pid, &st, 0) < 0 && errno == EINTR) {
+        }
+        w.pid = -1;
+        if (w.current >= 0) {
+          const SweepPoint& pt = todo[static_cast<std::size_t>(w.current)];
+          json row{{"point", pt.index}, {"key", pt.key}, {"inputs", pt.inputs.dump()}, {"status", "error"}};
+          row["error"] = WIFSIGNALED(st)
+                             ? fmt::format("worker crashed (signal {}: {})", WTERMSIG(st), ::strsignal(WTERMSIG(st)))
+                             : fmt::format("worker exited with status {}", WEXITSTATUS(st));
+          row["hzp_version"] = core::version();
+          row["git_revision"] = core::git_revision();
+          for (const auto& [key, info] : key_table()) {
+            if (pt.inputs.contains(key) && key != "global_batch_tokens" && key != "nccl_channels" &&
+                key != "prefetch_depth" && key != "grad_dtype") {
+              row[key] = pt.inputs[key];
+            }
+          }
+          record(row);
+          w.current = -1;
+        }
+        std::vector<Worker> rest;
+        for (const auto& other : workers) {
+          if (other.pid > 0) rest.push_back(other);
+        }
+        if (next < todo.size()) {
+          Worker fresh = spawn(todo, rest);
+          send(fresh, static_cast<std::int64_t>(next++));
+          rest.push_back(fresh);
+        }
+        workers = std::move(rest);
+        break;  // the fd list changed
+      }
+      progress(false);
+    }
+  } catch (...) {
+    for (auto& w : workers) stop(w);
+    db.flush();
+    ::sigaction(SIGINT, &old_int, nullptr);
+    ::sigaction(SIGTERM, &old_term, nullptr);
+    throw;
+  }
+  for (auto& w : workers) stop(w);
+  db.flush();
+  ::sigaction(SIGINT, &old_int, nullptr);
+  ::sigaction(SIGTERM, &old_term, nullptr);
+  sum.interrupted = g_stop != 0;
+  progress(true);
+  sum.seconds = now_s() - t0;
+  return sum;
+}
+
+}  // namespace hzp::cli
