@@ -52,16 +52,18 @@ def rows(db, where="status = 'ok'"):
 
 def heatmap(a):
     plt = plt_for(a.out)
-    data = rows(a.db)
+    data = rows(a.db, "status IN ('ok', 'infeasible')")
     if not data:
         fail(a.db, "points", "no finished points to plot")
     for key in (a.x, a.y, a.metric):
         if key not in data[0]:
             fail(a.db, key, f"expected one of {', '.join(sorted(data[0]))}")
-    xs = sorted({r[a.x] for r in data}, key=sort_key)
-    ys = sorted({r[a.y] for r in data}, key=sort_key)
+    xs = sorted({r[a.x] for r in data if r[a.x] is not None}, key=sort_key)
+    ys = sorted({r[a.y] for r in data if r[a.y] is not None}, key=sort_key)
     grid = [[float("nan")] * len(xs) for _ in ys]
     for r in data:  # the best point per cell when other axes vary too
+        if r["status"] != "ok" or r[a.x] is None or r[a.y] is None:
+            continue
         i, j = ys.index(r[a.y]), xs.index(r[a.x])
         v = r[a.metric]
         if v is not None and (grid[i][j] != grid[i][j] or v > grid[i][j]):
@@ -74,15 +76,16 @@ def heatmap(a):
     ax.set_ylabel(a.y)
     ax.grid(False)
     finite = [v for row in grid for v in row if v == v]
-    top = max(finite) if finite else 0
+    lo, hi = (min(finite), max(finite)) if finite else (0, 0)
     for i, row in enumerate(grid):
         for j, v in enumerate(row):
             if v == v:
-                ax.text(j, i, human(v), ha="center", va="center", color="white" if v < 0.6 * top else "black")
+                dark = hi > lo and (v - lo) / (hi - lo) < 0.5
+                ax.text(j, i, human(v), ha="center", va="center", color="white" if dark else "black")
             else:
                 ax.text(j, i, "—", ha="center", va="center", color="grey")
     fig.colorbar(im, ax=ax, label=a.metric)
-    ax.set_title(title(data, f"{a.metric} over {a.x} × {a.y} (best per cell; — infeasible or missing)"))
+    ax.set_title(title(data, f"{a.metric} over {a.x} × {a.y} (best per cell; — out of memory or not swept)"))
     save(fig, a.out)
 
 

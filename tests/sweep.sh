@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# Sweeps, plans and plots end to end. Usage: tests/sweep.sh HZP
+#  - a sweep killed (SIGKILL) mid-way resumes without losing or duplicating a
+#    row, and ends equal, row for row, to an uninterrupted sweep;
+#  - a point whose worker crashes is recorded as an error and the sweep goes on;
+#  - under mpirun -np 2 each rank writes its shard; merged, they equal the
+#    single-process sweep row for row;
+#  - CSV and JSON export; a heatmap and a timeline picture;
+#  - `hzp plan` reports only plans that fit, the best at least as good as
+#    every preset at the same size.
+set -uo pipefail
+hzp=$(realpath "$1")
+py=/usr/bin/python3
+[ -x "$py" ] || py=python3
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cd "$work" || exit 1
+fail=0
+check() {  # check "what" command...
+  local what=$1
+  shift
+  if ! "$@"; then
+    echo "FAIL: $what"
+    fail=1
+  fi
+}
+
+# 12 points (of 24, filtered) of ~0.1 s each (Llama-3 8B on 64 GPUs, SimGrid engine, every rank): long enough to kill mid-way.
+sweep=(--set model=llama3-8b --set gpus=64 --set global_batch_tokens=1M --set engine=simgrid --set ranks=all
+       --set strategy=hzp --set param_shard=8,16 --set grad_shard=8,16,64 --set optim_shard=8,16,32,64
+       --where "param_shard <= grad_shard" --where "grad_shard <= optim_shard")
+"$hzp" sweep "${sweep[@]}" --db full.db -j 2 > /dev/null 2>&1 || { echo "FAIL: full sweep"; fail=1; }
+
+rows() {  # rows DB: normalised rows (no timings, no shard), sorted by key
+  "$py" - "$1" <<'PY'
+import sqlite3, sys
+c = sqlite3.connect(sys.argv[1])
+cols = [r[1] for r in c.execute("PRAGMA table_info(points)") if r[1] not in ("wall_s", "shard")]
+for r in c.execute(f"SELECT {', '.join(cols)} FROM points ORDER BY key"):
+    print(r)
+PY
+}
+count() { "$py" -c "import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute('select count(*), count(distinct key) from points').fetchone())" "$1" 2>/dev/null; }
+
+check "the full sweep has 12 rows, one per point" test "$(count full.db)" = "(12, 12)"
+
+# Kill the sweep once a few rows are committed, then resume.
+"$hzp" sweep "${sweep[@]}" --db resumed.db -j 1 > /dev/null 2>&1 &
+pid=$!
+for _ in $(seq 1 200); do
+  n=$("$py" -c "import sqlite3,sys
+try: print(sqlite3.connect(sys.argv[1]).execute('select count(*) from points').fetchone()[0])
+except Exception: print(0)" resumed.db 2>/dev/null)
+  [ "${n:-0}" -ge 3 ] && break
+  sleep 0.05
+done
+kill -9 "$pid" 2>/dev/null
+wait "$pid" 2>/dev/null
+killed_at=$(count resumed.db)
+check "the sweep was killed mid-way (rows at kill: $killed_at)" "$py" -c "import sys; n=eval(sys.argv[1])[0]; sys.exit(0 if 0 < n < 12 else 1)" "$killed_at"
+"$hzp" sweep "${sweep[@]}" --db resumed.db -j 2 > resume.out 2>&1
+check "the resumed sweep skipped what was done" grep -q "already done" resume.out
+check "resumed: 12 rows, no duplicates" test "$(count resumed.db)" = "(12, 12)"
+check "resumed equals uninterrupted, row for row" diff <(rows full.db) <(rows resumed.db)
+
+# A crashing point.
+HZP_SWEEP_FAULT=abort@5 "$hzp" sweep "${sweep[@]}" --db crash.db -j 2 > /dev/null 2>&1
+check "crash: every point recorded" test "$(count crash.db)" = "(12, 12)"
+check "crash: the crashed point is an error naming the signal" "$py" -c "
+import sqlite3, sys
+r = sqlite3.connect('crash.db').execute('select status, error from points where point = 5').fetchone()
+ok = sqlite3.connect('crash.db').execute(\"select count(*) from points where status = 'ok'\").fetchone()[0]
+sys.exit(0 if r and r[0] == 'error' and 'worker crashed (signal 6' in r[1] and ok == 11 else 1)"
+
+# Partitioned over two MPI ranks, merged.
+if command -v mpirun > /dev/null; then
+  mpirun --allow-run-as-root --oversubscribe -np 2 "$hzp" sweep "${sweep[@]}" --db mpi.db -j 1 > mpi.out 2>&1 ||
+    { echo "FAIL: mpirun sweep"; cat mpi.out; fail=1; }
+  check "one shard per rank" test -f mpi.rank0of2.db -a -f mpi.rank1of2.db
+  "$hzp" sweep merge merged.db mpi.rank0of2.db mpi.rank1of2.db > /dev/null || { echo "FAIL: merge"; fail=1; }
+  check "merged shards equal the single-process sweep, row for row" diff <(rows full.db) <(rows merged.db)
+else
+  echo "FAIL: mpirun not found (scripts/install-deps installs openmpi-bin)"
+  fail=1
+fi
+
+# Export and plots.
+"$hzp" sweep export full.db --csv full.csv > /dev/null && "$hzp" sweep export full.db --json full.json > /dev/null ||
+  { echo "FAIL: export"; fail=1; }
+check "CSV: a header and 12 rows" test "$(wc -l < full.csv)" -eq 13
+check "JSON: 12 rows" "$py" -c "import json; assert len(json.load(open('full.json'))['rows']) == 12"
+"$hzp" plot heatmap full.db --x grad_shard --y optim_shard --out heat.png > /dev/null || { echo "FAIL: heatmap"; fail=1; }
+check "heatmap PNG" "$py" -c "assert open('heat.png','rb').read(8) == b'\x89PNG\r\n\x1a\n'"
+"$hzp" simulate --model llama3-8b --gpus 16 --strategy hzp --global-batch-tokens 128K --trace t.json > /dev/null
+"$hzp" plot timeline t.json --out tl.svg > /dev/null && "$hzp" plot memory t.json --out mem.png > /dev/null ||
+  { echo "FAIL: timeline/memory plot"; fail=1; }
+check "timeline SVG" grep -q "<svg" tl.svg
+"$hzp" plot heatmap full.db --x nope --y optim_shard --out bad.png > /dev/null 2> bad.err
+check "plot: a bad key is one error line, exit 2, no file" test $? -eq 2 -a "$(wc -l < bad.err)" -eq 1 -a ! -e bad.png
+
+# Plan: only feasible plans; the best at least as good as every preset.
+"$hzp" plan --model llama3-8b --cluster dgx-h100 --gpus 16 --global-batch-tokens 256K --top 5 -j 2 --json > plan.json ||
+  { echo "FAIL: plan"; fail=1; }
+for s in ddp zero1 zero2 fsdp hsdp hpz; do
+  "$hzp" simulate --model llama3-8b --cluster dgx-h100 --gpus 16 --global-batch-tokens 256K --strategy "$s" --json \
+    > "preset_$s.json" 2> /dev/null
+done
+check "plan: feasible plans, best <= every feasible preset" "$py" - <<'PY'
+import json, glob, sys
+plan = json.load(open("plan.json"))
+best = plan["plans"][0]["step_time_s"]
+assert plan["candidates"] > 1000, plan["candidates"]
+for p in plan["plans"]:
+    assert p["peak_reserved_GiB"] <= 80.0 + 1e-9, p
+for f in glob.glob("preset_*.json"):
+    r = json.load(open(f))["results"][0]
+    if r["fits_in_memory"]:
+        assert best <= r["step_time_s"] * (1 + 1e-9), (f, best, r["step_time_s"])
+PY
+
+exit $fail
