@@ -12,6 +12,7 @@
 #include <cstring>
 #include <map>
 #include <set>
+#include <tuple>
 
 #include "core/error.hpp"
 #include "models/model_spec.hpp"
@@ -77,7 +78,8 @@ Estimate simulate(const models::ModelSpec& m, const topologies::PerfModel& pm, c
 
 // Screening: the same plan with a few layers per virtual stage, extrapolated
 // to the model's layer count (step time and memory are affine in it).
-Estimate screen(const models::ModelSpec& m, const topologies::PerfModel& pm, const PlanOptions& o) {
+// Extrapolation in the layer count (affine in it).
+Estimate over_layers(const models::ModelSpec& m, const topologies::PerfModel& pm, const PlanOptions& o) {
   // Two and three layers per virtual stage for short pipelines (with one, the
   // embedding's and the head's transients can set the peak), one and two for
   // long ones (already many layers).
@@ -100,37 +102,71 @@ Estimate screen(const models::ModelSpec& m, const topologies::PerfModel& pm, con
                   x(ea.compute_s, eb.compute_s)};
 }
 
-// The sharded model states alone (a lower bound on the peak), GiB.
-double memory_lower_bound_GiB(const models::ModelSpec& m, const PlanOptions& o, const plan::ShardSizes& sh) {
-  const int per_stage = m.layers / o.pp;
-  double biggest = 0;
-  for (int s = 0; s < o.pp; ++s) {
-    double params = 0;
-    for (int l = s * per_stage; l < (s + 1) * per_stage; ++l) {
-      double expert = m.is_moe_layer(l) ? static_cast<double>(models::ffn_params(m, l)) : 0;
-      params += static_cast<double>(models::layer_params(m, l)) - expert + expert / o.ep;
-    }
-    biggest = std::max(biggest, params / o.tp);
+// Screening: the plan on reduced-layer models and, for pipelines with many
+// micro-batches, also fewer micro-batches (p and 2p per rank): a 1F1B step is
+// affine in the micro-batch count once it is at least p, and its peak memory
+// no longer grows with it.
+Estimate screen(const models::ModelSpec& m, const topologies::PerfModel& pm, const PlanOptions& o) {
+  const int world = pm.topology().devices();
+  std::int64_t micro = 0;
+  try {
+    micro = plan::split_batch(m, world, o).micro_batches;
+  } catch (const core::InputError&) {
+    return Estimate{};
   }
+  if (o.pp == 1 || micro <= 2 * o.pp) return over_layers(m, pm, o);
+  const std::int64_t dp = world / (o.tp * o.pp * o.cp);
+  auto with_micro = [&](std::int64_t mb_count) {
+    PlanOptions r = o;
+    r.global_batch_tokens.reset();
+    r.global_batch_sequences = mb_count * o.micro_batch * dp;
+    return r;
+  };
+  const std::int64_t m1 = o.pp, m2 = 2 * o.pp;
+  const Estimate e1 = over_layers(m, pm, with_micro(m1)), e2 = over_layers(m, pm, with_micro(m2));
+  if (!e1.ok || !e2.ok) return Estimate{};
+  const double k = static_cast<double>(micro - m1) / static_cast<double>(m2 - m1);
+  auto x = [k](double v1, double v2) { return v1 + k * (v2 - v1); };
+  return Estimate{true, x(e1.step_s, e2.step_s), std::max(e1.reserved_GiB, e2.reserved_GiB),
+                  x(e1.compute_s, e2.compute_s)};
+}
+
+// Parameters per layer (dense part, expert part), computed once per search.
+struct LayerParams {
+  std::vector<double> dense, expert;
+  explicit LayerParams(const models::ModelSpec& m) {
+    for (int l = 0; l < m.layers; ++l) {
+      const double e = m.is_moe_layer(l) ? static_cast<double>(models::ffn_params(m, l)) : 0;
+      dense.push_back(static_cast<double>(models::layer_params(m, l)) - e);
+      expert.push_back(e);
+    }
+  }
+  /// Parameters on one rank of the largest pipeline stage (dense / tp, experts / (tp · ep if counted)).
+  [[nodiscard]] double largest_stage(const PlanOptions& o, bool experts) const {
+    const std::size_t per_stage = dense.size() / static_cast<std::size_t>(o.pp);
+    double biggest = 0;
+    for (std::size_t s = 0; s < static_cast<std::size_t>(o.pp); ++s) {
+      double params = 0;
+      for (std::size_t l = s * per_stage; l < (s + 1) * per_stage; ++l) {
+        params += dense[l] + (experts ? expert[l] / o.ep : 0);
+      }
+      biggest = std::max(biggest, params / o.tp);
+    }
+    return biggest;
+  }
+};
+
+// The sharded model states alone (a lower bound on the peak), GiB.
+double memory_lower_bound_GiB(double stage_params, const PlanOptions& o, const plan::ShardSizes& sh) {
   const double grad_bytes = static_cast<double>(core::dtype_bytes(o.grad_dtype));
-  return biggest * (2.0 / sh.param + grad_bytes / sh.grad + 12.0 / sh.optim) / (1024.0 * 1024 * 1024);
+  return stage_params * (2.0 / sh.param + grad_bytes / sh.grad + 12.0 / sh.optim) / (1024.0 * 1024 * 1024);
 }
 
 // Adam's kernels on the compute stream (bandwidth-bound: kAdamBytesPerParam
 // per owned parameter), largest stage, seconds: serial with the GEMMs.
-double adam_seconds(const models::ModelSpec& m, const PlanOptions& o, const plan::ShardSizes& sh,
-                    const topologies::DeviceProfile& d) {
-  const int per_stage = m.layers / o.pp;
-  double biggest = 0;
-  for (int s = 0; s < o.pp; ++s) {
-    double params = 0;
-    for (int l = s * per_stage; l < (s + 1) * per_stage; ++l) {
-      const double expert = m.is_moe_layer(l) ? static_cast<double>(models::ffn_params(m, l)) : 0;
-      params += static_cast<double>(models::layer_params(m, l)) - expert;
-    }
-    biggest = std::max(biggest, params / o.tp);
-  }
-  return static_cast<double>(plan::kAdamBytesPerParam) * biggest / sh.optim / (d.hbm_GBps * 1e9 * d.hbm_efficiency);
+double adam_seconds(double dense_stage_params, const plan::ShardSizes& sh, const topologies::DeviceProfile& d) {
+  return static_cast<double>(plan::kAdamBytesPerParam) * dense_stage_params / sh.optim /
+         (d.hbm_GBps * 1e9 * d.hbm_efficiency);
 }
 
 std::vector<int> divisors_from(const std::vector<int>& wanted, int n) {
@@ -339,7 +375,10 @@ PlanSearch search_plans(const PlanQuery& q) {
 
   // 1. Memory lower bound; shards that do not resolve are not candidates.
   std::vector<Candidate> alive;
-  std::vector<double> adam;  // per alive candidate
+  std::vector<double> adam;    // per alive candidate: its Adam time
+  std::vector<double> states;  // per alive candidate: its sharded model states, GiB
+  const LayerParams layer_params(m);
+  std::map<std::tuple<int, int, int>, std::pair<double, double>> stage_params;  // (pp, tp, ep) -> (all, dense)
   for (auto& c : space) {
     const Setting& st = settings[c.setting];
     const int dp = st.gpus / (c.o.tp * c.o.pp);
@@ -350,12 +389,21 @@ PlanSearch search_plans(const PlanQuery& q) {
       continue;
     }
     ++out.candidates;
-    if (memory_lower_bound_GiB(m, c.o, sh) > st.limit_GiB) {
+    const auto stage_key = std::tuple{c.o.pp, c.o.tp, c.o.ep};
+    auto cached = stage_params.find(stage_key);
+    if (cached == stage_params.end()) {
+      cached = stage_params
+                   .emplace(stage_key,
+                            std::pair{layer_params.largest_stage(c.o, true), layer_params.largest_stage(c.o, false)})
+                   .first;
+    }
+    if (memory_lower_bound_GiB(cached->second.first, c.o, sh) > st.limit_GiB) {
       ++out.pruned_memory;
       continue;
     }
     alive.push_back(c);
-    adam.push_back(adam_seconds(m, c.o, sh, st.cluster.device));
+    adam.push_back(adam_seconds(cached->second.second, sh, st.cluster.device));
+    states.push_back(memory_lower_bound_GiB(cached->second.first, c.o, sh));
   }
 
   auto cost_of = [&](const Setting& st, double step_s, double tokens) -> std::optional<double> {
@@ -364,9 +412,9 @@ PlanSearch search_plans(const PlanQuery& q) {
     return *p * st.gpus * step_s / 3600.0 / tokens * 1e6;
   };
   const double tokens_per_step = [&] {
-    PlanOptions o = q.base;
-    auto b = plan::split_batch(m, settings.front().gpus, o);
-    return static_cast<double>(b.sequences * b.seq_len);
+    const std::int64_t seq = q.base.seq_len > 0 ? q.base.seq_len : std::min<std::int64_t>(m.max_seq_len, 8192);
+    if (q.base.global_batch_sequences) return static_cast<double>(*q.base.global_batch_sequences * seq);
+    return static_cast<double>(q.base.global_batch_tokens.value_or(0) / seq * seq);
   }();
   auto score = [&](const Setting& st, double step_s) {
     if (q.objective == "cost") return cost_of(st, step_s, tokens_per_step).value_or(1e300);
@@ -393,9 +441,8 @@ PlanSearch search_plans(const PlanQuery& q) {
     }
     out.screened += static_cast<long long>(which.size());
   };
-  run_screen(firsts);
-  const std::size_t keep = static_cast<std::size_t>(std::max(16, 4 * q.top));
-  std::vector<double> best_scores;  // the `keep` best screened scores so far
+  const std::size_t keep = static_cast<std::size_t>(q.top);  // the bound only has to keep the top K
+  std::vector<double> best_scores;                           // the `keep` best screened scores so far
   auto feasible = [&](std::size_t i) {
     return screened[i][0] > 0 && screened[i][2] <= settings[alive[i].setting].limit_GiB * 1.05;
   };
@@ -405,29 +452,65 @@ PlanSearch search_plans(const PlanQuery& q) {
     std::sort(best_scores.begin(), best_scores.end());
     if (best_scores.size() > keep) best_scores.resize(keep);
   };
-  for (std::size_t i : firsts) note(i);
-  std::vector<std::size_t> group_order;
-  for (std::size_t i : firsts) group_order.push_back(i);
-  std::sort(group_order.begin(), group_order.end(), [&](std::size_t a, std::size_t b) {
-    return score(settings[alive[a].setting], screened[a][3]) < score(settings[alive[b].setting], screened[b][3]);
-  });
+  // A group's bound without screening it: GEMM and attention per layer and
+  // micro-batch (from one- and two-layer models, the same for every pipeline
+  // depth and sharding) times the largest stage's layers and the micro-batches.
+  std::map<std::tuple<std::size_t, int, int, std::int64_t, int>, double> per_layer;  // (setting, tp, ep, mb, recompute)
+  auto group_bound = [&](std::size_t i) {
+    const Candidate& c = alive[i];
+    const Setting& st = settings[c.setting];
+    const auto key = std::tuple{c.setting, c.o.tp, c.o.ep, c.o.micro_batch, static_cast<int>(c.o.recompute)};
+    auto it = per_layer.find(key);
+    if (it == per_layer.end()) {
+      PlanOptions o = c.o;
+      o.strategy = Strategy::Fsdp;
+      o.pp = o.vpp = 1;
+      o.global_batch_tokens.reset();
+      o.global_batch_sequences = o.micro_batch * (st.gpus / (o.tp * o.cp));
+      models::ModelSpec one = m, two = m;
+      one.layers = 1;
+      two.layers = 2;
+      if (m.moe) one.moe->dense_layers = two.moe->dense_layers = 0;
+      const Estimate e1 = estimate(one, *st.pm, o), e2 = estimate(two, *st.pm, o);
+      const double c_layer = e1.ok && e2.ok ? std::max(0.0, e2.compute_s - e1.compute_s) : 0.0;
+      it = per_layer.emplace(key, c_layer).first;
+    }
+    const double micro = static_cast<double>(plan::split_batch(m, st.gpus, c.o).micro_batches);
+    return it->second * (m.layers / c.o.pp) * micro;
+  };
+  std::vector<std::pair<double, std::size_t>> group_order;  // (bound, first member)
+  for (std::size_t i : firsts) group_order.emplace_back(group_bound(i), i);
+  std::sort(group_order.begin(), group_order.end());
   const std::size_t batch = static_cast<std::size_t>(std::max(1, 2 * q.jobs));
   for (std::size_t at = 0; at < group_order.size(); at += batch) {
-    std::vector<std::size_t> todo;
+    std::vector<std::size_t> heads;
     for (std::size_t g = at; g < std::min(group_order.size(), at + batch); ++g) {
-      const std::size_t first = group_order[g];
-      const auto& list = members[alive[first].group];
-      const double bound = score(settings[alive[first].setting], screened[first][3]);
+      const auto [bound, first] = group_order[g];
       const double kth = best_scores.size() >= keep ? best_scores.back() : 1e300;
-      if (screened[first][0] > 0 && bound > 1.02 * kth) {
-        out.pruned_bound += static_cast<long long>(list.size() - 1);
+      if (score(settings[alive[first].setting], bound) > 1.02 * kth) {
+        out.pruned_bound += static_cast<long long>(members[alive[first].group].size());
         continue;
       }
+      heads.push_back(first);
+    }
+    run_screen(heads);
+    for (std::size_t i : heads) note(i);
+    std::vector<std::size_t> todo;
+    for (std::size_t first : heads) {
+      const auto& list = members[alive[first].group];
+      const double kth = best_scores.size() >= keep ? best_scores.back() : 1e300;
+      // What the group's first member holds besides its model states
+      // (activations, buffers) the others hold too, give or take their
+      // gathered-parameter buffers: a member estimated 10 % over the budget
+      // that way is not screened.
+      const double others = screened[first][2] - states[first];
       for (auto it = list.begin() + 1; it != list.end(); ++it) {
         // The group's GEMM and attention time plus this member's Adam bounds its step.
         if (screened[first][0] > 0 &&
             score(settings[alive[*it].setting], screened[first][3] + adam[*it]) > 1.02 * kth) {
           ++out.pruned_bound;
+        } else if (screened[first][0] > 0 && states[*it] + others > 1.1 * settings[alive[*it].setting].limit_GiB) {
+          ++out.pruned_memory;
         } else {
           todo.push_back(*it);
         }

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Candidates per second of `hzp plan` (issue 5's reference: Calculon's
+# exhaustive search evaluates 8,112 candidates in 28.7 s on a 2-core machine,
+# 283 per second; the target is at least 10x that over a space at least as
+# large). Usage: bench/plan-search.sh [hzp binary] [jobs]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+hzp=${1:-build/bin/hzp}
+jobs=${2:-2}
+printf '%-34s %10s %8s %8s %8s %6s %9s %12s\n' query candidates mem_prune cmp_prune screened exact seconds candidates/s
+run() {
+  local label=$1
+  shift
+  local out
+  out=$(mktemp)
+  "$hzp" plan "$@" -j "$jobs" --json > "$out"
+  python3 - "$label" "$out" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[2]))
+print("%-34s %10d %8d %8d %8d %6d %9.2f %12.0f" % (sys.argv[1], j["candidates"], j["pruned_by_memory_bound"],
+      j["pruned_by_compute_bound"], j["screened"], j["simulated_exactly"], j["seconds"], j["candidates_per_second"]))
+PY
+  rm -f "$out"
+}
+run "llama3-70b dgx-h100 x1024, 16M tok" --model llama3-70b --cluster dgx-h100 --gpus 1024 --global-batch-tokens 16M
+run "gpt3-175b dgx-a100 x1024, 1536 seq" --model gpt3-175b --cluster dgx-a100 --gpus 1024 --global-batch-seqs 1536
+run "llama3-8b dgx-h100 x64,128,256" --model llama3-8b --cluster dgx-h100 --gpus 64,128,256 --global-batch-tokens 4M
