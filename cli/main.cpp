@@ -341,7 +341,7 @@ struct SweepArgs {
   int jobs = 0;
 };
 
-int cmd_sweep(const SweepArgs& a, bool force) {
+int cmd_sweep(const SweepArgs& a) {
   cli::SweepSpec spec;
   std::string file = "command line";
   if (!a.spec.empty()) {
@@ -351,7 +351,6 @@ int cmd_sweep(const SweepArgs& a, bool force) {
   for (const auto& set : a.sets) cli::add_set(spec, set);
   for (const auto& w : a.where) spec.where.push_back(w);
   if (a.db.empty()) throw core::InputError("command line", "--db", "expected the sweep database to write");
-  (void)force;
   cli::SweepOptions o;
   auto [rank, ranks] = cli::launcher_rank();
   o.rank = rank;
@@ -650,7 +649,7 @@ int main(int argc, char** argv) {
     if (clusters_cmd->parsed()) return cmd_clusters(clusters_json);
     if (merge->parsed()) return cmd_sweep_merge(sw);
     if (exp->parsed()) return cmd_sweep_export(sw, sweep_force);
-    if (sweep->parsed()) return cmd_sweep(sw, sweep_force);
+    if (sweep->parsed()) return cmd_sweep(sw);
     if (plan_cmd->parsed()) return cmd_plan(pa);
     if (plot->parsed()) return cmd_plot(plot->remaining());
   } catch (const core::InputError& e) {

@@ -356,7 +356,7 @@ Scenario scenario_of(const json& in, const std::string& file) {
     p.global_batch_tokens = num("global_batch_tokens", 16LL << 20);
   }
   sc.engine = str("engine", "analytic");
-  sc.engine_options.ranks = str("ranks", "classes");
+  sc.engine_options.ranks = str("ranks", sc.engine_options.ranks);
   sc.engine_options.nccl_channels = static_cast<int>(num("nccl_channels", 16));
   if (in.contains("nic_gbps")) sc.nic_gbps = in["nic_gbps"].get<double>();
   if (in.contains("oversubscription")) sc.oversubscription = in["oversubscription"].get<double>();

@@ -1,9 +1,10 @@
 // The SimGrid engine (see simgrid_engine.hpp).
 //
 // Actors and what they share:
-//  - a host-thread actor per (rank, thread) computes when each op of its
-//    streams is issued (one launch latency per kernel or NCCL call) and blocks
-//    only in a `sync` until its event has been recorded;
+//  - issue times are the program's (one launch latency per kernel or NCCL
+//    call, in op-id order per host thread) plus, per rank, the delays its
+//    `sync`s add: a host-thread actor per (rank, thread that syncs) blocks in
+//    each sync until its event has been recorded and shifts what follows;
 //  - a stream actor per (rank, stream) runs its ops in order: compute (runs of
 //    consecutive kernels that start back to back are one timed wait), events,
 //    collectives and transfers;
