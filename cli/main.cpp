@@ -564,6 +564,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   sim->add_option("--nccl-channels", o.sc.engine_options.nccl_channels, "simgrid: NCCL channels per collective")
       ->capture_default_str();
+  sim->add_option("--simgrid-cfg", o.sc.engine_options.simgrid_config,
+                  "simgrid: a SimGrid setting KEY:VALUE applied after hzp's own (repeatable)");
   sim->add_flag("!--no-interference", o.sc.engine_options.interference,
                 "simgrid: compute does not slow down while collectives share the device");
   sim->add_flag("--json", o.json, "print the summary as JSON");

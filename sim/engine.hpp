@@ -5,6 +5,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/schedule.hpp"
 #include "topologies/topology.hpp"
@@ -31,6 +32,8 @@ struct EngineOptions {
   /// Slow compute down while a collective runs on the same device, by the
   /// device profile's comm_compute_slowdown.
   bool interference = true;
+  /// Extra SimGrid settings ("key:value"), applied after hzp's own.
+  std::vector<std::string> simgrid_config;
 };
 
 /// "analytic" or "simgrid"; InputError(--engine / --ranks / --nccl-channels) otherwise.

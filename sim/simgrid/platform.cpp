@@ -7,7 +7,9 @@
 #include <fmt/format.h>
 #include <algorithm>
 #include <cmath>
+
 #include <simgrid/s4u.hpp>
+#include "core/error.hpp"
 
 namespace hzp::sim::simgrid {
 
@@ -83,10 +85,20 @@ std::vector<int> FatTreeShape::leaf_of_device() const {
   return leaf;
 }
 
-std::vector<sg4::Host*> build_platform(sg4::Engine& e, const topologies::Topology& topo) {
+std::vector<sg4::Host*> build_platform(sg4::Engine& e, const topologies::Topology& topo,
+                                       const std::vector<std::string>& extra_config) {
   e.set_config("network/model:CM02");
   e.set_config("network/TCP-gamma:0");
   e.set_config("network/crosstraffic:0");
+  for (const auto& cfg : extra_config) {
+    try {
+      e.set_config(cfg);
+    } catch (const std::exception&) {  // SimGrid's message lists every setting: name the one at fault instead
+      throw core::InputError(
+          "command line", "--simgrid-cfg",
+          fmt::format("expected a SimGrid setting key:value that SimGrid 3.32 knows, got '{}'", cfg));
+    }
+  }
 
   const auto& spec = topo.spec();
   const FatTreeShape shape = fat_tree_shape(topo);

@@ -3,6 +3,7 @@
 // network as a fat tree with one NIC port per device. Built in this one file.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "topologies/topology.hpp"
@@ -32,9 +33,11 @@ struct FatTreeShape {
 [[nodiscard]] FatTreeShape fat_tree_shape(const topologies::Topology& topo);
 
 /// Builds the platform in the engine's root zone and sets the network model
-/// for RDMA and NVLink (CM02, no TCP gamma, no cross-traffic). Returns the
-/// host of each device. Links have no latency: the engine adds latencies in
-/// closed form. Call once per process, before any actor runs.
-std::vector<::simgrid::s4u::Host*> build_platform(::simgrid::s4u::Engine& e, const topologies::Topology& topo);
+/// for RDMA and NVLink (CM02, no TCP gamma, no cross-traffic), then the
+/// caller's `extra_config` ("key:value"). Returns the host of each device.
+/// Links have no latency: the engine adds latencies in closed form. Call once
+/// per process, before any actor runs.
+std::vector<::simgrid::s4u::Host*> build_platform(::simgrid::s4u::Engine& e, const topologies::Topology& topo,
+                                                  const std::vector<std::string>& extra_config = {});
 
 }  // namespace hzp::sim::simgrid

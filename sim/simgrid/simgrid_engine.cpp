@@ -17,6 +17,7 @@
 #include "sim/simgrid/simgrid_engine.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <xbt/log.h>
@@ -249,7 +250,7 @@ class Simulation {
     e.set_config("contexts/stack-size:64");
     e.set_config("contexts/guard-size:0");
 #endif
-    hosts_ = build_platform(e, pm_.topology());
+    hosts_ = build_platform(e, pm_.topology(), o_.simgrid_config);
     leaf_ = fat_tree_shape(pm_.topology()).leaf_of_device();
     prepare();
     spawn();
@@ -983,7 +984,17 @@ void SimGridEngine::run(const core::Schedule& s, traces::TraceHeader header, tra
   // The walk with zero costs names the first offending op of a broken
   // Schedule before any actor runs.
   (void)core::replay(s, core::ReplayCosts{});
-  SimResult r = simulate_forked(s, pm_, options_);
+  SimResult r;
+  try {
+    r = simulate_forked(s, pm_, options_);
+  } catch (const std::runtime_error& e) {
+    // SimGrid aborts on a setting it does not know or accept.
+    const bool died = std::string(e.what()).find("simulation process died") != std::string::npos;
+    if (!died || options_.simgrid_config.empty()) throw;
+    throw core::InputError("command line", "--simgrid-cfg",
+                           fmt::format("expected SimGrid settings it accepts (key:value), got '{}' ({})",
+                                       fmt::join(options_.simgrid_config, " "), e.what()));
+  }
   header.engine = name();
   const int world = pm_.topology().devices();
   header.engine_detail = fmt::format(

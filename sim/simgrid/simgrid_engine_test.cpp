@@ -235,6 +235,24 @@ TEST(SimGridEngine, HeaderSaysWhichModeRan) {
   EXPECT_EQ(seconds(all.ops[0]), seconds(classes.ops[0]));
 }
 
+TEST(SimGridEngine, PassesSimGridSettingsThroughAndNamesBadOnes) {
+  auto pm = h100(16);
+  Builder b({0, 8}, 16);
+  auto a = b.stream("a");
+  b.collective(a, CollectiveKind::AllGather, b.group(GroupKind::DpShard, {0, 8}), 64 << 20);
+  EngineOptions full = quiet();
+  full.simgrid_config = {"network/optim:Full"};  // a different solver mode, the same answer
+  EXPECT_EQ(seconds(run(b.s, pm, quiet()).ops.at(0)), seconds(run(b.s, pm, full).ops.at(0)));
+  EngineOptions bad = quiet();
+  bad.simgrid_config = {"network/no-such-setting:1"};
+  try {
+    (void)run(b.s, pm, bad);
+    ADD_FAILURE() << "expected an InputError";
+  } catch (const core::InputError& e) {
+    EXPECT_EQ(e.key(), "--simgrid-cfg");
+  }
+}
+
 TEST(SimGridEngine, RejectsRanksTheClusterLacksAndBrokenSchedules) {
   auto pm = h100(8);
   Builder b({0, 8}, 16);
