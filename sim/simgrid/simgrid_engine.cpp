@@ -27,6 +27,7 @@
 #include <cstring>
 #include <deque>
 #include <exception>
+#include <functional>
 #include <map>
 #include <memory>
 #include <simgrid/s4u.hpp>
@@ -233,7 +234,9 @@ class Simulation {
   Simulation(const core::Schedule& s, const topologies::PerfModel& pm, const EngineOptions& o)
       : s_(s), pm_(pm), o_(o), classes_(o.ranks == "classes") {}
 
-  SimResult run() {
+  /// Simulates; `deliver`, when set, gets the result while the engine still
+  /// exists (the forked child writes it and exits without tearing down).
+  SimResult run(const std::function<void(const SimResult&)>& deliver = {}) {
     xbt_log_control_set("root.thres:critical");
     // The context factory is chosen when the engine starts: pass it as an argument.
     char name[] = "hzp";
@@ -256,7 +259,9 @@ class Simulation {
     spawn();
     e.run();
     if (error_) std::rethrow_exception(error_);
-    return collect();
+    SimResult result = collect();
+    if (deliver) deliver(result);
+    return result;
   }
 
  private:
@@ -934,7 +939,12 @@ SimResult simulate_forked(const core::Schedule& s, const topologies::PerfModel& 
     ::close(fds[0]);
     std::string out;
     try {
-      out = encode(simulate_in_process(s, pm, o));
+      // The result leaves before the engine's teardown, which the child skips.
+      (void)Simulation(s, pm, o).run([&](const SimResult& r) {
+        write_all(fds[1], encode(r));
+        ::close(fds[1]);
+        ::_exit(0);
+      });
     } catch (const core::InputError& e) {
       put(out, static_cast<std::int64_t>(Status::Input));
       put(out, e.file());
