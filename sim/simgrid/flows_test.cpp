@@ -3,8 +3,11 @@
 // divided by the link class's efficiency at the message size.
 #include "sim/simgrid/flows.hpp"
 
+#include <algorithm>
+
 #include <gtest/gtest.h>
 
+#include "sim/simgrid/platform.hpp"
 #include "topologies/catalog.hpp"
 
 namespace hzp::sim::simgrid {
@@ -114,6 +117,46 @@ TEST(Flows, SingleRankOrEmptyMessageMovesNothing) {
   auto pm = h100(8);
   EXPECT_TRUE(lower_collective(pm, CollectiveKind::AllGather, Bytes(1 << 20), {3}, 16).flows.empty());
   EXPECT_TRUE(lower_collective(pm, CollectiveKind::AllGather, Bytes(0), iota(0, 8), 16).flows.empty());
+}
+
+}  // namespace
+}  // namespace hzp::sim::simgrid
+
+namespace hzp::sim::simgrid {
+namespace {
+
+// The fat tree's shape: rails put NIC r of consecutive nodes under one leaf;
+// uplinks are down ports / oversubscription; every device sits at one leaf.
+TEST(Platform, RailOptimizedFatTreeShape) {
+  auto pm = h100(512);  // 64 nodes; a leaf holds rail r of 32 nodes
+  const FatTreeShape s = fat_tree_shape(pm.topology());
+  EXPECT_EQ(s.down, (std::vector<unsigned>{32, 16}));
+  EXPECT_EQ(s.up, (std::vector<unsigned>{1, 32}));
+  ASSERT_EQ(s.device_at.size(), 512u);
+  EXPECT_EQ(s.device_at[0], 0);   // node 0, rail 0
+  EXPECT_EQ(s.device_at[1], 8);   // node 1, rail 0
+  EXPECT_EQ(s.device_at[32], 1);  // node 0, rail 1
+  std::vector<int> seen(512, 0);
+  for (int d : s.device_at) ++seen.at(static_cast<std::size_t>(d));
+  EXPECT_TRUE(std::all_of(seen.begin(), seen.end(), [](int n) { return n == 1; }));
+  const auto leaf = s.leaf_of_device();
+  EXPECT_EQ(leaf[0], leaf[8]);  // same rail, neighbouring nodes
+  EXPECT_NE(leaf[0], leaf[1]);  // other rail
+}
+
+TEST(Platform, OneNodeNeedsOneSwitchAndOversubscriptionThinsUplinks) {
+  EXPECT_EQ(fat_tree_shape(h100(8).topology()).down, (std::vector<unsigned>{8}));
+  auto [text, file] = topologies::cluster_text("dgx-h100");
+  std::string over = text;
+  const std::string from = "{\"name\": \"leaf\", \"radix\": 64, \"oversubscription\": 1.0";
+  const auto at = over.find(from);
+  ASSERT_NE(at, std::string::npos);
+  over.replace(at, from.size(), "{\"name\": \"leaf\", \"radix\": 12, \"oversubscription\": 2.0");
+  topologies::Topology topo(topologies::cluster_from_json(over, "test.json"), 128);
+  const FatTreeShape s = fat_tree_shape(topo);
+  ASSERT_EQ(s.down.size(), 2u);
+  EXPECT_EQ(s.down[0], 8u);  // 12 ports at 2:1 -> 8 down, 4 up
+  EXPECT_EQ(s.up[1], 4u);
 }
 
 }  // namespace
