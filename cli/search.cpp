@@ -495,7 +495,7 @@ PlanSearch search_plans(const PlanQuery& q) {
     }
     run_screen(heads);
     for (std::size_t i : heads) note(i);
-    std::vector<std::size_t> todo;
+    std::vector<std::size_t> to_screen;
     for (std::size_t first : heads) {
       const auto& list = members[alive[first].group];
       const double kth = best_scores.size() >= keep ? best_scores.back() : 1e300;
@@ -512,12 +512,12 @@ PlanSearch search_plans(const PlanQuery& q) {
         } else if (screened[first][0] > 0 && states[*it] + others > 1.1 * settings[alive[*it].setting].limit_GiB) {
           ++out.pruned_memory;
         } else {
-          todo.push_back(*it);
+          to_screen.push_back(*it);
         }
       }
     }
-    run_screen(todo);
-    for (std::size_t i : todo) note(i);
+    run_screen(to_screen);
+    for (std::size_t i : to_screen) note(i);
   }
 
   // 3. Exact simulation of the best screened, every strategy's best and the presets at the base options.

@@ -467,11 +467,11 @@ namespace {
 struct Worker {
   pid_t pid = -1;
   int to = -1, from = -1;
-  std::int64_t current = -1;  // index into the todo list, -1 when idle
+  std::int64_t current = -1;  // index into the to_run list, -1 when idle
   std::string buffer;
 };
 
-[[noreturn]] void worker_main(const std::vector<SweepPoint>& todo, int in, int out) {
+[[noreturn]] void worker_main(const std::vector<SweepPoint>& to_run, int in, int out) {
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);                  // never outlive the sweep
   std::signal(SIGINT, SIG_IGN);                        // the parent decides when to stop
   const char* fault = std::getenv("HZP_SWEEP_FAULT");  // fault injection for tests: "abort@<point>"
@@ -485,7 +485,7 @@ struct Worker {
       line += c;
       continue;
     }
-    const auto& pt = todo.at(static_cast<std::size_t>(std::stoll(line)));
+    const auto& pt = to_run.at(static_cast<std::size_t>(std::stoll(line)));
     line.clear();
     if (fault && std::string(fault) == fmt::format("abort@{}", pt.index)) std::abort();
     PointResult r = run_point(pt);
@@ -500,7 +500,7 @@ struct Worker {
   }
 }
 
-Worker spawn(const std::vector<SweepPoint>& todo, const std::vector<Worker>& others) {
+Worker spawn(const std::vector<SweepPoint>& to_run, const std::vector<Worker>& others) {
   int down[2], up[2];
   if (::pipe(down) != 0 || ::pipe(up) != 0) throw std::runtime_error(fmt::format("pipe: {}", std::strerror(errno)));
   std::fflush(stdout);
@@ -514,7 +514,7 @@ Worker spawn(const std::vector<SweepPoint>& todo, const std::vector<Worker>& oth
     }
     ::close(down[1]);
     ::close(up[0]);
-    worker_main(todo, down[0], up[1]);
+    worker_main(to_run, down[0], up[1]);
   }
   ::close(down[0]);
   ::close(up[1]);
@@ -559,12 +559,12 @@ SweepSummary run_sweep(const SweepSpec& spec, const std::string& spec_file, cons
   sum.points = static_cast<std::int64_t>(mine.size());
   SweepDb db(o.db, spec.hash(), spec.to_json().dump());
   const std::set<std::string> done = db.done();
-  std::vector<SweepPoint> todo;
+  std::vector<SweepPoint> to_run;
   for (auto& p : mine) {
     if (done.count(p.key)) {
       ++sum.skipped;
     } else {
-      todo.push_back(std::move(p));
+      to_run.push_back(std::move(p));
     }
   }
   const std::string shard = o.ranks > 1 ? fmt::format("{}/{}", o.rank, o.ranks) : "";
@@ -572,7 +572,7 @@ SweepSummary run_sweep(const SweepSpec& spec, const std::string& spec_file, cons
     if (o.progress) o.progress(s);
   };
   say(fmt::format("sweep: {} points{}, {} already in {}, {} to run on {} worker{}", sum.points,
-                  shard.empty() ? "" : " (rank " + shard + ")", sum.skipped, o.db, todo.size(), o.jobs,
+                  shard.empty() ? "" : " (rank " + shard + ")", sum.skipped, o.db, to_run.size(), o.jobs,
                   o.jobs == 1 ? "" : "s"));
 
   g_stop = 0;
@@ -585,7 +585,7 @@ SweepSummary run_sweep(const SweepSpec& spec, const std::string& spec_file, cons
 
   std::vector<Worker> workers;
   std::size_t next = 0, finished = 0;
-  const int jobs = std::max(1, std::min<int>(o.jobs, static_cast<int>(std::max<std::size_t>(1, todo.size()))));
+  const int jobs = std::max(1, std::min<int>(o.jobs, static_cast<int>(std::max<std::size_t>(1, to_run.size()))));
   double last_progress = 0;
   auto record = [&](json row) {
     row["shard"] = shard.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(shard);
@@ -602,25 +602,25 @@ SweepSummary run_sweep(const SweepSpec& spec, const std::string& spec_file, cons
     if (!final && t - last_progress < (o.progress_tty ? 0.2 : 5.0)) return;
     last_progress = t;
     const double rate = static_cast<double>(finished) / std::max(1e-9, t - t0);
-    const double eta = (static_cast<double>(todo.size()) - static_cast<double>(finished)) / std::max(1e-9, rate);
-    const double frac = todo.empty() ? 1.0 : static_cast<double>(finished) / static_cast<double>(todo.size());
+    const double eta = (static_cast<double>(to_run.size()) - static_cast<double>(finished)) / std::max(1e-9, rate);
+    const double frac = to_run.empty() ? 1.0 : static_cast<double>(finished) / static_cast<double>(to_run.size());
     if (o.progress_tty) {
       const int width = 30, filled = static_cast<int>(frac * width);
       std::string bar(static_cast<std::size_t>(filled), '=');
       if (filled < width) bar += '>' + std::string(static_cast<std::size_t>(width - filled - 1), ' ');
-      say(fmt::format("\r[{}] {}/{} {:5.1f}%  {:.1f} points/s  ETA {}{}", bar, finished, todo.size(), 100 * frac, rate,
-                      fmt_duration(eta), final ? "\n" : ""));
+      say(fmt::format("\r[{}] {}/{} {:5.1f}%  {:.1f} points/s  ETA {}{}", bar, finished, to_run.size(), 100 * frac,
+                      rate, fmt_duration(eta), final ? "\n" : ""));
     } else {
-      say(fmt::format("sweep: {}/{} points ({:.1f}%), {:.1f} points/s, ETA {}\n", finished, todo.size(), 100 * frac,
+      say(fmt::format("sweep: {}/{} points ({:.1f}%), {:.1f} points/s, ETA {}\n", finished, to_run.size(), 100 * frac,
                       rate, fmt_duration(eta)));
     }
   };
   try {
-    for (int j = 0; j < jobs && next < todo.size(); ++j) {
-      workers.push_back(spawn(todo, workers));
+    for (int j = 0; j < jobs && next < to_run.size(); ++j) {
+      workers.push_back(spawn(to_run, workers));
       send(workers.back(), static_cast<std::int64_t>(next++));
     }
-    while (finished < todo.size() && !g_stop) {
+    while (finished < to_run.size() && !g_stop) {
       std::vector<pollfd> fds;
       for (const auto& w : workers) fds.push_back(pollfd{w.from, POLLIN, 0});
       const int n = ::poll(fds.data(), fds.size(), 200);
@@ -637,7 +637,7 @@ SweepSummary run_sweep(const SweepSpec& spec, const std::string& spec_file, cons
             record(json::parse(w.buffer.substr(0, nl)));
             w.buffer.erase(0, nl + 1);
             w.current = -1;
-            if (next < todo.size()) send(w, static_cast<std::int64_t>(next++));
+            if (next < to_run.size()) send(w, static_cast<std::int64_t>(next++));
           }
           continue;
         }
@@ -651,7 +651,7 @@ SweepSummary run_sweep(const SweepSpec& spec, const std::string& spec_file, cons
         }
         w.pid = -1;
         if (w.current >= 0) {
-          const SweepPoint& pt = todo[static_cast<std::size_t>(w.current)];
+          const SweepPoint& pt = to_run[static_cast<std::size_t>(w.current)];
           json row{{"point", pt.index}, {"key", pt.key}, {"inputs", pt.inputs.dump()}, {"status", "error"}};
           row["error"] = WIFSIGNALED(st)
                              ? fmt::format("worker crashed (signal {}: {})", WTERMSIG(st), ::strsignal(WTERMSIG(st)))
@@ -671,8 +671,8 @@ SweepSummary run_sweep(const SweepSpec& spec, const std::string& spec_file, cons
         for (const auto& other : workers) {
           if (other.pid > 0) rest.push_back(other);
         }
-        if (next < todo.size()) {
-          Worker fresh = spawn(todo, rest);
+        if (next < to_run.size()) {
+          Worker fresh = spawn(to_run, rest);
           send(fresh, static_cast<std::int64_t>(next++));
           rest.push_back(fresh);
         }
