@@ -210,15 +210,6 @@ std::string fmt_duration(double s) {
 
 }  // namespace
 
-const std::vector<std::pair<std::string, std::string>>& sweep_keys() {
-  static const std::vector<std::pair<std::string, std::string>> keys = [] {
-    std::vector<std::pair<std::string, std::string>> k;
-    for (const auto& [name, info] : key_table()) k.emplace_back(name, info.help);
-    return k;
-  }();
-  return keys;
-}
-
 json SweepSpec::to_json() const {
   json axes_json = json::object();
   for (const auto& [k, vs] : axes) axes_json[k] = vs;

@@ -26,9 +26,6 @@ struct SweepSpec {
   [[nodiscard]] nlohmann::ordered_json to_json() const;
 };
 
-/// The keys a sweep may set, with what each expects.
-[[nodiscard]] const std::vector<std::pair<std::string, std::string>>& sweep_keys();
-
 /// {"schema_version": 1, "base": {...}, "axes": {"gpus": [256, 512], ...}, "where": [...]}.
 [[nodiscard]] SweepSpec sweep_from_json(const std::string& text, const std::string& file);
 /// Adds `--set key=v1,v2,...` (numbers where they parse, strings otherwise).

@@ -34,6 +34,7 @@
 #include <unordered_map>
 
 #include "core/error.hpp"
+#include "core/schedule_replay.hpp"
 #include "sim/emit.hpp"
 #include "sim/simgrid/flows.hpp"
 #include "sim/simgrid/platform.hpp"
@@ -43,6 +44,17 @@ namespace {
 
 namespace sg4 = ::simgrid::s4u;
 using core::Op;
+
+/// What one simulation produced.
+struct SimResult {
+  /// times[program][stream][op] of the member emitted for each program: its
+  /// slowest member (`--ranks all`) or its representative (`--ranks classes`).
+  std::vector<std::vector<std::vector<core::OpTime>>> times;
+  std::vector<int> emitted_rank;  // per program
+  int ranks_simulated = 0;        // ranks with actors of their own
+  long long flows = 0;            // flows put on the network, background included
+};
+
 using core::OpKind;
 
 double now_s() { return sg4::Engine::get_clock(); }
@@ -984,10 +996,6 @@ SimResult simulate_forked(const core::Schedule& s, const topologies::PerfModel& 
 }
 
 }  // namespace
-
-SimResult simulate_in_process(const core::Schedule& s, const topologies::PerfModel& pm, const EngineOptions& options) {
-  return Simulation(s, pm, options).run();
-}
 
 void SimGridEngine::run(const core::Schedule& s, traces::TraceHeader header, traces::TraceSink& sink) {
   check_fits(s, pm_.topology());

@@ -1,5 +1,5 @@
 // The SimGrid engine: flow-level contention on the cluster's real topology.
-// Every simulated (rank, stream) and host thread is an actor; compute takes
+// Every simulated (rank, stream), and each host thread that syncs, is an actor; compute takes
 // the analytic engine's uncontended time, slowed while a collective shares
 // the device; collectives and transfers are aggregated flows (flows.hpp) that
 // SimGrid's max-min solver shares with everything else in flight.
@@ -9,27 +9,11 @@
 // process (strategies, sweeps, tests).
 #pragma once
 
-#include <vector>
+#include <utility>
 
-#include "core/schedule_replay.hpp"
 #include "sim/engine.hpp"
 
 namespace hzp::sim::simgrid {
-
-/// What one simulation produced.
-struct SimResult {
-  /// times[program][stream][op] of the member emitted for each program: its
-  /// slowest member (`--ranks all`) or its representative (`--ranks classes`).
-  std::vector<std::vector<std::vector<core::OpTime>>> times;
-  std::vector<int> emitted_rank;  // per program
-  int ranks_simulated = 0;        // ranks with actors of their own
-  long long flows = 0;            // flows put on the network, background included
-};
-
-/// Runs the simulation in this process. It creates the process's one SimGrid
-/// engine, so call it at most once per process (`SimGridEngine::run` forks).
-[[nodiscard]] SimResult simulate_in_process(const core::Schedule& s, const topologies::PerfModel& pm,
-                                            const EngineOptions& options);
 
 class SimGridEngine final : public Engine {
  public:
