@@ -15,6 +15,7 @@
 #include <tuple>
 
 #include "core/error.hpp"
+#include "core/io.hpp"
 #include "models/model_spec.hpp"
 #include "sim/analytic/analytic_engine.hpp"
 #include "sim/metrics.hpp"
@@ -220,29 +221,14 @@ std::vector<std::vector<double>> parallel_map(std::size_t n, int jobs, std::size
         auto r = fn(i);
         buf.insert(buf.end(), r.begin(), r.end());
       }
-      const char* p = reinterpret_cast<const char*>(buf.data());
-      std::size_t left = buf.size() * sizeof(double);
-      while (left > 0) {
-        ssize_t wr = ::write(fds[1], p, left);
-        if (wr < 0 && errno == EINTR) continue;
-        if (wr <= 0) ::_exit(1);
-        p += wr;
-        left -= static_cast<std::size_t>(wr);
-      }
-      ::_exit(0);
+      const std::string bytes(reinterpret_cast<const char*>(buf.data()), buf.size() * sizeof(double));
+      ::_exit(core::write_all_fd(fds[1], bytes) ? 0 : 1);
     }
     ::close(fds[1]);
     kids.emplace_back(pid, fds[0]);
   }
   for (int w = 0; w < jobs; ++w) {
-    std::string data;
-    char chunk[1 << 16];
-    while (true) {
-      ssize_t r = ::read(kids[static_cast<std::size_t>(w)].second, chunk, sizeof chunk);
-      if (r < 0 && errno == EINTR) continue;
-      if (r <= 0) break;
-      data.append(chunk, static_cast<std::size_t>(r));
-    }
+    const std::string data = core::read_all_fd(kids[static_cast<std::size_t>(w)].second);
     ::close(kids[static_cast<std::size_t>(w)].second);
     int st = 0;
     while (::waitpid(kids[static_cast<std::size_t>(w)].first, &st, 0) < 0 && errno == EINTR) {

@@ -480,14 +480,7 @@ struct Worker {
     line.clear();
     if (fault && std::string(fault) == fmt::format("abort@{}", pt.index)) std::abort();
     PointResult r = run_point(pt);
-    std::string msg = r.row.dump() + "\n";
-    std::size_t at = 0;
-    while (at < msg.size()) {
-      ssize_t w = ::write(out, msg.data() + at, msg.size() - at);
-      if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) ::_exit(1);
-      at += static_cast<std::size_t>(w);
-    }
+    if (!core::write_all_fd(out, r.row.dump() + "\n")) ::_exit(1);
   }
 }
 

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 #include <unistd.h>
+#include <cerrno>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -51,5 +52,28 @@ std::string read_file(const std::string& path) {
 
 std::string version() { return HZP_VERSION; }
 std::string git_revision() { return HZP_GIT_REV; }
+
+bool write_all_fd(int fd, const std::string& data) {
+  std::size_t at = 0;
+  while (at < data.size()) {
+    const ssize_t n = ::write(fd, data.data() + at, data.size() - at);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    at += static_cast<std::size_t>(n);
+  }
+  return true;
+}
+
+std::string read_all_fd(int fd) {
+  std::string data;
+  char buf[1 << 16];
+  while (true) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    data.append(buf, static_cast<std::size_t>(n));
+  }
+  return data;
+}
 
 }  // namespace hzp::core

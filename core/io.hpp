@@ -13,6 +13,12 @@ void write_file_atomic(const std::string& path, const std::string& content);
 /// Reads a whole file; InputError when it cannot be opened.
 [[nodiscard]] std::string read_file(const std::string& path);
 
+/// Writes all of `data` to a file descriptor (a pipe between hzp's
+/// processes), retrying on EINTR; false if the other end is gone.
+bool write_all_fd(int fd, const std::string& data);
+/// Reads a file descriptor to its end.
+[[nodiscard]] std::string read_all_fd(int fd);
+
 /// hzp's version and the git revision it was built from.
 [[nodiscard]] std::string version();
 [[nodiscard]] std::string git_revision();

@@ -34,6 +34,7 @@
 #include <unordered_map>
 
 #include "core/error.hpp"
+#include "core/io.hpp"
 #include "core/schedule_replay.hpp"
 #include "sim/emit.hpp"
 #include "sim/simgrid/flows.hpp"
@@ -919,28 +920,6 @@ SimResult decode(const std::string& in) {
   return r;
 }
 
-void write_all(int fd, const std::string& data) {
-  std::size_t at = 0;
-  while (at < data.size()) {
-    ssize_t n = ::write(fd, data.data() + at, data.size() - at);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;
-    at += static_cast<std::size_t>(n);
-  }
-}
-
-std::string read_all(int fd) {
-  std::string data;
-  char buf[1 << 16];
-  while (true) {
-    ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    data.append(buf, static_cast<std::size_t>(n));
-  }
-  return data;
-}
-
 // Runs the simulation in a child process and returns what it reported.
 SimResult simulate_forked(const core::Schedule& s, const topologies::PerfModel& pm, const EngineOptions& o) {
   int fds[2];
@@ -953,7 +932,7 @@ SimResult simulate_forked(const core::Schedule& s, const topologies::PerfModel& 
     try {
       // The result leaves before the engine's teardown, which the child skips.
       (void)Simulation(s, pm, o).run([&](const SimResult& r) {
-        write_all(fds[1], encode(r));
+        (void)core::write_all_fd(fds[1], encode(r));
         ::close(fds[1]);
         ::_exit(0);
       });
@@ -975,12 +954,12 @@ SimResult simulate_forked(const core::Schedule& s, const topologies::PerfModel& 
       put(out, static_cast<std::int64_t>(Status::Other));
       put(out, std::string("simgrid engine: unknown error in the simulation process"));
     }
-    write_all(fds[1], out);
+    (void)core::write_all_fd(fds[1], out);
     ::close(fds[1]);
     ::_exit(0);
   }
   ::close(fds[1]);
-  std::string data = read_all(fds[0]);
+  std::string data = core::read_all_fd(fds[0]);
   ::close(fds[0]);
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
