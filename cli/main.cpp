@@ -430,6 +430,7 @@ struct PlanArgs {
   int top = 5;
   int jobs = 0;
   bool json = false;
+  bool exhaustive = false;
 };
 
 int cmd_plan(const PlanArgs& a) {
@@ -452,6 +453,7 @@ int cmd_plan(const PlanArgs& a) {
   q.objective = a.objective;
   q.top = a.top;
   q.jobs = a.jobs > 0 ? a.jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  q.exhaustive = a.exhaustive;
   cli::PlanSearch r = cli::search_plans(q);
   nlohmann::ordered_json j{{"hzp_version", core::version()},
                            {"git_revision", core::git_revision()},
@@ -624,6 +626,7 @@ int main(int argc, char** argv) {
   plan_cmd->add_option("--top", pa.top, "how many plans to print")->capture_default_str();
   plan_cmd->add_option("-j,--jobs", pa.jobs, "screening processes (default: the core count)");
   plan_cmd->add_flag("--json", pa.json, "as JSON");
+  plan_cmd->add_flag("--exhaustive", pa.exhaustive, "screen every plan that passes the memory bound (no pruning)");
 
   std::vector<std::string> plot_args;
   auto* plot =

@@ -49,13 +49,24 @@ struct Estimate {
   double step_s = 0;
   double reserved_GiB = 0;
   double compute_s = 0;  // GEMM and attention on the compute stream: a lower bound on the step
+  /// With `floor`: the step when every sharding-dependent op
+  /// (plan::is_sharding_op) costs nothing, which no sharding of the same
+  /// model-parallel plan can beat. A second walk of the same Schedule.
+  double floor_s = 0;
 };
 
-Estimate estimate(const models::ModelSpec& m, const topologies::PerfModel& pm, const PlanOptions& o) {
+Estimate estimate(const models::ModelSpec& m, const topologies::PerfModel& pm, const PlanOptions& o,
+                  bool floor = false) {
   try {
     const core::Schedule s = plan::lower(m, pm.topology(), o, /*check=*/false);
-    const sim::StepEstimate e = sim::AnalyticEngine(pm).estimate(s);
-    return Estimate{true, e.step.to_seconds(), e.peak_reserved.gib(), e.model_compute.to_seconds()};
+    const sim::AnalyticEngine engine(pm);
+    const sim::StepEstimate e = engine.estimate(s);
+    Estimate out{true, e.step.to_seconds(), e.peak_reserved.gib(), e.model_compute.to_seconds(), 0};
+    if (floor) {
+      out.floor_s =
+          engine.estimate(s, [&s](const core::Op& op) { return plan::is_sharding_op(s, op); }).step.to_seconds();
+    }
+    return out;
   } catch (const core::InputError&) {
     return Estimate{};  // a plan the lowering refuses (does not divide): not a candidate
   }
@@ -80,13 +91,13 @@ Estimate simulate(const models::ModelSpec& m, const topologies::PerfModel& pm, c
 // Screening: the same plan with a few layers per virtual stage, extrapolated
 // to the model's layer count (step time and memory are affine in it).
 // Extrapolation in the layer count (affine in it).
-Estimate over_layers(const models::ModelSpec& m, const topologies::PerfModel& pm, const PlanOptions& o) {
+Estimate over_layers(const models::ModelSpec& m, const topologies::PerfModel& pm, const PlanOptions& o, bool floor) {
   // Two and three layers per virtual stage for short pipelines (with one, the
   // embedding's and the head's transients can set the peak), one and two for
   // long ones (already many layers).
   const int unit = o.pp * o.vpp;
   const int k1 = unit <= 4 ? 2 : 1;
-  if ((k1 + 1) * unit >= m.layers) return estimate(m, pm, o);
+  if ((k1 + 1) * unit >= m.layers) return estimate(m, pm, o, floor);
   models::ModelSpec a = m, b = m;
   a.layers = k1 * unit;
   b.layers = (k1 + 1) * unit;
@@ -94,20 +105,20 @@ Estimate over_layers(const models::ModelSpec& m, const topologies::PerfModel& pm
     a.moe->dense_layers = std::min(m.moe->dense_layers, a.layers - 1);
     b.moe->dense_layers = std::min(m.moe->dense_layers, b.layers - 1);
   }
-  const Estimate ea = estimate(a, pm, o), eb = estimate(b, pm, o);
+  const Estimate ea = estimate(a, pm, o, floor), eb = estimate(b, pm, o, floor);
   if (!ea.ok || !eb.ok) return Estimate{};
   const double k = static_cast<double>(m.layers - a.layers) / (b.layers - a.layers);
   auto x = [k](double va, double vb) { return va + k * (vb - va); };
   // More layers never need less memory: the larger reduced model bounds the peak from below.
   return Estimate{true, x(ea.step_s, eb.step_s), std::max(eb.reserved_GiB, x(ea.reserved_GiB, eb.reserved_GiB)),
-                  x(ea.compute_s, eb.compute_s)};
+                  x(ea.compute_s, eb.compute_s), x(ea.floor_s, eb.floor_s)};
 }
 
 // Screening: the plan on reduced-layer models and, for pipelines with many
 // micro-batches, also fewer micro-batches (p and 2p per rank): a 1F1B step is
 // affine in the micro-batch count once it is at least p, and its peak memory
 // no longer grows with it.
-Estimate screen(const models::ModelSpec& m, const topologies::PerfModel& pm, const PlanOptions& o) {
+Estimate screen(const models::ModelSpec& m, const topologies::PerfModel& pm, const PlanOptions& o, bool floor) {
   const int world = pm.topology().devices();
   std::int64_t micro = 0;
   try {
@@ -115,7 +126,7 @@ Estimate screen(const models::ModelSpec& m, const topologies::PerfModel& pm, con
   } catch (const core::InputError&) {
     return Estimate{};
   }
-  if (o.pp == 1 || micro <= 2 * o.pp) return over_layers(m, pm, o);
+  if (o.pp == 1 || micro <= 2 * o.pp) return over_layers(m, pm, o, floor);
   const std::int64_t dp = world / (o.tp * o.pp * o.cp);
   auto with_micro = [&](std::int64_t mb_count) {
     PlanOptions r = o;
@@ -124,12 +135,12 @@ Estimate screen(const models::ModelSpec& m, const topologies::PerfModel& pm, con
     return r;
   };
   const std::int64_t m1 = o.pp, m2 = 2 * o.pp;
-  const Estimate e1 = over_layers(m, pm, with_micro(m1)), e2 = over_layers(m, pm, with_micro(m2));
+  const Estimate e1 = over_layers(m, pm, with_micro(m1), floor), e2 = over_layers(m, pm, with_micro(m2), floor);
   if (!e1.ok || !e2.ok) return Estimate{};
   const double k = static_cast<double>(micro - m1) / static_cast<double>(m2 - m1);
   auto x = [k](double v1, double v2) { return v1 + k * (v2 - v1); };
   return Estimate{true, x(e1.step_s, e2.step_s), std::max(e1.reserved_GiB, e2.reserved_GiB),
-                  x(e1.compute_s, e2.compute_s)};
+                  x(e1.compute_s, e2.compute_s), x(e1.floor_s, e2.floor_s)};
 }
 
 // Parameters per layer (dense part, expert part), computed once per search.
@@ -154,6 +165,13 @@ struct LayerParams {
       biggest = std::max(biggest, params / o.tp);
     }
     return biggest;
+  }
+  /// Parameters on one rank of the first pipeline stage, which holds the most activations.
+  [[nodiscard]] double first_stage(const PlanOptions& o) const {
+    double params = 0;
+    for (std::size_t l = 0; l < dense.size() / static_cast<std::size_t>(o.pp); ++l)
+      params += dense[l] + expert[l] / o.ep;
+    return params / o.tp;
   }
 };
 
@@ -199,15 +217,16 @@ std::string bottleneck(const sim::Metrics& m) {
   return fmt::format("compute ({:.0f}% MFU)", 100 * m.mfu);
 }
 
-// Runs `fn(i)` for every i in [0, n) over `jobs` forked processes; each
-// result is `width` doubles sent back through a pipe.
+// Runs `fn(i)` (a std::string) for every i in [0, n) over `jobs` forked
+// processes, results sent back through pipes as length-prefixed records.
 template <class Fn>
-std::vector<std::vector<double>> parallel_map(std::size_t n, int jobs, std::size_t width, Fn fn) {
-  std::vector<std::vector<double>> out(n, std::vector<double>(width, 0));
-  if (jobs <= 1 || n < 64) {
+std::vector<std::string> parallel_map(std::size_t n, int jobs, Fn fn) {
+  std::vector<std::string> out(n);
+  if (jobs <= 1 || n < 2) {
     for (std::size_t i = 0; i < n; ++i) out[i] = fn(i);
     return out;
   }
+  jobs = static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(jobs), n));
   std::vector<std::pair<pid_t, int>> kids;
   for (int w = 0; w < jobs; ++w) {
     int fds[2];
@@ -216,33 +235,47 @@ std::vector<std::vector<double>> parallel_map(std::size_t n, int jobs, std::size
     if (pid < 0) throw std::runtime_error(fmt::format("fork: {}", std::strerror(errno)));
     if (pid == 0) {
       ::close(fds[0]);
-      std::vector<double> buf;
+      std::string records;
       for (std::size_t i = static_cast<std::size_t>(w); i < n; i += static_cast<std::size_t>(jobs)) {
-        auto r = fn(i);
-        buf.insert(buf.end(), r.begin(), r.end());
+        const std::string r = fn(i);
+        const std::uint64_t size = r.size();
+        records.append(reinterpret_cast<const char*>(&size), sizeof size);
+        records += r;
       }
-      const std::string bytes(reinterpret_cast<const char*>(buf.data()), buf.size() * sizeof(double));
-      ::_exit(core::write_all_fd(fds[1], bytes) ? 0 : 1);
+      ::_exit(core::write_all_fd(fds[1], records) ? 0 : 1);
     }
     ::close(fds[1]);
     kids.emplace_back(pid, fds[0]);
   }
   for (int w = 0; w < jobs; ++w) {
-    const std::string data = core::read_all_fd(kids[static_cast<std::size_t>(w)].second);
-    ::close(kids[static_cast<std::size_t>(w)].second);
+    const auto [pid, fd] = kids[static_cast<std::size_t>(w)];
+    const std::string data = core::read_all_fd(fd);
+    ::close(fd);
     int st = 0;
-    while (::waitpid(kids[static_cast<std::size_t>(w)].first, &st, 0) < 0 && errno == EINTR) {
+    while (::waitpid(pid, &st, 0) < 0 && errno == EINTR) {
     }
     std::size_t at = 0;
     for (std::size_t i = static_cast<std::size_t>(w); i < n; i += static_cast<std::size_t>(jobs)) {
-      if ((at + width) * sizeof(double) > data.size()) {
-        throw std::runtime_error("plan search: a screening process died");
-      }
-      std::memcpy(out[i].data(), data.data() + at * sizeof(double), width * sizeof(double));
-      at += width;
+      std::uint64_t size = 0;
+      if (at + sizeof size > data.size()) throw std::runtime_error("plan search: a screening process died");
+      std::memcpy(&size, data.data() + at, sizeof size);
+      at += sizeof size;
+      if (at + size > data.size()) throw std::runtime_error("plan search: a screening process died");
+      out[i] = data.substr(at, size);
+      at += size;
     }
   }
   return out;
+}
+
+// Doubles in and out of parallel_map's records.
+std::string pack(std::initializer_list<double> v) {
+  return {reinterpret_cast<const char*>(std::data(v)), v.size() * sizeof(double)};
+}
+double unpack(const std::string& r, std::size_t i) {
+  double d = 0;
+  std::memcpy(&d, r.data() + i * sizeof d, sizeof d);
+  return d;
 }
 
 }  // namespace
@@ -299,9 +332,9 @@ PlanSearch search_plans(const PlanQuery& q) {
     const int dpn = st.cluster.devices_per_node;
     for (int tp : {1, 2, 4, 8}) {
       if (tp > dpn || m.heads % tp != 0) continue;
-      for (int pp : {1, 2, 4, 8, 16}) {
+      for (int pp = 1; pp <= std::min(64, m.layers); ++pp) {  // every pipeline depth that divides the layers
         if (m.layers % pp != 0) continue;
-        for (int vpp : {1, 2}) {
+        for (int vpp : {1, 2, 3}) {
           if ((vpp > 1 && pp == 1) || m.layers % (pp * vpp) != 0) continue;
           for (int ep : {1, 2, 4, 8}) {
             if (ep > 1 && (!m.moe || m.moe->experts % ep != 0)) continue;
@@ -359,6 +392,41 @@ PlanSearch search_plans(const PlanQuery& q) {
     }
   }
 
+  // One transformer layer per micro-batch, from two- and three-layer models
+  // under FSDP without a pipeline: its GEMM and attention time, and the
+  // activations it keeps for backward (the peak's growth less the layer's
+  // sharded states; from two layers on, both models prefetch one layer's
+  // parameters). The same for every pipeline depth and sharding.
+  struct LayerCost {
+    double compute_s = 0, activations_GiB = 0;
+  };
+  std::map<std::tuple<std::size_t, int, int, std::int64_t, int>, LayerCost> layer_costs;  // (setting, tp, ep, mb, rc)
+  auto layer_cost = [&](std::size_t setting, const PlanOptions& p) {
+    const auto key = std::tuple{setting, p.tp, p.ep, p.micro_batch, static_cast<int>(p.recompute)};
+    auto it = layer_costs.find(key);
+    if (it != layer_costs.end()) return it->second;
+    const Setting& st = settings[setting];
+    PlanOptions o = p;
+    o.strategy = Strategy::Fsdp;
+    o.pp = o.vpp = 1;
+    o.global_batch_tokens.reset();
+    o.global_batch_sequences = o.micro_batch * (st.gpus / (o.tp * o.cp));
+    models::ModelSpec two = m, three = m;
+    two.layers = 2;
+    three.layers = 3;
+    if (m.moe) two.moe->dense_layers = three.moe->dense_layers = 0;
+    const Estimate e1 = estimate(two, *st.pm, o), e2 = estimate(three, *st.pm, o);
+    LayerCost lc;
+    if (e1.ok && e2.ok) {
+      lc.compute_s = std::max(0.0, e2.compute_s - e1.compute_s);
+      const int dp = st.gpus / (o.tp * o.cp);
+      const double layer_states = memory_lower_bound_GiB(static_cast<double>(models::layer_params(three, 2)) / o.tp, o,
+                                                         plan::ShardSizes{dp, dp, dp});
+      lc.activations_GiB = std::max(0.0, e2.reserved_GiB - e1.reserved_GiB - layer_states);
+    }
+    return layer_costs.emplace(key, lc).first->second;
+  };
+
   // 1. Memory lower bound; shards that do not resolve are not candidates.
   std::vector<Candidate> alive;
   std::vector<double> adam;    // per alive candidate: its Adam time
@@ -387,6 +455,20 @@ PlanSearch search_plans(const PlanQuery& q) {
       ++out.pruned_memory;
       continue;
     }
+    if (!q.exhaustive) {
+      // The first stage also keeps min(m, p) micro-batches' activations of its
+      // layers for backward under 1F1B (more when interleaved), one micro-batch
+      // without a pipeline: with 10 % for the allocator, a bound on its peak.
+      const std::int64_t micro = plan::split_batch(m, st.gpus, c.o).micro_batches;
+      int moe_or_all = 0;  // the first stage's layers of the kind the layer model measured
+      for (int l = 0; l < m.layers / c.o.pp; ++l) moe_or_all += !m.moe || m.is_moe_layer(l) ? 1 : 0;
+      const double activations = 0.9 * static_cast<double>(std::min<std::int64_t>(micro, c.o.pp)) * moe_or_all *
+                                 layer_cost(c.setting, c.o).activations_GiB;
+      if (memory_lower_bound_GiB(layer_params.first_stage(c.o), c.o, sh) + activations > st.limit_GiB) {
+        ++out.pruned_memory;
+        continue;
+      }
+    }
     alive.push_back(c);
     adam.push_back(adam_seconds(cached->second.second, sh, st.cluster.device));
     states.push_back(memory_lower_bound_GiB(cached->second.first, c.o, sh));
@@ -411,19 +493,20 @@ PlanSearch search_plans(const PlanQuery& q) {
   // time of a group (the same for every sharding of it) bounds each member's
   // step from below; a group whose bound is worse than the K-th best screened
   // plan so far (with 2 % for extrapolation error) is not screened further.
-  std::vector<std::array<double, 4>> screened(alive.size(), {0, 0, 0, 0});  // ok, step, reserved, compute
+  std::vector<std::array<double, 5>> screened(alive.size(), {0, 0, 0, 0, 0});  // ok, step, reserved, compute, floor
   std::map<std::size_t, std::vector<std::size_t>> members;
   for (std::size_t i = 0; i < alive.size(); ++i) members[alive[i].group].push_back(i);
   std::vector<std::size_t> firsts;
   for (const auto& [g, list] : members) firsts.push_back(list.front());
-  auto run_screen = [&](const std::vector<std::size_t>& which) {
-    auto res = parallel_map(which.size(), q.jobs, 4, [&](std::size_t j) {
+  // `floors`: which of `which` also get their group's floor.
+  auto run_screen = [&](const std::vector<std::size_t>& which, const std::vector<bool>& floors) {
+    auto res = parallel_map(which.size(), q.jobs, [&](std::size_t j) {
       const Candidate& c = alive[which[j]];
-      const Estimate e = screen(m, *settings[c.setting].pm, c.o);
-      return std::vector<double>{e.ok ? 1.0 : 0.0, e.step_s, e.reserved_GiB, e.compute_s};
+      const Estimate e = screen(m, *settings[c.setting].pm, c.o, floors.empty() ? false : floors[j]);
+      return pack({e.ok ? 1.0 : 0.0, e.step_s, e.reserved_GiB, e.compute_s, e.floor_s});
     });
     for (std::size_t j = 0; j < which.size(); ++j) {
-      for (std::size_t f = 0; f < 4; ++f) screened[which[j]][f] = res[j][f];
+      for (std::size_t f = 0; f < 5; ++f) screened[which[j]][f] = unpack(res[j], f);
     }
     out.screened += static_cast<long long>(which.size());
   };
@@ -439,33 +522,28 @@ PlanSearch search_plans(const PlanQuery& q) {
     if (best_scores.size() > keep) best_scores.resize(keep);
   };
   // A group's bound without screening it: GEMM and attention per layer and
-  // micro-batch (from one- and two-layer models, the same for every pipeline
-  // depth and sharding) times the largest stage's layers and the micro-batches.
-  std::map<std::tuple<std::size_t, int, int, std::int64_t, int>, double> per_layer;  // (setting, tp, ep, mb, recompute)
+  // micro-batch (the same for every pipeline depth and sharding) times the
+  // largest stage's layers and the micro-batches, with the pipeline's fill
+  // and drain; and the same without them (the stage's compute).
   auto group_bound = [&](std::size_t i) {
     const Candidate& c = alive[i];
     const Setting& st = settings[c.setting];
-    const auto key = std::tuple{c.setting, c.o.tp, c.o.ep, c.o.micro_batch, static_cast<int>(c.o.recompute)};
-    auto it = per_layer.find(key);
-    if (it == per_layer.end()) {
-      PlanOptions o = c.o;
-      o.strategy = Strategy::Fsdp;
-      o.pp = o.vpp = 1;
-      o.global_batch_tokens.reset();
-      o.global_batch_sequences = o.micro_batch * (st.gpus / (o.tp * o.cp));
-      models::ModelSpec one = m, two = m;
-      one.layers = 1;
-      two.layers = 2;
-      if (m.moe) one.moe->dense_layers = two.moe->dense_layers = 0;
-      const Estimate e1 = estimate(one, *st.pm, o), e2 = estimate(two, *st.pm, o);
-      const double c_layer = e1.ok && e2.ok ? std::max(0.0, e2.compute_s - e1.compute_s) : 0.0;
-      it = per_layer.emplace(key, c_layer).first;
-    }
+    // A 1F1B pipeline cannot hide its fill and drain: the last stage starts
+    // after p − 1 forwards and the first finishes p − 1 backwards after it,
+    // (p − 1) / v micro-batches of one stage's layer work when interleaved.
     const double micro = static_cast<double>(plan::split_batch(m, st.gpus, c.o).micro_batches);
-    return it->second * (m.layers / c.o.pp) * micro;
+    const double bubble = static_cast<double>(c.o.pp - 1) / c.o.vpp;
+    const double stage = layer_cost(c.setting, c.o).compute_s * (m.layers / c.o.pp);
+    return std::pair{stage * (micro + bubble), stage * micro};
   };
   std::vector<std::pair<double, std::size_t>> group_order;  // (bound, first member)
-  for (std::size_t i : firsts) group_order.emplace_back(group_bound(i), i);
+  std::map<std::size_t, double> bound_of_group, compute_of_group;
+  for (std::size_t i : firsts) {
+    const auto [bound, compute] = group_bound(i);
+    group_order.emplace_back(bound, i);
+    bound_of_group[alive[i].group] = bound;
+    compute_of_group[alive[i].group] = compute;
+  }
   std::sort(group_order.begin(), group_order.end());
   const std::size_t batch = static_cast<std::size_t>(std::max(1, 2 * q.jobs));
   for (std::size_t at = 0; at < group_order.size(); at += batch) {
@@ -473,36 +551,56 @@ PlanSearch search_plans(const PlanQuery& q) {
     for (std::size_t g = at; g < std::min(group_order.size(), at + batch); ++g) {
       const auto [bound, first] = group_order[g];
       const double kth = best_scores.size() >= keep ? best_scores.back() : 1e300;
-      if (score(settings[alive[first].setting], bound) > 1.02 * kth) {
+      if (!q.exhaustive && score(settings[alive[first].setting], bound) > 1.02 * kth) {
         out.pruned_bound += static_cast<long long>(members[alive[first].group].size());
         continue;
       }
       heads.push_back(first);
     }
-    run_screen(heads);
+    // A member is pruned when a bound on its step is worse than the K-th best
+    // (with 2 % for extrapolation error): the group's pipeline bound, its GEMM
+    // and attention time plus the member's own Adam, and the group's floor.
+    // The floor costs the head a second walk: only for groups where the other
+    // bounds leave two or more members to screen.
+    auto survivors = [&](std::size_t first, double group_compute, double floor) {
+      std::vector<std::size_t> kept;
+      const auto& list = members[alive[first].group];
+      const double kth = best_scores.size() >= keep ? best_scores.back() : 1e300;
+      for (auto it = list.begin() + 1; it != list.end(); ++it) {
+        const double bound = std::max({bound_of_group[alive[first].group], group_compute + adam[*it], floor});
+        if (q.exhaustive || score(settings[alive[*it].setting], bound) <= 1.02 * kth) kept.push_back(*it);
+      }
+      return kept;
+    };
+    std::vector<bool> floors;
+    for (std::size_t first : heads) {
+      floors.push_back(!q.exhaustive && survivors(first, compute_of_group[alive[first].group], 0).size() >= 2);
+    }
+    run_screen(heads, floors);
     for (std::size_t i : heads) note(i);
     std::vector<std::size_t> to_screen;
     for (std::size_t first : heads) {
       const auto& list = members[alive[first].group];
-      const double kth = best_scores.size() >= keep ? best_scores.back() : 1e300;
+      if (screened[first][0] <= 0) {  // the head does not lower: screen the others on their own
+        to_screen.insert(to_screen.end(), list.begin() + 1, list.end());
+        continue;
+      }
+      const std::vector<std::size_t> kept = survivors(first, screened[first][3], screened[first][4]);
+      out.pruned_bound += static_cast<long long>(list.size() - 1 - kept.size());
       // What the group's first member holds besides its model states
       // (activations, buffers) the others hold too, give or take their
       // gathered-parameter buffers: a member estimated 10 % over the budget
       // that way is not screened.
       const double others = screened[first][2] - states[first];
-      for (auto it = list.begin() + 1; it != list.end(); ++it) {
-        // The group's GEMM and attention time plus this member's Adam bounds its step.
-        if (screened[first][0] > 0 &&
-            score(settings[alive[*it].setting], screened[first][3] + adam[*it]) > 1.02 * kth) {
-          ++out.pruned_bound;
-        } else if (screened[first][0] > 0 && states[*it] + others > 1.1 * settings[alive[*it].setting].limit_GiB) {
+      for (std::size_t i : kept) {
+        if (!q.exhaustive && states[i] + others > 1.1 * settings[alive[i].setting].limit_GiB) {
           ++out.pruned_memory;
         } else {
-          to_screen.push_back(*it);
+          to_screen.push_back(i);
         }
       }
     }
-    run_screen(to_screen);
+    run_screen(to_screen, {});
     for (std::size_t i : to_screen) note(i);
   }
 
@@ -530,40 +628,56 @@ PlanSearch search_plans(const PlanQuery& q) {
   }
   std::vector<PlanChoice> found;
   std::set<std::size_t> simulated;
-  auto verify = [&](std::size_t i) {
-    if (!simulated.insert(i).second) return;
-    const Candidate& c = alive[i];
-    const Setting& st = settings[c.setting];
-    sim::Metrics metrics;
-    Estimate e = simulate(m, *st.pm, c.o, metrics);
-    ++out.exact;
-    if (!e.ok || e.reserved_GiB > st.limit_GiB) return;
-    PlanChoice pc;
-    pc.cluster = st.cluster_name;
-    pc.gpus = st.gpus;
-    pc.options = c.o;
-    pc.shards = plan::resolve_shards(c.o, st.gpus / (c.o.tp * c.o.pp), st.cluster);
-    pc.async = plan::resolve_async(c.o);
-    pc.step_s = e.step_s;
-    pc.tokens_per_s = metrics.tokens_per_s;
-    pc.mfu = metrics.mfu;
-    pc.peak_reserved_GiB = e.reserved_GiB;
-    pc.hbm_GiB = st.limit_GiB;
-    pc.usd_per_million_tokens = cost_of(st, e.step_s, tokens_per_step);
-    pc.bottleneck = bottleneck(metrics);
-    found.push_back(std::move(pc));
+  // Exact simulations in parallel; returns how many of `which` fit.
+  auto verify = [&](std::vector<std::size_t> which) {
+    std::erase_if(which, [&](std::size_t i) { return !simulated.insert(i).second; });
+    const auto res = parallel_map(which.size(), q.jobs, [&](std::size_t j) {
+      const Candidate& c = alive[which[j]];
+      sim::Metrics metrics;
+      const Estimate e = simulate(m, *settings[c.setting].pm, c.o, metrics);
+      if (!e.ok) return pack({0.0});
+      return pack({1.0, e.step_s, e.reserved_GiB, metrics.tokens_per_s, metrics.mfu}) + bottleneck(metrics);
+    });
+    out.exact += static_cast<long long>(which.size());
+    std::size_t fits = 0;
+    for (std::size_t j = 0; j < which.size(); ++j) {
+      const Candidate& c = alive[which[j]];
+      const Setting& st = settings[c.setting];
+      if (unpack(res[j], 0) <= 0 || unpack(res[j], 2) > st.limit_GiB) continue;
+      PlanChoice pc;
+      pc.cluster = st.cluster_name;
+      pc.gpus = st.gpus;
+      pc.options = c.o;
+      pc.shards = plan::resolve_shards(c.o, st.gpus / (c.o.tp * c.o.pp), st.cluster);
+      pc.async = plan::resolve_async(c.o);
+      pc.step_s = unpack(res[j], 1);
+      pc.peak_reserved_GiB = unpack(res[j], 2);
+      pc.tokens_per_s = unpack(res[j], 3);
+      pc.mfu = unpack(res[j], 4);
+      pc.hbm_GiB = st.limit_GiB;
+      pc.usd_per_million_tokens = cost_of(st, pc.step_s, tokens_per_step);
+      pc.bottleneck = res[j].substr(5 * sizeof(double));
+      found.push_back(std::move(pc));
+      ++fits;
+    }
+    return fits;
   };
-  for (std::size_t i : exact_set) verify(i);
+  verify(exact_set);
+  // Then the best screened, in order, until `top` of them fit (at most 400).
   std::size_t fits_from_order = 0;
-  for (std::size_t n = 0; n < order.size() && fits_from_order < static_cast<std::size_t>(q.top) && n < 400; ++n) {
-    const std::size_t before = found.size();
-    verify(order[n]);
-    if (found.size() > before) ++fits_from_order;
+  for (std::size_t n = 0; n < std::min<std::size_t>(order.size(), 400) && fits_from_order < keep;) {
+    std::vector<std::size_t> next;
+    while (n < std::min<std::size_t>(order.size(), 400) && next.size() < keep - fits_from_order) {
+      next.push_back(order[n++]);
+    }
+    fits_from_order += verify(next);
   }
+  // Ties (plans the model cannot tell apart) in a fixed order: less memory first, then by name.
   std::sort(found.begin(), found.end(), [&](const PlanChoice& a, const PlanChoice& b) {
     const double sa = q.objective == "cost" ? a.usd_per_million_tokens.value_or(1e300) : a.step_s;
     const double sb = q.objective == "cost" ? b.usd_per_million_tokens.value_or(1e300) : b.step_s;
-    return sa < sb;
+    return std::tuple{sa, a.peak_reserved_GiB, a.cluster, a.gpus, describe_plan(a)} <
+           std::tuple{sb, b.peak_reserved_GiB, b.cluster, b.gpus, describe_plan(b)};
   });
   // One entry per distinct plan.
   std::set<std::string> seen;

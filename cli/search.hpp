@@ -35,6 +35,9 @@ struct PlanQuery {
   std::string objective = "throughput";      // or "cost"
   int top = 5;
   int jobs = 1;
+  /// Screen every candidate that passes the closed-form memory bound (no
+  /// branch and bound): slow, the reference the pruned search is tested against.
+  bool exhaustive = false;
 };
 
 struct PlanChoice {

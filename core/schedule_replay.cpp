@@ -107,11 +107,12 @@ ReplayResult replay(const Schedule& s, const ReplayCosts& costs) {
       const Stream& st = prog.streams[k];
       r.times[p][k].resize(st.ops.size());
       r.issued[p][k].resize(st.ops.size());
-      for (std::size_t i = 0; i < st.ops.size(); ++i) {
-        threads[p].at(static_cast<std::size_t>(st.thread)).ops.emplace_back(st.ops[i].id, k, i);
-      }
+      // Each stream's ops are in ascending id: merge them into the thread's order.
+      auto& ops = threads[p].at(static_cast<std::size_t>(st.thread)).ops;
+      const auto mid = static_cast<std::ptrdiff_t>(ops.size());
+      for (std::size_t i = 0; i < st.ops.size(); ++i) ops.emplace_back(st.ops[i].id, k, i);
+      std::inplace_merge(ops.begin(), ops.begin() + mid, ops.end());
     }
-    for (auto& t : threads[p]) std::sort(t.ops.begin(), t.ops.end());
   }
 
   // Participants of each group: programs whose representative is a member.

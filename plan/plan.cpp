@@ -1199,4 +1199,19 @@ core::Schedule lower(const models::ModelSpec& m, const topologies::Topology& top
   return s;
 }
 
+bool is_sharding_op(const core::Schedule& s, const core::Op& op) {
+  switch (op.kind) {
+    case core::OpKind::Collective: {
+      const core::GroupKind g = s.groups.at(static_cast<std::size_t>(op.group)).kind;
+      return g != core::GroupKind::Tp && g != core::GroupKind::Pp && g != core::GroupKind::Cp &&
+             g != core::GroupKind::Ep;
+    }
+    case core::OpKind::Compute:
+      return op.compute == ComputeKind::Optimizer ||
+             (op.compute == ComputeKind::Elementwise &&
+              (op.name == "zero_grads" || op.name.ends_with(".grad_accumulate")));
+    default: return false;
+  }
+}
+
 }  // namespace hzp::plan

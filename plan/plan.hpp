@@ -178,4 +178,11 @@ struct Workload {
 [[nodiscard]] core::Schedule lower(const models::ModelSpec& m, const topologies::Topology& topo, const PlanOptions& o,
                                    bool check = true);
 
+/// Whether an op of a lowered Schedule exists or costs what it does because
+/// of the data-parallel sharding (g_p, g_g, g_o, async): the collectives of
+/// the data-parallel groups, gradient accumulation, Adam and zeroing the
+/// gradients. Every other op is the same under every sharding of one
+/// model-parallel plan, which is what bounds a plan search.
+[[nodiscard]] bool is_sharding_op(const core::Schedule& s, const core::Op& op);
+
 }  // namespace hzp::plan

@@ -220,6 +220,44 @@ TEST(Lower, HashIsDeterministic) {
   EXPECT_NE(core::schedule_hash(lower(m, topo, o)), a);
 }
 
+TEST(Lower, ShardingOpsAreTheDataParallelOnes) {
+  models::ModelSpec m = models::load_model("llama3-8b");
+  m.layers = 2;
+  topologies::Topology topo(topologies::load_cluster("dgx-h100"), 32);
+  PlanOptions o = options(Strategy::Hzp, 32 * 8192);
+  o.tp = 2;
+  o.param_shard = 2;
+  o.grad_shard = 4;
+  o.optim_shard = 16;
+  const core::Schedule s = lower(m, topo, o);
+  std::map<std::string, int> sharding, other;  // by collective "kind/group" or compute name suffix
+  for (const auto& st : s.programs.at(0).streams) {
+    for (const auto& op : st.ops) {
+      std::string key;
+      if (op.kind == core::OpKind::Collective) {
+        key = std::string(core::to_string(s.group(op.group).kind));
+      } else if (op.kind == core::OpKind::Compute) {
+        key = std::string(core::to_string(op.compute));
+        if (op.name == "zero_grads" || op.name.ends_with(".grad_accumulate"))
+          key += ":" + op.name.substr(op.name.rfind('.') + 1);
+      } else {
+        EXPECT_FALSE(is_sharding_op(s, op)) << op.name;
+        continue;
+      }
+      (is_sharding_op(s, op) ? sharding : other)[key]++;
+    }
+  }
+  for (const char* k : {"dp_shard", "dp_grad", "dp_optim", "dp_regather", "optimizer", "elementwise:grad_accumulate",
+                        "elementwise:zero_grads"}) {
+    EXPECT_GT(sharding[k], 0) << k;
+    EXPECT_EQ(other[k], 0) << k;
+  }
+  for (const char* k : {"tp", "gemm", "attention"}) {
+    EXPECT_GT(other[k], 0) << k;
+    EXPECT_EQ(sharding[k], 0) << k;
+  }
+}
+
 TEST(Lower, KeepGatheredHalvesParameterGathers) {
   models::ModelSpec m = models::load_model("llama3-8b");
   topologies::Topology topo(topologies::load_cluster("dgx-h100"), 16);

@@ -6,7 +6,8 @@
 #  - under mpirun -np 2 each rank writes its shard; merged, they equal the
 #    single-process sweep row for row;
 #  - CSV and JSON export; a heatmap and a timeline picture;
-#  - `hzp plan` reports only plans that fit, the best at least as good as
+#  - `hzp plan` reports only plans that fit, its pruned search finds the
+#    plans an exhaustive screening finds, the best at least as good as
 #    every preset at the same size.
 set -uo pipefail
 hzp=$(realpath "$1")
@@ -101,6 +102,10 @@ check "plot: a bad key is one error line, exit 2, no file" test $? -eq 2 -a "$(w
 # Plan: only feasible plans; the best at least as good as every preset.
 "$hzp" plan --model llama3-8b --cluster dgx-h100 --gpus 16 --global-batch-tokens 256K --top 5 -j 2 --json > plan.json ||
   { echo "FAIL: plan"; fail=1; }
+# Pruned against exhaustive on a MoE model, where the sharding matters.
+moe=(--model qwen3-30b-a3b --cluster dgx-h100 --gpus 32 --global-batch-tokens 256K --top 5 -j 2 --json)
+"$hzp" plan "${moe[@]}" > plan_moe.json && "$hzp" plan "${moe[@]}" --exhaustive > plan_all.json ||
+  { echo "FAIL: plan --exhaustive"; fail=1; }
 for s in ddp zero1 zero2 fsdp hsdp hpz; do
   "$hzp" simulate --model llama3-8b --cluster dgx-h100 --gpus 16 --global-batch-tokens 256K --strategy "$s" --json \
     > "preset_$s.json" 2> /dev/null
@@ -116,6 +121,16 @@ for f in glob.glob("preset_*.json"):
     r = json.load(open(f))["results"][0]
     if r["fits_in_memory"]:
         assert best <= r["step_time_s"] * (1 + 1e-9), (f, best, r["step_time_s"])
+PY
+check "plan: branch and bound finds what screening every plan finds" "$py" - <<'PY'
+import json
+pruned, every = json.load(open("plan_moe.json")), json.load(open("plan_all.json"))
+assert every["pruned_by_compute_bound"] == 0 and every["screened"] > 5 * pruned["screened"], (every, pruned)
+a, b = [p["step_time_s"] for p in pruned["plans"]], [p["step_time_s"] for p in every["plans"]]
+assert len(a) == len(b) == 5, (a, b)
+assert abs(a[0] - b[0]) <= 1e-9 * b[0], (a, b)
+for x, y in zip(a, b):
+    assert x <= y * (1 + 1e-9), (a, b)
 PY
 
 exit $fail

@@ -13,7 +13,7 @@
 
 namespace hzp::sim {
 
-core::ReplayResult AnalyticEngine::walk(const core::Schedule& s) const {
+core::ReplayResult AnalyticEngine::walk(const core::Schedule& s, const FreeOps& free) const {
   std::vector<topologies::GroupSpan> spans;
   spans.reserve(s.groups.size());
   for (const auto& g : s.groups) spans.push_back(pm_.span(g.ranks));
@@ -21,8 +21,11 @@ core::ReplayResult AnalyticEngine::walk(const core::Schedule& s) const {
   // Collectives repeat with the same (kind, bytes, group): cost each once.
   std::map<std::tuple<int, int, std::int64_t>, core::Duration> collective_cache;
   core::ReplayCosts costs;
-  costs.compute = [&](const core::Program&, const core::Op& op) { return pm_.compute(op); };
+  costs.compute = [&](const core::Program&, const core::Op& op) {
+    return free && free(op) ? core::Duration{} : pm_.compute(op);
+  };
   costs.collective = [&](const core::Group& g, const core::Op& op) {
+    if (free && free(op)) return core::Duration{};
     auto key = std::tuple{g.id, static_cast<int>(op.collective), op.bytes.count()};
     auto it = collective_cache.find(key);
     if (it != collective_cache.end()) return it->second;
@@ -45,8 +48,8 @@ void AnalyticEngine::run(const core::Schedule& s, traces::TraceHeader header, tr
   emit_timeline(s, r.times, header, sink);
 }
 
-StepEstimate AnalyticEngine::estimate(const core::Schedule& s) const {
-  const core::ReplayResult r = walk(s);
+StepEstimate AnalyticEngine::estimate(const core::Schedule& s, const FreeOps& free) const {
+  const core::ReplayResult r = walk(s, free);
   StepEstimate e;
   std::int64_t first = INT64_MAX, last = 0;
   for (std::size_t p = 0; p < s.programs.size(); ++p) {

@@ -3,6 +3,8 @@
 // milliseconds per configuration, which is what sweeps and planning use.
 #pragma once
 
+#include <functional>
+
 #include "core/schedule_replay.hpp"
 #include "sim/engine.hpp"
 
@@ -23,11 +25,14 @@ class AnalyticEngine final : public Engine {
   explicit AnalyticEngine(const topologies::PerfModel& pm) : pm_(pm) {}
   [[nodiscard]] std::string name() const override { return "analytic"; }
   void run(const core::Schedule& s, traces::TraceHeader header, traces::TraceSink& sink) override;
-  /// The same walk, reduced to step time, peak reserved memory and compute.
-  [[nodiscard]] StepEstimate estimate(const core::Schedule& s) const;
+  /// Ops a what-if walk treats as taking no time (collectives included).
+  using FreeOps = std::function<bool(const core::Op&)>;
+  /// The same walk, reduced to step time, peak reserved memory and compute;
+  /// ops `free` accepts cost nothing (a plan search's lower bounds).
+  [[nodiscard]] StepEstimate estimate(const core::Schedule& s, const FreeOps& free = {}) const;
 
  private:
-  [[nodiscard]] core::ReplayResult walk(const core::Schedule& s) const;
+  [[nodiscard]] core::ReplayResult walk(const core::Schedule& s, const FreeOps& free = {}) const;
   const topologies::PerfModel& pm_;
 };
 

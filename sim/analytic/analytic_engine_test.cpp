@@ -80,6 +80,21 @@ TEST(AnalyticEngine, OverlapAndExposedCommunication) {
   EXPECT_NEAR(m.mfu, (s.step.model_flops.count() / (a + g) / 8 / 1e12) / 989, 1e-6);  // step rounded to ns
 }
 
+TEST(AnalyticEngine, EstimateWithFreeOps) {
+  topologies::PerfModel pm(topologies::Topology(topologies::load_cluster("dgx-h100"), 8));
+  const core::Schedule s = overlap_schedule();
+  const AnalyticEngine engine(pm);
+  const double g = 2.0 * 8192.0 * 8192 * 8192 / (989e12 * 0.79);
+  const double a = 7e-6 + 7.0 / 8.0 * 1073741824.0 / (450e9 * 1.04);
+  EXPECT_NEAR(engine.estimate(s).step.to_seconds(), a + g, 2e-9);
+  EXPECT_NEAR(engine.estimate(s).model_compute.to_seconds(), 2 * g, 2e-9);
+  // The all-gather free: the GEMMs run back to back.
+  auto free_collectives = [](const core::Op& op) { return op.kind == core::OpKind::Collective; };
+  EXPECT_NEAR(engine.estimate(s, free_collectives).step.to_seconds(), 2 * g, 2e-9);
+  // Everything free: nothing takes time.
+  EXPECT_EQ(engine.estimate(s, [](const core::Op&) { return true; }).step.count_ns(), 0);
+}
+
 TEST(AnalyticEngine, RejectsMoreRanksThanDevices) {
   // The Schedule is for 8 ranks; the cluster has 4 devices.
   topologies::PerfModel pm(topologies::Topology(topologies::load_cluster("dgx-h100"), 4));
