@@ -20,6 +20,7 @@
 #include "cli/search.hpp"
 #include "cli/sweep.hpp"
 #include "cli/sweep_db.hpp"
+#include "cli/validate.hpp"
 #include "core/error.hpp"
 #include "core/io.hpp"
 #include "models/model_spec.hpp"
@@ -90,6 +91,8 @@ void add_scenario_options(CLI::App* app, Options& o) {
   app->add_option("--cluster", o.sc.cluster, "catalog name (see `hzp clusters`) or a cluster .json file")
       ->capture_default_str();
   app->add_option("--gpus", o.sc.gpus, "number of GPUs (a whole number of nodes)")->capture_default_str();
+  app->add_option("--calibration", o.sc.calibration,
+                  "calibration overlay (.json): device-profile values fitted for the cluster's device");
   app->add_option("--strategy", o.strategy, "ddp | zero1 | zero2 | zero3 (= fsdp) | fsdp | hsdp | hpz | hzp | all")
       ->capture_default_str();
   app->add_option("--param-shard", o.sc.plan.param_shard,
@@ -140,7 +143,9 @@ void add_scenario_options(CLI::App* app, Options& o) {
   app->add_option("--grad-dtype", o.grad_dtype, "gradient accumulation dtype: fp32 | bf16")->capture_default_str();
   for (CLI::Option* opt : app->get_options()) {
     const std::string& n = opt->get_name();
-    if (n != "--model" && n != "--cluster" && n != "--gpus" && n != "--help") o.plan_flags.push_back(opt);
+    if (n != "--model" && n != "--cluster" && n != "--gpus" && n != "--calibration" && n != "--help") {
+      o.plan_flags.push_back(opt);
+    }
   }
   app->add_option("--plan", o.plan_file,
                   "plan options from a JSON file (see examples/plans/) instead of the flags above");
@@ -433,6 +438,29 @@ struct PlanArgs {
   bool exhaustive = false;
 };
 
+struct ValidateArgs {
+  std::string dir = "validation/cases";
+  std::string filter;
+  std::string calibration_dir = "validation/calibration";
+  bool json = false;
+  bool check = false;
+  int jobs = 0;
+};
+
+int cmd_validate_cases(const ValidateArgs& a) {
+  const auto cases = validation::load_cases(a.dir, a.filter);
+  if (cases.empty()) throw core::InputError(a.dir, "--filter", fmt::format("expected cases matching '{}'", a.filter));
+  const int jobs = a.jobs > 0 ? a.jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (!a.json) std::cerr << fmt::format("simulating {} cases on {} processes...\n", cases.size(), jobs);
+  const auto scored = cli::run_cases(cases, jobs, a.calibration_dir);
+  std::cout << (a.json ? cli::cases_json(scored) : cli::cases_table(scored));
+  if (!a.check) return 0;
+  int missed = 0;
+  for (const auto& s : scored) missed += s.within() ? 0 : 1;
+  if (missed > 0) std::cerr << fmt::format("hzp: {} of {} cases outside their tolerance\n", missed, scored.size());
+  return missed > 0 ? 1 : 0;
+}
+
 int cmd_plan(const PlanArgs& a) {
   cli::PlanQuery q;
   q.model = a.model;
@@ -628,6 +656,20 @@ int main(int argc, char** argv) {
   plan_cmd->add_flag("--json", pa.json, "as JSON");
   plan_cmd->add_flag("--exhaustive", pa.exhaustive, "screen every plan that passes the memory bound (no pruning)");
 
+  ValidateArgs va;
+  auto* validate = app.add_subcommand("validate", "predictions against measurements");
+  validate->require_subcommand(1);
+  auto* vcases = validate->add_subcommand("cases", "simulate every published measurement in validation/cases");
+  vcases->add_option("--dir", va.dir, "directory of case files")->capture_default_str();
+  vcases->add_option("--filter", va.filter, "only cases whose name or group contains this");
+  vcases
+      ->add_option("--calibration-dir", va.calibration_dir,
+                   "one calibration per device: <dir>/<cluster's device name>.json, used when present")
+      ->capture_default_str();
+  vcases->add_flag("--json", va.json, "as JSON");
+  vcases->add_flag("--check", va.check, "exit 1 when a case is outside its tolerance");
+  vcases->add_option("-j,--jobs", va.jobs, "processes (default: the core count)");
+
   std::vector<std::string> plot_args;
   auto* plot =
       app.add_subcommand("plot", "draw a sweep heatmap or scaling curve, or a trace's timeline or memory (PNG/SVG)");
@@ -656,6 +698,7 @@ int main(int argc, char** argv) {
     if (exp->parsed()) return cmd_sweep_export(sw, sweep_force);
     if (sweep->parsed()) return cmd_sweep(sw);
     if (plan_cmd->parsed()) return cmd_plan(pa);
+    if (vcases->parsed()) return cmd_validate_cases(va);
     if (plot->parsed()) return cmd_plot(plot->remaining());
   } catch (const core::InputError& e) {
     std::cerr << "hzp: error: " << e.what() << "\n";

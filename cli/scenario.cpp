@@ -1,9 +1,11 @@
 // Scenario composition (see scenario.hpp).
 #include "cli/scenario.hpp"
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "core/io.hpp"
+#include "core/json_reader.hpp"
 #include "core/sha256.hpp"
 #include "sim/engine.hpp"
 
@@ -22,8 +24,31 @@ void stamp_inputs(core::Schedule& s, const std::string& model_sha, const std::st
 
 std::pair<std::string, std::string> scenario_cluster_text(const Scenario& sc) {
   auto [text, file] = topologies::cluster_text(sc.cluster);
-  if (!sc.nic_gbps && !sc.oversubscription) return {text, file};
+  if (!sc.nic_gbps && !sc.oversubscription && sc.calibration.empty()) return {text, file};
   nlohmann::ordered_json j = nlohmann::ordered_json::parse(text);
+  if (!sc.calibration.empty()) {
+    // {"schema_version": 1, "device": NAME, "source": ..., "device_profile": {key: value}}:
+    // each key must be one the cluster file's device profile has.
+    const nlohmann::json cal = core::read_json_file(sc.calibration);
+    core::StrictObject o(cal, sc.calibration);
+    core::require_schema_version(o, 1);
+    const std::string device = o.str("device");
+    if (device != j["device"].value("name", "")) {
+      o.fail("device",
+             fmt::format("expected the cluster's device \"{}\", got \"{}\"", j["device"].value("name", ""), device));
+    }
+    if (o.str("source").empty()) o.fail("source", "expected how the calibration was obtained");
+    const nlohmann::json& values = o.raw("device_profile");
+    if (!values.is_object()) o.fail("device_profile", "expected an object of device-profile values");
+    for (const auto& [key, value] : values.items()) {
+      if (!j["device"].contains(key) || key == "name") {
+        o.fail("device_profile." + key, "expected a key of the cluster file's device profile");
+      }
+      j["device"][key] = value;
+    }
+    o.finish();
+    file += " with calibration " + sc.calibration;
+  }
   if (sc.nic_gbps) j["scale_out"]["nic_Gbps"] = *sc.nic_gbps;
   if (sc.oversubscription && !j["scale_out"]["tiers"].empty()) {
     j["scale_out"]["tiers"][0]["oversubscription"] = *sc.oversubscription;
@@ -31,8 +56,15 @@ std::pair<std::string, std::string> scenario_cluster_text(const Scenario& sc) {
   return {j.dump(2), file};
 }
 
+namespace {
+models::SpecText scenario_model_text(const Scenario& sc) {
+  if (sc.model_json) return models::SpecText{sc.model_json->first, sc.model_json->second};
+  return models::model_text(sc.model);
+}
+}  // namespace
+
 core::Schedule build_schedule(const Scenario& sc, plan::Strategy strategy) {
-  models::SpecText mt = models::model_text(sc.model);
+  models::SpecText mt = scenario_model_text(sc);
   auto [ct, cf] = scenario_cluster_text(sc);
   models::ModelSpec m = models::model_from_json(mt.text, mt.file);
   topologies::Topology topo(topologies::cluster_from_json(ct, cf), sc.gpus);
@@ -45,7 +77,7 @@ core::Schedule build_schedule(const Scenario& sc, plan::Strategy strategy) {
 
 ScenarioResult run_scenario(const Scenario& sc) {
   ScenarioResult r;
-  models::SpecText mt = models::model_text(sc.model);
+  models::SpecText mt = scenario_model_text(sc);
   auto [ct, cf] = scenario_cluster_text(sc);
   r.model = models::model_from_json(mt.text, mt.file);
   r.cluster = topologies::cluster_from_json(ct, cf);

@@ -29,6 +29,12 @@ struct Scenario {
   /// switches' down:up oversubscription.
   std::optional<double> nic_gbps;
   std::optional<double> oversubscription;
+  /// A model given as JSON text instead of `model` (a validation case's), and
+  /// the name its errors are reported under.
+  std::optional<std::pair<std::string, std::string>> model_json;
+  /// A calibration overlay (JSON file): device-profile values that replace
+  /// the cluster file's, for the device it names (`--calibration`).
+  std::string calibration;
   /// Hash each Schedule for the trace header (plan search skips it: it only
   /// keeps numbers).
   bool hash_schedules = true;

@@ -1,6 +1,8 @@
 // Plan search (see search.hpp).
 #include "cli/search.hpp"
 
+#include "cli/parallel_map.hpp"
+
 #include <fmt/format.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -215,57 +217,6 @@ std::string bottleneck(const sim::Metrics& m) {
   if (idle > 0.05 * step)
     return fmt::format("compute stream idle ({:.0f}%: pipeline bubble or waits)", 100 * idle / step);
   return fmt::format("compute ({:.0f}% MFU)", 100 * m.mfu);
-}
-
-// Runs `fn(i)` (a std::string) for every i in [0, n) over `jobs` forked
-// processes, results sent back through pipes as length-prefixed records.
-template <class Fn>
-std::vector<std::string> parallel_map(std::size_t n, int jobs, Fn fn) {
-  std::vector<std::string> out(n);
-  if (jobs <= 1 || n < 2) {
-    for (std::size_t i = 0; i < n; ++i) out[i] = fn(i);
-    return out;
-  }
-  jobs = static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(jobs), n));
-  std::vector<std::pair<pid_t, int>> kids;
-  for (int w = 0; w < jobs; ++w) {
-    int fds[2];
-    if (::pipe(fds) != 0) throw std::runtime_error(fmt::format("pipe: {}", std::strerror(errno)));
-    const pid_t pid = ::fork();
-    if (pid < 0) throw std::runtime_error(fmt::format("fork: {}", std::strerror(errno)));
-    if (pid == 0) {
-      ::close(fds[0]);
-      std::string records;
-      for (std::size_t i = static_cast<std::size_t>(w); i < n; i += static_cast<std::size_t>(jobs)) {
-        const std::string r = fn(i);
-        const std::uint64_t size = r.size();
-        records.append(reinterpret_cast<const char*>(&size), sizeof size);
-        records += r;
-      }
-      ::_exit(core::write_all_fd(fds[1], records) ? 0 : 1);
-    }
-    ::close(fds[1]);
-    kids.emplace_back(pid, fds[0]);
-  }
-  for (int w = 0; w < jobs; ++w) {
-    const auto [pid, fd] = kids[static_cast<std::size_t>(w)];
-    const std::string data = core::read_all_fd(fd);
-    ::close(fd);
-    int st = 0;
-    while (::waitpid(pid, &st, 0) < 0 && errno == EINTR) {
-    }
-    std::size_t at = 0;
-    for (std::size_t i = static_cast<std::size_t>(w); i < n; i += static_cast<std::size_t>(jobs)) {
-      std::uint64_t size = 0;
-      if (at + sizeof size > data.size()) throw std::runtime_error("plan search: a screening process died");
-      std::memcpy(&size, data.data() + at, sizeof size);
-      at += sizeof size;
-      if (at + size > data.size()) throw std::runtime_error("plan search: a screening process died");
-      out[i] = data.substr(at, size);
-      at += size;
-    }
-  }
-  return out;
 }
 
 // Doubles in and out of parallel_map's records.

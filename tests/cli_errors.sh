@@ -93,6 +93,25 @@ if [ "$rc" -ne 3 ] || [ -e "$work/t.json" ] || ! grep -q "infeasible" "$work/std
   fail=1
 fi
 
+# A calibration overlay for another device, or with a key the profile lacks.
+printf '{"schema_version": 1, "device": "A100 SXM 80GB", "source": "t", "device_profile": {"launch_latency_us": 9}}' \
+  > "$work/cal_a100.json"
+printf '{"schema_version": 1, "device": "H100 SXM 80GB", "source": "t", "device_profile": {"gemm_speed": 2}}' \
+  > "$work/cal_bad.json"
+expect_error 'cal_a100.json: device: expected the cluster'"'"'s device "H100 SXM 80GB"' simulate --gpus 8 --calibration "$work/cal_a100.json"
+expect_error "cal_bad.json: device_profile.gemm_speed: expected a key of the cluster file's device profile" \
+  simulate --gpus 8 --calibration "$work/cal_bad.json"
+for args in "--dir $(dirname "$0")/../validation/cases --filter nothing-like-this|--filter: expected cases matching" \
+  "--dir $work/no-such-dir|no-such-dir: expected a directory of validation cases"; do
+  # shellcheck disable=SC2086
+  "$hzp" validate cases ${args%|*} > /dev/null 2> "$work/stderr"
+  rc=$?
+  if [ "$rc" -ne 2 ] || [ "$(wc -l < "$work/stderr")" -ne 1 ] || ! grep -qF -- "${args#*|}" "$work/stderr"; then
+    echo "FAIL: hzp validate cases ${args%|*} -> rc=$rc: $(cat "$work/stderr")"
+    fail=1
+  fi
+done
+
 # --help works for every subcommand.
 for sub in simulate schedule models clusters; do
   "$hzp" "$sub" --help > /dev/null || { echo "FAIL: hzp $sub --help"; fail=1; }

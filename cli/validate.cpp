@@ -1,0 +1,139 @@
+// `hzp validate cases` (see validate.hpp).
+#include "cli/validate.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "cli/parallel_map.hpp"
+#include "cli/scenario.hpp"
+#include "core/error.hpp"
+#include "core/io.hpp"
+#include "models/model_spec.hpp"
+#include "plan/plan_file.hpp"
+#include "topologies/cluster_spec.hpp"
+
+namespace hzp::cli {
+namespace {
+
+double class_GiB(const sim::Metrics& m, std::initializer_list<std::string_view> classes) {
+  const sim::ProgramMemory* w = m.worst_memory();
+  if (w == nullptr) return 0;
+  double bytes = 0;
+  for (const auto& [cls, b] : w->at_peak) {
+    for (auto c : classes) bytes += cls == c ? static_cast<double>(b.count()) : 0.0;
+  }
+  return bytes / (1024.0 * 1024 * 1024);
+}
+
+}  // namespace
+
+std::string calibration_for(const validation::Case& c, const std::string& dir) {
+  if (dir.empty()) return "";
+  std::string device = topologies::load_cluster(c.cluster).device.name;
+  std::replace(device.begin(), device.end(), ' ', '-');
+  const std::string path = (std::filesystem::path(dir) / (device + ".json")).string();
+  return std::filesystem::exists(path) ? path : "";
+}
+
+validation::Scored run_case(const validation::Case& c, const std::string& calibration) {
+  Scenario sc;
+  sc.calibration = calibration;
+  sc.model_json = std::pair{c.model_json, c.file + " (model)"};
+  sc.cluster = c.cluster;
+  sc.nic_gbps = c.nic_gbps;
+  sc.gpus = c.gpus;
+  sc.plan = plan::plan_from_json(c.plan_json, c.file + " (plan)");
+  sc.strategies = {sc.plan.strategy};
+  sc.hash_schedules = false;
+  const ScenarioResult r = run_scenario(sc);
+  const sim::Metrics& m = r.runs.at(0).metrics;
+  validation::Scored s{c.name, c.group, c.quantity, c.measured, 0, c.tolerance, m.fits()};
+  const double step = m.step_time.to_seconds();
+  switch (c.quantity) {
+    case validation::Quantity::IterationTime: s.predicted = step; break;
+    case validation::Quantity::TflopsPerGpu: {
+      const validation::GptShape g{static_cast<double>(r.batch.sequences), static_cast<double>(r.batch.seq_len),
+                                   static_cast<double>(r.model.layers), static_cast<double>(r.model.hidden),
+                                   static_cast<double>(r.model.vocab)};
+      s.predicted = validation::convention_flops(*c.flops_convention, g, c.file) / step / c.gpus / 1e12;
+      break;
+    }
+    case validation::Quantity::StatesGiB: s.predicted = class_GiB(m, {"params", "grads", "optimizer_states"}); break;
+    case validation::Quantity::ActivationsGiB: s.predicted = class_GiB(m, {"act"}); break;
+  }
+  return s;
+}
+
+std::vector<validation::Scored> run_cases(const std::vector<validation::Case>& cases, int jobs,
+                                          const std::string& calibration_dir) {
+  const auto results = parallel_map(cases.size(), jobs, [&](std::size_t i) {
+    try {
+      const validation::Scored s = run_case(cases[i], calibration_for(cases[i], calibration_dir));
+      return nlohmann::json{{"predicted", s.predicted}, {"fits", s.fits}}.dump();
+    } catch (const std::exception& e) {
+      return nlohmann::json{{"error", e.what()}}.dump();
+    }
+  });
+  std::vector<validation::Scored> out;
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    const auto r = nlohmann::json::parse(results[i]);
+    if (r.contains("error")) throw core::InputError(cases[i].file, "", r["error"].get<std::string>());
+    const auto& c = cases[i];
+    out.push_back(validation::Scored{c.name, c.group, c.quantity, c.measured, r["predicted"].get<double>(), c.tolerance,
+                                     r["fits"].get<bool>()});
+  }
+  return out;
+}
+
+std::string cases_table(const std::vector<validation::Scored>& scored) {
+  std::string t = fmt::format("{:<46} {:<17} {:>10} {:>10} {:>8} {:>6}  {}\n", "case", "quantity", "measured",
+                              "predicted", "error", "tol", "");
+  for (const auto& s : scored) {
+    t += fmt::format("{:<46} {:<17} {:>10.4g} {:>10.4g} {:>+7.1f}% {:>5.0f}%  {}{}\n", s.name,
+                     validation::to_string(s.quantity), s.measured, s.predicted, 100 * s.error(), 100 * s.tolerance,
+                     s.within() ? "ok" : "MISS", s.fits ? "" : " (predicted out of memory)");
+  }
+  t += fmt::format("\n{:<24} {:>6} {:>7} {:>10} {:>9} {:>12}  {}\n", "group", "cases", "within", "mean |err|",
+                   "max |err|", "mean signed", "worst");
+  for (const auto& g : validation::summarize(scored)) {
+    t += fmt::format("{:<24} {:>6} {:>7} {:>9.1f}% {:>8.1f}% {:>+11.1f}%  {}\n", g.group, g.cases, g.within,
+                     100 * g.mean_abs, 100 * g.max_abs, 100 * g.mean_signed, g.worst);
+  }
+  return t;
+}
+
+std::string cases_json(const std::vector<validation::Scored>& scored) {
+  nlohmann::ordered_json j;
+  j["hzp_version"] = core::version();
+  j["git_revision"] = core::git_revision();
+  j["engine"] = "analytic";
+  auto& cases = j["cases"] = nlohmann::ordered_json::array();
+  for (const auto& s : scored) {
+    cases.push_back({{"name", s.name},
+                     {"group", s.group},
+                     {"quantity", validation::to_string(s.quantity)},
+                     {"measured", s.measured},
+                     {"predicted", s.predicted},
+                     {"error", s.error()},
+                     {"tolerance", s.tolerance},
+                     {"within", s.within()},
+                     {"fits_in_memory", s.fits}});
+  }
+  auto& groups = j["summary"] = nlohmann::ordered_json::array();
+  for (const auto& g : validation::summarize(scored)) {
+    groups.push_back({{"group", g.group},
+                      {"cases", g.cases},
+                      {"within_tolerance", g.within},
+                      {"mean_abs_error", g.mean_abs},
+                      {"max_abs_error", g.max_abs},
+                      {"mean_signed_error", g.mean_signed},
+                      {"worst", g.worst}});
+  }
+  return j.dump(2) + "\n";
+}
+
+}  // namespace hzp::cli

@@ -1,0 +1,141 @@
+// Validation cases (see cases.hpp).
+#include "validation/cases.hpp"
+
+#include <fmt/format.h>
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <map>
+
+#include "core/error.hpp"
+#include "core/io.hpp"
+#include "core/json_reader.hpp"
+
+namespace hzp::validation {
+namespace {
+
+constexpr std::pair<Quantity, std::string_view> kQuantities[] = {
+    {Quantity::IterationTime, "iteration_time_s"},
+    {Quantity::TflopsPerGpu, "tflops_per_gpu"},
+    {Quantity::StatesGiB, "states_GiB"},
+    {Quantity::ActivationsGiB, "activations_GiB"},
+};
+
+constexpr std::string_view kMegatron2021 = "megatron-2021";
+
+bool memory_quantity(Quantity q) { return q == Quantity::StatesGiB || q == Quantity::ActivationsGiB; }
+
+}  // namespace
+
+std::string_view to_string(Quantity q) {
+  for (const auto& [k, name] : kQuantities) {
+    if (k == q) return name;
+  }
+  return "?";
+}
+
+Case case_from_json(const std::string& text, const std::string& file) {
+  const nlohmann::json j = core::parse_json(text, file);
+  core::StrictObject o(j, file);
+  core::require_schema_version(o, 1);
+  Case c;
+  c.file = file;
+  c.name = o.str("name");
+  c.group = o.str("group");
+  c.source = o.str("source");
+  if (c.source.empty()) o.fail("source", "expected the paper, table or page the measurement comes from");
+  c.notes = o.str("notes");
+  const nlohmann::json& model = o.raw("model");
+  if (!model.is_object()) o.fail("model", "expected the full model object (the model catalog's schema)");
+  c.model_json = model.dump();
+  c.cluster = o.str("cluster");
+  if (o.has("nic_gbps")) c.nic_gbps = o.number("nic_gbps", 0, 1e6, true);
+  c.gpus = static_cast<int>(o.integer("gpus", 1, 1 << 20));
+  const nlohmann::json& plan = o.raw("plan");
+  if (!plan.is_object()) o.fail("plan", "expected the full plan object (a plan file's schema)");
+  c.plan_json = plan.dump();
+  core::StrictObject m = o.object("measured");
+  const std::string q = m.str("quantity");
+  bool known = false;
+  for (const auto& [k, name] : kQuantities) {
+    if (q == name) {
+      c.quantity = k;
+      known = true;
+    }
+  }
+  if (!known) {
+    m.fail("quantity",
+           fmt::format("expected iteration_time_s, tflops_per_gpu, states_GiB or activations_GiB, got \"{}\"", q));
+  }
+  c.measured = m.number("value", 0, 1e300, true);
+  if (!m.raw("flops_convention").is_null()) c.flops_convention = m.str("flops_convention");
+  if (c.quantity == Quantity::TflopsPerGpu && !c.flops_convention) {
+    m.fail("flops_convention", "expected how the source counts FLOPs (tflops_per_gpu needs it)");
+  }
+  if (c.flops_convention && !c.flops_convention->starts_with(kMegatron2021)) {
+    m.fail("flops_convention", fmt::format("expected a convention starting with \"{}\"", kMegatron2021));
+  }
+  m.finish();
+  c.tolerance = o.number("tolerance", 0, 10, true);
+  o.finish();
+  return c;
+}
+
+std::vector<Case> load_cases(const std::string& dir, const std::string& filter) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) throw core::InputError(dir, "", "expected a directory of validation cases");
+  std::vector<Case> out;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    if (e.path().extension() != ".json") continue;
+    Case c = case_from_json(core::read_file(e.path().string()), e.path().string());
+    if (filter.empty() || c.name.find(filter) != std::string::npos || c.group.find(filter) != std::string::npos) {
+      out.push_back(std::move(c));
+    }
+  }
+  std::sort(out.begin(), out.end(), [](const Case& a, const Case& b) { return a.name < b.name; });
+  return out;
+}
+
+double megatron_2021_flops(double batch, double seq, double layers, double hidden, double vocab) {
+  return 96.0 * batch * seq * layers * hidden * hidden *
+         (1.0 + seq / (6.0 * hidden) + vocab / (16.0 * layers * hidden));
+}
+
+double convention_flops(const std::string& convention, const GptShape& g, const std::string& file) {
+  if (!convention.starts_with(kMegatron2021)) {
+    throw core::InputError(file, "measured.flops_convention",
+                           fmt::format("expected a convention starting with \"{}\"", kMegatron2021));
+  }
+  return megatron_2021_flops(g.batch, g.seq, g.layers, g.hidden, g.vocab);
+}
+
+bool Scored::within() const { return std::isfinite(predicted) && std::abs(error()) <= tolerance; }
+
+std::vector<Summary> summarize(const std::vector<Scored>& scored) {
+  std::vector<Summary> out;
+  std::map<std::string, std::size_t> at;
+  auto add = [&](const std::string& group, const Scored& s) {
+    auto [it, fresh] = at.emplace(group, out.size());
+    if (fresh) out.push_back(Summary{group, 0, 0, 0, 0, 0, ""});
+    Summary& g = out[it->second];
+    const double e = s.error();
+    ++g.cases;
+    g.within += s.within() ? 1 : 0;
+    g.mean_abs += std::abs(e);
+    g.mean_signed += e;
+    if (std::abs(e) >= g.max_abs) {
+      g.max_abs = std::abs(e);
+      g.worst = s.name;
+    }
+  };
+  for (const auto& s : scored) add(s.group, s);
+  for (const auto& s : scored) add(memory_quantity(s.quantity) ? "memory" : "all", s);
+  for (auto& g : out) {
+    g.mean_abs /= g.cases;
+    g.mean_signed /= g.cases;
+  }
+  return out;
+}
+
+}  // namespace hzp::validation

@@ -1,0 +1,72 @@
+// Published measurements as validation cases (validation/cases/*.json): each
+// names its source, the full model, cluster and plan, the measured quantity
+// with its FLOP-counting convention, and a tolerance. Parsing and scoring live
+// here; running a case through plan and engine is composed by the CLI.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace hzp::validation {
+
+enum class Quantity {
+  IterationTime,   // "iteration_time_s": seconds per training step
+  TflopsPerGpu,    // "tflops_per_gpu": achieved TFLOP/s per GPU under the case's FLOP convention
+  StatesGiB,       // "states_GiB": parameters + gradients + optimizer state per GPU at the peak
+  ActivationsGiB,  // "activations_GiB": activations held per GPU at the peak
+};
+[[nodiscard]] std::string_view to_string(Quantity q);
+
+struct Case {
+  std::string file;  // where it was read from (errors name it)
+  std::string name, group, source, notes;
+  std::string model_json;          // the model object, as JSON text (read by the model loader)
+  std::string cluster;             // catalog name or path
+  std::optional<double> nic_gbps;  // what-if NIC speed per device, Gb/s
+  int gpus = 0;
+  std::string plan_json;  // the plan object, as JSON text (read by the plan loader)
+  Quantity quantity = Quantity::IterationTime;
+  double measured = 0;
+  std::optional<std::string> flops_convention;  // required for tflops_per_gpu
+  double tolerance = 0;                         // |signed error| allowed, relative
+};
+
+/// Throws InputError naming the file and key for anything malformed.
+[[nodiscard]] Case case_from_json(const std::string& text, const std::string& file);
+/// Every `*.json` under `dir` whose name or group contains `filter` (all when
+/// empty), sorted by name.
+[[nodiscard]] std::vector<Case> load_cases(const std::string& dir, const std::string& filter = "");
+
+/// FLOPs of one iteration of a GPT model as Megatron-LM counts them
+/// (Narayanan et al. 2021, eq. 3, with activation recomputation):
+/// 96·B·s·l·h²·(1 + s/(6h) + V/(16·l·h)).
+[[nodiscard]] double megatron_2021_flops(double batch, double seq, double layers, double hidden, double vocab);
+/// The FLOPs the named convention counts for one iteration; throws
+/// InputError (naming `file`) for an unknown convention.
+struct GptShape {
+  double batch = 0, seq = 0, layers = 0, hidden = 0, vocab = 0;
+};
+[[nodiscard]] double convention_flops(const std::string& convention, const GptShape& g, const std::string& file);
+
+struct Scored {
+  std::string name, group;
+  Quantity quantity = Quantity::IterationTime;
+  double measured = 0, predicted = 0;
+  double tolerance = 0;
+  bool fits = true;  // the predicted plan fits in device memory
+  [[nodiscard]] double error() const { return (predicted - measured) / measured; }  // signed, relative
+  [[nodiscard]] bool within() const;
+};
+
+struct Summary {
+  std::string group;
+  int cases = 0, within = 0;
+  double mean_abs = 0, max_abs = 0, mean_signed = 0;
+  std::string worst;  // the case with the largest |error|
+};
+/// Per group (in first-seen order) and, last, "all" over the time-like
+/// quantities (iteration time and TFLOP/s) and "memory" when there are memory cases.
+[[nodiscard]] std::vector<Summary> summarize(const std::vector<Scored>& scored);
+
+}  // namespace hzp::validation

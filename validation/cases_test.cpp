@@ -1,0 +1,102 @@
+// Validation cases: the case file's strict reading, Megatron's FLOP count and
+// the error statistics, each against values worked out by hand.
+#include "validation/cases.hpp"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.hpp"
+
+namespace hzp::validation {
+namespace {
+
+nlohmann::json good_case() {
+  return {{"schema_version", 1},
+          {"name", "c"},
+          {"group", "g"},
+          {"source", "a paper, table 1"},
+          {"notes", ""},
+          {"model", {{"layers", 2}}},
+          {"cluster", "dgx-a100"},
+          {"gpus", 8},
+          {"plan", {{"tp", 8}}},
+          {"measured", {{"quantity", "tflops_per_gpu"}, {"value", 140.0}, {"flops_convention", "megatron-2021: ..."}}},
+          {"tolerance", 0.1}};
+}
+
+void expect_error(const nlohmann::json& j, const std::string& needle) {
+  try {
+    (void)case_from_json(j.dump(), "case.json");
+    FAIL() << "accepted a bad case (" << needle << ")";
+  } catch (const core::InputError& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("case.json"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Cases, ReadsAFullCase) {
+  const Case c = case_from_json(good_case().dump(), "case.json");
+  EXPECT_EQ(c.name, "c");
+  EXPECT_EQ(c.quantity, Quantity::TflopsPerGpu);
+  EXPECT_DOUBLE_EQ(c.measured, 140.0);
+  EXPECT_EQ(c.gpus, 8);
+  EXPECT_FALSE(c.nic_gbps);
+  EXPECT_EQ(nlohmann::json::parse(c.plan_json)["tp"], 8);
+}
+
+TEST(Cases, NamesTheKeyOfABadCase) {
+  auto j = good_case();
+  j["source"] = "";
+  expect_error(j, "source");
+  j = good_case();
+  j["measured"]["quantity"] = "throughput";
+  expect_error(j, "measured.quantity");
+  j = good_case();
+  j["measured"]["flops_convention"] = nullptr;
+  expect_error(j, "measured.flops_convention");
+  j = good_case();
+  j["tolerance"] = 0;
+  expect_error(j, "tolerance");
+  j = good_case();
+  j["surprise"] = 1;
+  expect_error(j, "surprise");
+  j = good_case();
+  j["model"] = "gpt";
+  expect_error(j, "model");
+}
+
+TEST(Cases, MegatronFlopsByHand) {
+  // B = 512, s = 2048, l = 24, h = 2304, V = 51200 (GPT 1.7B of Narayanan et al. 2021):
+  // 96·512·2048·24·2304² = 1.28247e16; × (1 + 2048/13824 + 51200/884736) = × 1.206066.
+  const double base = 96.0 * 512 * 2048 * 24 * 2304.0 * 2304.0;
+  const double f = megatron_2021_flops(512, 2048, 24, 2304, 51200);
+  EXPECT_NEAR(f / base, 1.0 + 2048.0 / 13824 + 51200.0 / 884736, 1e-12);
+  EXPECT_NEAR(base, 1.28247e16, 1e11);
+  EXPECT_THROW((void)convention_flops("hfu", GptShape{1, 1, 1, 1, 1}, "x.json"), core::InputError);
+}
+
+TEST(Cases, SummaryStatistics) {
+  // Errors +10 %, −20 %, +5 % in group a; one memory case at −2 %.
+  std::vector<Scored> s = {{"a1", "a", Quantity::IterationTime, 1.0, 1.1, 0.15, true},
+                           {"a2", "a", Quantity::IterationTime, 2.0, 1.6, 0.15, true},
+                           {"a3", "a", Quantity::TflopsPerGpu, 100, 105, 0.15, true},
+                           {"m1", "m", Quantity::StatesGiB, 50, 49, 0.05, true}};
+  EXPECT_FALSE(s[1].within());
+  const auto sum = summarize(s);
+  ASSERT_EQ(sum.size(), 4U);  // a, m, all, memory
+  EXPECT_EQ(sum[0].group, "a");
+  EXPECT_EQ(sum[0].cases, 3);
+  EXPECT_EQ(sum[0].within, 2);
+  EXPECT_NEAR(sum[0].mean_abs, (0.10 + 0.20 + 0.05) / 3, 1e-12);
+  EXPECT_NEAR(sum[0].mean_signed, (0.10 - 0.20 + 0.05) / 3, 1e-12);
+  EXPECT_NEAR(sum[0].max_abs, 0.20, 1e-12);
+  EXPECT_EQ(sum[0].worst, "a2");
+  EXPECT_EQ(sum[2].group, "all");
+  EXPECT_EQ(sum[2].cases, 3);  // memory is summarised apart
+  EXPECT_EQ(sum[3].group, "memory");
+  EXPECT_NEAR(sum[3].max_abs, 0.02, 1e-12);
+}
+
+}  // namespace
+}  // namespace hzp::validation
