@@ -26,6 +26,8 @@
 #include "models/model_spec.hpp"
 #include "plan/plan_file.hpp"
 #include "topologies/cluster_spec.hpp"
+#include "traces/timeline.hpp"
+#include "validation/compare.hpp"
 
 namespace {
 
@@ -461,6 +463,56 @@ int cmd_validate_cases(const ValidateArgs& a) {
   return missed > 0 ? 1 : 0;
 }
 
+struct CompareArgs {
+  std::string predicted, measured, report;
+  bool json = false;
+};
+
+int cmd_plot(const std::vector<std::string>& args);
+
+int cmd_validate_compare(const CompareArgs& a) {
+  const traces::Timeline p = traces::from_chrome_trace(core::read_file(a.predicted), a.predicted);
+  const traces::Timeline m = traces::from_chrome_trace(core::read_file(a.measured), a.measured);
+  const validation::Comparison c = validation::compare(p, m);
+  if (a.json) {
+    nlohmann::ordered_json j;
+    j["hzp_version"] = core::version();
+    j["schedule_sha256"] = p.header.schedule_sha256;
+    j["step_s"] = {{"predicted", c.predicted_step.to_seconds()},
+                   {"measured", c.measured_step.to_seconds()},
+                   {"error", c.step_error()}};
+    j["exposed_communication_s"] = {{"predicted", c.predicted_exposure.exposed.to_seconds()},
+                                    {"measured", c.measured_exposure.exposed.to_seconds()}};
+    j["overlap_fraction"] = {{"predicted", c.predicted_exposure.overlap()},
+                             {"measured", c.measured_exposure.overlap()}};
+    for (const auto& [k, e] : c.by_kind) {
+      j["by_kind"][k] = {{"predicted_s", e.predicted.to_seconds()},
+                         {"measured_s", e.measured.to_seconds()},
+                         {"error", e.relative_error()}};
+    }
+    for (const auto& [k, e] : c.critical_by_kind) {
+      j["critical_path_by_kind"][k] = {{"predicted_s", e.predicted.to_seconds()},
+                                       {"measured_s", e.measured.to_seconds()}};
+    }
+    j["critical_path_divergence"] = c.divergence;
+    std::cout << j.dump(2) << "\n";
+    return 0;
+  }
+  if (a.report.empty()) {
+    std::cout << validation::markdown_report(c, p, m, "");
+    return 0;
+  }
+  // The picture first (beside the report, same name), then the report: a
+  // failed picture leaves no report behind.
+  const std::filesystem::path report(a.report);
+  const std::filesystem::path picture = std::filesystem::path(report).replace_extension(".png");
+  const int rc = cmd_plot({"compare", a.predicted, a.measured, "--out", picture.string()});
+  if (rc != 0) return rc;
+  core::write_file_atomic(a.report, validation::markdown_report(c, p, m, picture.filename().string()));
+  std::cerr << fmt::format("wrote {} and {}\n", a.report, picture.string());
+  return 0;
+}
+
 int cmd_plan(const PlanArgs& a) {
   cli::PlanQuery q;
   q.model = a.model;
@@ -669,6 +721,12 @@ int main(int argc, char** argv) {
   vcases->add_flag("--json", va.json, "as JSON");
   vcases->add_flag("--check", va.check, "exit 1 when a case is outside its tolerance");
   vcases->add_option("-j,--jobs", va.jobs, "processes (default: the core count)");
+  CompareArgs ca;
+  auto* vcompare = validate->add_subcommand("compare", "two traces of the same Schedule: predicted against measured");
+  vcompare->add_option("predicted", ca.predicted, "predicted trace (.json from --trace)")->required();
+  vcompare->add_option("measured", ca.measured, "measured trace (.json, e.g. from hzp-run)")->required();
+  vcompare->add_option("--report", ca.report, "write a Markdown report (and a .png beside it) instead of printing");
+  vcompare->add_flag("--json", ca.json, "as JSON");
 
   std::vector<std::string> plot_args;
   auto* plot =
@@ -699,6 +757,7 @@ int main(int argc, char** argv) {
     if (sweep->parsed()) return cmd_sweep(sw);
     if (plan_cmd->parsed()) return cmd_plan(pa);
     if (vcases->parsed()) return cmd_validate_cases(va);
+    if (vcompare->parsed()) return cmd_validate_compare(ca);
     if (plot->parsed()) return cmd_plot(plot->remaining());
   } catch (const core::InputError& e) {
     std::cerr << "hzp: error: " << e.what() << "\n";

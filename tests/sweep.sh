@@ -6,6 +6,8 @@
 #  - under mpirun -np 2 each rank writes its shard; merged, they equal the
 #    single-process sweep row for row;
 #  - CSV and JSON export; a heatmap and a timeline picture;
+#  - `hzp validate compare` of two engines' traces of one Schedule writes a
+#    report and its picture, and refuses traces of different Schedules;
 #  - `hzp plan` reports only plans that fit, its pruned search finds the
 #    plans an exhaustive screening finds, the best at least as good as
 #    every preset at the same size.
@@ -96,6 +98,22 @@ check "heatmap PNG" "$py" -c "assert open('heat.png','rb').read(8) == b'\x89PNG\
 "$hzp" plot timeline t.json --out tl.svg > /dev/null && "$hzp" plot memory t.json --out mem.png > /dev/null ||
   { echo "FAIL: timeline/memory plot"; fail=1; }
 check "timeline SVG" grep -q "<svg" tl.svg
+# validate compare: the same Schedule under both engines -> a report and its picture;
+# another Schedule is refused (one line, exit 2, no report).
+"$hzp" simulate --model llama3-8b --gpus 16 --strategy hzp --global-batch-tokens 128K --engine simgrid \
+  --trace ts.json > /dev/null
+"$hzp" validate compare t.json ts.json --report cmp.md > /dev/null 2>&1 || { echo "FAIL: validate compare"; fail=1; }
+check "compare: report with step, exposure, kinds, critical path and picture" grep -q \
+  -e "## Critical path" cmp.md
+check "compare: picture" test -s cmp.png
+"$hzp" validate compare t.json ts.json --json > cmp.json
+check "compare: JSON step error" "$py" -c "
+import json; j = json.load(open('cmp.json')); s = j['step_s']
+assert abs(s['error'] - (s['predicted'] - s['measured']) / s['measured']) < 1e-9 and 0 <= j['overlap_fraction']['measured'] <= 1"
+"$hzp" simulate --model llama3-8b --gpus 16 --strategy fsdp --global-batch-tokens 128K --trace other.json > /dev/null
+"$hzp" validate compare t.json other.json --report refused.md > /dev/null 2> refused.err
+check "compare: refuses another Schedule" test $? -eq 2 -a "$(wc -l < refused.err)" -eq 1 -a ! -e refused.md -a ! -e refused.png
+grep -q "different Schedules" refused.err || { echo "FAIL: refusal message: $(cat refused.err)"; fail=1; }
 "$hzp" plot heatmap full.db --x nope --y optim_shard --out bad.png > /dev/null 2> bad.err
 check "plot: a bad key is one error line, exit 2, no file" test $? -eq 2 -a "$(wc -l < bad.err)" -eq 1 -a ! -e bad.png
 

@@ -4,8 +4,13 @@
 #include "traces/timeline.hpp"
 
 #include <fmt/format.h>
+#include <cmath>
 #include <cstdlib>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <set>
+
+#include "core/error.hpp"
 
 namespace hzp::traces {
 namespace {
@@ -85,6 +90,96 @@ std::string to_csv(const Timeline& t) {
                        r.name, us(r.start), us(r.end), r.flops.count(), r.bytes.count());
   }
   return out;
+}
+
+namespace {
+
+// "12.345" microseconds (three decimals, as `us` writes them) -> nanoseconds.
+std::int64_t ns_of(const nlohmann::json& v, const std::string& file, const std::string& key) {
+  if (!v.is_number()) throw core::InputError(file, key, "expected a number of microseconds");
+  return std::llround(v.get<double>() * 1000.0);
+}
+
+}  // namespace
+
+Timeline from_chrome_trace(const std::string& text, const std::string& file) {
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) throw core::InputError(file, "", "expected an hzp trace (JSON object)");
+  if (!j.contains("otherData") || !j["otherData"].is_object()) {
+    throw core::InputError(file, "otherData", "expected the hzp trace header");
+  }
+  if (!j.contains("traceEvents") || !j["traceEvents"].is_array()) {
+    throw core::InputError(file, "traceEvents", "expected an array of trace events");
+  }
+  const nlohmann::json& h = j["otherData"];
+  if (h.value("schema_version", 0) != kTimelineSchemaVersion) {
+    throw core::InputError(file, "otherData.schema_version", fmt::format("expected {}", kTimelineSchemaVersion));
+  }
+  Timeline t;
+  auto str = [&](const char* key) {
+    if (!h.contains(key) || !h[key].is_string()) {
+      throw core::InputError(file, std::string("otherData.") + key, "expected a string");
+    }
+    return h[key].get<std::string>();
+  };
+  t.header.schedule_sha256 = str("schedule_sha256");
+  t.header.schedule_name = str("schedule_name");
+  t.header.engine = str("engine");
+  t.header.engine_detail = str("engine_detail");
+  t.header.hzp_version = str("hzp_version");
+  t.header.git_revision = str("git_revision");
+  t.header.command_line = str("command_line");
+  t.header.schedule_provenance_json = h.value("schedule_provenance", nlohmann::json::object()).dump();
+  std::map<std::string, core::GroupKind> group_kinds;
+  for (int g = 0; g <= static_cast<int>(core::GroupKind::EdpRegather); ++g) {
+    group_kinds.emplace(core::to_string(static_cast<core::GroupKind>(g)), static_cast<core::GroupKind>(g));
+  }
+  const std::set<std::string> collectives{"all_gather", "reduce_scatter", "all_reduce", "all_to_all", "broadcast"};
+  const auto& events = j["traceEvents"];
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    const auto& e = events[i];
+    const std::string at = fmt::format("traceEvents[{}]", i);
+    if (!e.is_object() || !e.contains("ph") || !e["ph"].is_string() || !e.contains("pid") ||
+        !e["pid"].is_number_integer()) {
+      throw core::InputError(file, at, "expected a trace event with ph and pid");
+    }
+    const std::string ph = e["ph"].get<std::string>();
+    const int pid = e["pid"].get<int>();
+    const int tid = e.value("tid", 0);
+    if (ph == "M" && e.value("name", "") == "thread_name") {
+      StreamInfo s;
+      s.program = pid;
+      s.stream = tid;
+      s.stream_name = e["args"].value("name", "");
+      t.streams.push_back(std::move(s));
+    } else if (ph == "X") {
+      if (!e.contains("args") || !e["args"].is_object() || !e["args"].contains("op")) {
+        throw core::InputError(file, at + ".args.op", "expected the op id");
+      }
+      OpRecord r;
+      r.program = pid;
+      r.stream = tid;
+      r.op_id = e["args"]["op"].get<int>();
+      r.name = e.value("name", "");
+      r.what = e.value("cat", "");
+      r.kind = collectives.contains(r.what) ? core::OpKind::Collective
+               : r.what == "send"           ? core::OpKind::Send
+               : r.what == "recv"           ? core::OpKind::Recv
+                                            : core::OpKind::Compute;
+      if (r.kind == core::OpKind::Collective) {
+        auto g = group_kinds.find(e["args"].value("group_kind", ""));
+        if (g == group_kinds.end()) throw core::InputError(file, at + ".args.group_kind", "expected a group kind");
+        r.group_kind = g->second;
+      }
+      r.flops = core::Flops(e["args"].value("flops", 0.0));
+      r.bytes = core::Bytes(e["args"].value("bytes", std::int64_t{0}));
+      const std::int64_t start = ns_of(e.value("ts", nlohmann::json()), file, at + ".ts");
+      r.start = core::TimePoint::ns(start);
+      r.end = core::TimePoint::ns(start + ns_of(e.value("dur", nlohmann::json()), file, at + ".dur"));
+      t.ops.push_back(std::move(r));
+    }
+  }
+  return t;
 }
 
 }  // namespace hzp::traces

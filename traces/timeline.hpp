@@ -93,6 +93,12 @@ class TimelineRecorder final : public TraceSink {
 /// rank class, and the header under "otherData".
 [[nodiscard]] std::string to_chrome_trace(const Timeline& t);
 
+/// Reads a trace `to_chrome_trace` wrote (from any engine or the runtime)
+/// back into a Timeline: header, streams (names; kinds are not in the
+/// trace and stay Compute) and ops. Memory counters are not read. Throws
+/// InputError naming `file` and the key for anything that is not such a trace.
+[[nodiscard]] Timeline from_chrome_trace(const std::string& text, const std::string& file);
+
 /// CSV: program,stream,op_id,kind,what,name,start_us,end_us,flops,bytes.
 [[nodiscard]] std::string to_csv(const Timeline& t);
 

@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "core/error.hpp"
+
 namespace hzp::traces {
 namespace {
 
@@ -68,6 +70,48 @@ TEST(ChromeTrace, ParsesWithTracksAndTimes) {
     }
   }
   EXPECT_EQ(complete, 2);
+}
+
+TEST(ChromeTrace, ReadsBackWhatItWrote) {
+  const Timeline t = sample();
+  const Timeline r = from_chrome_trace(to_chrome_trace(t), "t.json");
+  EXPECT_EQ(r.header.schedule_sha256, "abc");
+  EXPECT_EQ(r.header.engine, "analytic");
+  ASSERT_EQ(r.streams.size(), 2U);
+  EXPECT_EQ(r.streams[1].stream_name, "param_allgather");
+  ASSERT_EQ(r.ops.size(), 2U);
+  for (std::size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(r.ops[i].program, t.ops[i].program);
+    EXPECT_EQ(r.ops[i].stream, t.ops[i].stream);
+    EXPECT_EQ(r.ops[i].op_id, t.ops[i].op_id);
+    EXPECT_EQ(r.ops[i].name, t.ops[i].name);
+    EXPECT_EQ(r.ops[i].kind, t.ops[i].kind);
+    EXPECT_EQ(r.ops[i].what, t.ops[i].what);
+    EXPECT_EQ(r.ops[i].start.count_ns(), t.ops[i].start.count_ns());  // nanoseconds survive
+    EXPECT_EQ(r.ops[i].end.count_ns(), t.ops[i].end.count_ns());
+    EXPECT_EQ(r.ops[i].bytes.count(), t.ops[i].bytes.count());
+  }
+  EXPECT_EQ(r.ops[1].group_kind, core::GroupKind::DpShard);
+  EXPECT_DOUBLE_EQ(r.ops[0].flops.count(), 2e9);
+}
+
+TEST(ChromeTrace, NamesWhatIsWrongWithABadTrace) {
+  auto err = [](const std::string& text) {
+    try {
+      (void)from_chrome_trace(text, "bad.json");
+    } catch (const core::InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_NE(err("[1, 2").find("bad.json"), std::string::npos);
+  EXPECT_NE(err(R"({"traceEvents": []})").find("otherData"), std::string::npos);
+  std::string good = to_chrome_trace(sample());
+  const std::string kind = "\"group_kind\":\"dp_shard\"";
+  const auto at = good.find(kind);
+  ASSERT_NE(at, std::string::npos);
+  good.replace(at, kind.size(), "\"group_kind\":\"nope\"");
+  EXPECT_NE(err(good).find("args.group_kind"), std::string::npos) << err(good);
 }
 
 TEST(Csv, Rows) {

@@ -161,6 +161,47 @@ def timeline(a):
     save(fig, a.out)
 
 
+def compare(a):
+    """Two traces of the same Schedule, one above the other on a shared time axis."""
+    plt = plt_for(a.out)
+    traces = [(label, load_trace(path)) for label, path in (("predicted", a.predicted), ("measured", a.measured))]
+    colours = {"compute": "tab:blue", "collective": "tab:orange", "send / recv": "tab:green"}
+    collectives = {"all_gather", "reduce_scatter", "all_reduce", "all_to_all", "broadcast"}
+
+    def colour(cat):
+        if cat in collectives:
+            return colours["collective"]
+        return colours["send / recv"] if cat in ("send", "recv") else colours["compute"]
+
+    rows = []
+    for label, t in traces:
+        names, ops = {}, {}
+        for e in t["traceEvents"]:
+            if e.get("ph") == "M" and e.get("name") == "thread_name" and e["pid"] == a.program:
+                names[e["tid"]] = e["args"]["name"]
+            if e.get("ph") == "X" and e["pid"] == a.program:
+                ops.setdefault(e["tid"], []).append(e)
+        if not ops:
+            fail(a.predicted if label == "predicted" else a.measured, "program", f"no ops for rank class {a.program}")
+        rows.append((label, names, ops, t.get("otherData", {})))
+    fig, axes = plt.subplots(2, 1, sharex=True, figsize=(12, 0.5 * sum(len(r[2]) for r in rows) + 2.5))
+    for ax, (label, names, ops, header) in zip(axes, rows):
+        tids = sorted(ops)
+        for row, tid in enumerate(tids):
+            bars = [(e["ts"] / 1e6, e["dur"] / 1e6) for e in ops[tid]]
+            ax.broken_barh(bars, (row - 0.4, 0.8), facecolors=[colour(e.get("cat", "")) for e in ops[tid]],
+                           linewidth=0)
+        ax.set_yticks(range(len(tids)), [names.get(tid, str(tid)) for tid in tids])
+        ax.set_title(f"{label}: {header.get('engine', '')} ({header.get('hzp_version', '')}), rank class {a.program}",
+                     fontsize=9)
+    axes[-1].set_xlabel("time (s)")
+    from matplotlib.patches import Patch
+
+    axes[0].legend(handles=[Patch(color=c, label=k) for k, c in colours.items()], loc="upper right", fontsize=7)
+    fig.suptitle(rows[0][3].get("schedule_name", ""))
+    save(fig, a.out)
+
+
 def memory(a):
     plt = plt_for(a.out)
     t = load_trace(a.trace)
@@ -217,11 +258,16 @@ def main():
     tl.add_argument("trace")
     tl.add_argument("--program", type=int, default=0)
     tl.add_argument("--out", required=True)
+    c = sub.add_parser("compare")
+    c.add_argument("predicted")
+    c.add_argument("measured")
+    c.add_argument("--program", type=int, default=0)
+    c.add_argument("--out", required=True)
     m = sub.add_parser("memory")
     m.add_argument("trace")
     m.add_argument("--out", required=True)
     a = p.parse_args()
-    {"heatmap": heatmap, "scaling": scaling, "timeline": timeline, "memory": memory}[a.kind](a)
+    {"heatmap": heatmap, "scaling": scaling, "timeline": timeline, "memory": memory, "compare": compare}[a.kind](a)
 
 
 if __name__ == "__main__":
