@@ -23,10 +23,13 @@
 #include "cli/validate.hpp"
 #include "core/error.hpp"
 #include "core/io.hpp"
+#include "core/sha256.hpp"
 #include "models/model_spec.hpp"
 #include "plan/plan_file.hpp"
 #include "topologies/cluster_spec.hpp"
+#include "traces/bench_results.hpp"
 #include "traces/timeline.hpp"
+#include "validation/calibrate.hpp"
 #include "validation/compare.hpp"
 
 namespace {
@@ -463,6 +466,40 @@ int cmd_validate_cases(const ValidateArgs& a) {
   return missed > 0 ? 1 : 0;
 }
 
+struct CalibrateArgs {
+  std::string cluster = "dgx-h100";
+  std::vector<std::string> results;
+  std::string out;
+  bool force = false;
+};
+
+int cmd_calibrate(const CalibrateArgs& a) {
+  const topologies::ClusterSpec cluster = topologies::load_cluster(a.cluster);
+  if (!a.force && std::filesystem::exists(a.out)) {
+    throw core::InputError(a.out, "--out", "expected a new file (it exists; --force replaces it)");
+  }
+  std::vector<std::pair<std::string, traces::BenchResults>> inputs;
+  std::string measured;
+  for (const auto& f : a.results) {
+    const std::string text = core::read_file(f);
+    inputs.emplace_back(f, traces::bench_results_from_json(text, f));
+    const auto& p = inputs.back().second.provenance;
+    std::string on;
+    for (const char* k : {"gpu", "driver", "cuda", "cublas", "nccl", "host", "date"}) {
+      if (p.contains(k)) on += fmt::format("{}{} {}", on.empty() ? "" : ", ", k, p.at(k));
+    }
+    measured += fmt::format(" {} ({} results, sha256 {}; {})", f, inputs.back().second.kind,
+                            core::sha256_hex(text).substr(0, 16), on.empty() ? "no provenance" : on);
+  }
+  const validation::CalibrationFit fit = validation::fit_calibration(cluster, inputs);
+  const std::string source = fmt::format("Fitted by hzp calibrate {} ({}) for {} from:{}.", core::version(),
+                                         core::git_revision(), a.cluster, measured);
+  core::write_file_atomic(a.out, validation::calibration_json(fit, source));
+  for (const auto& n : fit.notes) std::cout << n << "\n";
+  std::cout << fmt::format("wrote {} (use it with --calibration)\n", a.out);
+  return 0;
+}
+
 struct CompareArgs {
   std::string predicted, measured, report;
   bool json = false;
@@ -721,6 +758,14 @@ int main(int argc, char** argv) {
   vcases->add_flag("--json", va.json, "as JSON");
   vcases->add_flag("--check", va.check, "exit 1 when a case is outside its tolerance");
   vcases->add_option("-j,--jobs", va.jobs, "processes (default: the core count)");
+  CalibrateArgs cal;
+  auto* calibrate = app.add_subcommand("calibrate", "fit a calibration overlay from hzp-run microbenchmark results");
+  calibrate->add_option("--cluster", cal.cluster, "the cluster the measurements were taken on (catalog or .json)")
+      ->capture_default_str();
+  calibrate->add_option("results", cal.results, "results of hzp-run bench gemm|collectives|overlap (.json)")
+      ->required();
+  calibrate->add_option("--out", cal.out, "the calibration overlay to write")->required();
+  calibrate->add_flag("--force", cal.force, "replace --out if it exists");
   CompareArgs ca;
   auto* vcompare = validate->add_subcommand("compare", "two traces of the same Schedule: predicted against measured");
   vcompare->add_option("predicted", ca.predicted, "predicted trace (.json from --trace)")->required();
@@ -758,6 +803,7 @@ int main(int argc, char** argv) {
     if (plan_cmd->parsed()) return cmd_plan(pa);
     if (vcases->parsed()) return cmd_validate_cases(va);
     if (vcompare->parsed()) return cmd_validate_compare(ca);
+    if (calibrate->parsed()) return cmd_calibrate(cal);
     if (plot->parsed()) return cmd_plot(plot->remaining());
   } catch (const core::InputError& e) {
     std::cerr << "hzp: error: " << e.what() << "\n";

@@ -27,8 +27,8 @@ std::pair<std::string, std::string> scenario_cluster_text(const Scenario& sc) {
   if (!sc.nic_gbps && !sc.oversubscription && sc.calibration.empty()) return {text, file};
   nlohmann::ordered_json j = nlohmann::ordered_json::parse(text);
   if (!sc.calibration.empty()) {
-    // {"schema_version": 1, "device": NAME, "source": ..., "device_profile": {key: value}}:
-    // each key must be one the cluster file's device profile has.
+    // {"schema_version": 1, "device": NAME, "source": ..., "device_profile": {key: value},
+    //  optional "scale_up": {...}, "scale_out": {...}} (what `hzp calibrate` writes).
     const nlohmann::json cal = core::read_json_file(sc.calibration);
     core::StrictObject o(cal, sc.calibration);
     core::require_schema_version(o, 1);
@@ -38,14 +38,22 @@ std::pair<std::string, std::string> scenario_cluster_text(const Scenario& sc) {
              fmt::format("expected the cluster's device \"{}\", got \"{}\"", j["device"].value("name", ""), device));
     }
     if (o.str("source").empty()) o.fail("source", "expected how the calibration was obtained");
-    const nlohmann::json& values = o.raw("device_profile");
-    if (!values.is_object()) o.fail("device_profile", "expected an object of device-profile values");
-    for (const auto& [key, value] : values.items()) {
-      if (!j["device"].contains(key) || key == "name") {
-        o.fail("device_profile." + key, "expected a key of the cluster file's device profile");
+    // Each section overlays the cluster file's object of the same meaning;
+    // only keys that object has.
+    auto overlay = [&](const std::string& section, nlohmann::ordered_json& target, bool required) {
+      if (!required && !o.has(section)) return;
+      const nlohmann::json& values = o.raw(section);
+      if (!values.is_object()) o.fail(section, "expected an object of values for the cluster file's " + section);
+      for (const auto& [key, value] : values.items()) {
+        if (!target.contains(key) || key == "name") {
+          o.fail(section + "." + key, "expected a key of the cluster file's " + section);
+        }
+        target[key] = value;
       }
-      j["device"][key] = value;
-    }
+    };
+    overlay("device_profile", j["device"], true);
+    overlay("scale_up", j["node"]["scale_up"], false);
+    overlay("scale_out", j["scale_out"], false);
     o.finish();
     file += " with calibration " + sc.calibration;
   }

@@ -99,7 +99,7 @@ printf '{"schema_version": 1, "device": "A100 SXM 80GB", "source": "t", "device_
 printf '{"schema_version": 1, "device": "H100 SXM 80GB", "source": "t", "device_profile": {"gemm_speed": 2}}' \
   > "$work/cal_bad.json"
 expect_error 'cal_a100.json: device: expected the cluster'"'"'s device "H100 SXM 80GB"' simulate --gpus 8 --calibration "$work/cal_a100.json"
-expect_error "cal_bad.json: device_profile.gemm_speed: expected a key of the cluster file's device profile" \
+expect_error "cal_bad.json: device_profile.gemm_speed: expected a key of the cluster file's device_profile" \
   simulate --gpus 8 --calibration "$work/cal_bad.json"
 for args in "--dir $(dirname "$0")/../validation/cases --filter nothing-like-this|--filter: expected cases matching" \
   "--dir $work/no-such-dir|no-such-dir: expected a directory of validation cases"; do

@@ -8,6 +8,7 @@
 #  - CSV and JSON export; a heatmap and a timeline picture;
 #  - `hzp validate compare` of two engines' traces of one Schedule writes a
 #    report and its picture, and refuses traces of different Schedules;
+#  - `hzp calibrate` fits an overlay from measurements that `--calibration` loads;
 #  - `hzp plan` reports only plans that fit, its pruned search finds the
 #    plans an exhaustive screening finds, the best at least as good as
 #    every preset at the same size.
@@ -114,6 +115,22 @@ assert abs(s['error'] - (s['predicted'] - s['measured']) / s['measured']) < 1e-9
 "$hzp" validate compare t.json other.json --report refused.md > /dev/null 2> refused.err
 check "compare: refuses another Schedule" test $? -eq 2 -a "$(wc -l < refused.err)" -eq 1 -a ! -e refused.md -a ! -e refused.png
 grep -q "different Schedules" refused.err || { echo "FAIL: refusal message: $(cat refused.err)"; fail=1; }
+# calibrate: GEMMs measured at 25 % of peak -> an overlay -> a slower step with --calibration.
+cat > gemm.json <<'JSON'
+{"schema_version": 1, "kind": "gemm", "device": "H100 SXM 80GB", "provenance": {"gpu": "synthetic"},
+ "results": [{"m": 4096, "n": 4096, "k": 4096, "batch": 1, "dtype": "bf16", "seconds": 5.5578e-4}]}
+JSON
+"$hzp" calibrate --cluster dgx-h100 gemm.json --out cal.json > /dev/null || { echo "FAIL: calibrate"; fail=1; }
+check "calibrate: GEMM efficiency 0.25 in the overlay" "$py" -c "
+import json; assert json.load(open('cal.json'))['device_profile']['gemm_efficiency'] == [[4096.0, 0.25]]"
+"$hzp" simulate --model llama3-8b --gpus 16 --strategy fsdp --global-batch-tokens 128K --json > base.json
+"$hzp" simulate --model llama3-8b --gpus 16 --strategy fsdp --global-batch-tokens 128K --json --calibration cal.json \
+  > calibrated.json
+check "calibrate: the calibrated step is slower" "$py" -c "
+import json; b, c = (json.load(open(f))['results'][0]['step_time_s'] for f in ('base.json', 'calibrated.json'))
+assert c > 1.5 * b, (b, c)"
+"$hzp" calibrate --cluster dgx-h100 gemm.json --out cal.json > /dev/null 2> again.err
+check "calibrate: an existing --out is kept without --force" test $? -eq 2 -a "$(wc -l < again.err)" -eq 1
 "$hzp" plot heatmap full.db --x nope --y optim_shard --out bad.png > /dev/null 2> bad.err
 check "plot: a bad key is one error line, exit 2, no file" test $? -eq 2 -a "$(wc -l < bad.err)" -eq 1 -a ! -e bad.png
 
