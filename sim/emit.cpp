@@ -11,13 +11,7 @@ namespace hzp::sim {
 void emit_timeline(const core::Schedule& s, const std::vector<std::vector<std::vector<core::OpTime>>>& times,
                    const traces::TraceHeader& header, traces::TraceSink& sink) {
   sink.on_header(header);
-  for (std::size_t p = 0; p < s.programs.size(); ++p) {
-    const core::Program& prog = s.programs[p];
-    for (std::size_t k = 0; k < prog.streams.size(); ++k) {
-      sink.on_stream(traces::StreamInfo{prog.id, prog.streams[k].id, prog.name, prog.ranks, prog.streams[k].name,
-                                        prog.streams[k].kind});
-    }
-  }
+  traces::emit_streams(s, sink);
   for (std::size_t p = 0; p < s.programs.size(); ++p) {
     const core::Program& prog = s.programs[p];
     // Memory: alloc/free in time order (ties by op id, the issue order),
@@ -32,24 +26,9 @@ void emit_timeline(const core::Schedule& s, const std::vector<std::vector<std::v
           case core::OpKind::Compute:
           case core::OpKind::Collective:
           case core::OpKind::Send:
-          case core::OpKind::Recv: {
-            traces::OpRecord rec;
-            rec.program = prog.id;
-            rec.stream = st.id;
-            rec.op_id = op.id;
-            rec.name = op.name;
-            rec.kind = op.kind;
-            rec.what = op.kind == core::OpKind::Compute      ? std::string(core::to_string(op.compute))
-                       : op.kind == core::OpKind::Collective ? std::string(core::to_string(op.collective))
-                                                             : std::string(core::to_string(op.kind));
-            if (op.kind == core::OpKind::Collective) rec.group_kind = s.group(op.group).kind;
-            rec.flops = op.flops;
-            rec.bytes = op.bytes;
-            rec.start = t.start;
-            rec.end = t.end;
-            sink.on_op(rec);
+          case core::OpKind::Recv:
+            sink.on_op(traces::op_record(s, prog, st, op, t.start, t.end));
             break;
-          }
           case core::OpKind::Alloc:
             deltas.emplace_back(t.start.count_ns(), op.id, op.bytes.count(), true, &op.buffer);
             break;

@@ -31,6 +31,33 @@ std::string rank_list(const std::vector<int>& ranks) {
 
 }  // namespace
 
+void emit_streams(const core::Schedule& s, TraceSink& sink) {
+  for (const core::Program& prog : s.programs) {
+    for (const core::Stream& st : prog.streams) {
+      sink.on_stream(StreamInfo{prog.id, st.id, prog.name, prog.ranks, st.name, st.kind});
+    }
+  }
+}
+
+OpRecord op_record(const core::Schedule& s, const core::Program& prog, const core::Stream& st, const core::Op& op,
+                   core::TimePoint start, core::TimePoint end) {
+  OpRecord rec;
+  rec.program = prog.id;
+  rec.stream = st.id;
+  rec.op_id = op.id;
+  rec.name = op.name;
+  rec.kind = op.kind;
+  rec.what = op.kind == core::OpKind::Compute      ? std::string(core::to_string(op.compute))
+             : op.kind == core::OpKind::Collective ? std::string(core::to_string(op.collective))
+                                                   : std::string(core::to_string(op.kind));
+  if (op.kind == core::OpKind::Collective) rec.group_kind = s.group(op.group).kind;
+  rec.flops = op.flops;
+  rec.bytes = op.bytes;
+  rec.start = start;
+  rec.end = end;
+  return rec;
+}
+
 std::string to_chrome_trace(const Timeline& t) {
   // Written by hand, one event per line: nlohmann would hold the whole trace
   // in memory twice for large schedules.

@@ -88,6 +88,12 @@ class TimelineRecorder final : public TraceSink {
   Timeline t_;
 };
 
+/// The streams of every rank class of a Schedule, to a sink (after its header).
+void emit_streams(const core::Schedule& s, TraceSink& sink);
+/// The record of one op that takes time (compute, collective, send, recv).
+[[nodiscard]] OpRecord op_record(const core::Schedule& s, const core::Program& prog, const core::Stream& st,
+                                 const core::Op& op, core::TimePoint start, core::TimePoint end);
+
 /// Chrome trace-event JSON, loadable in Perfetto and chrome://tracing: one
 /// process per rank class, one thread (track) per stream, a memory counter per
 /// rank class, and the header under "otherData".

@@ -1,0 +1,59 @@
+// The executor's host side (see executor.hpp).
+#include "runtime/executor.hpp"
+
+#include <algorithm>
+#include <exception>
+#include <mutex>
+#include <thread>
+#include <tuple>
+
+namespace hzp::runtime {
+
+std::vector<std::pair<std::size_t, std::size_t>> issue_order(const core::Program& p, int thread) {
+  std::vector<std::tuple<int, std::size_t, std::size_t>> ops;  // (id, stream, index)
+  for (std::size_t k = 0; k < p.streams.size(); ++k) {
+    if (p.streams[k].thread != thread) continue;
+    for (std::size_t i = 0; i < p.streams[k].ops.size(); ++i) ops.emplace_back(p.streams[k].ops[i].id, k, i);
+  }
+  std::sort(ops.begin(), ops.end());
+  std::vector<std::pair<std::size_t, std::size_t>> out;
+  out.reserve(ops.size());
+  for (const auto& [id, k, i] : ops) out.emplace_back(k, i);
+  return out;
+}
+
+void execute(const core::Schedule& s, const std::vector<std::size_t>& programs, Backend& backend) {
+  std::exception_ptr error;
+  std::mutex error_mutex;
+  std::vector<std::thread> threads;
+  for (std::size_t p : programs) {
+    const core::Program& prog = s.programs.at(p);
+    for (const core::Thread& t : prog.threads) {
+      threads.emplace_back([&, p, t] {
+        try {
+          for (const auto& [k, i] : issue_order(prog, t.id)) {
+            const core::Op& op = prog.streams[k].ops[i];
+            if (op.kind == core::OpKind::Sync) {
+              backend.host_wait(p, t, op.event);
+              continue;
+            }
+            backend.issue_cost(p, t, op);
+            backend.enqueue(p, k, i);
+          }
+        } catch (...) {
+          const std::lock_guard lock(error_mutex);
+          if (!error) error = std::current_exception();
+        }
+      });
+    }
+  }
+  for (auto& t : threads) t.join();
+  try {
+    backend.drain();
+  } catch (...) {
+    if (!error) error = std::current_exception();
+  }
+  if (error) std::rethrow_exception(error);
+}
+
+}  // namespace hzp::runtime
