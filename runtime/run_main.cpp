@@ -19,7 +19,13 @@
 #include "runtime/launch.hpp"
 #include "runtime/platform_info.hpp"
 #include "topologies/cluster_spec.hpp"
+#include "traces/bench_results.hpp"
 #include "traces/timeline.hpp"
+#ifdef HZP_HAVE_CUDA
+#include <thread>
+
+#include "runtime/cuda/cuda_backend.hpp"
+#endif
 
 namespace {
 
@@ -36,7 +42,22 @@ struct Args {
   std::string trace;
   double watchdog_s = 30;
   bool skip_check = false;
-  bool force = false;
+  // CUDA backend
+  int local_gpus = 0;    // one process driving this many GPUs (ranks 0..N-1)
+  bool emulate = false;  // one GPU: collectives as timed kernels
+  int rank = 0;          // with --emulate-collectives: the rank to run
+  int nccl_channels = 16;
+  std::string rendezvous;  // shared directory for the NCCL id (torchrun-style launches)
+};
+
+struct BenchArgs {
+  std::string kind;  // gemm | collectives | overlap
+  std::string schedule;
+  std::string out;
+  int reps = 20;
+  int ranks_per_node = 8;
+  std::string rendezvous;
+  std::vector<int> channels{1, 2, 4, 8, 16, 32};
 };
 
 double span_s(const hzp::core::Schedule& s, const std::vector<std::vector<std::vector<hzp::core::OpTime>>>& times) {
@@ -54,6 +75,20 @@ double span_s(const hzp::core::Schedule& s, const std::vector<std::vector<std::v
     }
   }
   return hi > lo ? static_cast<double>(hi - lo) * 1e-9 : 0.0;
+}
+
+hzp::traces::TraceHeader header(const hzp::core::Schedule& s, const std::string& engine, const std::string& detail,
+                                const std::string& command_line) {
+  hzp::traces::TraceHeader h;
+  h.schedule_sha256 = hzp::core::schedule_hash(s);
+  h.schedule_name = s.name;
+  h.engine = engine;
+  h.engine_detail = detail;
+  h.hzp_version = hzp::core::version();
+  h.git_revision = hzp::core::git_revision();
+  h.command_line = command_line;
+  h.schedule_provenance_json = s.provenance_json;
+  return h;
 }
 
 int run_host(const Args& a, const hzp::core::Schedule& s, const std::string& command_line) {
@@ -83,17 +118,11 @@ int run_host(const Args& a, const hzp::core::Schedule& s, const std::string& com
                              i < a.warmup ? "warm-up" : "timed", step, backend.late_ops());
     if (i < a.warmup) continue;
     Step st{step, backend.late_ops(), {}};
-    traces::TraceHeader h;
-    h.schedule_sha256 = core::schedule_hash(s);
-    h.schedule_name = s.name;
-    h.engine = "host";
-    h.engine_detail = fmt::format("host backend, {} rank classes, time scale {:.4g}, {} late ops", s.programs.size(),
-                                  scale, backend.late_ops());
-    h.hzp_version = core::version();
-    h.git_revision = core::git_revision();
-    h.command_line = command_line;
-    h.schedule_provenance_json = s.provenance_json;
-    backend.emit(h, st.timeline);
+    backend.emit(header(s, "host",
+                        fmt::format("host backend, {} rank classes, time scale {:.4g}, {} late ops", s.programs.size(),
+                                    scale, backend.late_ops()),
+                        command_line),
+                 st.timeline);
     measured.push_back(std::move(st));
   }
   std::vector<std::size_t> order(measured.size());
@@ -110,6 +139,178 @@ int run_host(const Args& a, const hzp::core::Schedule& s, const std::string& com
   return 0;
 }
 
+#ifdef HZP_HAVE_CUDA
+// One rank on one GPU: communicators, backend, warm-up and timed steps; the
+// median step (max across ranks) and this rank's trace of it.
+int run_cuda_rank(const Args& a, const hzp::core::Schedule& s, const hzp::runtime::LaunchInfo& launch, int device,
+                  const std::string& shared_id, const std::string& command_line) {
+  using namespace hzp;
+  const topologies::ClusterSpec cluster = topologies::load_cluster(a.cluster.empty() ? s.step.cluster : a.cluster);
+  const topologies::PerfModel pm(topologies::Topology(cluster, s.step.world_size));
+  const int rank = a.emulate ? a.rank : launch.rank;
+  const runtime::RankPlan plan = runtime::rank_plan(s, rank);
+  runtime::cuda::use_device(device);
+  std::unique_ptr<runtime::cuda::Communicators> comms;
+  if (!a.emulate) comms = std::make_unique<runtime::cuda::Communicators>(s, launch, a.rendezvous, shared_id);
+  runtime::cuda::CudaOptions o;
+  o.device = device;
+  o.emulate_collectives = a.emulate;
+  o.nccl_channels = a.nccl_channels;
+  o.watchdog = std::chrono::milliseconds(static_cast<std::int64_t>(a.watchdog_s * 1000));
+  runtime::cuda::CudaBackend backend(s, plan, pm, comms.get(), o);
+  std::vector<double> steps;
+  std::vector<traces::TimelineRecorder> timelines;
+  for (int i = 0; i < a.warmup + a.steps; ++i) {
+    if (comms) (void)runtime::cuda::world_max(*comms, 0.0);  // a barrier: every rank starts together
+    backend.begin_step();
+    runtime::execute(s, {plan.program}, backend);
+    double step = 0;
+    std::int64_t lo = INT64_MAX, hi = 0;
+    for (const auto& per : backend.times()) {
+      for (const auto& t : per) {
+        if (t.end.count_ns() == 0) continue;
+        lo = std::min(lo, t.start.count_ns());
+        hi = std::max(hi, t.end.count_ns());
+      }
+    }
+    step = hi > lo ? static_cast<double>(hi - lo) * 1e-9 : 0.0;
+    if (comms) step = runtime::cuda::world_max(*comms, step);
+    if (rank == launch.rank || a.emulate) {
+      std::cerr << fmt::format("hzp-run: rank {}: step {} of {} ({}): {:.6f} s (max across ranks)\n", rank, i + 1,
+                               a.warmup + a.steps, i < a.warmup ? "warm-up" : "timed", step);
+    }
+    if (i < a.warmup) continue;
+    steps.push_back(step);
+    traces::TimelineRecorder rec;
+    backend.emit(header(s, "cuda",
+                        fmt::format("cuda backend, rank {} of {} on GPU {}{}", rank, s.step.world_size, device,
+                                    a.emulate ? fmt::format(", collectives emulated on {} SMs", a.nccl_channels) : ""),
+                        command_line),
+                 rec);
+    timelines.push_back(std::move(rec));
+  }
+  std::vector<std::size_t> order(steps.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](auto x, auto y) { return steps[x] < steps[y]; });
+  const std::size_t median = order[order.size() / 2];
+  if (launch.rank == 0 || a.emulate) {
+    std::cout << fmt::format(
+        "{}: {} timed steps on {} GPU(s): median {:.6f} s (min {:.6f}, max {:.6f}); rank {} peak memory {:.2f} GiB "
+        "reserved, {:.2f} GiB in use (the Schedule's buffers, from the pool)\n",
+        s.name, steps.size(), a.emulate ? 1 : launch.world, steps[median], steps[order.front()], steps[order.back()],
+        rank, backend.peak_reserved().gib(), backend.peak_used().gib());
+  }
+  if (!a.trace.empty()) {
+    std::string path = a.trace;
+    if (!a.emulate && launch.world > 1) path = fmt::format("{}.rank{}.json", a.trace, launch.rank);
+    core::write_file_atomic(path, traces::to_chrome_trace(timelines[median].timeline()));
+  }
+  return 0;
+}
+
+int run_cuda(const Args& a, const hzp::core::Schedule& s, const std::string& command_line) {
+  using namespace hzp;
+  const runtime::PlatformInfo p = runtime::query_platform();
+  if (p.gpus.empty()) {
+    throw core::InputError("command line", "--backend", fmt::format("expected a GPU for cuda: {}", p.error));
+  }
+  runtime::LaunchInfo launch = runtime::detect_launch([](const char* n) { return std::getenv(n); });
+  if (a.emulate) {
+    if (launch.world > 1) throw core::InputError("command line", "--emulate-collectives", "expected one process");
+    return run_cuda_rank(a, s, launch, 0, "", command_line);
+  }
+  if (a.local_gpus > 0) {
+    // One process, one thread per GPU, ranks 0..N-1.
+    if (launch.world > 1) throw core::InputError("command line", "--local-gpus", "expected one process");
+    if (a.local_gpus != s.step.world_size || a.local_gpus > static_cast<int>(p.gpus.size())) {
+      throw core::InputError(
+          "command line", "--local-gpus",
+          fmt::format("expected the Schedule's {} ranks on at most {} GPUs", s.step.world_size, p.gpus.size()));
+    }
+    const std::string id = runtime::cuda::new_nccl_id();
+    std::vector<std::thread> ranks;
+    std::vector<int> rc(static_cast<std::size_t>(a.local_gpus), 0);
+    std::vector<std::string> errors(rc.size());
+    for (int r = 0; r < a.local_gpus; ++r) {
+      ranks.emplace_back([&, r] {
+        runtime::LaunchInfo l{"local", r, a.local_gpus, r};
+        try {
+          rc[static_cast<std::size_t>(r)] = run_cuda_rank(a, s, l, r, id, command_line);
+        } catch (const std::exception& e) {
+          errors[static_cast<std::size_t>(r)] = e.what();
+          rc[static_cast<std::size_t>(r)] = kExitAborted;
+        }
+      });
+    }
+    for (auto& t : ranks) t.join();
+    for (const auto& e : errors) {
+      if (!e.empty()) throw runtime::RunError(e);
+    }
+    return *std::max_element(rc.begin(), rc.end());
+  }
+  if (launch.world != s.step.world_size) {
+    throw core::InputError(
+        "environment", launch.launcher,
+        fmt::format("expected {} processes (the Schedule's ranks), got {}", s.step.world_size, launch.world));
+  }
+  return run_cuda_rank(a, s, launch, launch.local_rank, "", command_line);
+}
+
+int run_bench(const BenchArgs& b) {
+  using namespace hzp;
+  const runtime::PlatformInfo p = runtime::query_platform();
+  if (p.gpus.empty()) throw core::InputError("command line", "bench", fmt::format("expected a GPU: {}", p.error));
+  const runtime::LaunchInfo launch = runtime::detect_launch([](const char* n) { return std::getenv(n); });
+  traces::BenchResults r;
+  if (b.kind == "gemm") {
+    std::vector<core::GemmShape> shapes;
+    if (!b.schedule.empty()) {
+      const core::Schedule s = core::schedule_from_json(core::read_file(b.schedule), b.schedule);
+      for (const auto& prog : s.programs) {
+        for (const auto& st : prog.streams) {
+          for (const auto& op : st.ops) {
+            if (op.kind == core::OpKind::Compute && op.gemm &&
+                std::find(shapes.begin(), shapes.end(), *op.gemm) == shapes.end()) {
+              shapes.push_back(*op.gemm);
+            }
+          }
+        }
+      }
+    } else {
+      for (std::int64_t n : {1024, 2048, 4096, 8192, 16384}) shapes.push_back(core::GemmShape{n, n, n, 1});
+    }
+    r = runtime::cuda::bench_gemm(shapes, launch.local_rank, b.reps);
+  } else if (b.kind == "collectives") {
+    if (launch.world < 2) throw core::InputError("command line", "bench collectives", "expected >= 2 ranks (mpirun)");
+    core::Schedule world;
+    world.step.world_size = launch.world;
+    world.name = "bench";
+    core::Group g{0, core::GroupKind::World, {}};
+    for (int i = 0; i < launch.world; ++i) g.ranks.push_back(i);
+    world.groups.push_back(g);
+    core::Program prog;
+    prog.ranks = g.ranks;
+    world.programs.push_back(prog);
+    runtime::cuda::use_device(launch.local_rank);
+    runtime::cuda::Communicators comms(world, launch, b.rendezvous);
+    std::vector<std::int64_t> sizes;
+    for (std::int64_t n = 1 << 10; n <= (1LL << 30); n *= 4) sizes.push_back(n);
+    r = runtime::cuda::bench_collectives(comms, launch, b.ranks_per_node, sizes, launch.local_rank, b.reps);
+    for (auto& c : r.collectives) c.seconds = runtime::cuda::world_max(comms, c.seconds);
+    if (launch.rank != 0) return 0;
+  } else if (b.kind == "overlap") {
+    r = runtime::cuda::bench_overlap(nullptr, core::GemmShape{8192, 8192, 8192, 1}, 256LL << 20, b.channels,
+                                     launch.local_rank, b.reps);
+  } else {
+    throw core::InputError("command line", "bench",
+                           fmt::format("expected gemm, collectives or overlap, got '{}'", b.kind));
+  }
+  core::write_file_atomic(b.out, traces::to_json(r));
+  std::cout << fmt::format("wrote {} ({} results)\n", b.out, r.gemm.size() + r.collectives.size() + r.overlap.size());
+  return 0;
+}
+#endif
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -118,9 +319,9 @@ int main(int argc, char** argv) {
   for (int i = 0; i < argc; ++i) command_line += (i ? " " : "") + std::string(argv[i]);
   CLI::App app{"hzp-run: execute a Schedule and measure it (the same Timeline format as the simulator)"};
   Args a;
-  app.add_option("schedule", a.schedule, "Schedule JSON (hzp schedule --out)")->required();
+  app.add_option("schedule", a.schedule, "Schedule JSON (hzp schedule --out)");
   app.add_option("--backend", a.backend, "host (CPU threads, model durations) | cuda (GPUs)")->capture_default_str();
-  app.add_option("--cluster", a.cluster, "host backend: cluster for the performance model (default: the Schedule's)");
+  app.add_option("--cluster", a.cluster, "cluster for the performance model (default: the Schedule's)");
   app.add_option("--step-seconds", a.step_seconds, "host backend: wall seconds a timed step should take")
       ->capture_default_str();
   app.add_option("--warmup", a.warmup, "untimed steps first")->capture_default_str();
@@ -128,6 +329,21 @@ int main(int argc, char** argv) {
   app.add_option("--trace", a.trace, "write the median step's Timeline (Chrome trace JSON)");
   app.add_option("--watchdog-s", a.watchdog_s, "abort when no op finishes for this long")->capture_default_str();
   app.add_flag("--skip-check", a.skip_check, "run without checking the Schedule first (to debug hangs)");
+  app.add_option("--local-gpus", a.local_gpus, "cuda: one process driving this many GPUs as ranks 0..N-1");
+  app.add_flag("--emulate-collectives", a.emulate,
+               "cuda, one GPU: collectives as kernels on the NCCL channels' SMs lasting the model's time");
+  app.add_option("--rank", a.rank, "with --emulate-collectives: the rank whose class to run")->capture_default_str();
+  app.add_option("--nccl-channels", a.nccl_channels, "SMs an emulated collective occupies")->capture_default_str();
+  app.add_option("--rendezvous", a.rendezvous, "a fresh shared directory for the NCCL id (torchrun-style launch)");
+  BenchArgs b;
+  auto* bench = app.add_subcommand("bench", "microbenchmarks for hzp calibrate (cuda backend)");
+  bench->add_option("kind", b.kind, "gemm | collectives | overlap")->required();
+  bench->add_option("--schedule", b.schedule, "gemm: every distinct GEMM shape of this Schedule (default: a grid)");
+  bench->add_option("--out", b.out, "results JSON")->required();
+  bench->add_option("--reps", b.reps, "timed repetitions (median)")->capture_default_str();
+  bench->add_option("--ranks-per-node", b.ranks_per_node, "collectives: ranks per node")->capture_default_str();
+  bench->add_option("--rendezvous", b.rendezvous, "collectives: shared directory for the NCCL id");
+  bench->add_option("--channels", b.channels, "overlap: SM counts of the collective beside the GEMM")->delimiter(',');
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -136,13 +352,21 @@ int main(int argc, char** argv) {
     return kExitBadInput;
   }
   try {
+    if (bench->parsed()) {
+#ifdef HZP_HAVE_CUDA
+      return run_bench(b);
+#else
+      throw core::InputError("command line", "bench", "expected a build with CUDA (the benchmarks run on GPUs)");
+#endif
+    }
+    if (a.schedule.empty()) throw core::InputError("command line", "schedule", "expected a Schedule file");
     if (a.warmup < 1 || a.steps < 1)
       throw core::InputError("command line", "--steps", "expected --warmup and --steps >= 1");
     if (!(a.step_seconds > 0)) throw core::InputError("command line", "--step-seconds", "expected a positive number");
     const core::Schedule s = core::schedule_from_json(core::read_file(a.schedule), a.schedule);
     if (!a.skip_check) core::check_schedule(s);
-    const runtime::LaunchInfo launch = runtime::detect_launch([](const char* n) { return std::getenv(n); });
     if (a.backend == "host") {
+      const runtime::LaunchInfo launch = runtime::detect_launch([](const char* n) { return std::getenv(n); });
       if (launch.world > 1) {
         throw core::InputError("environment", launch.launcher,
                                "expected one process: the host backend runs every rank class itself");
@@ -150,12 +374,11 @@ int main(int argc, char** argv) {
       return run_host(a, s, command_line);
     }
     if (a.backend == "cuda") {
-      const runtime::PlatformInfo p = runtime::query_platform();
-      if (!p.cuda_built) throw core::InputError("command line", "--backend", "expected host: built without CUDA");
-      if (p.gpus.empty()) {
-        throw core::InputError("command line", "--backend", fmt::format("expected a GPU for cuda: {}", p.error));
-      }
-      throw core::InputError("command line", "--backend", "expected host: the CUDA executor is not built yet");
+#ifdef HZP_HAVE_CUDA
+      return run_cuda(a, s, command_line);
+#else
+      throw core::InputError("command line", "--backend", "expected host: built without CUDA");
+#endif
     }
     throw core::InputError("command line", "--backend", fmt::format("expected host or cuda, got '{}'", a.backend));
   } catch (const core::InputError& e) {
@@ -165,7 +388,7 @@ int main(int argc, char** argv) {
     std::cerr << "hzp-run: error: " << a.schedule << ": " << e.what() << "\n";
     return kExitBadInput;
   } catch (const runtime::RunError& e) {
-    std::cerr << "hzp-run: aborted\n";
+    std::cerr << "hzp-run: aborted: " << e.what() << "\n";
     return kExitAborted;
   }
 }

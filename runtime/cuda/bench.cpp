@@ -1,0 +1,250 @@
+// Microbenchmarks for calibration (see cuda_backend.hpp): GEMM shapes,
+// collectives by size and group shape, GEMM slowdown beside a collective.
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+#include <nccl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <ctime>
+
+#include "runtime/cuda/comm_state.hpp"
+#include "runtime/cuda/kernels.hpp"
+#include "runtime/platform_info.hpp"
+
+namespace hzp::runtime::cuda {
+namespace {
+
+void check(cudaError_t e, const std::string& what) {
+  if (e != cudaSuccess) throw RunError(fmt::format("{}: CUDA error: {}", what, cudaGetErrorString(e)));
+}
+void check(cublasStatus_t e, const std::string& what) {
+  if (e != CUBLAS_STATUS_SUCCESS) throw RunError(fmt::format("{}: cuBLAS error: {}", what, cublasLtGetStatusString(e)));
+}
+void check(ncclResult_t e, const std::string& what) {
+  if (e != ncclSuccess) throw RunError(fmt::format("{}: NCCL error: {}", what, ncclGetErrorString(e)));
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Times `fn` on `stream` with CUDA events: warm-up, then the median of `reps`.
+template <class Fn>
+double time_median(cudaStream_t stream, int reps, Fn fn) {
+  cudaEvent_t a = nullptr, b = nullptr;
+  check(cudaEventCreate(&a), "event");
+  check(cudaEventCreate(&b), "event");
+  for (int i = 0; i < 3; ++i) fn();
+  check(cudaStreamSynchronize(stream), "warm-up");
+  std::vector<double> t;
+  for (int i = 0; i < reps; ++i) {
+    check(cudaEventRecord(a, stream), "event");
+    fn();
+    check(cudaEventRecord(b, stream), "event");
+    check(cudaEventSynchronize(b), "event");
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, a, b), "elapsed");
+    t.push_back(ms * 1e-3);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  return median(t);
+}
+
+// One bf16 GEMM plan, as the backend runs them.
+struct Matmul {
+  cublasLtHandle_t h = nullptr;
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  void *pa = nullptr, *pb = nullptr, *pc = nullptr, *ws = nullptr;
+  std::size_t ws_bytes = 32u << 20;
+  core::GemmShape s;
+
+  explicit Matmul(const core::GemmShape& shape) : s(shape) {
+    const std::string what = fmt::format("GEMM {}x{}x{} batch {}", s.m, s.n, s.k, s.batch);
+    check(cublasLtCreate(&h), what);
+    check(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), what);
+    auto layout = [&](cublasLtMatrixLayout_t* l, std::int64_t r, std::int64_t cl) {
+      check(
+          cublasLtMatrixLayoutCreate(l, CUDA_R_16BF, static_cast<std::uint64_t>(r), static_cast<std::uint64_t>(cl), r),
+          what);
+      const int batch = static_cast<int>(s.batch);
+      const std::int64_t stride = r * cl;
+      check(cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch, sizeof batch), what);
+      check(cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride),
+            what);
+    };
+    layout(&a, s.m, s.k);
+    layout(&b, s.k, s.n);
+    layout(&c, s.m, s.n);
+    check(cudaMalloc(&pa, static_cast<std::size_t>(s.m * s.k * s.batch) * 2), what);
+    check(cudaMalloc(&pb, static_cast<std::size_t>(s.k * s.n * s.batch) * 2), what);
+    check(cudaMalloc(&pc, static_cast<std::size_t>(s.m * s.n * s.batch) * 2), what);
+    check(cudaMalloc(&ws, ws_bytes), what);
+    cublasLtMatmulPreference_t pref = nullptr;
+    check(cublasLtMatmulPreferenceCreate(&pref), what);
+    check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
+                                               sizeof ws_bytes),
+          what);
+    cublasLtMatmulHeuristicResult_t r{};
+    int found = 0;
+    check(cublasLtMatmulAlgoGetHeuristic(h, desc, a, b, c, c, pref, 1, &r, &found), what);
+    cublasLtMatmulPreferenceDestroy(pref);
+    if (found == 0) throw RunError(what + ": no cuBLASLt algorithm");
+    algo = r.algo;
+  }
+  ~Matmul() {
+    cudaFree(pa);
+    cudaFree(pb);
+    cudaFree(pc);
+    cudaFree(ws);
+    cublasLtMatrixLayoutDestroy(a);
+    cublasLtMatrixLayoutDestroy(b);
+    cublasLtMatrixLayoutDestroy(c);
+    cublasLtMatmulDescDestroy(desc);
+    cublasLtDestroy(h);
+  }
+  Matmul(const Matmul&) = delete;
+  Matmul& operator=(const Matmul&) = delete;
+  void run(cudaStream_t stream) {
+    const float alpha = 1, beta = 0;
+    check(cublasLtMatmul(h, desc, &alpha, pa, a, pb, b, &beta, pc, c, pc, c, &algo, ws, ws_bytes, stream),
+          "cublasLtMatmul");
+  }
+};
+
+traces::BenchResults results(const std::string& kind, int device) {
+  traces::BenchResults r;
+  r.kind = kind;
+  cudaDeviceProp prop{};
+  check(cudaGetDeviceProperties(&prop, device), "device properties");
+  r.device = prop.name;
+  r.provenance = device_provenance(device);
+  return r;
+}
+
+}  // namespace
+
+std::map<std::string, std::string> device_provenance(int device) {
+  std::map<std::string, std::string> p;
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, device) == cudaSuccess) {
+    p["gpu"] = prop.name;
+    p["sm"] = fmt::format("{}.{}", prop.major, prop.minor);
+    p["multiprocessors"] = std::to_string(prop.multiProcessorCount);
+    int clock_khz = 0;
+    if (cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, device) == cudaSuccess) {
+      p["sm_clock_MHz"] = std::to_string(clock_khz / 1000);
+    }
+  }
+  int v = 0;
+  if (cudaDriverGetVersion(&v) == cudaSuccess) p["driver"] = cuda_version_string(v);
+  if (cudaRuntimeGetVersion(&v) == cudaSuccess) p["cuda"] = cuda_version_string(v);
+  p["cublas"] = std::to_string(cublasLtGetVersion());
+  if (ncclGetVersion(&v) == ncclSuccess) p["nccl"] = nccl_version_string(v);
+  char host[256] = {};
+  if (::gethostname(host, sizeof host - 1) == 0) p["host"] = host;
+  const std::time_t now = std::time(nullptr);
+  char date[32] = {};
+  std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  p["date"] = date;
+  return p;
+}
+
+traces::BenchResults bench_gemm(const std::vector<core::GemmShape>& shapes, int device, int reps) {
+  check(cudaSetDevice(device), "cudaSetDevice");
+  traces::BenchResults r = results("gemm", device);
+  cudaStream_t stream = nullptr;
+  check(cudaStreamCreate(&stream), "stream");
+  for (const auto& s : shapes) {
+    Matmul mm(s);
+    const double t = time_median(stream, reps, [&] { mm.run(stream); });
+    r.gemm.push_back(traces::GemmResult{s.m, s.n, s.k, s.batch, core::Dtype::Bf16, t});
+  }
+  cudaStreamDestroy(stream);
+  return r;
+}
+
+traces::BenchResults bench_collectives(Communicators& comms, const LaunchInfo& launch, int ranks_per_node,
+                                       const std::vector<std::int64_t>& sizes, int device, int reps) {
+  check(cudaSetDevice(device), "cudaSetDevice");
+  traces::BenchResults r = results("collectives", device);
+  auto& st = comms.state();
+  cudaStream_t stream = nullptr;
+  check(cudaStreamCreate(&stream), "stream");
+  const std::int64_t largest = *std::max_element(sizes.begin(), sizes.end());
+  void* buf = nullptr;
+  check(cudaMalloc(&buf, 2 * static_cast<std::size_t>(largest)), "collective buffers");
+  auto* b = static_cast<char*>(buf);
+  const int P = launch.world;
+  for (auto kind :
+       {core::CollectiveKind::AllGather, core::CollectiveKind::ReduceScatter, core::CollectiveKind::AllReduce}) {
+    for (std::int64_t bytes : sizes) {
+      const std::size_t n = static_cast<std::size_t>(bytes);
+      const double t = time_median(stream, reps, [&] {
+        switch (kind) {
+          case core::CollectiveKind::AllGather:
+            check(ncclAllGather(b, b + n, n / static_cast<std::size_t>(P) / 2, ncclBfloat16, st.world_comm, stream),
+                  "all-gather");
+            break;
+          case core::CollectiveKind::ReduceScatter:
+            check(ncclReduceScatter(b, b + n, n / static_cast<std::size_t>(P) / 2, ncclBfloat16, ncclSum, st.world_comm,
+                                    stream),
+                  "reduce-scatter");
+            break;
+          default:
+            check(ncclAllReduce(b, b + n, n / 2, ncclBfloat16, ncclSum, st.world_comm, stream), "all-reduce");
+            break;
+        }
+      });
+      // The slowest rank's median: every rank reports its own; the caller merges by max.
+      r.collectives.push_back(traces::CollectiveResult{kind, bytes, P, std::min(P, ranks_per_node), t});
+    }
+  }
+  cudaFree(buf);
+  cudaStreamDestroy(stream);
+  return r;
+}
+
+traces::BenchResults bench_overlap(Communicators* comms, const core::GemmShape& gemm, std::int64_t bytes,
+                                   const std::vector<int>& channels, int device, int reps) {
+  check(cudaSetDevice(device), "cudaSetDevice");
+  traces::BenchResults r = results("overlap", device);
+  cudaStream_t compute = nullptr, comm = nullptr;
+  check(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking), "stream");
+  check(cudaStreamCreateWithFlags(&comm, cudaStreamNonBlocking), "stream");
+  Matmul mm(gemm);
+  void* buf = nullptr;
+  check(cudaMalloc(&buf, 2 * static_cast<std::size_t>(bytes)), "collective buffer");
+  const double alone = time_median(compute, reps, [&] { mm.run(compute); });
+  for (int ch : channels) {
+    // Keep the other stream busy for the GEMM's whole time: a collective (or
+    // its emulation on `ch` SMs) lasting several GEMMs.
+    const auto busy_ns = static_cast<std::uint64_t>(alone * 4e9);
+    const double together = time_median(compute, reps, [&] {
+      if (comms != nullptr) {
+        auto* b = static_cast<char*>(buf);
+        const std::size_t n = static_cast<std::size_t>(bytes);
+        check(ncclAllReduce(b, b + n / 2, n / 4, ncclBfloat16, ncclSum, comms->state().world_comm, comm),
+              "all-reduce beside the GEMM");
+      } else {
+        check(launch_emulated_collective(buf, static_cast<std::size_t>(bytes), ch, busy_ns, comm),
+              "emulated collective beside the GEMM");
+      }
+      mm.run(compute);
+    });
+    check(cudaStreamSynchronize(comm), "overlap stream");
+    r.overlap.push_back(
+        traces::OverlapResult{gemm.m, gemm.n, gemm.k, core::CollectiveKind::AllReduce, bytes, ch, alone, together});
+  }
+  cudaFree(buf);
+  cudaStreamDestroy(compute);
+  cudaStreamDestroy(comm);
+  return r;
+}
+
+}  // namespace hzp::runtime::cuda

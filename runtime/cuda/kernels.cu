@@ -1,0 +1,53 @@
+// Device kernels of the CUDA backend (see kernels.hpp).
+#include "runtime/cuda/kernels.hpp"
+
+namespace hzp::runtime::cuda {
+namespace {
+
+__device__ __forceinline__ std::uint64_t global_ns() {
+  std::uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+__global__ void copy_half(const float4* __restrict__ src, float4* __restrict__ dst, std::size_t n) {
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+    dst[i] = src[i];
+  }
+}
+
+__global__ void busy_copy(float4* buffer, std::size_t n, std::uint64_t nanoseconds) {
+  __shared__ std::uint64_t start;
+  if (threadIdx.x == 0) start = global_ns();
+  __syncthreads();
+  const std::size_t half = n / 2;
+  const std::size_t per_block = (half + gridDim.x - 1) / gridDim.x;
+  const std::size_t lo = blockIdx.x * per_block;
+  const std::size_t hi = lo + per_block < half ? lo + per_block : half;
+  do {
+    for (std::size_t i = lo + threadIdx.x; i < hi; i += blockDim.x) buffer[half + i] = buffer[i];
+    __syncthreads();
+  } while (global_ns() - start < nanoseconds);
+}
+
+}  // namespace
+
+cudaError_t launch_bandwidth(void* buffer, std::size_t bytes, cudaStream_t stream) {
+  const std::size_t n = bytes / 2 / sizeof(float4);
+  if (n == 0) return cudaSuccess;
+  const unsigned blocks = static_cast<unsigned>(n / 256 + 1 < 65535 ? n / 256 + 1 : 65535);
+  auto* base = static_cast<float4*>(buffer);
+  copy_half<<<blocks, 256, 0, stream>>>(base, base + n, n);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_emulated_collective(void* buffer, std::size_t bytes, int blocks, std::uint64_t nanoseconds,
+                                       cudaStream_t stream) {
+  const std::size_t n = bytes / sizeof(float4);
+  const unsigned grid = blocks > 0 ? static_cast<unsigned>(blocks) : 1u;
+  busy_copy<<<grid, 512, 0, stream>>>(static_cast<float4*>(buffer), n, nanoseconds);
+  return cudaGetLastError();
+}
+
+}  // namespace hzp::runtime::cuda
