@@ -448,9 +448,21 @@ void CudaBackend::begin_step() {
 
 void CudaBackend::issue_cost(std::size_t, const core::Thread&, const core::Op&) {}  // a GPU pays it itself
 
+namespace {
+// The executor's host threads are new threads: each makes the backend's GPU its own once.
+void on_device(int device) {
+  thread_local int current = -1;
+  if (current != device) {
+    check(cudaSetDevice(device), fmt::format("cudaSetDevice({})", device));
+    current = device;
+  }
+}
+}  // namespace
+
 void CudaBackend::enqueue(std::size_t, std::size_t k, std::size_t i) {
   State& st = *st_;
   if (st.aborted) throw RunError(st.abort_report);
+  on_device(st.o.device);
   const core::Op& op = st.prog.streams[k].ops[i];
   const std::string what = fmt::format("rank {} {}", st.plan.rank, describe(op));
   cudaStream_t stream = st.streams[k];
@@ -561,6 +573,7 @@ void CudaBackend::enqueue(std::size_t, std::size_t k, std::size_t i) {
 
 void CudaBackend::host_wait(std::size_t, const core::Thread&, int event) {
   State& st = *st_;
+  on_device(st.o.device);
   st.wait_event(st.events.at(event), fmt::format("rank {} sync on event {}", st.plan.rank, event));
 }
 
