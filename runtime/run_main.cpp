@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <cstdlib>
 #include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
 #include <numeric>
 
 #include "core/error.hpp"
@@ -40,6 +42,7 @@ struct Args {
   int warmup = 1;
   int steps = 3;
   std::string trace;
+  std::string summary;
   double watchdog_s = 30;
   bool skip_check = false;
   // CUDA backend
@@ -91,6 +94,29 @@ hzp::traces::TraceHeader header(const hzp::core::Schedule& s, const std::string&
   return h;
 }
 
+// "gpu H200, driver 13.0, ..." for a trace header.
+std::string provenance_text(const std::map<std::string, std::string>& p) {
+  std::string out;
+  for (const auto& [k, v] : p) out += fmt::format("{}{} {}", out.empty() ? "" : ", ", k, v);
+  return out;
+}
+
+// The --summary JSON: median step, every timed step, and memory.
+void write_summary(const std::string& path, const hzp::core::Schedule& s, const std::string& backend,
+                   const std::vector<double>& steps, double median, double peak_reserved_GiB, double peak_used_GiB) {
+  nlohmann::ordered_json j;
+  j["hzp_version"] = hzp::core::version();
+  j["git_revision"] = hzp::core::git_revision();
+  j["schedule"] = s.name;
+  j["schedule_sha256"] = hzp::core::schedule_hash(s);
+  j["backend"] = backend;
+  j["steps_s"] = steps;
+  j["median_step_s"] = median;
+  j["peak_reserved_GiB"] = peak_reserved_GiB;
+  j["peak_used_GiB"] = peak_used_GiB;
+  hzp::core::write_file_atomic(path, j.dump(2) + "\n");
+}
+
 int run_host(const Args& a, const hzp::core::Schedule& s, const std::string& command_line) {
   using namespace hzp;
   const topologies::ClusterSpec cluster = topologies::load_cluster(a.cluster.empty() ? s.step.cluster : a.cluster);
@@ -105,6 +131,7 @@ int run_host(const Args& a, const hzp::core::Schedule& s, const std::string& com
   struct Step {
     double seconds;
     std::size_t late;
+    double peak_GiB;  // the most bytes the Schedule's buffers held at once (a rank class)
     traces::TimelineRecorder timeline;
   };
   std::vector<Step> measured;
@@ -117,7 +144,7 @@ int run_host(const Args& a, const hzp::core::Schedule& s, const std::string& com
     std::cerr << fmt::format("hzp-run: step {} of {} ({}): {:.6f} s, {} late ops\n", i + 1, a.warmup + a.steps,
                              i < a.warmup ? "warm-up" : "timed", step, backend.late_ops());
     if (i < a.warmup) continue;
-    Step st{step, backend.late_ops(), {}};
+    Step st{step, backend.late_ops(), backend.peak().gib(), {}};
     backend.emit(header(s, "host",
                         fmt::format("host backend, {} rank classes, time scale {:.4g}, {} late ops", s.programs.size(),
                                     scale, backend.late_ops()),
@@ -135,6 +162,11 @@ int run_host(const Args& a, const hzp::core::Schedule& s, const std::string& com
   if (!a.trace.empty()) {
     core::write_file_atomic(a.trace, traces::to_chrome_trace(median.timeline.timeline()));
     std::cout << fmt::format("wrote {} (the median step)\n", a.trace);
+  }
+  if (!a.summary.empty()) {
+    std::vector<double> all_steps;
+    for (const auto& m : measured) all_steps.push_back(m.seconds);
+    write_summary(a.summary, s, "host", all_steps, median.seconds, median.peak_GiB, median.peak_GiB);
   }
   return 0;
 }
@@ -183,8 +215,9 @@ int run_cuda_rank(const Args& a, const hzp::core::Schedule& s, const hzp::runtim
     steps.push_back(step);
     traces::TimelineRecorder rec;
     backend.emit(header(s, "cuda",
-                        fmt::format("cuda backend, rank {} of {} on GPU {}{}", rank, s.step.world_size, device,
-                                    a.emulate ? fmt::format(", collectives emulated on {} SMs", a.nccl_channels) : ""),
+                        fmt::format("cuda backend, rank {} of {} on GPU {}{}; {}", rank, s.step.world_size, device,
+                                    a.emulate ? fmt::format(", collectives emulated on {} SMs", a.nccl_channels) : "",
+                                    provenance_text(runtime::cuda::device_provenance(device))),
                         command_line),
                  rec);
     timelines.push_back(std::move(rec));
@@ -204,6 +237,9 @@ int run_cuda_rank(const Args& a, const hzp::core::Schedule& s, const hzp::runtim
     std::string path = a.trace;
     if (!a.emulate && launch.world > 1) path = fmt::format("{}.rank{}.json", a.trace, launch.rank);
     core::write_file_atomic(path, traces::to_chrome_trace(timelines[median].timeline()));
+  }
+  if (!a.summary.empty() && (launch.rank == 0 || a.emulate)) {
+    write_summary(a.summary, s, "cuda", steps, steps[median], backend.peak_reserved().gib(), backend.peak_used().gib());
   }
   return 0;
 }
@@ -327,6 +363,7 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", a.warmup, "untimed steps first")->capture_default_str();
   app.add_option("--steps", a.steps, "timed steps (the median is reported)")->capture_default_str();
   app.add_option("--trace", a.trace, "write the median step's Timeline (Chrome trace JSON)");
+  app.add_option("--summary", a.summary, "write the steps, the median and the peak memory as JSON");
   app.add_option("--watchdog-s", a.watchdog_s, "abort when no op finishes for this long")->capture_default_str();
   app.add_flag("--skip-check", a.skip_check, "run without checking the Schedule first (to debug hangs)");
   app.add_option("--local-gpus", a.local_gpus, "cuda: one process driving this many GPUs as ranks 0..N-1");

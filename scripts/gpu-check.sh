@@ -40,7 +40,7 @@ for mode in async sync; do
   "$build/bin/hzp" simulate "${args[@]}" --json --trace "$out/hzp-$mode.predicted.json" --force \
     > "$out/hzp-$mode.predicted-summary.json"
   "$build/bin/hzp-run" "$out/hzp-$mode.schedule.json" --backend cuda --emulate-collectives --warmup 2 --steps 5 \
-    --trace "$out/hzp-$mode.measured.json" | tee "$out/hzp-$mode.run.txt"
+    --trace "$out/hzp-$mode.measured.json" --summary "$out/hzp-$mode.run.json" | tee "$out/hzp-$mode.run.txt"
   "$build/bin/hzp" validate compare "$out/hzp-$mode.predicted.json" "$out/hzp-$mode.measured.json" --json \
     > "$out/hzp-$mode.compare.json"
   "$build/bin/hzp" validate compare "$out/hzp-$mode.predicted.json" "$out/hzp-$mode.measured.json" \
@@ -68,12 +68,14 @@ print("GEMM (bf16, cuBLASLt)          TFLOP/s")
 for r in json.load(open(f"{out}/bench-gemm.json"))["results"]:
     tf = 2 * r["m"] * r["n"] * r["k"] * r["batch"] / r["seconds"] / 1e12
     print(f"  {r['m']:>6} x {r['n']:>6} x {r['k']:>6} x{r['batch']:<4} {tf:8.1f}")
-print("one-GPU step (emulated collectives)  predicted   measured   error   exposed comm pred/meas")
+print("one-GPU step (emulated collectives)  predicted   measured   error   exposed comm pred/meas   peak GiB pred/meas")
 for mode in ("async", "sync"):
     c = json.load(open(f"{out}/hzp-{mode}.compare.json"))
     s, e = c["step_s"], c["exposed_communication_s"]
+    pred = json.load(open(f"{out}/hzp-{mode}.predicted-summary.json"))["results"][0]
+    run = json.load(open(f"{out}/hzp-{mode}.run.json"))
     print(f"  hzp (2,8,8) {mode:<5}              {s['predicted']:9.4f} s {s['measured']:9.4f} s {100*s['error']:+6.1f}%"
-          f"   {e['predicted']:.4f} / {e['measured']:.4f} s")
+          f"   {e['predicted']:.4f} / {e['measured']:.4f} s   {pred['peak_reserved_GiB']:.1f} / {run['peak_reserved_GiB']:.1f}")
 print("GEMM slowdown beside a collective on N SMs")
 for r in json.load(open(f"{out}/bench-overlap.json"))["results"]:
     print(f"  {r['channels']:>3} SMs: {r['overlapped_seconds'] / r['alone_seconds']:.3f}x")

@@ -174,36 +174,58 @@ traces::BenchResults bench_collectives(Communicators& comms, const LaunchInfo& l
   check(cudaSetDevice(device), "cudaSetDevice");
   traces::BenchResults r = results("collectives", device);
   auto& st = comms.state();
+  const int P = launch.world;
+  const int rpn = std::clamp(ranks_per_node, 1, P);
+  // Group shapes: the world; inside one node (ranks of a node); across nodes
+  // on one rail (the same local index on every node). Every rank times every
+  // shape in the same order (the caller takes the max across ranks).
+  struct Shape {
+    ncclComm_t comm;
+    int ranks, per_node;
+    bool owned;
+  };
+  std::vector<Shape> shapes{{st.world_comm, P, rpn, false}};
+  if (P > rpn && P % rpn == 0) {
+    ncclComm_t node = nullptr, rail = nullptr;
+    if (rpn > 1) {
+      check(ncclCommSplit(st.world_comm, launch.rank / rpn, launch.rank, &node, nullptr), "node communicator");
+      shapes.push_back({node, rpn, rpn, true});
+    }
+    check(ncclCommSplit(st.world_comm, launch.rank % rpn, launch.rank, &rail, nullptr), "rail communicator");
+    shapes.push_back({rail, P / rpn, 1, true});
+  }
   cudaStream_t stream = nullptr;
   check(cudaStreamCreate(&stream), "stream");
   const std::int64_t largest = *std::max_element(sizes.begin(), sizes.end());
   void* buf = nullptr;
   check(cudaMalloc(&buf, 2 * static_cast<std::size_t>(largest)), "collective buffers");
   auto* b = static_cast<char*>(buf);
-  const int P = launch.world;
-  for (auto kind :
-       {core::CollectiveKind::AllGather, core::CollectiveKind::ReduceScatter, core::CollectiveKind::AllReduce}) {
-    for (std::int64_t bytes : sizes) {
-      const std::size_t n = static_cast<std::size_t>(bytes);
-      const double t = time_median(stream, reps, [&] {
-        switch (kind) {
-          case core::CollectiveKind::AllGather:
-            check(ncclAllGather(b, b + n, n / static_cast<std::size_t>(P) / 2, ncclBfloat16, st.world_comm, stream),
-                  "all-gather");
-            break;
-          case core::CollectiveKind::ReduceScatter:
-            check(ncclReduceScatter(b, b + n, n / static_cast<std::size_t>(P) / 2, ncclBfloat16, ncclSum, st.world_comm,
-                                    stream),
-                  "reduce-scatter");
-            break;
-          default:
-            check(ncclAllReduce(b, b + n, n / 2, ncclBfloat16, ncclSum, st.world_comm, stream), "all-reduce");
-            break;
-        }
-      });
-      // The slowest rank's median: every rank reports its own; the caller merges by max.
-      r.collectives.push_back(traces::CollectiveResult{kind, bytes, P, std::min(P, ranks_per_node), t});
+  for (const Shape& shape : shapes) {
+    const auto n_ranks = static_cast<std::size_t>(shape.ranks);
+    for (auto kind :
+         {core::CollectiveKind::AllGather, core::CollectiveKind::ReduceScatter, core::CollectiveKind::AllReduce}) {
+      for (std::int64_t bytes : sizes) {
+        const std::size_t n = static_cast<std::size_t>(bytes);
+        const double t = time_median(stream, reps, [&] {
+          switch (kind) {
+            case core::CollectiveKind::AllGather:
+              check(ncclAllGather(b, b + n, n / n_ranks / 2, ncclBfloat16, shape.comm, stream), "all-gather");
+              break;
+            case core::CollectiveKind::ReduceScatter:
+              check(ncclReduceScatter(b, b + n, n / n_ranks / 2, ncclBfloat16, ncclSum, shape.comm, stream),
+                    "reduce-scatter");
+              break;
+            default:
+              check(ncclAllReduce(b, b + n, n / 2, ncclBfloat16, ncclSum, shape.comm, stream), "all-reduce");
+              break;
+          }
+        });
+        r.collectives.push_back(traces::CollectiveResult{kind, bytes, shape.ranks, shape.per_node, t});
+      }
     }
+  }
+  for (const Shape& shape : shapes) {
+    if (shape.owned) ncclCommDestroy(shape.comm);
   }
   cudaFree(buf);
   cudaStreamDestroy(stream);

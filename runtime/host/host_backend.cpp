@@ -78,6 +78,15 @@ HostBackend::Clock::time_point HostBackend::sleep_until(std::unique_lock<std::mu
   return now;
 }
 
+core::Bytes HostBackend::peak() const {
+  const std::lock_guard lock(m_);
+  core::Bytes most{};
+  for (const auto& per : memory_) {
+    for (const auto& m : per) most = std::max(most, m.in_use);
+  }
+  return most;
+}
+
 std::size_t HostBackend::late_ops() const {
   const std::lock_guard lock(m_);
   return late_;

@@ -53,6 +53,8 @@ class HostBackend final : public Backend {
 
   /// When each op ran, in Schedule seconds from the start: times[program][stream][op].
   [[nodiscard]] const std::vector<std::vector<std::vector<core::OpTime>>>& times() const { return times_; }
+  /// The most bytes the Schedule's buffers held at once, over the rank classes.
+  [[nodiscard]] core::Bytes peak() const;
   /// Ops whose end was taken late (the host fell behind the schedule).
   [[nodiscard]] std::size_t late_ops() const;
   /// The Timeline of the run (ops and the memory each rank class held).
