@@ -1,14 +1,9 @@
 // Plan search (see search.hpp).
 #include "cli/search.hpp"
 
-#include "cli/parallel_map.hpp"
-
 #include <fmt/format.h>
-#include <sys/wait.h>
-#include <unistd.h>
 #include <algorithm>
 #include <array>
-#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -16,8 +11,8 @@
 #include <set>
 #include <tuple>
 
+#include "cli/parallel_map.hpp"
 #include "core/error.hpp"
-#include "core/io.hpp"
 #include "models/model_spec.hpp"
 #include "sim/analytic/analytic_engine.hpp"
 #include "sim/metrics.hpp"
@@ -92,7 +87,6 @@ Estimate simulate(const models::ModelSpec& m, const topologies::PerfModel& pm, c
 
 // Screening: the same plan with a few layers per virtual stage, extrapolated
 // to the model's layer count (step time and memory are affine in it).
-// Extrapolation in the layer count (affine in it).
 Estimate over_layers(const models::ModelSpec& m, const topologies::PerfModel& pm, const PlanOptions& o, bool floor) {
   // Two and three layers per virtual stage for short pipelines (with one, the
   // embedding's and the head's transients can set the peak), one and two for

@@ -39,6 +39,7 @@ struct Args {
   std::string backend = "host";
   std::string cluster;  // default: the Schedule's
   double step_seconds = 2.0;
+  double late_ms = 2.0;  // host backend: wake-ups later than this count as real time
   int warmup = 1;
   int steps = 3;
   std::string trace;
@@ -127,6 +128,7 @@ int run_host(const Args& a, const hzp::core::Schedule& s, const std::string& com
   // which the others last about --step-seconds of wall time each.
   runtime::HostOptions o;
   o.watchdog = std::chrono::milliseconds(static_cast<std::int64_t>(a.watchdog_s * 1000));
+  o.late = std::chrono::microseconds(static_cast<std::int64_t>(a.late_ms * 1000));
   double scale = 1.0;
   struct Step {
     double seconds;
@@ -359,6 +361,9 @@ int main(int argc, char** argv) {
   app.add_option("--backend", a.backend, "host (CPU threads, model durations) | cuda (GPUs)")->capture_default_str();
   app.add_option("--cluster", a.cluster, "cluster for the performance model (default: the Schedule's)");
   app.add_option("--step-seconds", a.step_seconds, "host backend: wall seconds a timed step should take")
+      ->capture_default_str();
+  app.add_option("--late-ms", a.late_ms,
+                 "host backend: a worker waking later than this after an op's end counts the delay as real")
       ->capture_default_str();
   app.add_option("--warmup", a.warmup, "untimed steps first")->capture_default_str();
   app.add_option("--steps", a.steps, "timed steps (the median is reported)")->capture_default_str();

@@ -83,6 +83,13 @@ TEST_P(HostEquivalence, StepMatchesTheAnalyticEngineWithinThreePercent) {
   std::iota(all.begin(), all.end(), 0);
   runtime::execute(s, all, backend);
   const double measured = span_s(backend.times(), s);
+  // The trace says when the host issued each op, never after it started.
+  traces::TimelineRecorder rec;
+  backend.emit({}, rec);
+  for (const auto& r : rec.timeline().ops) {
+    ASSERT_TRUE(r.issued) << r.name;
+    EXPECT_LE(r.issued->count_ns(), r.start.count_ns()) << r.name;
+  }
   std::cout << GetParam().name << ": host " << measured << " s, analytic " << predicted << " s, late ops "
             << backend.late_ops() << "\n";
   EXPECT_NEAR(measured / predicted, 1.0, 0.03) << GetParam().name << ": host " << measured << " s, analytic "

@@ -25,7 +25,7 @@ args=(--model llama3-8b --gpus 16 --strategy hzp --param-shard 2 --grad-shard 8 
   --global-batch-tokens 128K)
 "$hzp" schedule "${args[@]}" --out s.json > /dev/null
 "$hzp" simulate "${args[@]}" --trace predicted.json > /dev/null
-"$run" s.json --steps 2 --step-seconds 1.5 --trace measured.json --summary summary.json > /dev/null 2> run.err ||
+"$run" s.json --steps 2 --step-seconds 3 --late-ms 5 --trace measured.json --summary summary.json > /dev/null 2> run.err ||
   { echo "FAIL: hzp-run"; cat run.err; fail=1; }
 check "summary: two timed steps and a median" "$py" -c "
 import json; j = json.load(open('summary.json')); assert len(j['steps_s']) == 2 and j['median_step_s'] > 0 and j['backend'] == 'host', j"

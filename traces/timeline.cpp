@@ -96,6 +96,7 @@ std::string to_chrome_trace(const Timeline& t) {
   for (const auto& r : t.ops) {
     nlohmann::json name = r.name;
     nlohmann::json args{{"op", r.op_id}, {"bytes", r.bytes.count()}};
+    if (r.issued) args["issued_us"] = static_cast<double>(r.issued->count_ns()) / 1000.0;
     if (r.kind == core::OpKind::Compute) args["flops"] = r.flops.count();
     if (r.kind == core::OpKind::Collective) args["group_kind"] = core::to_string(r.group_kind);
     emit(fmt::format(R"({{"ph":"X","pid":{},"tid":{},"ts":{},"dur":{},"name":{},"cat":"{}","args":{}}})", r.program,
@@ -200,6 +201,9 @@ Timeline from_chrome_trace(const std::string& text, const std::string& file) {
       }
       r.flops = core::Flops(e["args"].value("flops", 0.0));
       r.bytes = core::Bytes(e["args"].value("bytes", std::int64_t{0}));
+      if (e["args"].contains("issued_us")) {
+        r.issued = core::TimePoint::ns(ns_of(e["args"]["issued_us"], file, at + ".args.issued_us"));
+      }
       const std::int64_t start = ns_of(e.value("ts", nlohmann::json()), file, at + ".ts");
       r.start = core::TimePoint::ns(start);
       r.end = core::TimePoint::ns(start + ns_of(e.value("dur", nlohmann::json()), file, at + ".dur"));

@@ -3,6 +3,7 @@
 // and the runtime emit into a TraceSink; a Timeline is one such listener.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -46,6 +47,9 @@ struct OpRecord {
   core::Bytes bytes{};
   core::TimePoint start{};
   core::TimePoint end{};
+  /// When the host issued it (runtime traces: the host clock from the step's
+  /// start; written as args.issued_us), if known.
+  std::optional<core::TimePoint> issued;
 };
 
 /// Device memory of a rank class right after an alloc or free at `time`.

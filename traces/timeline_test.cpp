@@ -26,7 +26,8 @@ Timeline sample() {
                 core::Flops(2e9),
                 core::Bytes(100),
                 core::Duration::ns(1500),
-                core::Duration::ns(4250)};
+                core::Duration::ns(4250),
+                std::nullopt};
   OpRecord ag{0,
               1,
               3,
@@ -37,7 +38,8 @@ Timeline sample() {
               core::Flops(0),
               core::Bytes(4096),
               core::Duration::ns(0),
-              core::Duration::ns(2000)};
+              core::Duration::ns(2000),
+              std::nullopt};
   t.ops = {gemm, ag};
   t.memory.push_back(
       {0, core::Duration::ns(10), core::Bytes(1LL << 30), core::Bytes(2LL << 30), "x", core::Bytes(1LL << 30)});
@@ -73,7 +75,8 @@ TEST(ChromeTrace, ParsesWithTracksAndTimes) {
 }
 
 TEST(ChromeTrace, ReadsBackWhatItWrote) {
-  const Timeline t = sample();
+  Timeline t = sample();
+  t.ops[0].issued = core::Duration::ns(1250);
   const Timeline r = from_chrome_trace(to_chrome_trace(t), "t.json");
   EXPECT_EQ(r.header.schedule_sha256, "abc");
   EXPECT_EQ(r.header.engine, "analytic");
@@ -92,6 +95,9 @@ TEST(ChromeTrace, ReadsBackWhatItWrote) {
     EXPECT_EQ(r.ops[i].bytes.count(), t.ops[i].bytes.count());
   }
   EXPECT_EQ(r.ops[1].group_kind, core::GroupKind::DpShard);
+  ASSERT_TRUE(r.ops[0].issued);
+  EXPECT_EQ(r.ops[0].issued->count_ns(), 1250);
+  EXPECT_FALSE(r.ops[1].issued);
   EXPECT_DOUBLE_EQ(r.ops[0].flops.count(), 2e9);
 }
 

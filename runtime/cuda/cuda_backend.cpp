@@ -280,6 +280,8 @@ struct CudaBackend::State {
   std::vector<std::vector<char>> enqueued;                               // [stream][op], under `progress`
   mutable std::mutex progress;  // enqueued flags: set by issuing threads, read by the watchdog
   cudaEvent_t origin = nullptr;
+  std::chrono::steady_clock::time_point host_origin;  // the host clock at begin_step
+  std::vector<std::vector<double>> issued_s;          // [stream][op]: host issue time, s since host_origin
   cudaMemPool_t pool = nullptr;
   std::map<std::string, void*> buffers;
   std::mutex buffers_mutex;
@@ -400,6 +402,7 @@ CudaBackend::CudaBackend(const core::Schedule& s, const RankPlan& plan, const to
     }
     check(cudaMalloc(&st.scratch[k], need), fmt::format("scratch of {} bytes for stream {}", need, stream.name));
     st.timing[k].assign(stream.ops.size(), {nullptr, nullptr});
+    st.issued_s.emplace_back(stream.ops.size(), 0.0);
     st.enqueued[k].assign(stream.ops.size(), 0);
     for (std::size_t i = 0; i < stream.ops.size(); ++i) {
       const core::OpKind kind = stream.ops[i].kind;
@@ -440,6 +443,7 @@ void CudaBackend::begin_step() {
     for (auto& per : st.enqueued) std::fill(per.begin(), per.end(), 0);
   }
   check(cudaEventRecord(st.origin, st.streams.at(0)), "origin event");
+  st.host_origin = std::chrono::steady_clock::now();
   // Every stream starts after the origin.
   for (std::size_t k = 1; k < st.streams.size(); ++k) {
     check(cudaStreamWaitEvent(st.streams[k], st.origin, 0), "origin wait");
@@ -467,6 +471,7 @@ void CudaBackend::enqueue(std::size_t, std::size_t k, std::size_t i) {
   const std::string what = fmt::format("rank {} {}", st.plan.rank, describe(op));
   cudaStream_t stream = st.streams[k];
   const bool timed = st.timing[k][i].first != nullptr;
+  st.issued_s[k][i] = std::chrono::duration<double>(std::chrono::steady_clock::now() - st.host_origin).count();
   if (timed) check(cudaEventRecord(st.timing[k][i].first, stream), what + ": start event");
   const std::size_t bytes = static_cast<std::size_t>(op.bytes.count());
   switch (op.kind) {
@@ -614,7 +619,9 @@ void CudaBackend::emit(traces::TraceHeader header, traces::TraceSink& sink) cons
     const core::Stream& stream = st.prog.streams[k];
     for (std::size_t i = 0; i < stream.ops.size(); ++i) {
       if (st.timing[k][i].first && st.enqueued[k][i]) {
-        sink.on_op(traces::op_record(st.s, st.prog, stream, stream.ops[i], t[k][i].start, t[k][i].end));
+        traces::OpRecord rec = traces::op_record(st.s, st.prog, stream, stream.ops[i], t[k][i].start, t[k][i].end);
+        rec.issued = core::Duration::seconds(st.issued_s[k][i]);
+        sink.on_op(rec);
       }
     }
   }

@@ -24,16 +24,19 @@ HostBackend::HostBackend(const core::Schedule& s, const topologies::PerfModel& p
   workers_.resize(s.programs.size());
   recorded_.resize(s.programs.size());
   times_.resize(s.programs.size());
+  issued_.resize(s.programs.size());
   memory_.resize(s.programs.size());
   in_use_.assign(s.programs.size(), core::Bytes{});
   origin_ = Clock::now();
   for (std::size_t p = 0; p < s.programs.size(); ++p) {
     const auto& prog = s.programs[p];
     times_[p].resize(prog.streams.size());
+    issued_[p].resize(prog.streams.size());
     workers_[p] = std::vector<Worker>(prog.streams.size());
     for (auto& w : workers_[p]) w.cursor = origin_;
     for (std::size_t k = 0; k < prog.streams.size(); ++k) {
       times_[p][k].assign(prog.streams[k].ops.size(), core::OpTime{});
+      issued_[p][k].assign(prog.streams[k].ops.size(), core::TimePoint{});
     }
   }
   for (std::size_t p = 0; p < s.programs.size(); ++p) {
@@ -96,6 +99,7 @@ void HostBackend::enqueue(std::size_t program, std::size_t stream, std::size_t i
   {
     const std::lock_guard lock(m_);
     workers_[program][stream].queue.emplace_back(index, issued_at);
+    issued_[program][stream][index] = since_start(issued_at);
     ++progress_;
     ++outstanding_;
   }
@@ -297,7 +301,9 @@ void HostBackend::emit(traces::TraceHeader header, traces::TraceSink& sink) cons
         const core::Op& op = st.ops[i];
         if (op.kind == core::OpKind::Compute || op.kind == core::OpKind::Collective || op.kind == core::OpKind::Send ||
             op.kind == core::OpKind::Recv) {
-          sink.on_op(traces::op_record(s_, prog, st, op, times_[p][k][i].start, times_[p][k][i].end));
+          traces::OpRecord rec = traces::op_record(s_, prog, st, op, times_[p][k][i].start, times_[p][k][i].end);
+          rec.issued = issued_[p][k][i];
+          sink.on_op(rec);
         }
       }
     }

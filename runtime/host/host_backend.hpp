@@ -111,6 +111,7 @@ class HostBackend final : public Backend {
   std::map<std::pair<std::size_t, int>, Clock::time_point> next_issue_;  // (program, thread)
   std::map<std::pair<std::size_t, int>, int> host_blocked_;  // (program, event) -> host threads syncing on it
   std::vector<std::vector<std::vector<core::OpTime>>> times_;
+  std::vector<std::vector<std::vector<core::TimePoint>>> issued_;  // when the host issued each op
   std::vector<std::vector<traces::MemoryPoint>> memory_;  // per program
   std::vector<core::Bytes> in_use_;
   std::thread watchdog_;
