@@ -19,14 +19,27 @@
 namespace hzp::cli {
 namespace {
 
-double class_GiB(const sim::Metrics& m, std::initializer_list<std::string_view> classes) {
-  const sim::ProgramMemory* w = m.worst_memory();
-  if (w == nullptr) return 0;
+double class_GiB(const sim::ProgramMemory& pm, std::initializer_list<std::string_view> classes) {
   double bytes = 0;
-  for (const auto& [cls, b] : w->at_peak) {
+  for (const auto& [cls, b] : pm.at_peak) {
     for (auto c : classes) bytes += cls == c ? static_cast<double>(b.count()) : 0.0;
   }
   return bytes / (1024.0 * 1024 * 1024);
+}
+
+// Parameters, gradients and optimizer state per GPU as Korthikanti et al.
+// count them: the transformer layers' (18 bytes a parameter), without the
+// embedding and head — so the rank class that holds the least (a pipeline
+// stage of layers only, when there is one).
+double layer_states_GiB(const sim::Metrics& m) {
+  double least = 0;
+  bool first = true;
+  for (const auto& pm : m.memory) {
+    const double v = class_GiB(pm, {"params", "grads", "optimizer_states"});
+    if (first || v < least) least = v;
+    first = false;
+  }
+  return least;
 }
 
 }  // namespace
@@ -62,8 +75,12 @@ validation::Scored run_case(const validation::Case& c, const std::string& calibr
       s.predicted = validation::convention_flops(*c.flops_convention, g, c.file) / step / c.gpus / 1e12;
       break;
     }
-    case validation::Quantity::StatesGiB: s.predicted = class_GiB(m, {"params", "grads", "optimizer_states"}); break;
-    case validation::Quantity::ActivationsGiB: s.predicted = class_GiB(m, {"act"}); break;
+    case validation::Quantity::StatesGiB: s.predicted = layer_states_GiB(m); break;
+    case validation::Quantity::ActivationsGiB: {
+      const sim::ProgramMemory* worst = m.worst_memory();
+      s.predicted = worst ? class_GiB(*worst, {"act"}) : 0.0;
+      break;
+    }
   }
   return s;
 }

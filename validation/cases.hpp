@@ -13,7 +13,8 @@ namespace hzp::validation {
 enum class Quantity {
   IterationTime,   // "iteration_time_s": seconds per training step
   TflopsPerGpu,    // "tflops_per_gpu": achieved TFLOP/s per GPU under the case's FLOP convention
-  StatesGiB,       // "states_GiB": parameters + gradients + optimizer state per GPU at the peak
+  StatesGiB,       // "states_GiB": parameters + gradients + optimizer state per GPU of the transformer
+                   //   layers (Korthikanti's count: the rank class holding the least, a stage of layers only)
   ActivationsGiB,  // "activations_GiB": activations held per GPU at the peak
 };
 [[nodiscard]] std::string_view to_string(Quantity q);

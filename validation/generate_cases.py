@@ -12,7 +12,7 @@ src = sys.argv[1] if len(sys.argv) > 1 else os.path.join(here, "..", "..", "shar
 # Tolerances are regression gates per source (a change that moves a case past
 # its gate fails CI), set above today's worst error of the group; the targets
 # (mean |error| <= 5 %, max <= 10 %) are judged on the summary, not here.
-TOL_NARAYANAN, TOL_KORTHIKANTI_TIME, TOL_MEMORY, TOL_VTRAIN = 0.20, 0.15, 0.10, 0.55
+TOL_NARAYANAN, TOL_KORTHIKANTI_TIME, TOL_MEMORY, TOL_VTRAIN = 0.20, 0.15, 0.05, 0.55
 
 MEGATRON_FLOPS = ("megatron-2021: 96*B*s*l*h^2*(1 + s/(6h) + V/(16*l*h)) per iteration "
                   "(Narayanan et al. 2021, eq. 3; counts the recomputed forward pass)")
@@ -134,7 +134,8 @@ def main():
                    src_text + ": iteration time with sequence parallelism and selective recompute", model,
                    "dgx-a100", gpus, sel_sp, "iteration_time_s", ts, TOL_KORTHIKANTI_TIME))
         write(case("korthikanti2022-%s-states" % n, "korthikanti2022-memory",
-                   src_text + ": parameters + optimizer state per GPU (GiB)", model, "dgx-a100", gpus, full,
+                   src_text + ": parameters + optimizer state per GPU of the transformer layers (GiB; 18 bytes a "
+                   "parameter, no embedding or head)", model, "dgx-a100", gpus, full,
                    "states_GiB", states, TOL_MEMORY))
         write(case("korthikanti2022-%s-activations-none" % n, "korthikanti2022-memory",
                    src_text + ": activations per GPU without sequence parallelism or selective recompute (GiB)",
