@@ -9,22 +9,14 @@
 #include <algorithm>
 #include <ctime>
 
+#include "runtime/cuda/check.hpp"
 #include "runtime/cuda/comm_state.hpp"
+#include "runtime/cuda/gemm.hpp"
 #include "runtime/cuda/kernels.hpp"
 #include "runtime/platform_info.hpp"
 
 namespace hzp::runtime::cuda {
 namespace {
-
-void check(cudaError_t e, const std::string& what) {
-  if (e != cudaSuccess) throw RunError(fmt::format("{}: CUDA error: {}", what, cudaGetErrorString(e)));
-}
-void check(cublasStatus_t e, const std::string& what) {
-  if (e != CUBLAS_STATUS_SUCCESS) throw RunError(fmt::format("{}: cuBLAS error: {}", what, cublasLtGetStatusString(e)));
-}
-void check(ncclResult_t e, const std::string& what) {
-  if (e != ncclSuccess) throw RunError(fmt::format("{}: NCCL error: {}", what, ncclGetErrorString(e)));
-}
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -54,66 +46,19 @@ double time_median(cudaStream_t stream, int reps, Fn fn) {
   return median(t);
 }
 
-// One bf16 GEMM plan, as the backend runs them.
+// One bf16 GEMM, its operands and its plan: the backend's GEMM path.
 struct Matmul {
-  cublasLtHandle_t h = nullptr;
-  cublasLtMatmulDesc_t desc = nullptr;
-  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
-  cublasLtMatmulAlgo_t algo{};
-  void *pa = nullptr, *pb = nullptr, *pc = nullptr, *ws = nullptr;
-  std::size_t ws_bytes = 32u << 20;
   core::GemmShape s;
-
+  Gemms gemms;
+  void* buffer = nullptr;
   explicit Matmul(const core::GemmShape& shape) : s(shape) {
-    const std::string what = fmt::format("GEMM {}x{}x{} batch {}", s.m, s.n, s.k, s.batch);
-    check(cublasLtCreate(&h), what);
-    check(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), what);
-    auto layout = [&](cublasLtMatrixLayout_t* l, std::int64_t r, std::int64_t cl) {
-      check(
-          cublasLtMatrixLayoutCreate(l, CUDA_R_16BF, static_cast<std::uint64_t>(r), static_cast<std::uint64_t>(cl), r),
-          what);
-      const int batch = static_cast<int>(s.batch);
-      const std::int64_t stride = r * cl;
-      check(cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch, sizeof batch), what);
-      check(cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride),
-            what);
-    };
-    layout(&a, s.m, s.k);
-    layout(&b, s.k, s.n);
-    layout(&c, s.m, s.n);
-    check(cudaMalloc(&pa, static_cast<std::size_t>(s.m * s.k * s.batch) * 2), what);
-    check(cudaMalloc(&pb, static_cast<std::size_t>(s.k * s.n * s.batch) * 2), what);
-    check(cudaMalloc(&pc, static_cast<std::size_t>(s.m * s.n * s.batch) * 2), what);
-    check(cudaMalloc(&ws, ws_bytes), what);
-    cublasLtMatmulPreference_t pref = nullptr;
-    check(cublasLtMatmulPreferenceCreate(&pref), what);
-    check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
-                                               sizeof ws_bytes),
-          what);
-    cublasLtMatmulHeuristicResult_t r{};
-    int found = 0;
-    check(cublasLtMatmulAlgoGetHeuristic(h, desc, a, b, c, c, pref, 1, &r, &found), what);
-    cublasLtMatmulPreferenceDestroy(pref);
-    if (found == 0) throw RunError(what + ": no cuBLASLt algorithm");
-    algo = r.algo;
+    check(cudaMalloc(&buffer, gemm_bytes(s, core::Dtype::Bf16)), fmt::format("GEMM {}x{}x{} operands", s.m, s.n, s.k));
   }
-  ~Matmul() {
-    cudaFree(pa);
-    cudaFree(pb);
-    cudaFree(pc);
-    cudaFree(ws);
-    cublasLtMatrixLayoutDestroy(a);
-    cublasLtMatrixLayoutDestroy(b);
-    cublasLtMatrixLayoutDestroy(c);
-    cublasLtMatmulDescDestroy(desc);
-    cublasLtDestroy(h);
-  }
+  ~Matmul() { cudaFree(buffer); }
   Matmul(const Matmul&) = delete;
   Matmul& operator=(const Matmul&) = delete;
   void run(cudaStream_t stream) {
-    const float alpha = 1, beta = 0;
-    check(cublasLtMatmul(h, desc, &alpha, pa, a, pb, b, &beta, pc, c, pc, c, &algo, ws, ws_bytes, stream),
-          "cublasLtMatmul");
+    gemms.run(s, core::Dtype::Bf16, buffer, stream, fmt::format("GEMM {}x{}x{} batch {}", s.m, s.n, s.k, s.batch));
   }
 };
 

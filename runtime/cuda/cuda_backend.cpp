@@ -25,114 +25,17 @@
 #endif
 
 #include "core/io.hpp"
+#include "runtime/cuda/check.hpp"
 #include "runtime/cuda/comm_state.hpp"
+#include "runtime/cuda/gemm.hpp"
 #include "runtime/cuda/kernels.hpp"
 
 namespace hzp::runtime::cuda {
 namespace {
 
-// Every call checked; the error names what was being done.
-void check(cudaError_t e, const std::string& what) {
-  if (e != cudaSuccess) throw RunError(fmt::format("{}: CUDA error: {}", what, cudaGetErrorString(e)));
-}
-void check(cublasStatus_t e, const std::string& what) {
-  if (e != CUBLAS_STATUS_SUCCESS) throw RunError(fmt::format("{}: cuBLAS error: {}", what, cublasLtGetStatusString(e)));
-}
-void check(ncclResult_t e, const std::string& what) {
-  if (e != ncclSuccess) throw RunError(fmt::format("{}: NCCL error: {}", what, ncclGetErrorString(e)));
-}
-
 std::string describe(const core::Op& op) {
   return fmt::format("op {} '{}' ({})", op.id, op.name, core::to_string(op.kind));
 }
-
-cudaDataType_t cuda_type(core::Dtype d) {
-  switch (d) {
-    case core::Dtype::Fp16: return CUDA_R_16F;
-    case core::Dtype::Fp32: return CUDA_R_32F;
-    default: return CUDA_R_16BF;  // bf16, and fp8 run as bf16 (no fp8 GEMM path here)
-  }
-}
-
-// A cuBLASLt GEMM plan for one shape: C[m×n] = A[m×k]·B[k×n] (column major), `batch` of them.
-struct Gemm {
-  cublasLtMatmulDesc_t desc = nullptr;
-  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
-  cublasLtMatmulAlgo_t algo{};
-  std::size_t bytes = 0;  // A + B + C
-};
-
-struct GemmCache {
-  cublasLtHandle_t handle = nullptr;
-  void* workspace = nullptr;
-  std::size_t workspace_bytes = 32u << 20;
-  std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, int>, Gemm> plans;
-
-  void init() {
-    check(cublasLtCreate(&handle), "cublasLtCreate");
-    check(cudaMalloc(&workspace, workspace_bytes), "cuBLASLt workspace");
-  }
-  ~GemmCache() {
-    for (auto& [k, g] : plans) {
-      cublasLtMatrixLayoutDestroy(g.a);
-      cublasLtMatrixLayoutDestroy(g.b);
-      cublasLtMatrixLayoutDestroy(g.c);
-      cublasLtMatmulDescDestroy(g.desc);
-    }
-    if (workspace) cudaFree(workspace);
-    if (handle) cublasLtDestroy(handle);
-  }
-
-  const Gemm& plan(const core::GemmShape& s, core::Dtype dtype, const std::string& what) {
-    const auto key = std::tuple{s.m, s.n, s.k, s.batch, static_cast<int>(dtype)};
-    auto it = plans.find(key);
-    if (it != plans.end()) return it->second;
-    Gemm g;
-    const cudaDataType_t t = cuda_type(dtype);
-    const std::size_t elem = t == CUDA_R_32F ? 4 : 2;
-    check(cublasLtMatmulDescCreate(&g.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), what + ": matmul descriptor");
-    auto layout = [&](cublasLtMatrixLayout_t* l, std::int64_t rows, std::int64_t cols) {
-      check(cublasLtMatrixLayoutCreate(l, t, static_cast<std::uint64_t>(rows), static_cast<std::uint64_t>(cols), rows),
-            what + ": matrix layout");
-      const int batch = static_cast<int>(s.batch);
-      const std::int64_t stride = rows * cols;
-      check(cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch, sizeof batch),
-            what + ": batch count");
-      check(cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride),
-            what + ": batch stride");
-    };
-    layout(&g.a, s.m, s.k);
-    layout(&g.b, s.k, s.n);
-    layout(&g.c, s.m, s.n);
-    cublasLtMatmulPreference_t pref = nullptr;
-    check(cublasLtMatmulPreferenceCreate(&pref), what + ": preference");
-    check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes,
-                                               sizeof workspace_bytes),
-          what + ": workspace preference");
-    cublasLtMatmulHeuristicResult_t result{};
-    int found = 0;
-    check(cublasLtMatmulAlgoGetHeuristic(handle, g.desc, g.a, g.b, g.c, g.c, pref, 1, &result, &found),
-          what + ": algorithm heuristic");
-    cublasLtMatmulPreferenceDestroy(pref);
-    if (found == 0) throw RunError(fmt::format("{}: cuBLASLt has no algorithm for {}x{}x{}", what, s.m, s.n, s.k));
-    g.algo = result.algo;
-    g.bytes = static_cast<std::size_t>((s.m * s.k + s.k * s.n + s.m * s.n) * s.batch) * elem;
-    return plans.emplace(key, g).first->second;
-  }
-
-  void run(const core::GemmShape& s, core::Dtype dtype, void* scratch, cudaStream_t stream, const std::string& what) {
-    const Gemm& g = plan(s, dtype, what);
-    const std::size_t elem = cuda_type(dtype) == CUDA_R_32F ? 4 : 2;
-    auto* base = static_cast<char*>(scratch);
-    const void* a = base;
-    const void* b = base + static_cast<std::size_t>(s.m * s.k * s.batch) * elem;
-    void* c = base + static_cast<std::size_t>((s.m * s.k + s.k * s.n) * s.batch) * elem;
-    const float alpha = 1, beta = 0;
-    check(cublasLtMatmul(handle, g.desc, &alpha, a, g.a, b, g.b, &beta, c, g.c, c, g.c, &g.algo, workspace,
-                         workspace_bytes, stream),
-          what + ": cublasLtMatmul");
-  }
-};
 
 // A batched square GEMM doing `flops` (attention, stated by FLOPs only).
 core::GemmShape flops_gemm(double flops) {
@@ -140,11 +43,6 @@ core::GemmShape flops_gemm(double flops) {
   const double n = std::clamp(std::cbrt(flops / 2.0 / reps), 64.0, 8192.0);
   const std::int64_t side = static_cast<std::int64_t>(std::llround(n / 64.0)) * 64;
   return core::GemmShape{side, side, side, static_cast<std::int64_t>(reps)};
-}
-
-std::size_t gemm_bytes(const core::GemmShape& s, core::Dtype d) {
-  const std::size_t elem = cuda_type(d) == CUDA_R_32F ? 4 : 2;
-  return static_cast<std::size_t>((s.m * s.k + s.k * s.n + s.m * s.n) * s.batch) * elem;
 }
 
 ncclDataType_t nccl_type(core::Dtype d) {
@@ -273,8 +171,8 @@ struct CudaBackend::State {
   CudaOptions o;
   const core::Program& prog;
   std::vector<cudaStream_t> streams;
-  std::vector<void*> scratch;   // per stream, sized for its largest op
-  std::vector<GemmCache> gemm;  // per stream (a cuBLASLt handle per issuing thread)
+  std::vector<void*> scratch;                // per stream, sized for its largest op
+  std::vector<std::unique_ptr<Gemms>> gemm;  // per stream (a cuBLASLt handle per issuing thread)
   std::map<int, cudaEvent_t> events;
   std::vector<std::vector<std::pair<cudaEvent_t, cudaEvent_t>>> timing;  // [stream][op]
   std::vector<std::vector<char>> enqueued;                               // [stream][op], under `progress`
@@ -373,13 +271,12 @@ CudaBackend::CudaBackend(const core::Schedule& s, const RankPlan& plan, const to
   const std::size_t ns = st.prog.streams.size();
   st.streams.resize(ns);
   st.scratch.assign(ns, nullptr);
-  st.gemm = std::vector<GemmCache>(ns);
   st.timing.resize(ns);
   st.enqueued.resize(ns);
   for (std::size_t k = 0; k < ns; ++k) {
     const core::Stream& stream = st.prog.streams[k];
     check(cudaStreamCreateWithFlags(&st.streams[k], cudaStreamNonBlocking), "cudaStreamCreate " + stream.name);
-    st.gemm[k].init();
+    st.gemm.push_back(std::make_unique<Gemms>());
     std::size_t need = 1 << 20;
     for (const core::Op& op : stream.ops) {
       if (op.kind == core::OpKind::Compute) {
@@ -477,9 +374,9 @@ void CudaBackend::enqueue(std::size_t, std::size_t k, std::size_t i) {
   switch (op.kind) {
     case core::OpKind::Compute:
       if (op.compute == core::ComputeKind::Gemm && op.gemm) {
-        st.gemm[k].run(*op.gemm, op.dtype, st.scratch[k], stream, what);
+        st.gemm[k]->run(*op.gemm, op.dtype, st.scratch[k], stream, what);
       } else if (op.compute == core::ComputeKind::Attention) {
-        st.gemm[k].run(flops_gemm(op.flops.count()), core::Dtype::Bf16, st.scratch[k], stream, what);
+        st.gemm[k]->run(flops_gemm(op.flops.count()), core::Dtype::Bf16, st.scratch[k], stream, what);
         check(launch_bandwidth(st.scratch[k], bytes, stream), what + ": softmax bytes");
       } else {
         check(launch_bandwidth(st.scratch[k], bytes, stream), what + ": bandwidth kernel");
