@@ -126,78 +126,70 @@ def load_trace(path):
     return t
 
 
+COLOURS = {"compute": "tab:blue", "collective": "tab:orange", "send / recv": "tab:green"}
+COLLECTIVES = {"all_gather", "reduce_scatter", "all_reduce", "all_to_all", "broadcast"}
+
+
+def colour(cat):
+    if cat in COLLECTIVES:
+        return COLOURS["collective"]
+    return COLOURS["send / recv"] if cat in ("send", "recv") else COLOURS["compute"]
+
+
+def tracks(t, program, path):
+    """The rank class's streams: ({tid: name}, {tid: [op events]})."""
+    names, ops = {}, {}
+    for e in t["traceEvents"]:
+        if e.get("ph") == "M" and e.get("name") == "thread_name" and e["pid"] == program:
+            names[e["tid"]] = e["args"]["name"]
+        if e.get("ph") == "X" and e["pid"] == program:
+            ops.setdefault(e["tid"], []).append(e)
+    if not ops:
+        fail(path, "program", f"no ops for rank class {program}")
+    return names, ops
+
+
+def draw_tracks(ax, names, ops):
+    tids = sorted(ops)
+    for row, tid in enumerate(tids):
+        bars = [(e["ts"] / 1e6, e["dur"] / 1e6) for e in ops[tid]]
+        ax.broken_barh(bars, (row - 0.4, 0.8), facecolors=[colour(e.get("cat", "")) for e in ops[tid]], linewidth=0)
+    ax.set_yticks(range(len(tids)), [names.get(tid, str(tid)) for tid in tids])
+
+
+def legend(ax):
+    from matplotlib.patches import Patch
+
+    ax.legend(handles=[Patch(color=c, label=k) for k, c in COLOURS.items()], loc="upper right", fontsize=7)
+
+
 def timeline(a):
     plt = plt_for(a.out)
     t = load_trace(a.trace)
-    names, ops = {}, {}
-    for e in t["traceEvents"]:
-        if e.get("ph") == "M" and e.get("name") == "thread_name" and e["pid"] == a.program:
-            names[e["tid"]] = e["args"]["name"]
-        if e.get("ph") == "X" and e["pid"] == a.program:
-            ops.setdefault(e["tid"], []).append(e)
-    if not ops:
-        fail(a.trace, "program", f"no ops for rank class {a.program}")
-    collectives = {"all_gather", "reduce_scatter", "all_reduce", "all_to_all", "broadcast"}
-    colours = {"compute": "tab:blue", "collective": "tab:orange", "send / recv": "tab:green"}
-
-    def colour(cat):
-        if cat in collectives:
-            return colours["collective"]
-        return colours["send / recv"] if cat in ("send", "recv") else colours["compute"]
-
-    tids = sorted(ops)
-    fig, ax = plt.subplots(figsize=(12, 0.5 * len(tids) + 1.5))
-    for row, tid in enumerate(tids):
-        bars = [(e["ts"] / 1e6, e["dur"] / 1e6) for e in ops[tid]]
-        kinds = [colour(e.get("cat", "")) for e in ops[tid]]
-        ax.broken_barh(bars, (row - 0.4, 0.8), facecolors=kinds, linewidth=0)
-    ax.set_yticks(range(len(tids)), [names.get(tid, str(tid)) for tid in tids])
+    names, ops = tracks(t, a.program, a.trace)
+    fig, ax = plt.subplots(figsize=(12, 0.5 * len(ops) + 1.5))
+    draw_tracks(ax, names, ops)
     ax.set_xlabel("time (s)")
     header = t.get("otherData", {})
     ax.set_title(f"{header.get('schedule_name', '')} — {header.get('engine', '')} engine, rank class {a.program}")
-    from matplotlib.patches import Patch
-
-    ax.legend(handles=[Patch(color=c, label=k) for k, c in colours.items()], loc="upper right", fontsize=7)
+    legend(ax)
     save(fig, a.out)
 
 
 def compare(a):
     """Two traces of the same Schedule, one above the other on a shared time axis."""
     plt = plt_for(a.out)
-    traces = [(label, load_trace(path)) for label, path in (("predicted", a.predicted), ("measured", a.measured))]
-    colours = {"compute": "tab:blue", "collective": "tab:orange", "send / recv": "tab:green"}
-    collectives = {"all_gather", "reduce_scatter", "all_reduce", "all_to_all", "broadcast"}
-
-    def colour(cat):
-        if cat in collectives:
-            return colours["collective"]
-        return colours["send / recv"] if cat in ("send", "recv") else colours["compute"]
-
     rows = []
-    for label, t in traces:
-        names, ops = {}, {}
-        for e in t["traceEvents"]:
-            if e.get("ph") == "M" and e.get("name") == "thread_name" and e["pid"] == a.program:
-                names[e["tid"]] = e["args"]["name"]
-            if e.get("ph") == "X" and e["pid"] == a.program:
-                ops.setdefault(e["tid"], []).append(e)
-        if not ops:
-            fail(a.predicted if label == "predicted" else a.measured, "program", f"no ops for rank class {a.program}")
-        rows.append((label, names, ops, t.get("otherData", {})))
+    for label, path in (("predicted", a.predicted), ("measured", a.measured)):
+        t = load_trace(path)
+        rows.append((label, *tracks(t, a.program, path), t.get("otherData", {})))
     fig, axes = plt.subplots(2, 1, sharex=True, figsize=(12, 0.5 * sum(len(r[2]) for r in rows) + 2.5))
     for ax, (label, names, ops, header) in zip(axes, rows):
-        tids = sorted(ops)
-        for row, tid in enumerate(tids):
-            bars = [(e["ts"] / 1e6, e["dur"] / 1e6) for e in ops[tid]]
-            ax.broken_barh(bars, (row - 0.4, 0.8), facecolors=[colour(e.get("cat", "")) for e in ops[tid]],
-                           linewidth=0)
-        ax.set_yticks(range(len(tids)), [names.get(tid, str(tid)) for tid in tids])
+        draw_tracks(ax, names, ops)
         ax.set_title(f"{label}: {header.get('engine', '')} ({header.get('hzp_version', '')}), rank class {a.program}",
                      fontsize=9)
     axes[-1].set_xlabel("time (s)")
-    from matplotlib.patches import Patch
-
-    axes[0].legend(handles=[Patch(color=c, label=k) for k, c in colours.items()], loc="upper right", fontsize=7)
+    legend(axes[0])
     fig.suptitle(rows[0][3].get("schedule_name", ""))
     save(fig, a.out)
 
