@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/schedule.hpp"
+#include "core/schedule_replay.hpp"
 
 namespace hzp::runtime {
 
@@ -40,6 +41,13 @@ class Backend {
 
 /// The ops of one Schedule thread in issue order: (stream index, op index).
 [[nodiscard]] std::vector<std::pair<std::size_t, std::size_t>> issue_order(const core::Program& p, int thread);
+
+/// The step a run measured: from the first op that takes time (compute,
+/// collective, send, recv) to start to the last to end, over the programs
+/// whose times are given (times[program][stream][op]; empty for programs this
+/// process did not run).
+[[nodiscard]] core::Duration measured_step(const core::Schedule& s,
+                                           const std::vector<std::vector<std::vector<core::OpTime>>>& times);
 
 /// Runs `programs` of the Schedule on `backend`: one std::thread per
 /// Schedule thread of each program, then drains. Rethrows the first error.

@@ -64,23 +64,6 @@ struct BenchArgs {
   std::vector<int> channels{1, 2, 4, 8, 16, 32};
 };
 
-double span_s(const hzp::core::Schedule& s, const std::vector<std::vector<std::vector<hzp::core::OpTime>>>& times) {
-  std::int64_t lo = INT64_MAX, hi = 0;
-  for (std::size_t p = 0; p < s.programs.size(); ++p) {
-    for (std::size_t k = 0; k < s.programs[p].streams.size(); ++k) {
-      for (std::size_t i = 0; i < s.programs[p].streams[k].ops.size(); ++i) {
-        const auto kind = s.programs[p].streams[k].ops[i].kind;
-        if (kind == hzp::core::OpKind::Compute || kind == hzp::core::OpKind::Collective ||
-            kind == hzp::core::OpKind::Send || kind == hzp::core::OpKind::Recv) {
-          lo = std::min(lo, times[p][k][i].start.count_ns());
-          hi = std::max(hi, times[p][k][i].end.count_ns());
-        }
-      }
-    }
-  }
-  return hi > lo ? static_cast<double>(hi - lo) * 1e-9 : 0.0;
-}
-
 hzp::traces::TraceHeader header(const hzp::core::Schedule& s, const std::string& engine, const std::string& detail,
                                 const std::string& command_line) {
   hzp::traces::TraceHeader h;
@@ -141,7 +124,7 @@ int run_host(const Args& a, const hzp::core::Schedule& s, const std::string& com
     o.time_scale = scale;
     runtime::HostBackend backend(s, pm, o);
     runtime::execute(s, all, backend);
-    const double step = span_s(s, backend.times());
+    const double step = runtime::measured_step(s, backend.times()).to_seconds();
     if (i == 0 && step > 0) scale = a.step_seconds / step;
     std::cerr << fmt::format("hzp-run: step {} of {} ({}): {:.6f} s, {} late ops\n", i + 1, a.warmup + a.steps,
                              i < a.warmup ? "warm-up" : "timed", step, backend.late_ops());
@@ -198,16 +181,9 @@ int run_cuda_rank(const Args& a, const hzp::core::Schedule& s, const hzp::runtim
     if (comms) (void)runtime::cuda::world_max(*comms, 0.0);  // a barrier: every rank starts together
     backend.begin_step();
     runtime::execute(s, {plan.program}, backend);
-    double step = 0;
-    std::int64_t lo = INT64_MAX, hi = 0;
-    for (const auto& per : backend.times()) {
-      for (const auto& t : per) {
-        if (t.end.count_ns() == 0) continue;
-        lo = std::min(lo, t.start.count_ns());
-        hi = std::max(hi, t.end.count_ns());
-      }
-    }
-    step = hi > lo ? static_cast<double>(hi - lo) * 1e-9 : 0.0;
+    std::vector<std::vector<std::vector<core::OpTime>>> times(s.programs.size());
+    times[plan.program] = backend.times();
+    double step = runtime::measured_step(s, times).to_seconds();
     if (comms) step = runtime::cuda::world_max(*comms, step);
     if (rank == launch.rank || a.emulate) {
       std::cerr << fmt::format("hzp-run: rank {}: step {} of {} ({}): {:.6f} s (max across ranks)\n", rank, i + 1,

@@ -4,6 +4,7 @@
 # prediction; bad input is one error line and exit 2.
 # Usage: tests/runtime.sh HZP HZP_RUN
 set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
 hzp=$(realpath "$1")
 run=$(realpath "$2")
 py=/usr/bin/python3
@@ -11,15 +12,8 @@ py=/usr/bin/python3
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cd "$work"
-fail=0
-check() {  # check "what" command...
-  local what=$1
-  shift
-  if ! "$@"; then
-    echo "FAIL: $what"
-    fail=1
-  fi
-}
+# shellcheck source=tests/lib.sh
+. "$here/lib.sh"
 
 args=(--model llama3-8b --gpus 16 --strategy hzp --param-shard 2 --grad-shard 8 --optim-shard 16
   --global-batch-tokens 128K)

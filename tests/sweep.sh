@@ -13,21 +13,15 @@
 #    plans an exhaustive screening finds, the best at least as good as
 #    every preset at the same size.
 set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
 hzp=$(realpath "$1")
 py=/usr/bin/python3
 [ -x "$py" ] || py=python3
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cd "$work" || exit 1
-fail=0
-check() {  # check "what" command...
-  local what=$1
-  shift
-  if ! "$@"; then
-    echo "FAIL: $what"
-    fail=1
-  fi
-}
+# shellcheck source=tests/lib.sh
+. "$here/lib.sh"
 
 # 12 points (of 24, filtered) of ~0.1 s each (Llama-3 8B on 64 GPUs, SimGrid engine, every rank): long enough to kill mid-way.
 sweep=(--set model=llama3-8b --set gpus=64 --set global_batch_tokens=1M --set engine=simgrid --set ranks=all
