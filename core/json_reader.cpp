@@ -18,17 +18,8 @@ StrictObject::StrictObject(const nlohmann::json& j, std::string file, std::strin
 std::string StrictObject::key_path(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
 
 void StrictObject::fail(const std::string& key, const std::string& expected) const {
-  // A key from the file may hold control characters: escape them, so the
-  // error stays one line.
-  std::string printable;
-  for (char c : key) {
-    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
-      printable += fmt::format("\\x{:02x}", static_cast<unsigned char>(c));
-    } else {
-      printable += c;
-    }
-  }
-  throw InputError(file_, key_path(printable), expected);
+  // InputError keeps the message one line, whatever control characters the key holds.
+  throw InputError(file_, key_path(key), expected);
 }
 
 bool StrictObject::has(const std::string& key) const { return j_->contains(key); }

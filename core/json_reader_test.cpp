@@ -42,6 +42,17 @@ TEST(StrictObject, MissingKeyAndRange) {
   EXPECT_EQ(error_of([&] { (void)o.str("s"); }), "f.json: s: expected a string");
 }
 
+TEST(StrictObject, ErrorEchoingInputStaysOneLine) {
+  // A JSON string may decode to newlines and other control characters; the
+  // error that echoes it must still be one line.
+  auto j = nlohmann::json::parse(R"({"a\nb": 1})");
+  StrictObject o(j, "f.json");
+  EXPECT_EQ(error_of([&] { o.finish(); }), "f.json: a\\nb: unknown key");
+  EXPECT_EQ(InputError("f.json", "k", std::string("got \"x\ty\r\x01\"")).what(),
+            std::string("f.json: k: got \"x\\ty\\r\\x01\""));
+  EXPECT_EQ(std::string(ScheduleError("op 'a\nb'").what()), "op 'a\\nb'");
+}
+
 TEST(ParseJson, SyntaxErrorNamesFile) {
   EXPECT_EQ(error_of([] { (void)parse_json("{\"a\": ", "x.json"); }).rfind("x.json: not valid JSON", 0), 0u);
 }
