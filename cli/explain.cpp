@@ -49,14 +49,15 @@ std::string explain(const core::Schedule& s, const topologies::PerfModel& pm) {
     }
     out += fmt::format(
         "plan {}: (g_p, g_g, g_o) = ({}, {}, {}) over {} data-parallel (x context-parallel) ranks, {}, prefetch depth "
-        "{}, {}\n",
+        "{}, {}{}\n",
         p["strategy"].get<std::string>(), p["param_shard"].get<int>(), p["grad_shard"].get<int>(),
         p["optim_shard"].get<int>(),
         p.contains("shard_ranks") ? p["shard_ranks"].get<int>() : p["data_parallel"].get<int>(),
         p["async"].get<bool>() ? "async (background issue threads, pooled buffers)"
                                : "sync (inline issue, caching allocator)",
         p["prefetch_depth"].get<int>(),
-        p["reshard_after_forward"].get<bool>() ? "resharded after forward" : "kept gathered until backward");
+        p["reshard_after_forward"].get<bool>() ? "resharded after forward" : "kept gathered until backward",
+        p.value("overlap_grad_reduce", true) ? "" : ", gradients reduced after the whole backward");
   }
   // The representative's groups, one per kind, with how many groups of that kind exist.
   std::map<core::GroupKind, int> count;

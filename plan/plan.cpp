@@ -284,6 +284,7 @@ class Lowering {
       }
       if (uses_[j].last_of_slot) send(j);
     }
+    reduce_deferred();
     step_end();
     return b_.take();
   }
@@ -724,10 +725,25 @@ class Lowering {
       rs_done_[j] = b_.record(rs_, fmt::format("{}.grad_reduced", unit.name));
       if (!async_) b_.free(rs_, buf("grad", j), full_grad_bytes(use.unit));
     }
-    if (last_mb) reduce_for_optimizer(use.unit, j, waited);
+    if (!last_mb) return;
+    if (opt_.overlap_grad_reduce) {
+      reduce_for_optimizer(use.unit, j, waited);
+    } else {
+      deferred_.push_back(use.unit);
+      last_backward_ = j;
+    }
+  }
+
+  // overlap_grad_reduce off: every unit's final reduction, in backward order,
+  // once the stage's last backward is done.
+  void reduce_deferred() {
+    if (deferred_.empty()) return;
+    b_.wait(rs_, use_done_[last_backward_], "wait backward_done");
+    for (const std::size_t u : deferred_) reduce_for_optimizer(u, last_backward_, true);
   }
 
   // Once the unit's gradients are final: 1/g_g -> 1/g_o, then across replicas.
+  // `waited`: the reduce stream already waits for use j.
   void reduce_for_optimizer(std::size_t u, std::size_t j, bool waited) {
     const auto& unit = *units_[u].u;
     bool any = false;
@@ -798,6 +814,8 @@ class Lowering {
   std::vector<int> ag_done_, use_done_, rs_done_, forward_gather_;
   std::size_t next_gather_ = 0, reduce_index_ = 0;
   std::vector<std::pair<std::size_t, int>> reduced_;
+  std::vector<std::size_t> deferred_;  // units whose final reduction waits for the whole backward
+  std::size_t last_backward_ = 0;
   std::map<int, int> send_seq_, recv_seq_;
   std::map<std::size_t, int> regathered_;  // unit -> event, with --overlap-param-gather
 };
@@ -1177,6 +1195,7 @@ core::Schedule lower(const models::ModelSpec& m, const topologies::Topology& top
         {"tp", o.tp},
         {"tp_comm_overlap", o.tp_comm_overlap},
         {"overlap_param_gather", o.overlap_param_gather},
+        {"overlap_grad_reduce", o.overlap_grad_reduce},
         {"cp", o.cp},
         {"sequence_parallel", o.tp > 1 && o.sequence_parallel},
         {"pp", o.pp},

@@ -72,6 +72,14 @@ struct PlanOptions {
   /// update runs at the start of the step, each unit's before its first
   /// forward, instead of after the optimizer at the end.
   bool overlap_param_gather = false;
+  /// Reduce each unit's final gradients as soon as its last backward is done,
+  /// overlapping the rest of the backward pass (true: DDP buckets, FSDP,
+  /// Megatron's --overlap-grad-reduce), or only after the stage's whole
+  /// backward pass (false: Megatron-LM's default, the runs of Narayanan et al.
+  /// 2021, Korthikanti et al. 2022 and vTrain). Applies to the reduction of the
+  /// final gradients; gradients sharded over g_g > 1 are still reduce-scattered
+  /// per micro-batch.
+  bool overlap_grad_reduce = true;
   /// Tensor-parallel communication overlap: each all-gather + GEMM and GEMM +
   /// reduce-scatter pair runs as kTpOverlapChunks pipelined chunks on a
   /// separate stream (userbuffers-style), instead of back to back.

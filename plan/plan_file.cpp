@@ -33,6 +33,8 @@ PlanOptions plan_from_json(const std::string& text, const std::string& file) {
   p.cp = static_cast<int>(o.integer("cp", 1, 1 << 12));
   p.tp_comm_overlap = o.boolean("tp_comm_overlap");
   p.overlap_param_gather = o.boolean("overlap_param_gather");
+  // Optional (added after schema 1 files were written): default on.
+  if (o.has("overlap_grad_reduce")) p.overlap_grad_reduce = o.boolean("overlap_grad_reduce");
   p.ep = static_cast<int>(o.integer("ep", 1, 1 << 12));
   const auto& experts = o.raw("expert_shards");
   if (!experts.is_null()) {
@@ -91,6 +93,7 @@ std::string plan_to_json(const PlanOptions& p) {
   j["cp"] = p.cp;
   j["tp_comm_overlap"] = p.tp_comm_overlap;
   j["overlap_param_gather"] = p.overlap_param_gather;
+  j["overlap_grad_reduce"] = p.overlap_grad_reduce;
   j["ep"] = p.ep;
   j["expert_shards"] =
       p.expert_shards ? nlohmann::ordered_json{p.expert_shards->param, p.expert_shards->grad, p.expert_shards->optim}

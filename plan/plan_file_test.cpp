@@ -35,6 +35,21 @@ TEST(PlanFile, RoundTrips) {
   EXPECT_EQ(plan_to_json(plan_from_json(text, "p.json")), text);
 }
 
+// overlap_grad_reduce came after the first plan files: absent means true.
+TEST(PlanFile, OverlapGradReduceIsOptional) {
+  PlanOptions o = sample();
+  o.overlap_grad_reduce = false;
+  const std::string text = plan_to_json(o);
+  EXPECT_FALSE(plan_from_json(text, "p.json").overlap_grad_reduce);
+  std::string older = text;
+  older.erase(older.find("  \"overlap_grad_reduce\": false,\n"), 32);
+  EXPECT_EQ(older.find("overlap_grad_reduce"), std::string::npos);
+  EXPECT_TRUE(plan_from_json(older, "p.json").overlap_grad_reduce);
+  std::string bad = text;
+  bad.replace(bad.find("\"overlap_grad_reduce\": false"), 28, "\"overlap_grad_reduce\": 0");
+  EXPECT_EQ(error_of(bad), "p.json: overlap_grad_reduce: expected true or false");
+}
+
 TEST(PlanFile, StrictKeysAndValues) {
   std::string text = plan_to_json(sample());
   std::string typo = text;

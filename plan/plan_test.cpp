@@ -636,3 +636,54 @@ TEST(Overlap, ParamGatherAndTensorParallel) {
 
 }  // namespace
 }  // namespace hzp::plan
+
+namespace hzp::plan {
+namespace {
+
+// overlap_grad_reduce off: the final-gradient reductions wait for the whole
+// backward pass, so none of their time hides behind it.
+TEST(Overlap, GradReduceAfterTheWholeBackward) {
+  models::ModelSpec m = models::load_model("llama3-8b");
+  m.layers = 4;
+  PlanOptions o;
+  o.strategy = Strategy::Ddp;
+  o.global_batch_sequences = 16;
+  o.seq_len = 4096;
+  const Simulated overlapped = simulate(m, 16, o);
+  o.overlap_grad_reduce = false;
+  const Simulated after = simulate(m, 16, o);
+
+  topologies::PerfModel pm(topologies::Topology(topologies::load_cluster("dgx-h100"), 16));
+  const core::Program& p = after.schedule.programs.at(0);
+  const auto stream = [&](core::StreamKind k) -> const core::Stream& {
+    return *std::find_if(p.streams.begin(), p.streams.end(), [&](const core::Stream& s) { return s.kind == k; });
+  };
+  // The last event the compute stream records in backward, and what the
+  // reduce stream waits for before its first all-reduce.
+  int last_bwd = -1;
+  std::int64_t tail = 0;  // Adam and zeroing: compute that follows the reductions
+  for (const auto& op : stream(core::StreamKind::Compute).ops) {
+    if (op.kind == core::OpKind::Record && op.name.ends_with(".bwd_done")) last_bwd = op.event;
+    if (op.kind == core::OpKind::Compute && (op.compute == core::ComputeKind::Optimizer || op.name == "zero_grads"))
+      tail += pm.compute(op).count_ns();
+  }
+  int first_wait = -2;
+  std::int64_t reductions = 0;
+  int all_reduces = 0;
+  for (const auto& op : stream(core::StreamKind::GradReduce).ops) {
+    if (op.kind == core::OpKind::Wait && first_wait == -2) first_wait = op.event;
+    if (op.kind == core::OpKind::Collective) {
+      EXPECT_NE(first_wait, -2) << op.name << " issued before any wait";
+      reductions += pm.collective(op.collective, op.bytes, pm.span(after.schedule.group(op.group).ranks)).count_ns();
+      ++all_reduces;
+    }
+  }
+  EXPECT_EQ(all_reduces, 4 + 2);  // one per layer, embedding and head
+  EXPECT_EQ(first_wait, last_bwd);
+  // Every reduction is exposed: the step is the backward's end, then all of them, then the optimizer.
+  EXPECT_GE(after.step, after.busy.at(0) - tail + reductions);
+  EXPECT_GT(after.step, overlapped.step);
+}
+
+}  // namespace
+}  // namespace hzp::plan
