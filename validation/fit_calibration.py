@@ -27,8 +27,8 @@ for i, row in fit_rows:
         json.dump(c, f)
 
 best = None
-for launch in (4, 10, 20, 30, 40, 50, 60, 80, 100, 130):
-    for coll in (8, 30, 60, 120, 200, 300, 400, 600):
+for launch in (4, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100, 130):
+    for coll in (8, 20, 30, 45, 60, 120, 200, 300, 400, 600):
         cal = {"schema_version": 1, "device": "A100 SXM 80GB", "source": "grid point",
                "device_profile": {"launch_latency_us": launch, "collective_launch_latency_us": coll}}
         with open(os.path.join(cal_dir, "A100-SXM-80GB.json"), "w") as f:
