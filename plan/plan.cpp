@@ -235,7 +235,12 @@ class Lowering {
     Workload workload;
     int prev_rep = -1, next_rep = -1;  // representatives of the neighbouring stages
     std::vector<PipelineSlot> order;
-    std::int64_t boundary_bytes = 0;  // activation or gradient between stages
+    std::int64_t boundary_bytes = 0;  // activation or gradient each rank sends between stages
+    // Tensor parallel without sequence parallelism: each rank sends 1/tp of
+    // the activation and the receivers all-gather it over NVLink (Megatron's
+    // scatter/gather optimization, Narayanan et al. 2021 §4.1); the gathered
+    // bytes, or 0 when nothing is gathered.
+    std::int64_t boundary_gather_bytes = 0;
     int tp_group = -1, ep_group = -1;
     int cp = 1;                              // context-parallel size
     int cp_next_rep = -1, cp_prev_rep = -1;  // ring neighbours
@@ -433,11 +438,19 @@ class Lowering {
       int from = stage_.prev_rep;  // the stage before (stage 0 chunk c: the last stage, chunk c - 1)
       b_.recv(comp_, fmt::format("recv act mb{} chunk{}", use.mb, use.chunk), from, recv_seq_[from]++,
               Bytes(stage_.boundary_bytes));
+      gather_boundary(fmt::format("gather act mb{} chunk{}", use.mb, use.chunk));
     } else if (use.backward && !last_virtual(use.chunk)) {
       int from = stage_.next_rep;
       b_.recv(comp_, fmt::format("recv grad mb{} chunk{}", use.mb, use.chunk), from, recv_seq_[from]++,
               Bytes(stage_.boundary_bytes));
+      gather_boundary(fmt::format("gather grad mb{} chunk{}", use.mb, use.chunk));
     }
+  }
+
+  void gather_boundary(const std::string& name) {
+    if (stage_.boundary_gather_bytes == 0) return;
+    b_.collective(comp_, name, CollectiveKind::AllGather, stage_.tp_group, Bytes(stage_.boundary_gather_bytes),
+                  Dtype::Bf16);
   }
 
   void send(std::size_t j) {
@@ -1099,8 +1112,11 @@ core::Schedule lower(const models::ModelSpec& m, const topologies::Topology& top
   // Virtual stage c·pp + p holds layers [(c·pp + p)·Lc, (c·pp + p + 1)·Lc); the
   // embedding rides with the first, the head with the last.
   const int per_chunk = m.layers / (o.pp * o.vpp);
-  const std::int64_t boundary = core::dtype_bytes(Dtype::Bf16) * batch.seq_len / o.cp * o.micro_batch * m.hidden /
-                                (o.tp > 1 && o.sequence_parallel ? o.tp : 1);
+  // With sequence parallelism the boundary is already split over tp; without
+  // it, each rank sends its 1/tp slice and the receivers all-gather.
+  const std::int64_t activation = core::dtype_bytes(Dtype::Bf16) * batch.seq_len / o.cp * o.micro_batch * m.hidden;
+  const std::int64_t boundary = activation / o.tp;
+  const std::int64_t boundary_gather = o.tp > 1 && !o.sequence_parallel ? activation : 0;
   // Rank classes: ranks that run identical programs. Without variability, one
   // per stage; with it, contiguous blocks of data-parallel ranks and, under a
   // routing skew, each expert-parallel rank index apart.
@@ -1156,6 +1172,7 @@ core::Schedule lower(const models::ModelSpec& m, const topologies::Topology& top
       stage.next_rep = rank_of(0, first_d, (p + 1) % o.pp, o.tp, dp);
       stage.order = pipeline_order(p, o.pp, o.vpp, batch.micro_batches);
       stage.boundary_bytes = boundary;
+      stage.boundary_gather_bytes = boundary_gather;
       const auto rep = static_cast<std::size_t>(stage.ranks.front());
       stage.tp_group = tp_groups[rep];
       stage.ep_group = ep_groups[rep];

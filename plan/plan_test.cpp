@@ -398,6 +398,44 @@ TEST(Pipeline, ComposesWithTensorParallelAndShardedDataParallel) {
   EXPECT_EQ(sends, 8 * 2 + 8 * 1);
 }
 
+// Tensor parallel without sequence parallelism: each rank sends its 1/tp
+// slice of the boundary, s·b·h·2/tp bytes, and the receivers all-gather the
+// s·b·h·2 bytes over their tp group (Megatron's scatter/gather).
+TEST(Pipeline, ScatterGatherAcrossStagesWithoutSequenceParallel) {
+  models::ModelSpec model = models::load_model("llama3-8b");
+  model.layers = 4;
+  topologies::Topology topo(topologies::load_cluster("dgx-h100"), 16);
+  PlanOptions o;
+  o.strategy = Strategy::Ddp;
+  o.global_batch_sequences = 8;
+  o.seq_len = 4096;
+  o.micro_batch = 2;
+  o.tp = 4;
+  o.pp = 2;
+  const std::int64_t activation = 4096 * 2 * model.hidden * 2;
+  for (const bool sp : {true, false}) {
+    o.sequence_parallel = sp;
+    const core::Schedule s = lower(model, topo, o);
+    int recvs = 0, gathers = 0;
+    for (const auto& st : s.programs[1].streams) {  // the last stage receives activations
+      for (const auto& op : st.ops) {
+        if (op.kind == core::OpKind::Send || op.kind == core::OpKind::Recv) {
+          EXPECT_EQ(op.bytes.count(), activation / 4) << op.name;
+          recvs += op.kind == core::OpKind::Recv;
+        }
+        if (op.name.starts_with("gather act")) {
+          ++gathers;
+          EXPECT_EQ(op.collective, core::CollectiveKind::AllGather);
+          EXPECT_EQ(s.group(op.group).kind, core::GroupKind::Tp);
+          EXPECT_EQ(op.bytes.count(), activation);
+        }
+      }
+    }
+    EXPECT_EQ(recvs, 2) << sp;  // one activation per micro-batch (8 / 2 data-parallel ranks / 2 per micro-batch)
+    EXPECT_EQ(gathers, sp ? 0 : 2) << sp;
+  }
+}
+
 }  // namespace
 }  // namespace hzp::plan
 

@@ -12,7 +12,7 @@ src = sys.argv[1] if len(sys.argv) > 1 else os.path.join(here, "..", "..", "shar
 # Tolerances are regression gates per source (a change that moves a case past
 # its gate fails CI), set above today's worst error of the group; the targets
 # (mean |error| <= 5 %, max <= 10 %) are judged on the summary, not here.
-TOL_NARAYANAN, TOL_KORTHIKANTI_TIME, TOL_MEMORY, TOL_VTRAIN = 0.20, 0.15, 0.05, 0.55
+TOL_NARAYANAN, TOL_KORTHIKANTI_TIME, TOL_MEMORY, TOL_VTRAIN = 0.20, 0.10, 0.05, 0.55
 
 MEGATRON_FLOPS = ("megatron-2021: 96*B*s*l*h^2*(1 + s/(6h) + V/(16*l*h)) per iteration "
                   "(Narayanan et al. 2021, eq. 3; counts the recomputed forward pass)")
@@ -110,6 +110,10 @@ def main():
         ("39b", 64, 8192, 48, 8, 2, 512, 1536, 138), ("76b", 80, 10240, 60, 8, 4, 1024, 1792, 140),
         ("145b", 96, 12288, 80, 8, 8, 1536, 2304, 148), ("310b", 128, 16384, 96, 8, 16, 1920, 2160, 155),
         ("530b", 128, 20480, 105, 8, 35, 2520, 2520, 163), ("1t", 160, 25600, 128, 8, 64, 3072, 3072, 163)]
+    # fp16 mixed precision: Megatron-LM reduces gradients in the parameters'
+    # 2-byte dtype unless --accumulate-allreduce-grads-in-fp32 is given (an
+    # opt-in flag). Korthikanti et al. count 18 bytes a parameter, fp32
+    # gradients included, so their cases keep fp32.
     for p, heads, h, l, tp, pp, gpus, gbs, tf in narayanan:
         src_text = ("Narayanan et al. SC'21 (arXiv:2104.04473), Table 1, GPT-%s: %d TFLOP/s per GPU on %d A100 "
                     "(TP/PP for 3.6B-310B and heads for 1.7B/7.5B/76B/145B/310B assumed as in "
@@ -117,7 +121,7 @@ def main():
         dp = gpus // (tp * pp)
         write(case("narayanan2021-gpt-" + p, "narayanan2021", src_text,
                    gpt("gpt-" + p, l, h, heads, 2048, source="GPT, vocabulary 51,200, FFN 4h, sequence 2,048"),
-                   "dgx-a100", gpus, megatron_plan(tp, pp, 1, 1, gbs, 2048, "full", False),
+                   "dgx-a100", gpus, megatron_plan(tp, pp, 1, 1, gbs, 2048, "full", False, "bf16"),
                    "tflops_per_gpu", tf, TOL_NARAYANAN, MEGATRON_FLOPS,
                    "assumed (not printed): full recomputation, micro-batch 1, no interleaving; "
                    "data-parallel size %d" % dp))
