@@ -130,6 +130,8 @@ void add_scenario_options(CLI::App* app, Options& o) {
                 "steady state: the 1/g_o -> 1/g_p parameter all-gather overlaps the next forward");
   app->add_flag("!--no-overlap-grad-reduce", o.sc.plan.overlap_grad_reduce,
                 "reduce the final gradients only after the whole backward pass (Megatron-LM's default)");
+  app->add_flag("--pipeline-p2p-sync", o.sc.plan.pipeline_p2p_sync,
+                "the host waits for every pipeline receive before issuing more work (Megatron's batch_p2p_sync)");
   app->add_option("--cp", o.sc.plan.cp, "context-parallel size (ring attention; sequences split over cp ranks)")
       ->capture_default_str();
   app->add_option("--ep", o.sc.plan.ep,

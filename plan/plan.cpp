@@ -438,19 +438,26 @@ class Lowering {
       int from = stage_.prev_rep;  // the stage before (stage 0 chunk c: the last stage, chunk c - 1)
       b_.recv(comp_, fmt::format("recv act mb{} chunk{}", use.mb, use.chunk), from, recv_seq_[from]++,
               Bytes(stage_.boundary_bytes));
-      gather_boundary(fmt::format("gather act mb{} chunk{}", use.mb, use.chunk));
+      after_receive(fmt::format("act mb{} chunk{}", use.mb, use.chunk));
     } else if (use.backward && !last_virtual(use.chunk)) {
       int from = stage_.next_rep;
       b_.recv(comp_, fmt::format("recv grad mb{} chunk{}", use.mb, use.chunk), from, recv_seq_[from]++,
               Bytes(stage_.boundary_bytes));
-      gather_boundary(fmt::format("gather grad mb{} chunk{}", use.mb, use.chunk));
+      after_receive(fmt::format("grad mb{} chunk{}", use.mb, use.chunk));
     }
   }
 
-  void gather_boundary(const std::string& name) {
-    if (stage_.boundary_gather_bytes == 0) return;
-    b_.collective(comp_, name, CollectiveKind::AllGather, stage_.tp_group, Bytes(stage_.boundary_gather_bytes),
-                  Dtype::Bf16);
+  // After a receive: the tp all-gather of a scattered boundary, and with
+  // pipeline_p2p_sync the host's wait for it.
+  void after_receive(const std::string& name) {
+    if (stage_.boundary_gather_bytes > 0) {
+      b_.collective(comp_, "gather " + name, CollectiveKind::AllGather, stage_.tp_group,
+                    Bytes(stage_.boundary_gather_bytes), Dtype::Bf16);
+    }
+    if (opt_.pipeline_p2p_sync) {
+      const int received = b_.record(comp_, name + " received");
+      b_.sync(comp_, received, "host waits " + name);
+    }
   }
 
   void send(std::size_t j) {
@@ -1213,6 +1220,7 @@ core::Schedule lower(const models::ModelSpec& m, const topologies::Topology& top
         {"tp_comm_overlap", o.tp_comm_overlap},
         {"overlap_param_gather", o.overlap_param_gather},
         {"overlap_grad_reduce", o.overlap_grad_reduce},
+        {"pipeline_p2p_sync", o.pipeline_p2p_sync},
         {"cp", o.cp},
         {"sequence_parallel", o.tp > 1 && o.sequence_parallel},
         {"pp", o.pp},

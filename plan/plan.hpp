@@ -80,6 +80,11 @@ struct PlanOptions {
   /// final gradients; gradients sharded over g_g > 1 are still reduce-scattered
   /// per micro-batch.
   bool overlap_grad_reduce = true;
+  /// The host waits (torch.cuda.synchronize) for every pipeline receive
+  /// before issuing more work, as Megatron does after its batched p2p
+  /// (batch_p2p_sync, on by default there); off: receives are stream-ordered
+  /// only and the host runs ahead.
+  bool pipeline_p2p_sync = false;
   /// Tensor-parallel communication overlap: each all-gather + GEMM and GEMM +
   /// reduce-scatter pair runs as kTpOverlapChunks pipelined chunks on a
   /// separate stream (userbuffers-style), instead of back to back.

@@ -35,6 +35,7 @@ PlanOptions plan_from_json(const std::string& text, const std::string& file) {
   p.overlap_param_gather = o.boolean("overlap_param_gather");
   // Optional (added after schema 1 files were written): default on.
   if (o.has("overlap_grad_reduce")) p.overlap_grad_reduce = o.boolean("overlap_grad_reduce");
+  if (o.has("pipeline_p2p_sync")) p.pipeline_p2p_sync = o.boolean("pipeline_p2p_sync");
   p.ep = static_cast<int>(o.integer("ep", 1, 1 << 12));
   const auto& experts = o.raw("expert_shards");
   if (!experts.is_null()) {
@@ -94,6 +95,7 @@ std::string plan_to_json(const PlanOptions& p) {
   j["tp_comm_overlap"] = p.tp_comm_overlap;
   j["overlap_param_gather"] = p.overlap_param_gather;
   j["overlap_grad_reduce"] = p.overlap_grad_reduce;
+  j["pipeline_p2p_sync"] = p.pipeline_p2p_sync;
   j["ep"] = p.ep;
   j["expert_shards"] =
       p.expert_shards ? nlohmann::ordered_json{p.expert_shards->param, p.expert_shards->grad, p.expert_shards->optim}

@@ -436,6 +436,40 @@ TEST(Pipeline, ScatterGatherAcrossStagesWithoutSequenceParallel) {
   }
 }
 
+// pipeline_p2p_sync: the compute thread blocks on every receive (a Sync on the
+// event recorded after it), so the host cannot run ahead of a transfer.
+TEST(Pipeline, P2pSyncBlocksTheHostOnEveryReceive) {
+  models::ModelSpec model = models::load_model("llama3-8b");
+  model.layers = 4;
+  topologies::Topology topo(topologies::load_cluster("dgx-h100"), 16);
+  PlanOptions o;
+  o.strategy = Strategy::Ddp;
+  o.global_batch_sequences = 16;
+  o.seq_len = 4096;
+  o.pp = 2;
+  for (const bool sync : {false, true}) {
+    o.pipeline_p2p_sync = sync;
+    const core::Schedule s = lower(model, topo, o);
+    for (const auto& prog : s.programs) {
+      int recvs = 0, host_waits = 0, last_recv_event = -1;
+      for (const auto& st : prog.streams) {
+        if (st.kind != core::StreamKind::Compute) continue;
+        for (const auto& op : st.ops) {
+          if (op.kind == core::OpKind::Recv) ++recvs;
+          if (op.kind == core::OpKind::Record && op.name.ends_with(" received")) last_recv_event = op.event;
+          if (op.kind == core::OpKind::Sync &&
+              (op.name.starts_with("host waits act") || op.name.starts_with("host waits grad"))) {
+            EXPECT_EQ(op.event, last_recv_event);
+            ++host_waits;
+          }
+        }
+      }
+      EXPECT_EQ(recvs, 2) << prog.name;  // 16 sequences / 8 data-parallel ranks: 2 micro-batches of 1
+      EXPECT_EQ(host_waits, sync ? recvs : 0) << prog.name;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace hzp::plan
 
