@@ -146,6 +146,8 @@ void add_scenario_options(CLI::App* app, Options& o) {
   app->add_option("--recompute", o.recompute, "activation recomputation: none | selective | full")
       ->capture_default_str();
   app->add_flag("--no-flash-attention", o.no_flash, "unfused attention (scores and context as batched GEMMs)");
+  app->add_flag("!--unfused-loss", o.sc.plan.fused_loss,
+                "softmax cross-entropy as Megatron's eager vocab-parallel kernels (six passes over fp32 logits)");
   app->add_option("--prefetch-depth", o.sc.plan.prefetch_depth,
                   "FSDP: parameter all-gathers in flight ahead of compute")
       ->capture_default_str();

@@ -31,11 +31,16 @@ using core::GemmShape;
 struct Builder {
   std::int64_t e;  // bytes per element
   std::vector<GraphOp> ops;
-  std::vector<std::pair<bool, bool>> flags;  // (in_forward, in_backward) per op
+  struct Flags {
+    bool forward = true;   // runs in the forward pass
+    bool backward = true;  // has a backward op
+    bool exact = false;    // backward-only op whose bytes are given as they are
+  };
+  std::vector<Flags> flags;  // per op
 
   void push(GraphOp op, bool fwd = true, bool bwd = true) {
     ops.push_back(std::move(op));
-    flags.emplace_back(fwd, bwd);
+    flags.push_back(Flags{fwd, bwd, false});
   }
   void comm(const std::string& name, core::CollectiveKind kind, std::int64_t bytes, bool fwd = true, bool bwd = true,
             CommGroup group = CommGroup::Tp) {
@@ -66,6 +71,11 @@ struct Builder {
     op.bytes = Bytes(bytes);
     push(std::move(op));
   }
+  /// A kernel of the backward pass only, moving exactly `bytes`.
+  void backward_bandwidth(const std::string& name, ComputeKind kind, std::int64_t bytes, std::int64_t elements) {
+    bandwidth(name, kind, bytes, elements);
+    flags.back() = Flags{false, true, true};
+  }
   void attention(const std::string& name, double flops, std::int64_t bytes) {
     GraphOp op;
     op.name = name;
@@ -77,7 +87,7 @@ struct Builder {
   [[nodiscard]] std::vector<GraphOp> forward() const {
     std::vector<GraphOp> out;
     for (std::size_t i = 0; i < ops.size(); ++i) {
-      if (flags[i].first) out.push_back(ops[i]);
+      if (flags[i].forward) out.push_back(ops[i]);
     }
     return out;
   }
@@ -89,7 +99,7 @@ std::vector<GraphOp> backward_of(const Builder& fwd, double flash_bwd_ratio) {
   std::vector<GraphOp> out;
   for (std::size_t idx = fwd.ops.size(); idx-- > 0;) {
     const GraphOp& f = fwd.ops[idx];
-    if (!fwd.flags[idx].second) continue;
+    if (!fwd.flags[idx].backward) continue;
     if (f.collective) {
       // The dual of a tensor-parallel collective: all-gather <-> reduce-scatter, all-reduce stays.
       GraphOp c = f;
@@ -126,9 +136,9 @@ std::vector<GraphOp> backward_of(const Builder& fwd, double flash_bwd_ratio) {
       out.push_back(std::move(b));
     } else {
       GraphOp b = f;
-      b.name = f.name + ".bwd";
+      b.name = fwd.flags[idx].exact ? f.name : f.name + ".bwd";
       b.phase = Phase::BackwardInput;
-      b.bytes = Bytes(f.bytes.count() * 2);
+      if (!fwd.flags[idx].exact) b.bytes = Bytes(f.bytes.count() * 2);
       out.push_back(std::move(b));
     }
   }
@@ -407,10 +417,27 @@ StepGraph build_step_graph(const ModelSpec& m, const GraphOptions& o) {
     b.bandwidth("head.final_norm", ComputeKind::Norm, 2 * e * Th * h, Th * h);
     tp_enter(b, d, "head");
     b.gemm("head.lm_head", T, m.vocab / t, h);
-    // Softmax cross-entropy in fp32 over the vocabulary shard: read the logits,
-    // write fp32 probabilities; with tensor parallelism the max and the sum of
-    // exponentials are all-reduced (two fp32 values per token).
-    b.bandwidth("head.loss", ComputeKind::Loss, (e + 4) * T * (m.vocab / t), T * (m.vocab / t));
+    const std::int64_t logits = T * (m.vocab / t);
+    if (o.fused_loss) {
+      // Softmax cross-entropy in fp32 over the vocabulary shard, one kernel:
+      // read the logits, write fp32 probabilities.
+      b.bandwidth("head.loss", ComputeKind::Loss, (e + 4) * logits, logits);
+    } else {
+      // Megatron's vocab-parallel cross-entropy in eager PyTorch, a kernel per
+      // step over the logits: cast to fp32 (e + 4 bytes a logit), max (4),
+      // subtract it (8), exp (8), sum (4), divide (8); backward scales the
+      // saved probabilities by the loss gradient (8) and casts them back (4 + e).
+      b.bandwidth("head.loss.cast", ComputeKind::Loss, (e + 4) * logits, logits);
+      b.flags.back().backward = false;
+      for (const auto& [step, bytes] : {std::pair{"max", 4}, {"sub", 8}, {"exp", 8}, {"sum", 4}, {"div", 8}}) {
+        b.bandwidth(fmt::format("head.loss.{}", step), ComputeKind::Loss, bytes * logits, logits);
+        b.flags.back().backward = false;
+      }
+      b.backward_bandwidth("head.loss.grad_scale", ComputeKind::Loss, 8 * logits, logits);
+      b.backward_bandwidth("head.loss.grad_cast", ComputeKind::Loss, (4 + e) * logits, logits);
+    }
+    // With tensor parallelism the max and the sum of exponentials are
+    // all-reduced (two fp32 values per token).
     if (t > 1) b.comm("head.loss_allreduce", core::CollectiveKind::AllReduce, 8 * T, true, false);
     u.forward = b.forward();
     u.backward = backward_of(b, flash_bwd);

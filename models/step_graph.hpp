@@ -25,6 +25,10 @@ struct GraphOptions {
   /// Off: scores and context as batched GEMMs with softmax and dropout between
   /// them (what Korthikanti et al. measured).
   bool flash_attention = true;
+  /// The softmax cross-entropy as one fused kernel (forward and backward);
+  /// off: Megatron's vocab-parallel cross-entropy in eager PyTorch, six
+  /// kernels over the fp32 logits forward and two backward.
+  bool fused_loss = true;
   core::Dtype dtype = core::Dtype::Bf16;
   /// Megatron tensor parallelism over `tp` ranks: attention heads, FFN and
   /// vocabulary split column/row-wise; with sequence parallelism the norms,

@@ -63,6 +63,32 @@ TEST(StepGraph, UnfusedFlopsEqualModelFormula) {
 // Fused attention skips the causal half forward and recomputes scores in
 // backward: attention executes 0.5 · (1 + 2.5) = 1.75 of one full forward pass
 // instead of 3.
+// The loss over T tokens and V/t logits each, bf16 logits (e = 2): fused, one
+// kernel of (2 + 4)·T·V/t bytes forward and twice that backward; Megatron's
+// eager kernels, (2+4) + 4 + 8 + 8 + 4 + 8 = 38 bytes a logit forward and
+// 8 + (4+2) = 14 backward.
+TEST(StepGraph, LossBytesFusedAndUnfused) {
+  ModelSpec m = load_model("gpt3-175b");
+  GraphOptions o{.seq_len = 2048, .micro_batch = 2, .tp = 8};
+  const auto logits = static_cast<double>(2 * 2048 * (m.vocab / 8));  // the vocabulary shard rounds down
+  const auto loss_bytes = [](const std::vector<GraphOp>& ops) {
+    double b = 0;
+    for (const auto& op : ops) {
+      if (op.kind == core::ComputeKind::Loss) b += static_cast<double>(op.bytes.count());
+    }
+    return b;
+  };
+  const Unit fused = build_step_graph(m, o).units.back();
+  EXPECT_EQ(fused.name, "head");
+  EXPECT_DOUBLE_EQ(loss_bytes(fused.forward), 6 * logits);
+  EXPECT_DOUBLE_EQ(loss_bytes(fused.backward), 12 * logits);
+  o.fused_loss = false;
+  const Unit eager = build_step_graph(m, o).units.back();
+  EXPECT_DOUBLE_EQ(loss_bytes(eager.forward), 38 * logits);
+  EXPECT_DOUBLE_EQ(loss_bytes(eager.backward), 14 * logits);
+  EXPECT_EQ(eager.forward.size(), fused.forward.size() + 5);
+}
+
 TEST(StepGraph, FlashAttentionFlops) {
   ModelSpec m = load_model("llama3-8b");
   const double s = 8192;

@@ -1056,6 +1056,7 @@ core::Schedule lower(const models::ModelSpec& m, const topologies::Topology& top
   go.micro_batch = o.micro_batch;
   go.recompute = o.recompute;
   go.flash_attention = o.flash_attention;
+  go.fused_loss = o.fused_loss;
   go.tp = o.tp;
   go.sequence_parallel = o.sequence_parallel;
   go.ep = o.ep;
@@ -1233,6 +1234,7 @@ core::Schedule lower(const models::ModelSpec& m, const topologies::Topology& top
         {"shard_ranks", shard_ranks},
         {"recompute", to_string(o.recompute)},
         {"flash_attention", o.flash_attention},
+        {"fused_loss", o.fused_loss},
         {"prefetch_depth", o.prefetch_depth},
         {"grad_dtype", core::to_string(o.grad_dtype)}}},
       {"model", m.name},

@@ -52,6 +52,8 @@ struct PlanOptions {
   std::int64_t micro_batch = 1;  // sequences per micro-batch per rank
   models::Recompute recompute = models::Recompute::None;
   bool flash_attention = true;
+  /// Fused softmax cross-entropy (models::GraphOptions::fused_loss).
+  bool fused_loss = true;
   /// How many units ahead the parameter all-gather may run (1 = the next unit).
   int prefetch_depth = 1;
   /// Dtype of accumulated gradients and of the once-per-step reductions of them.

@@ -69,6 +69,7 @@ PlanOptions plan_from_json(const std::string& text, const std::string& file) {
   if (!recompute) o.fail("recompute", fmt::format("expected none|selective|full, got \"{}\"", rc));
   p.recompute = *recompute;
   p.flash_attention = o.boolean("flash_attention");
+  if (o.has("fused_loss")) p.fused_loss = o.boolean("fused_loss");  // optional: default on
   const std::string gd = o.str("grad_dtype");
   const auto grad_dtype = parse_grad_dtype(gd);
   if (!grad_dtype) o.fail("grad_dtype", fmt::format("expected fp32|bf16, got \"{}\"", gd));
@@ -113,6 +114,7 @@ std::string plan_to_json(const PlanOptions& p) {
   j["micro_batch"] = p.micro_batch;
   j["recompute"] = to_string(p.recompute);
   j["flash_attention"] = p.flash_attention;
+  j["fused_loss"] = p.fused_loss;
   j["grad_dtype"] = core::to_string(p.grad_dtype);
   return j.dump(2) + "\n";
 }

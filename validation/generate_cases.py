@@ -32,14 +32,15 @@ def megatron_plan(tp, pp, vpp, mb, gbs, seq, recompute, sp, grad_dtype="fp32"):
     # Its DDP all-reduced the gradient buffer once the backward pass was done
     # (overlapping it with backward, --overlap-grad-reduce, came in 2023), and
     # vTrain's Megatron-DeepSpeed runs used no gradient bucketing. Its pipeline
-    # p2p ends in torch.cuda.synchronize() (batch_p2p_sync).
+    # p2p ends in torch.cuda.synchronize() (batch_p2p_sync), and its
+    # vocab-parallel cross-entropy runs as separate eager kernels.
     return {"schema_version": 1, "strategy": "ddp", "param_shard": 0, "grad_shard": 0, "optim_shard": 0,
             "async": False, "reshard_after_forward": True, "prefetch_depth": 1, "tp": tp,
             "sequence_parallel": sp, "pp": pp, "vpp": vpp, "cp": 1, "tp_comm_overlap": False,
             "overlap_param_gather": False, "overlap_grad_reduce": False, "pipeline_p2p_sync": True, "ep": 1, "expert_shards": None, "variability_classes": 1,
             "doc_mean_tokens": 0, "compute_jitter": 0, "moe_skew": 0, "seed": 1, "seq_len": seq,
             "global_batch_tokens": None, "global_batch_sequences": gbs, "micro_batch": mb,
-            "recompute": recompute, "flash_attention": False, "grad_dtype": grad_dtype}
+            "recompute": recompute, "flash_attention": False, "fused_loss": False, "grad_dtype": grad_dtype}
 
 
 def write(case):
