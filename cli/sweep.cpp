@@ -64,8 +64,27 @@ const std::map<std::string, KeyInfo>& key_table() {
       {"global_batch_seqs", {Type::Int, "global batch in sequences"}},
       {"prefetch_depth", {Type::Int, "parameter all-gathers in flight"}},
       {"grad_dtype", {Type::String, "fp32|bf16"}},
+      {"overlap_grad_reduce", {Type::Bool, "true|false"}},
+      {"pipeline_p2p_sync", {Type::Bool, "true|false"}},
+      {"fused_loss", {Type::Bool, "true|false"}},
   };
   return t;
+}
+
+// The swept inputs a row carries as columns of their own; the rest live in the
+// row's `inputs` JSON only.
+bool has_column(const std::string& key) {
+  static const std::set<std::string> inputs_only = {"global_batch_tokens", "nccl_channels",       "prefetch_depth",
+                                                    "grad_dtype",          "overlap_grad_reduce", "pipeline_p2p_sync",
+                                                    "fused_loss"};
+  return !inputs_only.contains(key);
+}
+
+// Copies the point's swept inputs that have columns into the row.
+void copy_input_columns(const json& inputs, json& row) {
+  for (const auto& [key, info] : key_table()) {
+    if (inputs.contains(key) && has_column(key)) row[key] = inputs[key];
+  }
 }
 
 std::string known_keys() {
@@ -341,6 +360,9 @@ Scenario scenario_of(const json& in, const std::string& file) {
   if (!gd) throw core::InputError(file, "grad_dtype", "expected fp32|bf16");
   p.grad_dtype = *gd;
   if (in.contains("async")) p.async = in["async"].get<bool>();
+  if (in.contains("overlap_grad_reduce")) p.overlap_grad_reduce = in["overlap_grad_reduce"].get<bool>();
+  if (in.contains("pipeline_p2p_sync")) p.pipeline_p2p_sync = in["pipeline_p2p_sync"].get<bool>();
+  if (in.contains("fused_loss")) p.fused_loss = in["fused_loss"].get<bool>();
   if (in.contains("global_batch_seqs")) {
     p.global_batch_sequences = in["global_batch_seqs"].get<std::int64_t>();
   } else {
@@ -361,12 +383,7 @@ PointResult run_point(const SweepPoint& pt) {
   row["point"] = pt.index;
   row["key"] = pt.key;
   row["inputs"] = pt.inputs.dump();
-  for (const auto& [k, info] : key_table()) {
-    if (pt.inputs.contains(k) && k != "global_batch_tokens" && k != "nccl_channels" && k != "prefetch_depth" &&
-        k != "grad_dtype") {
-      row[k] = pt.inputs[k];
-    }
-  }
+  copy_input_columns(pt.inputs, row);
   row["hzp_version"] = core::version();
   row["git_revision"] = core::git_revision();
   const double t0 = now_s();
@@ -642,12 +659,7 @@ SweepSummary run_sweep(const SweepSpec& spec, const std::string& spec_file, cons
                              : fmt::format("worker exited with status {}", WEXITSTATUS(st));
           row["hzp_version"] = core::version();
           row["git_revision"] = core::git_revision();
-          for (const auto& [key, info] : key_table()) {
-            if (pt.inputs.contains(key) && key != "global_batch_tokens" && key != "nccl_channels" &&
-                key != "prefetch_depth" && key != "grad_dtype") {
-              row[key] = pt.inputs[key];
-            }
-          }
+          copy_input_columns(pt.inputs, row);
           record(row);
           w.current = -1;
         }

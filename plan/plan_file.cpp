@@ -33,7 +33,7 @@ PlanOptions plan_from_json(const std::string& text, const std::string& file) {
   p.cp = static_cast<int>(o.integer("cp", 1, 1 << 12));
   p.tp_comm_overlap = o.boolean("tp_comm_overlap");
   p.overlap_param_gather = o.boolean("overlap_param_gather");
-  // Optional (added after schema 1 files were written): default on.
+  // Optional keys (added after schema 1 files were written) keep their defaults when absent.
   if (o.has("overlap_grad_reduce")) p.overlap_grad_reduce = o.boolean("overlap_grad_reduce");
   if (o.has("pipeline_p2p_sync")) p.pipeline_p2p_sync = o.boolean("pipeline_p2p_sync");
   p.ep = static_cast<int>(o.integer("ep", 1, 1 << 12));

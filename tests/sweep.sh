@@ -70,6 +70,16 @@ r = sqlite3.connect('crash.db').execute('select status, error from points where 
 ok = sqlite3.connect('crash.db').execute(\"select count(*) from points where status = 'ok'\").fetchone()[0]
 sys.exit(0 if r and r[0] == 'error' and 'worker crashed (signal 6' in r[1] and ok == 11 else 1)"
 
+# Plan booleans are sweep keys too: the gradient all-reduce after the whole
+# backward costs time that overlapping hides.
+"$hzp" sweep --set model=llama3-8b --set gpus=16 --set global_batch_tokens=128K --set strategy=ddp \
+  --set overlap_grad_reduce=true,false --db bools.db -j 1 > /dev/null 2>&1 || { echo "FAIL: boolean sweep"; fail=1; }
+check "overlap_grad_reduce=false is slower than true" "$py" -c "
+import json, sqlite3, sys
+rows = sqlite3.connect('bools.db').execute('select inputs, step_time_s from points').fetchall()
+t = {json.loads(i)['overlap_grad_reduce']: s for i, s in rows}
+sys.exit(0 if len(t) == 2 and t[False] > t[True] else 1)"
+
 # Partitioned over two MPI ranks, merged.
 if command -v mpirun > /dev/null; then
   mpirun --allow-run-as-root --oversubscribe -np 2 "$hzp" sweep "${sweep[@]}" --db mpi.db -j 1 > mpi.out 2>&1 ||
