@@ -28,7 +28,8 @@ def gpt(name, layers, hidden, heads, seq, vocab=51200, source=""):
 
 def megatron_plan(tp, pp, vpp, mb, gbs, seq, recompute, sp, grad_dtype="fp32"):
     # Megatron-LM of 2021-22: data parallel all-reduce (no ZeRO), no fused
-    # (flash) attention, fp32 gradient accumulation, 1F1B (interleaved when vpp > 1).
+    # (flash) attention, gradients accumulated and reduced in grad_dtype, 1F1B
+    # (interleaved when vpp > 1).
     # Its DDP all-reduced the gradient buffer once the backward pass was done
     # (overlapping it with backward, --overlap-grad-reduce, came in 2023), and
     # vTrain's Megatron-DeepSpeed runs used no gradient bucketing. Its pipeline
@@ -37,7 +38,8 @@ def megatron_plan(tp, pp, vpp, mb, gbs, seq, recompute, sp, grad_dtype="fp32"):
     return {"schema_version": 1, "strategy": "ddp", "param_shard": 0, "grad_shard": 0, "optim_shard": 0,
             "async": False, "reshard_after_forward": True, "prefetch_depth": 1, "tp": tp,
             "sequence_parallel": sp, "pp": pp, "vpp": vpp, "cp": 1, "tp_comm_overlap": False,
-            "overlap_param_gather": False, "overlap_grad_reduce": False, "pipeline_p2p_sync": True, "ep": 1, "expert_shards": None, "variability_classes": 1,
+            "overlap_param_gather": False, "overlap_grad_reduce": False, "pipeline_p2p_sync": True, "ep": 1,
+            "expert_shards": None, "variability_classes": 1,
             "doc_mean_tokens": 0, "compute_jitter": 0, "moe_skew": 0, "seed": 1, "seq_len": seq,
             "global_batch_tokens": None, "global_batch_sequences": gbs, "micro_batch": mb,
             "recompute": recompute, "flash_attention": False, "fused_loss": False, "grad_dtype": grad_dtype}
