@@ -398,20 +398,32 @@ TEST(Pipeline, ComposesWithTensorParallelAndShardedDataParallel) {
   EXPECT_EQ(sends, 8 * 2 + 8 * 1);
 }
 
+// Llama-3 8B cut to four layers, and DDP over two pipeline stages of 4,096-token
+// sequences: small Schedules for the pipeline tests below.
+models::ModelSpec four_layers() {
+  models::ModelSpec m = models::load_model("llama3-8b");
+  m.layers = 4;
+  return m;
+}
+
+PlanOptions ddp_two_stages(std::int64_t sequences) {
+  PlanOptions o;
+  o.strategy = Strategy::Ddp;
+  o.global_batch_sequences = sequences;
+  o.seq_len = 4096;
+  o.pp = 2;
+  return o;
+}
+
 // Tensor parallel without sequence parallelism: each rank sends its 1/tp
 // slice of the boundary, s·b·h·2/tp bytes, and the receivers all-gather the
 // s·b·h·2 bytes over their tp group (Megatron's scatter/gather).
 TEST(Pipeline, ScatterGatherAcrossStagesWithoutSequenceParallel) {
-  models::ModelSpec model = models::load_model("llama3-8b");
-  model.layers = 4;
+  const models::ModelSpec model = four_layers();
   topologies::Topology topo(topologies::load_cluster("dgx-h100"), 16);
-  PlanOptions o;
-  o.strategy = Strategy::Ddp;
-  o.global_batch_sequences = 8;
-  o.seq_len = 4096;
+  PlanOptions o = ddp_two_stages(8);
   o.micro_batch = 2;
   o.tp = 4;
-  o.pp = 2;
   const std::int64_t activation = 4096 * 2 * model.hidden * 2;
   for (const bool sp : {true, false}) {
     o.sequence_parallel = sp;
@@ -439,14 +451,9 @@ TEST(Pipeline, ScatterGatherAcrossStagesWithoutSequenceParallel) {
 // pipeline_p2p_sync: the compute thread blocks on every receive (a Sync on the
 // event recorded after it), so the host cannot run ahead of a transfer.
 TEST(Pipeline, P2pSyncBlocksTheHostOnEveryReceive) {
-  models::ModelSpec model = models::load_model("llama3-8b");
-  model.layers = 4;
+  const models::ModelSpec model = four_layers();
   topologies::Topology topo(topologies::load_cluster("dgx-h100"), 16);
-  PlanOptions o;
-  o.strategy = Strategy::Ddp;
-  o.global_batch_sequences = 16;
-  o.seq_len = 4096;
-  o.pp = 2;
+  PlanOptions o = ddp_two_stages(16);
   for (const bool sync : {false, true}) {
     o.pipeline_p2p_sync = sync;
     const core::Schedule s = lower(model, topo, o);
@@ -715,8 +722,7 @@ namespace {
 // overlap_grad_reduce off: the final-gradient reductions wait for the whole
 // backward pass, so none of their time hides behind it.
 TEST(Overlap, GradReduceAfterTheWholeBackward) {
-  models::ModelSpec m = models::load_model("llama3-8b");
-  m.layers = 4;
+  const models::ModelSpec m = four_layers();
   PlanOptions o;
   o.strategy = Strategy::Ddp;
   o.global_batch_sequences = 16;
