@@ -19,7 +19,14 @@ measured times contradict it (T_A > T_B), any model that keeps the rule
 The script lists those pairs and the floors they put under the maximum and the
 mean |error| of a case set; no simulation is run.
 
-Usage: validation/consistency.py [CASES_DIR] [--json]"""
+--linearity CSV (a vTrain ground-truth file) says how far each group of runs
+that differ only in the global batch lies from a straight line in the number of
+micro-batches: independent whole-iteration timings scatter around one;
+times composed from measured parts lie on it exactly.
+
+Usage: validation/consistency.py [CASES_DIR] [--json]
+       validation/consistency.py --linearity VTRAIN_CSV"""
+import csv
 import json
 import os
 import sys
@@ -88,7 +95,55 @@ def report(cases_dir):
             "mean_error_floor": mean_floor(pairs, len(cases)), "pairs": pairs}
 
 
+def linearity(csv_path):
+    """Groups of vTrain rows equal but for the global batch (three or more), and
+    the largest relative distance of a row from the line through the group's
+    first two in micro-batches per replica."""
+    with open(csv_path) as f:
+        rows = [list(map(float, r)) for r in list(csv.reader(f))[1:]]
+    # The files end in: # GPUs, global batch, micro batch, hidden, heads,
+    # layers, sequence, TP, DP, PP, iteration time (ms).
+    groups = {}
+    for r in rows:
+        gb, mb, dp, ms = r[-10], r[-9], r[-3], r[-1]
+        key = tuple(v for i, v in enumerate(r) if i not in (len(r) - 10, len(r) - 1))
+        groups.setdefault(key, []).append((gb / (dp * mb), ms))
+    worst, n = 0.0, 0
+    for pts in groups.values():
+        pts.sort()
+        if len(pts) < 3 or pts[1][0] == pts[0][0]:
+            continue
+        (n0, t0), (n1, t1) = pts[0], pts[1]
+        slope = (t1 - t0) / (n1 - n0)
+        worst = max(worst, max(abs(t0 + slope * (k - n0) - t) / t for k, t in pts))
+        n += 1
+    # Groups equal but for the data-parallel size (and so the GPU count): the
+    # spread, over the micro-batch counts both have, of their time difference.
+    # Keys end in: # GPUs, micro batch, hidden, heads, layers, sequence, TP, DP, PP.
+    by_dp = {}
+    for key, pts in groups.items():
+        rest = tuple(v for i, v in enumerate(key) if i not in (len(key) - 9, len(key) - 2))
+        by_dp.setdefault(rest, {})[key[-2]] = dict(pts)
+    spread, dp_pairs = 0.0, 0
+    for runs in by_dp.values():
+        for a, b in combinations(sorted(runs), 2):
+            common = set(runs[a]) & set(runs[b])
+            if len(common) >= 2:
+                diffs = [runs[b][k] - runs[a][k] for k in common]
+                spread, dp_pairs = max(spread, max(diffs) - min(diffs)), dp_pairs + 1
+    return {"csv": csv_path, "groups": n, "max_relative_deviation": worst,
+            "dp_pairs": dp_pairs, "dp_difference_spread_ms": spread}
+
+
 def main(argv):
+    if argv[:1] == ["--linearity"] and len(argv) == 2:
+        r = linearity(argv[1])
+        print("%d groups of three or more runs equal but for the global batch in %s; largest distance from a line in the "
+              "number of micro-batches: %.2g (relative)" % (r["groups"], r["csv"], r["max_relative_deviation"]))
+        print("%d pairs of such groups equal but for the data-parallel size; largest spread of their time "
+              "difference over the micro-batch counts both have: %.2g ms" % (r["dp_pairs"],
+                                                                           r["dp_difference_spread_ms"]))
+        return 0
     args = [a for a in argv if a != "--json"]
     cases_dir = args[0] if args else os.path.join(os.path.dirname(os.path.abspath(__file__)), "cases")
     r = report(cases_dir)

@@ -64,6 +64,37 @@ class Consistency(unittest.TestCase):
         self.assertEqual(len(r["pairs"]), 3)
         self.assertAlmostEqual(r["mean_error_floor"], 0.75 / 3)
 
+    def test_linearity_in_the_number_of_micro_batches(self):
+        # One group (2 GPUs of DP, micro-batch 1): 2, 4 and 8 micro-batches at
+        # 10 + 5 n ms lie on a line; 62 ms instead of 50 at n = 8 is 12/62 off it.
+        # A group of two runs says nothing.
+        header = "# GPUs,global batch,micro batch,hidden size,attention heads,# layers,sequence length," \
+                 "tensor parallelism,data parallelism,pipeline parallelism,iteration time (ms)\n"
+        def run(gb, ms, layers=12, dp=2):
+            return "%d,%d,1,1024,16,%d,1024,1,%d,1,%r\n" % (dp, gb, layers, dp, ms)
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "single.csv")
+            with open(path, "w") as f:
+                f.write(header + run(4, 20.0) + run(8, 30.0) + run(16, 50.0) + run(4, 7.0, 24) + run(8, 9.0, 24))
+            r = consistency.linearity(path)
+            self.assertEqual(r["groups"], 1)
+            self.assertAlmostEqual(r["max_relative_deviation"], 0.0)
+            with open(path, "w") as f:
+                f.write(header + run(16, 62.0) + run(8, 30.0) + run(4, 20.0))
+            self.assertAlmostEqual(consistency.linearity(path)["max_relative_deviation"], 12.0 / 62.0)
+            # The same runs on DP 4 (2 and 4 micro-batches per replica at global
+            # batch 8 and 16): 1 ms more at both is a constant offset; 1 and 3 ms
+            # more spread by 2 ms.
+            base = run(4, 20.0) + run(8, 30.0) + run(16, 50.0)
+            with open(path, "w") as f:
+                f.write(header + base + run(8, 21.0, dp=4) + run(16, 31.0, dp=4))
+            r = consistency.linearity(path)
+            self.assertEqual(r["dp_pairs"], 1)
+            self.assertAlmostEqual(r["dp_difference_spread_ms"], 0.0)
+            with open(path, "w") as f:
+                f.write(header + base + run(8, 21.0, dp=4) + run(16, 33.0, dp=4))
+            self.assertAlmostEqual(consistency.linearity(path)["dp_difference_spread_ms"], 2.0)
+
     def test_checked_in_cases(self):
         cases_dir = os.path.join(here, "cases")
         r = consistency.report(cases_dir)
