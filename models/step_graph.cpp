@@ -249,7 +249,27 @@ Builder layer_forward(const ModelSpec& m, int layer, const GraphOptions& o) {
     b.attention(p + "attn_core", 0.5 * full_core, e * T * (H * dqk + G * dqk + G * dv + H * dv));
   } else {
     b.gemm(p + "attn_scores", s, s, dqk, bs * H);
-    b.bandwidth(p + "attn_softmax", ComputeKind::Elementwise, 2 * e * bs * H * s * s, bs * H * s * s);
+    const std::int64_t scores = bs * H * s * s;
+    if (fused_softmax_available(bs * H, s)) {
+      b.bandwidth(p + "attn_softmax", ComputeKind::Elementwise, 2 * e * scores, scores);
+    } else {
+      // Megatron's fallback in eager PyTorch, softmax in fp32: cast up (e + 4
+      // bytes an element), scale (8), mask in place (8), softmax (8), cast back
+      // (4 + e); backward, kernel for kernel in reverse: cast the gradient up
+      // (e + 4), softmax backward (reads output and gradient, 12), mask (8),
+      // scale (8), cast back (4 + e). Pushed backward-only in reverse so that
+      // the backward pass runs them in that order.
+      for (const auto& [step, bytes] :
+           {std::pair{"cast", e + 4}, {"scale", 8}, {"mask", 8}, {"softmax", 8}, {"cast_back", 4 + e}}) {
+        b.bandwidth(fmt::format("{}attn_softmax.{}", p, step), ComputeKind::Elementwise, bytes * scores, scores);
+        b.flags.back().backward = false;
+      }
+      for (const auto& [step, bytes] :
+           {std::pair{"cast", 4 + e}, {"scale", 8}, {"mask", 8}, {"softmax", 12}, {"cast_back", e + 4}}) {
+        b.backward_bandwidth(fmt::format("{}attn_softmax.{}.bwd", p, step), ComputeKind::Elementwise, bytes * scores,
+                             scores);
+      }
+    }
     if (m.dropout)
       b.bandwidth(p + "attn_dropout", ComputeKind::Elementwise, (2 * e + 1) * bs * H * s * s, bs * H * s * s);
     b.gemm(p + "attn_context", s, dv, s, bs * H);
@@ -294,7 +314,8 @@ std::int64_t ffn_expert_matmul(const ModelSpec& m) {
 }
 
 bool is_core_attention(const GraphOp& op) {
-  return op.name.ends_with("attn_scores") || op.name.ends_with("attn_softmax") || op.name.ends_with("attn_dropout");
+  return op.name.ends_with("attn_scores") || op.name.find("attn_softmax") != std::string::npos ||
+         op.name.ends_with("attn_dropout");
 }
 
 std::vector<GraphOp> with_phase(std::vector<GraphOp> ops, Phase ph, const std::string& suffix) {
@@ -306,6 +327,15 @@ std::vector<GraphOp> with_phase(std::vector<GraphOp> ops, Phase ph, const std::s
 }
 
 }  // namespace
+
+bool fused_softmax_available(std::int64_t attn_batches, std::int64_t seq_len) {
+  // Megatron's FusedScaleMaskSoftmax.is_kernel_available for the causal
+  // (upper-triangular) kernel: 16 < s <= 4096, s a multiple of 4, and the
+  // micro-batch × heads-per-rank a multiple of the kernel's batches per block
+  // (4 warps of one row each above 128 keys, of two rows each up to 128).
+  const std::int64_t per_block = seq_len > 128 ? 4 : 8;
+  return seq_len > 16 && seq_len <= 4096 && seq_len % 4 == 0 && attn_batches % per_block == 0;
+}
 
 core::Bytes layer_activation_bytes(const ModelSpec& m, int layer, const GraphOptions& o) {
   const Dims d = dims(m, o);
@@ -328,7 +358,9 @@ core::Bytes layer_activation_bytes(const ModelSpec& m, int layer, const GraphOpt
     attn += e * T * H * dv + 4 * bs * H * d.s_local;
   } else {
     attn += e * T * H * dv;
-    if (o.recompute == Recompute::None) attn += (e + (m.dropout ? 1 + e : 0)) * bs * H * s * s;
+    // The softmax output is kept in fp32 on Megatron's eager fallback.
+    const std::int64_t probs = fused_softmax_available(bs * H, s) ? e : 4;
+    if (o.recompute == Recompute::None) attn += (probs + (m.dropout ? 1 + e : 0)) * bs * H * s * s;
   }
 
   // FFN block: norm input and FFN input, then what each activation needs.

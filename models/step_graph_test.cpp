@@ -89,6 +89,67 @@ TEST(StepGraph, LossBytesFusedAndUnfused) {
   EXPECT_EQ(eager.forward.size(), fused.forward.size() + 5);
 }
 
+TEST(StepGraph, MegatronSoftmaxFusionRules) {
+  // Causal kernel: batches per block 4 above 128 keys, 8 up to 128.
+  EXPECT_TRUE(fused_softmax_available(4, 2048));
+  EXPECT_FALSE(fused_softmax_available(6, 2048));
+  EXPECT_FALSE(fused_softmax_available(4, 128));
+  EXPECT_TRUE(fused_softmax_available(8, 128));
+  EXPECT_FALSE(fused_softmax_available(8, 16));   // 16 < s
+  EXPECT_TRUE(fused_softmax_available(8, 4096));  // s <= 4096
+  EXPECT_FALSE(fused_softmax_available(8, 8192));
+  EXPECT_FALSE(fused_softmax_available(8, 1026));  // s a multiple of 4
+}
+
+TEST(StepGraph, SoftmaxFallsBackToEagerFp32) {
+  // GPT-3 175B has 96 heads: over TP 8, 12 a rank, so micro-batch 1 fuses;
+  // over TP 32, 3 a rank: micro-batch 1 falls back, 4 fuses again.
+  ModelSpec m = load_model("gpt3-175b");
+  GraphOptions o{.seq_len = 2048, .micro_batch = 1, .flash_attention = false, .tp = 32};
+  const auto softmax = [](const std::vector<GraphOp>& ops) {
+    std::pair<double, int> bytes_kernels{0, 0};
+    for (const auto& op : ops) {
+      if (op.name.find("attn_softmax") != std::string::npos) {
+        bytes_kernels.first += static_cast<double>(op.bytes.count());
+        ++bytes_kernels.second;
+      }
+    }
+    return bytes_kernels;
+  };
+  const double scores = 1.0 * 3 * 2048 * 2048;  // micro-batch × heads a rank × s²
+  const Unit eager = build_step_graph(m, o).units[1];
+  EXPECT_EQ(softmax(eager.forward), std::pair(36 * scores, 5));   // 6 + 8 + 8 + 8 + 6 bytes an element
+  EXPECT_EQ(softmax(eager.backward), std::pair(40 * scores, 5));  // 6 + 8 + 8 + 12 + 6
+  // Backward order: the cast back first, the cast up last.
+  std::vector<std::string> bwd;
+  for (const auto& op : eager.backward) {
+    if (op.name.find("attn_softmax") != std::string::npos) bwd.push_back(op.name);
+  }
+  EXPECT_EQ(bwd.front(), "l0.attn_softmax.cast_back.bwd");
+  EXPECT_EQ(bwd.back(), "l0.attn_softmax.cast.bwd");
+  // Selective recomputation recomputes the five forward kernels.
+  o.recompute = Recompute::Selective;
+  int recomputed = 0;
+  const StepGraph selective = build_step_graph(m, o);
+  for (const auto& op : selective.units[1].backward) {
+    recomputed += op.phase == Phase::Recompute && op.name.find("attn_softmax") != std::string::npos;
+  }
+  EXPECT_EQ(recomputed, 5);
+  o.recompute = Recompute::None;
+  o.micro_batch = 4;
+  const Unit fused = build_step_graph(m, o).units[1];
+  EXPECT_EQ(softmax(fused.forward), std::pair(4 * 4 * scores, 1));  // read and write 2 bytes
+  EXPECT_EQ(softmax(fused.backward), std::pair(8 * 4 * scores, 1));
+  // Without recomputation the eager path keeps the fp32 probabilities, 2
+  // bytes an element more than the fused kernel's output; everything else in
+  // a layer's activations scales with the micro-batch.
+  o.micro_batch = 1;
+  const double eager_act = static_cast<double>(layer_activation_bytes(m, 0, o).count());
+  o.micro_batch = 4;
+  const double fused_act = static_cast<double>(layer_activation_bytes(m, 0, o).count());
+  EXPECT_DOUBLE_EQ(fused_act - 4 * eager_act, 4 * (2 - 4) * scores);
+}
+
 TEST(StepGraph, FlashAttentionFlops) {
   ModelSpec m = load_model("llama3-8b");
   const double s = 8192;
