@@ -12,7 +12,7 @@ src = sys.argv[1] if len(sys.argv) > 1 else os.path.join(here, "..", "..", "shar
 # Tolerances are regression gates per source (a change that moves a case past
 # its gate fails CI), set above today's worst error of the group; the targets
 # (mean |error| <= 5 %, max <= 10 %) are judged on the summary, not here.
-TOL_NARAYANAN, TOL_KORTHIKANTI_TIME, TOL_MEMORY, TOL_VTRAIN, TOL_VTRAIN_SINGLE = 0.30, 0.10, 0.05, 0.55, 0.35
+TOL_NARAYANAN, TOL_KORTHIKANTI_TIME, TOL_MEMORY, TOL_VTRAIN, TOL_VTRAIN_SINGLE = 0.35, 0.10, 0.05, 0.55, 0.25
 
 MEGATRON_FLOPS = ("megatron-2021: 96*B*s*l*h^2*(1 + s/(6h) + V/(16*l*h)) per iteration "
                   "(Narayanan et al. 2021, eq. 3; counts the recomputed forward pass)")
