@@ -96,16 +96,16 @@ struct StepGraph {
 
 [[nodiscard]] StepGraph build_step_graph(const ModelSpec& m, const GraphOptions& o);
 
-/// Activation bytes a transformer layer keeps for backward (per micro-batch).
-/// For GPT-3 with dropout, LayerNorm and unfused attention this reproduces
-/// Korthikanti et al. 2022, eq. (1)-(2): s·b·h·(34 + 5·a·s/h) without
-/// recomputation, s·b·h·34 with selective recomputation.
 /// Unfused attention: whether the scale-mask-softmax of `attn_batches`
 /// (micro-batch × heads on the rank) causal s×s score matrices runs as
 /// Megatron's one fused kernel; otherwise as its eager fp32 fallback, five
 /// kernels each way.
 [[nodiscard]] bool fused_softmax_available(std::int64_t attn_batches, std::int64_t seq_len);
 
+/// Activation bytes a transformer layer keeps for backward (per micro-batch).
+/// For GPT-3 with dropout, LayerNorm and unfused attention this reproduces
+/// Korthikanti et al. 2022, eq. (1)-(2): s·b·h·(34 + 5·a·s/h) without
+/// recomputation, s·b·h·34 with selective recomputation.
 [[nodiscard]] core::Bytes layer_activation_bytes(const ModelSpec& m, int layer, const GraphOptions& o);
 
 }  // namespace hzp::models

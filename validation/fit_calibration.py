@@ -2,10 +2,10 @@
 """Fits the A100 calibration (validation/calibration/A100-SXM-80GB.json) on
 vTrain single-node runs that are NOT scored as cases: host enqueue cost per
 kernel and per NCCL call of the PyTorch/Megatron-DeepSpeed stack, the HBM
-efficiency of bandwidth-bound kernels and the GEMM efficiency curve up to the
-shapes below the public GEMM measurements, by coordinate descent minimising the mean |error| of
-iteration time. Every scored case is
-excluded from the fit, so the calibration is frozen before scoring.
+efficiency of bandwidth-bound kernels and the GEMM efficiency points below
+the public GEMM measurements, by coordinate descent minimising the mean
+|error| of iteration time. Every scored case is excluded from the fit, so the
+calibration is frozen before scoring.
 Usage: validation/fit_calibration.py HZP SHARED_VALIDATION_DIR [rows (default: every held-out row)]"""
 import datetime, json, os, random, subprocess, sys, tempfile
 
