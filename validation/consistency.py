@@ -21,8 +21,9 @@ mean |error| of a case set; no simulation is run.
 
 --linearity CSV (a vTrain ground-truth file) says how far each group of runs
 that differ only in the global batch lies from a straight line in the number of
-micro-batches: independent whole-iteration timings scatter around one;
-times composed from measured parts lie on it exactly.
+micro-batches, and how much the time difference of groups that differ only in
+data-parallel size varies: independent whole-iteration timings scatter; times
+composed from measured parts lie on the line and differ by a constant.
 
 Usage: validation/consistency.py [CASES_DIR] [--json]
        validation/consistency.py --linearity VTRAIN_CSV"""
@@ -135,18 +136,34 @@ def linearity(csv_path):
             "dp_pairs": dp_pairs, "dp_difference_spread_ms": spread}
 
 
+def fail(message):
+    print("consistency.py: error: " + message, file=sys.stderr)
+    return 2
+
+
 def main(argv):
-    if argv[:1] == ["--linearity"] and len(argv) == 2:
-        r = linearity(argv[1])
-        print("%d groups of three or more runs equal but for the global batch in %s; largest distance from a line in the "
-              "number of micro-batches: %.2g (relative)" % (r["groups"], r["csv"], r["max_relative_deviation"]))
+    if argv[:1] == ["--linearity"]:
+        if len(argv) != 2:
+            return fail("--linearity: expected one vTrain CSV file")
+        try:
+            r = linearity(argv[1])
+        except (OSError, ValueError, IndexError) as e:
+            return fail("%s: expected a vTrain ground-truth CSV (%s)" % (argv[1], e))
+        print("%d groups of three or more runs equal but for the global batch in %s; largest distance from a "
+              "line in the number of micro-batches: %.2g (relative)"
+              % (r["groups"], r["csv"], r["max_relative_deviation"]))
         print("%d pairs of such groups equal but for the data-parallel size; largest spread of their time "
-              "difference over the micro-batch counts both have: %.2g ms" % (r["dp_pairs"],
-                                                                           r["dp_difference_spread_ms"]))
+              "difference over the micro-batch counts both have: %.2g ms"
+              % (r["dp_pairs"], r["dp_difference_spread_ms"]))
         return 0
     args = [a for a in argv if a != "--json"]
+    if len(args) > 1 or any(a.startswith("-") for a in args):
+        return fail("expected [CASES_DIR] [--json] or --linearity VTRAIN_CSV, got %s" % " ".join(argv))
     cases_dir = args[0] if args else os.path.join(os.path.dirname(os.path.abspath(__file__)), "cases")
-    r = report(cases_dir)
+    try:
+        r = report(cases_dir)
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        return fail("%s: expected a directory of hzp case files (%s)" % (cases_dir, e))
     if "--json" in argv:
         json.dump(r, sys.stdout, indent=2)
         print()

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Tests of validation/consistency.py on hand-made cases (floors derived by
 hand), then its report on the checked-in cases."""
+import contextlib
 import copy
+import io
 import json
 import os
 import sys
@@ -94,6 +96,16 @@ class Consistency(unittest.TestCase):
             with open(path, "w") as f:
                 f.write(header + base + run(8, 21.0, dp=4) + run(16, 33.0, dp=4))
             self.assertAlmostEqual(consistency.linearity(path)["dp_difference_spread_ms"], 2.0)
+
+    def test_bad_input_is_one_line_and_exit_2(self):
+        with tempfile.TemporaryDirectory() as d:
+            for argv in (["--linearity"], ["--linearity", os.path.join(d, "missing.csv")],
+                         [os.path.join(d, "missing")], ["--frobnicate"], [d, d]):
+                err = io.StringIO()
+                with contextlib.redirect_stderr(err):
+                    self.assertEqual(consistency.main(argv), 2, argv)
+                self.assertEqual(err.getvalue().count("\n"), 1, argv)
+                self.assertTrue(err.getvalue().startswith("consistency.py: error: "), argv)
 
     def test_checked_in_cases(self):
         cases_dir = os.path.join(here, "cases")
