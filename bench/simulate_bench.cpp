@@ -3,15 +3,15 @@
 // Run: build/bench/hzp_bench --benchmark_repetitions=10 --benchmark_report_aggregates_only=true
 #include <benchmark/benchmark.h>
 
-#include "cli/scenario.hpp"
+#include "explore/scenario.hpp"
 #include "sim/engine.hpp"
 
 namespace {
 
 using namespace hzp;
 
-cli::Scenario scenario() {
-  cli::Scenario sc;
+explore::Scenario scenario() {
+  explore::Scenario sc;
   sc.model = "llama3-70b";
   sc.cluster = "dgx-h100";
   sc.gpus = 1024;
@@ -22,26 +22,26 @@ cli::Scenario scenario() {
 }
 
 void BM_SimulateLlama70bFsdp1024(benchmark::State& state) {
-  cli::Scenario sc = scenario();
+  explore::Scenario sc = scenario();
   for (auto _ : state) {
-    cli::ScenarioResult r = cli::run_scenario(sc);
+    explore::ScenarioResult r = explore::run_scenario(sc);
     benchmark::DoNotOptimize(r.runs[0].metrics.step_time);
   }
 }
 BENCHMARK(BM_SimulateLlama70bFsdp1024)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 void BM_LowerLlama70bFsdp1024(benchmark::State& state) {
-  cli::Scenario sc = scenario();
+  explore::Scenario sc = scenario();
   for (auto _ : state) {
-    core::Schedule s = cli::build_schedule(sc, plan::Strategy::Fsdp);
+    core::Schedule s = explore::build_schedule(sc, plan::Strategy::Fsdp);
     benchmark::DoNotOptimize(s.programs.size());
   }
 }
 BENCHMARK(BM_LowerLlama70bFsdp1024)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 void BM_AnalyticEngineLlama70bFsdp1024(benchmark::State& state) {
-  cli::Scenario sc = scenario();
-  core::Schedule s = cli::build_schedule(sc, plan::Strategy::Fsdp);
+  explore::Scenario sc = scenario();
+  core::Schedule s = explore::build_schedule(sc, plan::Strategy::Fsdp);
   topologies::PerfModel pm(topologies::Topology(topologies::load_cluster(sc.cluster), sc.gpus));
   auto engine = sim::make_engine("analytic", pm);
   std::size_t ops = 0;
@@ -58,7 +58,7 @@ void BM_AnalyticEngineLlama70bFsdp1024(benchmark::State& state) {
 BENCHMARK(BM_AnalyticEngineLlama70bFsdp1024)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 void BM_HashLlama70bFsdp1024Schedule(benchmark::State& state) {
-  core::Schedule s = cli::build_schedule(scenario(), plan::Strategy::Fsdp);
+  core::Schedule s = explore::build_schedule(scenario(), plan::Strategy::Fsdp);
   for (auto _ : state) benchmark::DoNotOptimize(core::schedule_hash(s));
 }
 BENCHMARK(BM_HashLlama70bFsdp1024Schedule)->Unit(benchmark::kMillisecond)->UseRealTime();

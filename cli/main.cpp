@@ -12,15 +12,15 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "cli/adaptive.hpp"
+#include "explore/adaptive.hpp"
 #include "cli/explain.hpp"
 #include "cli/plot.hpp"
 #include "cli/report.hpp"
-#include "cli/scenario.hpp"
-#include "cli/search.hpp"
-#include "cli/sweep.hpp"
-#include "cli/sweep_db.hpp"
-#include "cli/validate.hpp"
+#include "explore/scenario.hpp"
+#include "explore/search.hpp"
+#include "explore/sweep.hpp"
+#include "explore/sweep_db.hpp"
+#include "explore/cases.hpp"
 #include "core/error.hpp"
 #include "core/io.hpp"
 #include "core/sha256.hpp"
@@ -73,7 +73,7 @@ std::int64_t parse_count(const std::string& s, const std::string& key) {
 }
 
 struct Options {
-  cli::Scenario sc;
+  explore::Scenario sc;
   std::string strategy = "all";
   std::string batch_tokens;
   std::int64_t batch_seqs = 0;
@@ -224,13 +224,13 @@ int cmd_simulate(Options& o, const std::string& command_line) {
                              "expected no --param-shard/--grad-shard/--optim-shard with --adaptive");
     }
     double limit = o.memory_limit_GiB > 0 ? o.memory_limit_GiB : topologies::load_cluster(o.sc.cluster).device.hbm_GiB;
-    cli::AdaptiveChoice choice = cli::choose_shards(o.sc, limit);
+    explore::AdaptiveChoice choice = explore::choose_shards(o.sc, limit);
     if (!o.json) std::cout << choice.explanation << "\n";
     o.sc.plan = choice.plan;
     o.sc.strategies = {plan::Strategy::Hzp};
   }
   for (const auto* path : {&o.trace, &o.csv, &o.summary}) check_writable(o, *path);
-  cli::ScenarioResult r = cli::run_scenario(o.sc);
+  explore::ScenarioResult r = explore::run_scenario(o.sc);
   const bool one = r.runs.size() == 1;
   if ((!o.trace.empty() || !o.csv.empty()) && !one) {
     throw core::InputError("command line", o.trace.empty() ? "--csv" : "--trace",
@@ -297,7 +297,7 @@ int cmd_schedule(Options& o, const std::string& command_line) {
     throw core::InputError("command line", "--strategy", "expected one strategy for `hzp schedule`, not all");
   }
   check_writable(o, o.schedule_out);
-  core::Schedule s = cli::build_schedule(o.sc, o.sc.strategies.at(0));
+  core::Schedule s = explore::build_schedule(o.sc, o.sc.strategies.at(0));
   core::write_file_atomic(o.schedule_out, core::to_canonical_json(s) + "\n");
   std::cout << fmt::format("wrote {} (sha256 {})\n", o.schedule_out, core::schedule_hash(s));
   return 0;
@@ -358,20 +358,20 @@ struct SweepArgs {
 };
 
 int cmd_sweep(const SweepArgs& a) {
-  cli::SweepSpec spec;
+  explore::SweepSpec spec;
   std::string file = "command line";
   if (!a.spec.empty()) {
-    spec = cli::sweep_from_json(core::read_file(a.spec), a.spec);
+    spec = explore::sweep_from_json(core::read_file(a.spec), a.spec);
     file = a.spec;
   }
-  for (const auto& set : a.sets) cli::add_set(spec, set);
+  for (const auto& set : a.sets) explore::add_set(spec, set);
   for (const auto& w : a.where) spec.where.push_back(w);
   if (a.db.empty()) throw core::InputError("command line", "--db", "expected the sweep database to write");
-  cli::SweepOptions o;
-  auto [rank, ranks] = cli::launcher_rank();
+  explore::SweepOptions o;
+  auto [rank, ranks] = explore::launcher_rank();
   o.rank = rank;
   o.ranks = ranks;
-  o.db = ranks > 1 ? cli::shard_path(a.db, rank, ranks) : a.db;
+  o.db = ranks > 1 ? explore::shard_path(a.db, rank, ranks) : a.db;
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   o.jobs =
       a.jobs > 0 ? a.jobs : static_cast<int>(ranks > 1 ? std::max(1u, cores / static_cast<unsigned>(ranks)) : cores);
@@ -381,7 +381,7 @@ int cmd_sweep(const SweepArgs& a) {
     if (!line.empty() && line.back() != '\n' && line.front() != '\r') std::cerr << "\n";
     std::cerr.flush();
   };
-  cli::SweepSummary sum = cli::run_sweep(spec, file, o);
+  explore::SweepSummary sum = explore::run_sweep(spec, file, o);
   std::cout << fmt::format(
       "{}: {} points, {} already done, {} run ({} ok, {} infeasible, {} errors) in {:.1f} s{}\n", o.db, sum.points,
       sum.skipped, sum.ran, sum.ok, sum.infeasible, sum.errors, sum.seconds,
@@ -397,13 +397,13 @@ int cmd_sweep_merge(const SweepArgs& a) {
   if (a.out.empty() || a.shards.empty()) {
     throw core::InputError("command line", "merge", "expected OUT.db and at least one shard");
   }
-  auto [hash, spec_json] = cli::sweep_db_meta(a.shards.front());
+  auto [hash, spec_json] = explore::sweep_db_meta(a.shards.front());
   for (const auto& s : a.shards) {
-    if (cli::sweep_db_meta(s).first != hash) {
+    if (explore::sweep_db_meta(s).first != hash) {
       throw core::InputError(s, "meta.spec_sha256", "expected a shard of the same sweep as " + a.shards.front());
     }
   }
-  cli::SweepDb out(a.out, hash, spec_json);
+  explore::SweepDb out(a.out, hash, spec_json);
   int added = 0;
   for (const auto& s : a.shards) added += out.merge_from(s);
   std::cout << fmt::format("{}: merged {} rows from {} shard{}\n", a.out, added, a.shards.size(),
@@ -414,14 +414,14 @@ int cmd_sweep_merge(const SweepArgs& a) {
 int cmd_sweep_export(const SweepArgs& a, bool force) {
   if (a.csv.empty() == a.json.empty())
     throw core::InputError("command line", "--csv", "expected --csv FILE or --json FILE");
-  auto [hash, spec_json] = cli::sweep_db_meta(a.db);
+  auto [hash, spec_json] = explore::sweep_db_meta(a.db);
   const std::string& path = a.csv.empty() ? a.json : a.csv;
   if (!force && std::filesystem::exists(path))
     throw core::InputError(path, "", "already exists; pass --force to overwrite it");
-  cli::SweepDb db(a.db, hash, spec_json);
+  explore::SweepDb db(a.db, hash, spec_json);
   auto rows = db.rows();
   if (!a.csv.empty()) {
-    core::write_file_atomic(a.csv, cli::rows_to_csv(rows));
+    core::write_file_atomic(a.csv, explore::rows_to_csv(rows));
   } else {
     nlohmann::ordered_json j{{"spec_sha256", hash},
                              {"spec", nlohmann::ordered_json::parse(spec_json)},
@@ -463,8 +463,8 @@ int cmd_validate_cases(const ValidateArgs& a) {
   if (cases.empty()) throw core::InputError(a.dir, "--filter", fmt::format("expected cases matching '{}'", a.filter));
   const int jobs = a.jobs > 0 ? a.jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   if (!a.json) std::cerr << fmt::format("simulating {} cases on {} processes...\n", cases.size(), jobs);
-  const auto scored = cli::run_cases(cases, jobs, a.calibration_dir);
-  std::cout << (a.json ? cli::cases_json(scored) : cli::cases_table(scored));
+  const auto scored = explore::run_cases(cases, jobs, a.calibration_dir);
+  std::cout << (a.json ? explore::cases_json(scored) : explore::cases_table(scored));
   if (!a.check) return 0;
   int missed = 0;
   for (const auto& s : scored) missed += s.within() ? 0 : 1;
@@ -557,7 +557,7 @@ int cmd_validate_compare(const CompareArgs& a) {
 }
 
 int cmd_plan(const PlanArgs& a) {
-  cli::PlanQuery q;
+  explore::PlanQuery q;
   q.model = a.model;
   q.clusters = a.clusters;
   q.gpus = a.gpus;
@@ -577,7 +577,7 @@ int cmd_plan(const PlanArgs& a) {
   q.top = a.top;
   q.jobs = a.jobs > 0 ? a.jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   q.exhaustive = a.exhaustive;
-  cli::PlanSearch r = cli::search_plans(q);
+  explore::PlanSearch r = explore::search_plans(q);
   nlohmann::ordered_json j{{"hzp_version", core::version()},
                            {"git_revision", core::git_revision()},
                            {"model", q.model},
@@ -601,12 +601,12 @@ int cmd_plan(const PlanArgs& a) {
     ++rank;
     text +=
         fmt::format("{:>3} {:<16} {:>6}  {:<44} {:>8.3f} {:>10.0f} {:>5.1f}% {:>9.1f} {:>9}  {}\n", rank, c.cluster,
-                    c.gpus, cli::describe_plan(c), c.step_s, c.tokens_per_s, 100 * c.mfu, c.peak_reserved_GiB,
+                    c.gpus, explore::describe_plan(c), c.step_s, c.tokens_per_s, 100 * c.mfu, c.peak_reserved_GiB,
                     c.usd_per_million_tokens ? fmt::format("{:.3f}", *c.usd_per_million_tokens) : "n/a", c.bottleneck);
     j["plans"].push_back(
         {{"cluster", c.cluster},
          {"gpus", c.gpus},
-         {"plan", cli::describe_plan(c)},
+         {"plan", explore::describe_plan(c)},
          {"strategy", plan::to_string(c.options.strategy)},
          {"param_shard", c.shards.param},
          {"grad_shard", c.shards.grad},

@@ -4,9 +4,12 @@
 
 #include <string>
 
-#include "cli/scenario.hpp"
+#include "explore/scenario.hpp"
 
 namespace hzp::cli {
+
+using explore::ScenarioResult;
+using explore::StrategyResult;
 
 [[nodiscard]] std::string summary_text(const ScenarioResult& r);
 /// The JSON summary (also what --json prints), pretty-printed, deterministic.

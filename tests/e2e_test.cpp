@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "cli/report.hpp"
-#include "cli/scenario.hpp"
+#include "explore/scenario.hpp"
 #include "core/error.hpp"
 #include "core/schedule.hpp"
 #include "core/schedule_check.hpp"
@@ -14,8 +14,8 @@
 namespace hzp {
 namespace {
 
-cli::Scenario small() {
-  cli::Scenario sc;
+explore::Scenario small() {
+  explore::Scenario sc;
   sc.model = "llama3-8b";
   sc.cluster = "dgx-h100";
   sc.gpus = 16;
@@ -24,7 +24,7 @@ cli::Scenario small() {
 }
 
 TEST(EndToEnd, ScheduleRoundTripsThroughJson) {
-  core::Schedule s = cli::build_schedule(small(), plan::Strategy::Fsdp);
+  core::Schedule s = explore::build_schedule(small(), plan::Strategy::Fsdp);
   std::string text = core::to_canonical_json(s);
   core::Schedule back = core::schedule_from_json(text, "s.json");
   EXPECT_NO_THROW(core::check_schedule(back));
@@ -32,8 +32,8 @@ TEST(EndToEnd, ScheduleRoundTripsThroughJson) {
 }
 
 TEST(EndToEnd, RerunsAreByteIdentical) {
-  auto a = cli::run_scenario(small());
-  auto b = cli::run_scenario(small());
+  auto a = explore::run_scenario(small());
+  auto b = explore::run_scenario(small());
   ASSERT_EQ(a.runs.size(), plan::all_strategies().size());
   for (std::size_t i = 0; i < a.runs.size(); ++i) {
     EXPECT_EQ(traces::to_chrome_trace(a.runs[i].timeline), traces::to_chrome_trace(b.runs[i].timeline));
@@ -43,9 +43,9 @@ TEST(EndToEnd, RerunsAreByteIdentical) {
 }
 
 TEST(EndToEnd, FsdpShardsMemoryDdpDoesNot) {
-  cli::Scenario sc = small();
+  explore::Scenario sc = small();
   sc.strategies = {plan::Strategy::Ddp, plan::Strategy::Fsdp};
-  auto r = cli::run_scenario(sc);
+  auto r = explore::run_scenario(sc);
   const auto& ddp = r.runs[0].metrics;
   const auto& fsdp = r.runs[1].metrics;
   EXPECT_GT(ddp.peak_memory(), fsdp.peak_memory());
@@ -68,14 +68,14 @@ TEST(EndToEnd, EveryStrategyOnEveryModelAndCluster) {
   for (const auto& cluster : topologies::cluster_catalog_names()) {
     const int gpus = cluster == "gb200-nvl72" ? 144 : 64;
     for (const auto& model : models::model_catalog_names()) {
-      cli::Scenario sc;
+      explore::Scenario sc;
       sc.model = model;
       sc.cluster = cluster;
       sc.gpus = gpus;
       sc.plan.seq_len = 2048;
       sc.plan.global_batch_sequences = gpus;
       sc.plan.recompute = models::Recompute::Full;
-      cli::ScenarioResult r = cli::run_scenario(sc);
+      explore::ScenarioResult r = explore::run_scenario(sc);
       ASSERT_EQ(r.runs.size(), plan::all_strategies().size());
       for (const auto& run : r.runs) {
         EXPECT_GT(run.metrics.step_time, core::Duration{})
@@ -87,7 +87,7 @@ TEST(EndToEnd, EveryStrategyOnEveryModelAndCluster) {
       sc.plan.pp = models::load_model(model).layers % 2 == 0 ? 2 : 1;
       sc.plan.global_batch_sequences = gpus / (4 * sc.plan.pp) * 2;
       sc.strategies = {plan::Strategy::Zero1, plan::Strategy::Hzp};
-      for (const auto& run : cli::run_scenario(sc).runs) {
+      for (const auto& run : explore::run_scenario(sc).runs) {
         EXPECT_GT(run.metrics.step_time, core::Duration{})
             << model << " " << cluster << " tp4 " << plan::to_string(run.strategy);
       }
@@ -98,7 +98,7 @@ TEST(EndToEnd, EveryStrategyOnEveryModelAndCluster) {
 }  // namespace
 }  // namespace hzp
 
-#include "cli/adaptive.hpp"
+#include "explore/adaptive.hpp"
 
 namespace hzp {
 namespace {
@@ -106,13 +106,13 @@ namespace {
 // Adaptive resharding picks the fastest plan that fits, and a tighter budget
 // forces more sharding.
 TEST(Adaptive, FastestPlanWithinBudget) {
-  cli::Scenario sc = small();
+  explore::Scenario sc = small();
   sc.plan.recompute = models::Recompute::Full;
-  cli::AdaptiveChoice loose = cli::choose_shards(sc, 80);
+  explore::AdaptiveChoice loose = explore::choose_shards(sc, 80);
   ASSERT_FALSE(loose.candidates.empty());
   // (g_p, g_g, g_o) nested in 16 ranks: the sum over g_o in {1, 2, 4, 8, 16} of divisors(g_o)^2 = 1 + 4 + 9 + 16 + 25.
   EXPECT_EQ(loose.candidates.size(), 55u);
-  const cli::ShardCandidate& best = loose.candidates.front();
+  const explore::ShardCandidate& best = loose.candidates.front();
   EXPECT_TRUE(best.fits);
   for (const auto& c : loose.candidates) {
     if (c.fits) {
@@ -123,13 +123,13 @@ TEST(Adaptive, FastestPlanWithinBudget) {
   // A budget just above the smallest plan leaves only it.
   core::Bytes smallest = loose.candidates.front().reserved;
   for (const auto& c : loose.candidates) smallest = std::min(smallest, c.reserved);
-  cli::AdaptiveChoice squeezed = cli::choose_shards(sc, smallest.gib() + 0.01);
+  explore::AdaptiveChoice squeezed = explore::choose_shards(sc, smallest.gib() + 0.01);
   EXPECT_EQ(squeezed.candidates.front().reserved, smallest);
-  EXPECT_THROW((void)cli::choose_shards(sc, 1), core::InfeasibleError);
+  EXPECT_THROW((void)explore::choose_shards(sc, 1), core::InfeasibleError);
 }
 
 TEST(Adaptive, ExpertShardsChosenSeparately) {
-  cli::Scenario sc;
+  explore::Scenario sc;
   sc.model = "mixtral-8x7b";
   sc.cluster = "dgx-h100";
   sc.gpus = 16;
@@ -137,7 +137,7 @@ TEST(Adaptive, ExpertShardsChosenSeparately) {
   sc.plan.global_batch_sequences = 16;
   sc.plan.ep = 4;
   sc.plan.recompute = models::Recompute::Full;
-  cli::AdaptiveChoice c = cli::choose_shards(sc, 80);
+  explore::AdaptiveChoice c = explore::choose_shards(sc, 80);
   ASSERT_TRUE(c.plan.expert_shards.has_value());
   EXPECT_EQ(4 % c.plan.expert_shards->optim, 0);  // over the 16 / 4 expert-data-parallel ranks
   EXPECT_NE(c.explanation.find("experts"), std::string::npos);
@@ -156,7 +156,7 @@ TEST(EndToEnd, HierarchicalZeroOnEveryModelAndCluster) {
     const int gpus = cluster == "gb200-nvl72" ? 2304 : 1024;  // whole NVL72 racks, divisible by 256
     for (const auto& model : models::model_catalog_names()) {
       for (bool async : {true, false}) {
-        cli::Scenario sc;
+        explore::Scenario sc;
         sc.model = model;
         sc.cluster = cluster;
         sc.gpus = gpus;
@@ -168,7 +168,7 @@ TEST(EndToEnd, HierarchicalZeroOnEveryModelAndCluster) {
         sc.plan.seq_len = 2048;
         sc.plan.global_batch_sequences = gpus;
         sc.plan.recompute = models::Recompute::Full;
-        cli::ScenarioResult r = cli::run_scenario(sc);
+        explore::ScenarioResult r = explore::run_scenario(sc);
         EXPECT_GT(r.runs.at(0).metrics.step_time, core::Duration{}) << model << " " << cluster << " async " << async;
       }
     }

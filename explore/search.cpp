@@ -1,5 +1,5 @@
 // Plan search (see search.hpp).
-#include "cli/search.hpp"
+#include "explore/search.hpp"
 
 #include <fmt/format.h>
 #include <algorithm>
@@ -11,14 +11,14 @@
 #include <set>
 #include <tuple>
 
-#include "cli/parallel_map.hpp"
+#include "explore/parallel_map.hpp"
 #include "core/error.hpp"
 #include "models/model_spec.hpp"
 #include "sim/analytic/analytic_engine.hpp"
 #include "sim/metrics.hpp"
 #include "topologies/cluster_spec.hpp"
 
-namespace hzp::cli {
+namespace hzp::explore {
 namespace {
 
 using plan::PlanOptions;
@@ -634,4 +634,4 @@ PlanSearch search_plans(const PlanQuery& q) {
   return out;
 }
 
-}  // namespace hzp::cli
+}  // namespace hzp::explore

@@ -1,5 +1,5 @@
 // Scenario composition (see scenario.hpp).
-#include "cli/scenario.hpp"
+#include "explore/scenario.hpp"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -9,7 +9,7 @@
 #include "core/sha256.hpp"
 #include "sim/engine.hpp"
 
-namespace hzp::cli {
+namespace hzp::explore {
 namespace {
 
 // Adds the input hashes to the Schedule's provenance.
@@ -121,4 +121,4 @@ ScenarioResult run_scenario(const Scenario& sc) {
   return r;
 }
 
-}  // namespace hzp::cli
+}  // namespace hzp::explore

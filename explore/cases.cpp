@@ -1,5 +1,5 @@
 // `hzp validate cases` (see validate.hpp).
-#include "cli/validate.hpp"
+#include "explore/cases.hpp"
 
 #include <fmt/format.h>
 
@@ -8,15 +8,15 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
-#include "cli/parallel_map.hpp"
-#include "cli/scenario.hpp"
+#include "explore/parallel_map.hpp"
+#include "explore/scenario.hpp"
 #include "core/error.hpp"
 #include "core/io.hpp"
 #include "models/model_spec.hpp"
 #include "plan/plan_file.hpp"
 #include "topologies/cluster_spec.hpp"
 
-namespace hzp::cli {
+namespace hzp::explore {
 namespace {
 
 double class_GiB(const sim::ProgramMemory& pm, std::initializer_list<std::string_view> classes) {
@@ -153,4 +153,4 @@ std::string cases_json(const std::vector<validation::Scored>& scored) {
   return j.dump(2) + "\n";
 }
 
-}  // namespace hzp::cli
+}  // namespace hzp::explore

@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "cli/scenario.hpp"
+#include "explore/scenario.hpp"
 
-namespace hzp::cli {
+namespace hzp::explore {
 
 struct ShardCandidate {
   plan::ShardSizes dense;
@@ -31,4 +31,4 @@ struct AdaptiveChoice {
 /// fixed). Throws InfeasibleError when nothing fits `memory_limit_GiB`.
 [[nodiscard]] AdaptiveChoice choose_shards(const Scenario& sc, double memory_limit_GiB);
 
-}  // namespace hzp::cli
+}  // namespace hzp::explore

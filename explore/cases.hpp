@@ -7,7 +7,7 @@
 
 #include "validation/cases.hpp"
 
-namespace hzp::cli {
+namespace hzp::explore {
 
 /// The calibration for the device of a case's cluster: `<dir>/<device name
 /// with spaces as '-'>.json` when that file exists, else none ("").
@@ -27,4 +27,4 @@ namespace hzp::cli {
 /// The same as JSON.
 [[nodiscard]] std::string cases_json(const std::vector<validation::Scored>& scored);
 
-}  // namespace hzp::cli
+}  // namespace hzp::explore

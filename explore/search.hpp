@@ -23,7 +23,7 @@
 
 #include "plan/plan.hpp"
 
-namespace hzp::cli {
+namespace hzp::explore {
 
 struct PlanQuery {
   std::string model = "llama3-70b";
@@ -73,4 +73,4 @@ struct PlanSearch {
 /// A one-line label for a plan, e.g. "hzp (8,8,1024) async tp2 pp4x2 mb1 full".
 [[nodiscard]] std::string describe_plan(const PlanChoice& c);
 
-}  // namespace hzp::cli
+}  // namespace hzp::explore

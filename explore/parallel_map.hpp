@@ -17,7 +17,7 @@
 
 #include "core/io.hpp"
 
-namespace hzp::cli {
+namespace hzp::explore {
 
 // Runs `fn(i)` (a std::string) for every i in [0, n) over `jobs` forked
 // processes, results sent back through pipes as length-prefixed records, in
@@ -76,4 +76,4 @@ std::vector<std::string> parallel_map(std::size_t n, int jobs, Fn fn) {
   return out;
 }
 
-}  // namespace hzp::cli
+}  // namespace hzp::explore

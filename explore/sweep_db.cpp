@@ -1,5 +1,5 @@
 // The sweep database (see sweep_db.hpp).
-#include "cli/sweep_db.hpp"
+#include "explore/sweep_db.hpp"
 
 #include <fmt/format.h>
 #include <sqlite3.h>
@@ -8,7 +8,7 @@
 
 #include "core/error.hpp"
 
-namespace hzp::cli {
+namespace hzp::explore {
 namespace {
 
 double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
@@ -268,4 +268,4 @@ std::string rows_to_csv(const std::vector<nlohmann::ordered_json>& rows) {
   return out;
 }
 
-}  // namespace hzp::cli
+}  // namespace hzp::explore

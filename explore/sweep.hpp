@@ -10,9 +10,9 @@
 #include <utility>
 #include <vector>
 
-#include "cli/scenario.hpp"
+#include "explore/scenario.hpp"
 
-namespace hzp::cli {
+namespace hzp::explore {
 
 /// A sweep: fixed values, swept axes (in order: the last varies fastest) and
 /// filters ("tp * pp <= 16" style: KEY|NUMBER [* KEY|NUMBER] OP KEY|NUMBER,
@@ -82,4 +82,4 @@ struct SweepSummary {
 /// "out.db" -> "out.rank1of4.db".
 [[nodiscard]] std::string shard_path(const std::string& db, int rank, int ranks);
 
-}  // namespace hzp::cli
+}  // namespace hzp::explore

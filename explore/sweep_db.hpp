@@ -11,7 +11,7 @@
 
 struct sqlite3;
 
-namespace hzp::cli {
+namespace hzp::explore {
 
 class SweepDb {
  public:
@@ -52,4 +52,4 @@ class SweepDb {
 /// CSV (header line, one line per row) and JSON (array of objects) exports.
 [[nodiscard]] std::string rows_to_csv(const std::vector<nlohmann::ordered_json>& rows);
 
-}  // namespace hzp::cli
+}  // namespace hzp::explore

@@ -1,5 +1,5 @@
 // Adaptive resharding (see adaptive.hpp).
-#include "cli/adaptive.hpp"
+#include "explore/adaptive.hpp"
 
 #include <fmt/format.h>
 #include <algorithm>
@@ -8,7 +8,7 @@
 #include "core/error.hpp"
 #include "sim/engine.hpp"
 
-namespace hzp::cli {
+namespace hzp::explore {
 namespace {
 
 std::vector<int> divisors(int n) {
@@ -148,4 +148,4 @@ AdaptiveChoice choose_shards(const Scenario& sc, double memory_limit_GiB) {
   return choice;
 }
 
-}  // namespace hzp::cli
+}  // namespace hzp::explore

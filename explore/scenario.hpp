@@ -14,7 +14,7 @@
 #include "topologies/topology.hpp"
 #include "traces/timeline.hpp"
 
-namespace hzp::cli {
+namespace hzp::explore {
 
 struct Scenario {
   std::string model = "llama3-70b";
@@ -71,4 +71,4 @@ struct ScenarioResult {
 /// Loads the inputs and lowers one strategy (for `hzp schedule`).
 [[nodiscard]] core::Schedule build_schedule(const Scenario& sc, plan::Strategy strategy);
 
-}  // namespace hzp::cli
+}  // namespace hzp::explore

@@ -1,6 +1,6 @@
 // Sweeps (see sweep.hpp): spec, expansion, one point, and the runner that
 // farms points out to worker processes and records them in the database.
-#include "cli/sweep.hpp"
+#include "explore/sweep.hpp"
 
 #include <fmt/format.h>
 #include <poll.h>
@@ -19,13 +19,13 @@
 #include <set>
 #include <sstream>
 
-#include "cli/sweep_db.hpp"
+#include "explore/sweep_db.hpp"
 #include "core/error.hpp"
 #include "core/io.hpp"
 #include "core/json_reader.hpp"
 #include "core/sha256.hpp"
 
-namespace hzp::cli {
+namespace hzp::explore {
 namespace {
 
 using json = nlohmann::ordered_json;
@@ -694,4 +694,4 @@ SweepSummary run_sweep(const SweepSpec& spec, const std::string& spec_file, cons
   return sum;
 }
 
-}  // namespace hzp::cli
+}  // namespace hzp::explore
