@@ -34,30 +34,21 @@ std::string placement(const topologies::GroupSpan& g, const topologies::Topology
 
 }  // namespace
 
-std::string explain(const core::Schedule& s, const topologies::PerfModel& pm) {
+std::string explain(const core::Schedule& s, const plan::ResolvedPlan& plan, const topologies::PerfModel& pm) {
   std::string out;
-  nlohmann::json prov = nlohmann::json::parse(s.provenance_json);
-  if (prov.contains("plan")) {
-    const auto& p = prov["plan"];
-    if (p.contains("tp")) {
-      std::string pipeline = p["pp"].get<int>() > 1 ? " (1F1B)" : "";
-      if (p["vpp"].get<int>() > 1)
-        pipeline = fmt::format(" x {} virtual stages (interleaved 1F1B)", p["vpp"].get<int>());
-      out +=
-          fmt::format("model parallelism: tp {}{}, pp {}{}\n", p["tp"].get<int>(),
-                      p["sequence_parallel"].get<bool>() ? " (sequence parallel)" : "", p["pp"].get<int>(), pipeline);
-    }
+  const plan::PlanOptions& p = plan.options;
+  {
+    std::string pipeline = p.pp > 1 ? " (1F1B)" : "";
+    if (p.vpp > 1) pipeline = fmt::format(" x {} virtual stages (interleaved 1F1B)", p.vpp);
+    out += fmt::format("model parallelism: tp {}{}, pp {}{}\n", p.tp, p.sequence_parallel ? " (sequence parallel)" : "",
+                       p.pp, pipeline);
     out += fmt::format(
         "plan {}: (g_p, g_g, g_o) = ({}, {}, {}) over {} data-parallel (x context-parallel) ranks, {}, prefetch depth "
         "{}, {}{}\n",
-        p["strategy"].get<std::string>(), p["param_shard"].get<int>(), p["grad_shard"].get<int>(),
-        p["optim_shard"].get<int>(),
-        p.contains("shard_ranks") ? p["shard_ranks"].get<int>() : p["data_parallel"].get<int>(),
-        p["async"].get<bool>() ? "async (background issue threads, pooled buffers)"
-                               : "sync (inline issue, caching allocator)",
-        p["prefetch_depth"].get<int>(),
-        p["reshard_after_forward"].get<bool>() ? "resharded after forward" : "kept gathered until backward",
-        p.value("overlap_grad_reduce", true) ? "" : ", gradients reduced after the whole backward");
+        plan::to_string(p.strategy), p.param_shard, p.grad_shard, p.optim_shard, plan.shard_ranks,
+        *p.async ? "async (background issue threads, pooled buffers)" : "sync (inline issue, caching allocator)",
+        p.prefetch_depth, p.reshard_after_forward ? "resharded after forward" : "kept gathered until backward",
+        p.overlap_grad_reduce ? "" : ", gradients reduced after the whole backward");
   }
   // The representative's groups, one per kind, with how many groups of that kind exist.
   std::map<core::GroupKind, int> count;

@@ -5,10 +5,13 @@
 #include <string>
 
 #include "core/schedule.hpp"
+#include "plan/plan.hpp"
 #include "topologies/topology.hpp"
 
 namespace hzp::cli {
 
-[[nodiscard]] std::string explain(const core::Schedule& s, const topologies::PerfModel& pm);
+/// `plan` is the resolved plan the Schedule was lowered from.
+[[nodiscard]] std::string explain(const core::Schedule& s, const plan::ResolvedPlan& plan,
+                                  const topologies::PerfModel& pm);
 
 }  // namespace hzp::cli

@@ -14,6 +14,7 @@
 
 #include "explore/adaptive.hpp"
 #include "cli/explain.hpp"
+#include "cli/option_flags.hpp"
 #include "cli/plot.hpp"
 #include "cli/report.hpp"
 #include "explore/scenario.hpp"
@@ -40,173 +41,60 @@ constexpr int kExitBadInput = 2;
 constexpr int kExitInfeasible = 3;
 constexpr int kExitInternal = 1;
 
-/// "16M" -> 16·2^20; K, M, G are powers of two (token counts are).
-std::int64_t parse_count(const std::string& s, const std::string& key) {
-  std::int64_t mult = 1;
-  std::string digits = s;
-  if (!s.empty()) {
-    switch (s.back()) {
-      case 'K':
-      case 'k':
-        mult = 1LL << 10;
-        digits.pop_back();
-        break;
-      case 'M':
-      case 'm':
-        mult = 1LL << 20;
-        digits.pop_back();
-        break;
-      case 'G':
-      case 'g':
-        mult = 1LL << 30;
-        digits.pop_back();
-        break;
-      default: break;
-    }
-  }
-  if (digits.empty() || digits.size() > 12 || digits.find_first_not_of("0123456789") != std::string::npos) {
-    throw core::InputError(
-        "command line", key,
-        fmt::format("expected a positive integer with an optional K/M/G suffix (powers of 2), got '{}'", s));
-  }
-  return std::stoll(digits) * mult;
-}
-
 struct Options {
   explore::Scenario sc;
-  std::string strategy = "all";
-  std::string batch_tokens;
-  std::int64_t batch_seqs = 0;
-  std::string recompute = "none";
-  bool no_flash = false;
-  std::string grad_dtype = "fp32";
+  cli::OptionFlags scenario_flags;  // model, cluster, GPUs, calibration, what-if (and engine for simulate)
+  cli::OptionFlags plan_flags;      // every plan option (the ones a --plan file replaces)
   bool json = false;
-  bool async_on = false, async_off = false, keep_gathered = false, explain = false, no_sp = false;
+  bool explain = false;
   std::string trace, csv, summary, out_dir, schedule_out;
   std::string plan_file;
   bool force = false;
   bool adaptive = false;
   double memory_limit_GiB = 0;
-  std::vector<CLI::Option*> plan_flags;  // the options a --plan file replaces
 };
 
-void add_scenario_options(CLI::App* app, Options& o) {
-  app->add_option("--model", o.sc.model, "catalog name (see `hzp models`) or a model .json file")
-      ->capture_default_str();
-  app->add_option("--cluster", o.sc.cluster, "catalog name (see `hzp clusters`) or a cluster .json file")
-      ->capture_default_str();
-  app->add_option("--gpus", o.sc.gpus, "number of GPUs (a whole number of nodes)")->capture_default_str();
-  app->add_option("--calibration", o.sc.calibration,
-                  "calibration overlay (.json): device-profile values fitted for the cluster's device");
-  app->add_option("--strategy", o.strategy, "ddp | zero1 | zero2 | zero3 (= fsdp) | fsdp | hsdp | hpz | hzp | all")
-      ->capture_default_str();
-  app->add_option("--param-shard", o.sc.plan.param_shard,
-                  "hzp: g_p, ranks the bf16 parameters are sharded over (hsdp: S)");
-  app->add_option("--grad-shard", o.sc.plan.grad_shard, "hzp: g_g, ranks the accumulated gradients are sharded over");
-  app->add_option("--optim-shard", o.sc.plan.optim_shard,
-                  "hzp: g_o, ranks the fp32 master weights and Adam moments are sharded over");
-  app->add_flag("--async", o.async_on, "background issue threads and pooled buffers (default for hzp)");
-  app->add_flag("--no-async", o.async_off,
-                "collectives issued inline by the compute thread, caching allocator (default for presets)");
-  app->add_flag("--keep-gathered", o.keep_gathered,
-                "keep parameters gathered from forward to backward instead of regathering");
-  app->add_option("--tp", o.sc.plan.tp, "tensor-parallel size (Megatron, with sequence parallelism)")
-      ->capture_default_str();
-  app->add_flag("--no-sequence-parallel", o.no_sp,
-                "tensor parallelism with all-reduces instead of sequence parallelism");
-  app->add_option("--pp", o.sc.plan.pp, "pipeline stages (1F1B)")->capture_default_str();
-  app->add_option("--variability-classes", o.sc.plan.variability_classes,
-                  "rank classes per stage, each drawing its own workload (documents, jitter)")
-      ->capture_default_str();
-  app->add_option("--doc-mean-tokens", o.sc.plan.doc_mean_tokens,
-                  "packed documents of this mean length (exponential): attention costs the sum of squares");
-  app->add_option("--compute-jitter", o.sc.plan.compute_jitter,
-                  "relative std. dev. of each rank class's compute per micro-batch");
-  app->add_option("--moe-skew", o.sc.plan.moe_skew, "Zipf skew of the routing to experts (0: uniform)");
-  app->add_option("--seed", o.sc.plan.seed, "seed of every workload draw")->capture_default_str();
-  app->add_flag("--tp-comm-overlap", o.sc.plan.tp_comm_overlap,
-                "pipeline tensor-parallel all-gathers/reduce-scatters with their GEMMs in chunks");
-  app->add_flag("--overlap-param-gather", o.sc.plan.overlap_param_gather,
-                "steady state: the 1/g_o -> 1/g_p parameter all-gather overlaps the next forward");
-  app->add_flag("!--no-overlap-grad-reduce", o.sc.plan.overlap_grad_reduce,
-                "reduce the final gradients only after the whole backward pass (Megatron-LM's default)");
-  app->add_flag("--pipeline-p2p-sync", o.sc.plan.pipeline_p2p_sync,
-                "the host waits for every pipeline receive before issuing more work (Megatron's batch_p2p_sync)");
-  app->add_option("--cp", o.sc.plan.cp, "context-parallel size (ring attention; sequences split over cp ranks)")
-      ->capture_default_str();
-  app->add_option("--ep", o.sc.plan.ep,
-                  "expert-parallel size for MoE models (experts split over ep data-parallel ranks)")
-      ->capture_default_str();
-  app->add_option("--vpp", o.sc.plan.vpp, "virtual stages per pipeline rank (interleaved 1F1B when > 1)")
-      ->capture_default_str();
-  app->add_option("--global-batch-tokens", o.batch_tokens, "global batch in tokens, e.g. 16M (K/M/G = 2^10/2^20/2^30)");
-  app->add_option("--global-batch-seqs", o.batch_seqs, "global batch in sequences (instead of tokens)");
-  app->add_option("--seq-len", o.sc.plan.seq_len, "sequence length (default: min(model max, 8192))");
-  app->add_option("--micro-batch", o.sc.plan.micro_batch, "sequences per micro-batch per rank")->capture_default_str();
-  app->add_option("--recompute", o.recompute, "activation recomputation: none | selective | full")
-      ->capture_default_str();
-  app->add_flag("--no-flash-attention", o.no_flash, "unfused attention (scores and context as batched GEMMs)");
-  app->add_flag("!--unfused-loss", o.sc.plan.fused_loss,
-                "softmax cross-entropy as Megatron's eager vocab-parallel kernels (six passes over fp32 logits)");
-  app->add_option("--prefetch-depth", o.sc.plan.prefetch_depth,
-                  "FSDP: parameter all-gathers in flight ahead of compute")
-      ->capture_default_str();
-  app->add_option("--grad-dtype", o.grad_dtype, "gradient accumulation dtype: fp32 | bf16")->capture_default_str();
-  for (CLI::Option* opt : app->get_options()) {
-    const std::string& n = opt->get_name();
-    if (n != "--model" && n != "--cluster" && n != "--gpus" && n != "--calibration" && n != "--help") {
-      o.plan_flags.push_back(opt);
-    }
+// Where the plan's problems are reported: the plan file's keys, or the flags.
+std::string g_plan_source = "command line";
+
+void add_scenario_options(CLI::App* app, Options& o, bool engine) {
+  const nlohmann::json defaults = cli::option_defaults();
+  o.scenario_flags.add(app, cli::scenario_specs(engine), defaults);
+  o.plan_flags.add(app, cli::plan_specs(), defaults);
+  if (CLI::Option* strategy = app->get_option_no_throw("--strategy")) {
+    strategy->description(strategy->get_description() + "; all: every strategy side by side")->default_str("all");
   }
   app->add_option("--plan", o.plan_file,
-                  "plan options from a JSON file (see examples/plans/) instead of the flags above");
+                  "plan options from a JSON file (see examples/plans/) instead of the plan flags");
   app->add_flag("--force", o.force, "overwrite output files that already exist");
 }
 
 void finish_scenario(Options& o, const std::string& command_line) {
-  auto& p = o.sc.plan;
   o.sc.command_line = command_line;
+  std::vector<std::pair<std::string, nlohmann::json>> values;
+  std::vector<core::Problem> problems = o.scenario_flags.values(values);
+  if (!problems.empty()) throw core::ProblemError(std::move(problems));
+  cli::apply_values(values, o.sc);
   if (!o.plan_file.empty()) {
-    for (const CLI::Option* opt : o.plan_flags) {
-      if (opt->count() > 0) {
-        throw core::InputError("command line", opt->get_name(),
-                               "expected either --plan or plan options on the command line, not both");
-      }
+    if (o.plan_flags.any_given()) {
+      throw core::InputError("command line", o.plan_flags.first_given(),
+                             "expected either --plan or plan options on the command line, not both");
     }
-    p = plan::plan_from_json(core::read_file(o.plan_file), o.plan_file);
-    o.sc.strategies = {p.strategy};
-    o.strategy = std::string(plan::to_string(p.strategy));
+    o.sc.plan = plan::plan_from_json(core::read_file(o.plan_file), o.plan_file);
+    o.sc.strategies = {o.sc.plan.strategy};
+    g_plan_source = o.plan_file;
     return;
   }
-  if (!o.batch_tokens.empty() && o.batch_seqs > 0) {
-    throw core::InputError("command line", "--global-batch-seqs",
-                           "expected either --global-batch-tokens or --global-batch-seqs, not both");
-  }
-  if (o.batch_seqs > 0) {
-    p.global_batch_sequences = o.batch_seqs;
-  } else {
-    p.global_batch_tokens = parse_count(o.batch_tokens.empty() ? "16M" : o.batch_tokens, "--global-batch-tokens");
-  }
-  const auto recompute = plan::parse_recompute(o.recompute);
-  if (!recompute) {
-    throw core::InputError("command line", "--recompute",
-                           fmt::format("expected none|selective|full, got '{}'", o.recompute));
-  }
-  p.recompute = *recompute;
-  p.flash_attention = !o.no_flash;
-  const auto grad_dtype = plan::parse_grad_dtype(o.grad_dtype);
-  if (!grad_dtype) {
-    throw core::InputError("command line", "--grad-dtype", fmt::format("expected fp32|bf16, got '{}'", o.grad_dtype));
-  }
-  p.grad_dtype = *grad_dtype;
-  if (o.async_on && o.async_off)
-    throw core::InputError("command line", "--async", "expected --async or --no-async, not both");
-  if (o.async_on) p.async = true;
-  if (o.async_off) p.async = false;
-  p.reshard_after_forward = !o.keep_gathered;
-  p.sequence_parallel = !o.no_sp;
-  if (o.strategy != "all") o.sc.strategies = {plan::parse_strategy(o.strategy)};
-  o.sc.command_line = command_line;
+  // `--strategy all` (the default) compares every strategy; any other value is the plan's.
+  const std::optional<std::string> strategy = o.plan_flags.text("strategy");
+  const bool all = !strategy || *strategy == "all";
+  if (strategy && all) o.plan_flags.forget("strategy");
+  values.clear();
+  problems = o.plan_flags.values(values);
+  if (!problems.empty()) throw core::ProblemError(std::move(problems));
+  cli::apply_values(values, o.sc);
+  o.sc.strategies.clear();
+  if (!all) o.sc.strategies = {o.sc.plan.strategy};
 }
 
 // Refuses to replace an existing file unless --force (checked before any work).
@@ -223,7 +111,8 @@ int cmd_simulate(Options& o, const std::string& command_line) {
       throw core::InputError("command line", "--adaptive",
                              "expected no --param-shard/--grad-shard/--optim-shard with --adaptive");
     }
-    double limit = o.memory_limit_GiB > 0 ? o.memory_limit_GiB : topologies::load_cluster(o.sc.cluster).device.hbm_GiB;
+    const double limit =
+        o.memory_limit_GiB > 0 ? o.memory_limit_GiB : explore::resolve_inputs(o.sc).cluster.spec.device.hbm_GiB;
     explore::AdaptiveChoice choice = explore::choose_shards(o.sc, limit);
     if (!o.json) std::cout << choice.explanation << "\n";
     o.sc.plan = choice.plan;
@@ -244,7 +133,7 @@ int cmd_simulate(Options& o, const std::string& command_line) {
   }
   if (o.explain && !o.json) {
     topologies::PerfModel pm(topologies::Topology(r.cluster, r.gpus));
-    for (const auto& run : r.runs) std::cout << "\n" << cli::explain(run.schedule, pm);
+    for (const auto& run : r.runs) std::cout << "\n" << cli::explain(run.schedule, run.plan, pm);
   }
   if (one && !r.runs[0].metrics.fits()) {
     const sim::ProgramMemory* w = r.runs[0].metrics.worst_memory();
@@ -437,9 +326,8 @@ struct PlanArgs {
   std::string model = "llama3-70b";
   std::vector<std::string> clusters{"dgx-h100"};
   std::vector<int> gpus{1024};
-  std::string batch_tokens;
-  std::int64_t batch_seqs = 0;
-  std::int64_t seq_len = 0;
+  cli::OptionFlags batch_flags;    // the plan's batch and sequence length
+  cli::OptionFlags overlay_flags;  // calibration and what-if changes, applied to every cluster
   double memory_limit_GiB = 0;
   double price = 0;
   std::string objective = "throughput";
@@ -561,16 +449,15 @@ int cmd_plan(const PlanArgs& a) {
   q.model = a.model;
   q.clusters = a.clusters;
   q.gpus = a.gpus;
-  if (!a.batch_tokens.empty() && a.batch_seqs > 0) {
-    throw core::InputError("command line", "--global-batch-seqs",
-                           "expected --global-batch-tokens or --global-batch-seqs, not both");
-  }
-  if (a.batch_seqs > 0) {
-    q.base.global_batch_sequences = a.batch_seqs;
-  } else {
-    q.base.global_batch_tokens = parse_count(a.batch_tokens.empty() ? "16M" : a.batch_tokens, "--global-batch-tokens");
-  }
-  q.base.seq_len = a.seq_len;
+  // The batch and the overlay through the same option tables as every command.
+  std::vector<std::pair<std::string, nlohmann::json>> values;
+  std::vector<core::Problem> problems = a.batch_flags.values(values);
+  for (auto& p : a.overlay_flags.values(values)) problems.push_back(std::move(p));
+  if (!problems.empty()) throw core::ProblemError(std::move(problems));
+  explore::Scenario sc;
+  cli::apply_values(values, sc);
+  q.base = sc.plan;
+  q.overlay = sc.overlay();
   q.memory_limit_GiB = a.memory_limit_GiB;
   if (a.price > 0) q.price_per_gpu_hour = a.price;
   q.objective = a.objective;
@@ -681,14 +568,7 @@ int main(int argc, char** argv) {
   bool models_json = false, clusters_json = false;
 
   auto* sim = app.add_subcommand("simulate", "simulate one training step and print its metrics");
-  add_scenario_options(sim, o);
-  sim->add_option("--engine", o.sc.engine, "analytic (fast, uncontended) | simgrid (flow-level contention)")
-      ->capture_default_str();
-  sim->add_option("--ranks", o.sc.engine_options.ranks,
-                  "simgrid: all (every rank in detail) | classes (one per rank class, the rest as background flows)")
-      ->capture_default_str();
-  sim->add_option("--nccl-channels", o.sc.engine_options.nccl_channels, "simgrid: NCCL channels per collective")
-      ->capture_default_str();
+  add_scenario_options(sim, o, /*engine=*/true);
   sim->add_option("--simgrid-cfg", o.sc.engine_options.simgrid_config,
                   "simgrid: a SimGrid setting KEY:VALUE applied after hzp's own (repeatable)");
   sim->add_flag("!--no-interference", o.sc.engine_options.interference,
@@ -704,7 +584,7 @@ int main(int argc, char** argv) {
   sim->add_option("--memory-limit-GiB", o.memory_limit_GiB, "memory budget per device for --adaptive (default: HBM)");
 
   auto* sched = app.add_subcommand("schedule", "lower a plan to a Schedule and write it as canonical JSON");
-  add_scenario_options(sched, o);
+  add_scenario_options(sched, o, /*engine=*/false);
   sched->add_option("--out", o.schedule_out, "the Schedule file to write")->required();
 
   auto* models_cmd = app.add_subcommand("models", "list the model catalog");
@@ -740,9 +620,10 @@ int main(int argc, char** argv) {
       ->delimiter(',')
       ->capture_default_str();
   plan_cmd->add_option("--gpus", pa.gpus, "GPU counts (e.g. 256,512,1024)")->delimiter(',')->capture_default_str();
-  plan_cmd->add_option("--global-batch-tokens", pa.batch_tokens, "global batch in tokens (default 16M)");
-  plan_cmd->add_option("--global-batch-seqs", pa.batch_seqs, "global batch in sequences");
-  plan_cmd->add_option("--seq-len", pa.seq_len, "sequence length (default: min(model max, 8192))");
+  pa.batch_flags.add(plan_cmd, cli::plan_specs({"global_batch_tokens", "global_batch_sequences", "seq_len"}),
+                     cli::option_defaults());
+  pa.overlay_flags.add(plan_cmd, cli::scenario_specs(false, {"calibration", "nic_gbps", "oversubscription"}),
+                       cli::option_defaults());
   plan_cmd->add_option("--memory-limit-GiB", pa.memory_limit_GiB, "memory budget per device (default: HBM)");
   plan_cmd->add_option("--price-per-gpu-hour", pa.price, "USD per GPU-hour (default: the cluster file's, if any)");
   plan_cmd->add_option("--objective", pa.objective, "throughput | cost")->capture_default_str();
@@ -811,6 +692,15 @@ int main(int argc, char** argv) {
     if (vcompare->parsed()) return cmd_validate_compare(ca);
     if (calibrate->parsed()) return cmd_calibrate(cal);
     if (plot->parsed()) return cmd_plot(plot->remaining());
+  } catch (const core::ProblemError& e) {
+    // A library check names option keys: a plan file's keys, or the flags.
+    const bool file = g_plan_source != "command line";
+    std::cerr << "hzp: error: " << g_plan_source << ": "
+              << core::one_line(core::join_problems(e.problems(), [file](const std::string& field) {
+                   return file && plan::find_plan_option(field) ? field : cli::flag_for_field(field);
+                 }))
+              << "\n";
+    return kExitBadInput;
   } catch (const core::InputError& e) {
     std::cerr << "hzp: error: " << e.what() << "\n";
     return kExitBadInput;

@@ -39,12 +39,12 @@ std::string summary_text(const ScenarioResult& r) {
     const auto& m = run.metrics;
     double exposed = 0;
     for (const auto& [k, d] : m.exposed_comm) exposed += d.to_seconds();
-    auto plan = nlohmann::json::parse(run.schedule.provenance_json)["plan"];
-    std::string shards = fmt::format("({},{},{}) {}", plan["param_shard"].get<int>(), plan["grad_shard"].get<int>(),
-                                     plan["optim_shard"].get<int>(), plan["async"].get<bool>() ? "async" : "sync");
-    if (plan["tp"].get<int>() > 1 || plan["pp"].get<int>() > 1) {
-      shards += fmt::format(" tp{} pp{}", plan["tp"].get<int>(), plan["pp"].get<int>());
-      if (plan["vpp"].get<int>() > 1) shards += fmt::format("x{}", plan["vpp"].get<int>());
+    const plan::PlanOptions& p = run.plan.options;
+    std::string shards =
+        fmt::format("({},{},{}) {}", p.param_shard, p.grad_shard, p.optim_shard, *p.async ? "async" : "sync");
+    if (p.tp > 1 || p.pp > 1) {
+      shards += fmt::format(" tp{} pp{}", p.tp, p.pp);
+      if (p.vpp > 1) shards += fmt::format("x{}", p.vpp);
     }
     out += fmt::format("{:<8} {:<26} {:>9.3f} {:>9} {:>8.1f} {:>5.1f}% {:>9.3f} {:>9.3f} {:>9.1f} {:>9.1f}  {}\n",
                        plan::to_string(run.strategy), shards, m.step_time.to_seconds(), si(m.tokens_per_s),
@@ -101,7 +101,7 @@ std::string summary_json(const ScenarioResult& r, const std::string& command_lin
     nlohmann::ordered_json x;
     x["strategy"] = plan::to_string(run.strategy);
     x["schedule_sha256"] = run.schedule_sha256;
-    x["plan"] = nlohmann::ordered_json::parse(run.schedule.provenance_json)["plan"];
+    x["plan"] = nlohmann::ordered_json::parse(run.plan.provenance_json());
     x["step_time_s"] = m.step_time.to_seconds();
     x["tokens_per_s"] = m.tokens_per_s;
     x["model_tflops_per_gpu"] = m.model_tflops_per_gpu;

@@ -34,8 +34,11 @@ std::string sizes(const plan::ShardSizes& s) { return fmt::format("({}, {}, {})"
 }  // namespace
 
 AdaptiveChoice choose_shards(const Scenario& sc, double memory_limit_GiB) {
-  models::ModelSpec m = models::load_model(sc.model);
-  topologies::PerfModel pm(topologies::Topology(topologies::load_cluster(sc.cluster), sc.gpus));
+  // The same inputs the final simulation of the chosen plan resolves:
+  // calibration and what-if changes included.
+  const Inputs in = resolve_inputs(sc);
+  const models::ModelSpec& m = in.model;
+  topologies::PerfModel pm(topologies::Topology(in.cluster.spec, sc.gpus));
   auto engine = sim::make_engine(sc.engine, pm, sc.engine_options);
   plan::PlanOptions base = sc.plan;
   base.strategy = plan::Strategy::Hzp;

@@ -1,96 +1,151 @@
-// Scenario composition (see scenario.hpp).
+// Scenarios and the input resolver (see scenario.hpp).
 #include "explore/scenario.hpp"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "core/io.hpp"
-#include "core/json_reader.hpp"
 #include "core/sha256.hpp"
 #include "sim/engine.hpp"
 
 namespace hzp::explore {
 namespace {
 
+using core::OptionSpec;
+using core::ValueType;
+using json = nlohmann::json;
+
 // Adds the input hashes to the Schedule's provenance.
 void stamp_inputs(core::Schedule& s, const std::string& model_sha, const std::string& cluster_sha) {
-  nlohmann::json p = nlohmann::json::parse(s.provenance_json);
+  json p = json::parse(s.provenance_json);
   p["inputs"] = {{"model_sha256", model_sha}, {"cluster_sha256", cluster_sha}};
   p["hzp_version"] = core::version();
   s.provenance_json = p.dump();
 }
 
-}  // namespace
-
-std::pair<std::string, std::string> scenario_cluster_text(const Scenario& sc) {
-  auto [text, file] = topologies::cluster_text(sc.cluster);
-  if (!sc.nic_gbps && !sc.oversubscription && sc.calibration.empty()) return {text, file};
-  nlohmann::ordered_json j = nlohmann::ordered_json::parse(text);
-  if (!sc.calibration.empty()) {
-    // {"schema_version": 1, "device": NAME, "source": ..., "device_profile": {key: value},
-    //  optional "scale_up": {...}, "scale_out": {...}} (what `hzp calibrate` writes).
-    const nlohmann::json cal = core::read_json_file(sc.calibration);
-    core::StrictObject o(cal, sc.calibration);
-    core::require_schema_version(o, 1);
-    const std::string device = o.str("device");
-    if (device != j["device"].value("name", "")) {
-      o.fail("device",
-             fmt::format("expected the cluster's device \"{}\", got \"{}\"", j["device"].value("name", ""), device));
-    }
-    if (o.str("source").empty()) o.fail("source", "expected how the calibration was obtained");
-    // Each section overlays the cluster file's object of the same meaning;
-    // only keys that object has.
-    auto overlay = [&](const std::string& section, nlohmann::ordered_json& target, bool required) {
-      if (!required && !o.has(section)) return;
-      const nlohmann::json& values = o.raw(section);
-      if (!values.is_object()) o.fail(section, "expected an object of values for the cluster file's " + section);
-      for (const auto& [key, value] : values.items()) {
-        if (!target.contains(key) || key == "name") {
-          o.fail(section + "." + key, "expected a key of the cluster file's " + section);
-        }
-        target[key] = value;
-      }
-    };
-    overlay("device_profile", j["device"], true);
-    overlay("scale_up", j["node"]["scale_up"], false);
-    overlay("scale_out", j["scale_out"], false);
-    o.finish();
-    file += " with calibration " + sc.calibration;
-  }
-  if (sc.nic_gbps) j["scale_out"]["nic_Gbps"] = *sc.nic_gbps;
-  if (sc.oversubscription && !j["scale_out"]["tiers"].empty()) {
-    j["scale_out"]["tiers"][0]["oversubscription"] = *sc.oversubscription;
-  }
-  return {j.dump(2), file};
+OptionSpec spec(std::string key, ValueType type, std::string help, double min = 0, double max = 0) {
+  OptionSpec s;
+  s.key = std::move(key);
+  s.type = type;
+  s.help = std::move(help);
+  s.min = min;
+  s.max = max;
+  return s;
 }
 
-namespace {
-models::SpecText scenario_model_text(const Scenario& sc) {
-  if (sc.model_json) return models::SpecText{sc.model_json->first, sc.model_json->second};
-  return models::model_text(sc.model);
+json optional_number(const std::optional<double>& v) { return v ? json(*v) : json(); }
+std::optional<double> number_or_null(const json& v) {
+  return v.is_null() ? std::nullopt : std::optional<double>(v.get<double>());
 }
+
+std::vector<ScenarioOption> make_table() {
+  std::vector<ScenarioOption> t;
+  t.push_back({spec("model", ValueType::Text, "catalog name (see `hzp models`) or a model .json file"),
+               [](const Scenario& s) -> json { return s.model; },
+               [](Scenario& s, const json& v) { s.model = v.get<std::string>(); }});
+  t.push_back({spec("cluster", ValueType::Text, "catalog name (see `hzp clusters`) or a cluster .json file"),
+               [](const Scenario& s) -> json { return s.cluster; },
+               [](Scenario& s, const json& v) { s.cluster = v.get<std::string>(); }});
+  t.push_back({spec("gpus", ValueType::Integer, "number of GPUs (a whole number of nodes)", 1, 1 << 20),
+               [](const Scenario& s) -> json { return s.gpus; },
+               [](Scenario& s, const json& v) { s.gpus = v.get<int>(); }});
+  {
+    OptionSpec c = spec("calibration", ValueType::Text,
+                        "calibration overlay (.json): device-profile values fitted for the cluster's device");
+    c.nullable = true;
+    t.push_back({c, [](const Scenario& s) -> json { return s.calibration.empty() ? json() : json(s.calibration); },
+                 [](Scenario& s, const json& v) { s.calibration = v.is_null() ? "" : v.get<std::string>(); }});
+  }
+  {
+    OptionSpec c = spec("nic_gbps", ValueType::Number, "what-if: the NIC speed (the cluster file's nic_Gbps)",
+                        0.001, 1e6);
+    c.nullable = true;
+    c.unit = "Gb/s";
+    t.push_back({c, [](const Scenario& s) -> json { return optional_number(s.nic_gbps); },
+                 [](Scenario& s, const json& v) { s.nic_gbps = number_or_null(v); }});
+  }
+  {
+    OptionSpec c = spec("oversubscription", ValueType::Number,
+                        "what-if: the leaf switches' down:up oversubscription (the first tier's)", 0.001, 1e6);
+    c.nullable = true;
+    t.push_back({c, [](const Scenario& s) -> json { return optional_number(s.oversubscription); },
+                 [](Scenario& s, const json& v) { s.oversubscription = number_or_null(v); }});
+  }
+  {
+    OptionSpec c = spec("engine", ValueType::Choice, "analytic (fast, uncontended) | simgrid (flow-level contention)");
+    c.choices = {"analytic", "simgrid"};
+    t.push_back({c, [](const Scenario& s) -> json { return s.engine; },
+                 [](Scenario& s, const json& v) { s.engine = v.get<std::string>(); }, true});
+  }
+  {
+    OptionSpec c = spec("ranks", ValueType::Choice,
+                        "simgrid: all (every rank in detail) | classes (one per rank class, the rest as background "
+                        "flows)");
+    c.choices = {"all", "classes"};
+    t.push_back({c, [](const Scenario& s) -> json { return s.engine_options.ranks; },
+                 [](Scenario& s, const json& v) { s.engine_options.ranks = v.get<std::string>(); }, true});
+  }
+  t.push_back({spec("nccl_channels", ValueType::Integer, "simgrid: NCCL channels per collective", 1, 64),
+               [](const Scenario& s) -> json { return s.engine_options.nccl_channels; },
+               [](Scenario& s, const json& v) { s.engine_options.nccl_channels = v.get<int>(); }, true});
+  return t;
+}
+
 }  // namespace
+
+topologies::ClusterOverlay Scenario::overlay() const {
+  return topologies::ClusterOverlay{calibration, nic_gbps, oversubscription};
+}
+
+const std::vector<ScenarioOption>& scenario_option_table() {
+  static const std::vector<ScenarioOption> t = make_table();
+  return t;
+}
+
+const ScenarioOption* find_scenario_option(std::string_view key) {
+  for (const auto& row : scenario_option_table()) {
+    if (row.spec.key == key) return &row;
+  }
+  return nullptr;
+}
+
+std::optional<core::Problem> set_scenario_option(Scenario& sc, std::string_view key, const json& value) {
+  const ScenarioOption* row = find_scenario_option(key);
+  if (!row) return core::Problem{std::string(key), "unknown scenario option"};
+  core::Checked c = core::check_value(row->spec, value);
+  if (!c.problem.empty()) return core::Problem{row->spec.key, c.problem};
+  row->set(sc, c.value);
+  return std::nullopt;
+}
+
+Inputs resolve_inputs(const Scenario& sc) {
+  const models::SpecText mt =
+      sc.model_json ? models::SpecText{sc.model_json->first, sc.model_json->second} : models::model_text(sc.model);
+  Inputs in;
+  in.model = models::model_from_json(mt.text, mt.file);
+  in.model_sha256 = core::sha256_hex(mt.text);
+  in.cluster = topologies::resolve_cluster(sc.cluster, sc.overlay());
+  in.cluster_sha256 = core::sha256_hex(in.cluster.text);
+  return in;
+}
 
 core::Schedule build_schedule(const Scenario& sc, plan::Strategy strategy) {
-  models::SpecText mt = scenario_model_text(sc);
-  auto [ct, cf] = scenario_cluster_text(sc);
-  models::ModelSpec m = models::model_from_json(mt.text, mt.file);
-  topologies::Topology topo(topologies::cluster_from_json(ct, cf), sc.gpus);
+  const Inputs in = resolve_inputs(sc);
+  topologies::Topology topo(in.cluster.spec, sc.gpus);
   plan::PlanOptions o = sc.plan;
   o.strategy = strategy;
-  core::Schedule s = plan::lower(m, topo, o);
-  stamp_inputs(s, core::sha256_hex(mt.text), core::sha256_hex(ct));
+  core::Schedule s = plan::lower(in.model, topo, o);
+  stamp_inputs(s, in.model_sha256, in.cluster_sha256);
   return s;
 }
 
 ScenarioResult run_scenario(const Scenario& sc) {
   ScenarioResult r;
-  models::SpecText mt = scenario_model_text(sc);
-  auto [ct, cf] = scenario_cluster_text(sc);
-  r.model = models::model_from_json(mt.text, mt.file);
-  r.cluster = topologies::cluster_from_json(ct, cf);
-  r.model_sha256 = core::sha256_hex(mt.text);
-  r.cluster_sha256 = core::sha256_hex(ct);
+  Inputs in = resolve_inputs(sc);
+  r.model = std::move(in.model);
+  r.cluster = std::move(in.cluster.spec);
+  r.model_sha256 = std::move(in.model_sha256);
+  r.cluster_sha256 = std::move(in.cluster_sha256);
   r.gpus = sc.gpus;
   topologies::PerfModel pm(topologies::Topology(r.cluster, sc.gpus));
   r.batch = plan::split_batch(r.model, sc.gpus, sc.plan);
@@ -103,7 +158,9 @@ ScenarioResult run_scenario(const Scenario& sc) {
     run.strategy = strategy;
     plan::PlanOptions o = sc.plan;
     o.strategy = strategy;
-    run.schedule = plan::lower(r.model, pm.topology(), o);
+    plan::LoweredPlan lowered = plan::lower_plan(r.model, pm.topology(), o);
+    run.schedule = std::move(lowered.schedule);
+    run.plan = std::move(lowered.plan);
     stamp_inputs(run.schedule, r.model_sha256, r.cluster_sha256);
     if (sc.hash_schedules) run.schedule_sha256 = core::schedule_hash(run.schedule);
     traces::TraceHeader header;

@@ -1,16 +1,22 @@
-// Composes the three inputs into Schedules and runs them through an engine:
-// the one place where models, plans and engines meet (the CLI's job).
+// Scenarios: the one input resolver (catalog name or file, what-if changes,
+// calibration overlay), composing model, cluster and plan into Schedules and
+// running them through an engine. Every command resolves its inputs here.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
+#include "core/options.hpp"
 #include "core/schedule.hpp"
+#include "models/model_spec.hpp"
 #include "plan/plan.hpp"
 #include "sim/engine.hpp"
 #include "sim/metrics.hpp"
+#include "topologies/overlay.hpp"
 #include "topologies/topology.hpp"
 #include "traces/timeline.hpp"
 
@@ -38,14 +44,41 @@ struct Scenario {
   /// Hash each Schedule for the trace header (plan search skips it: it only
   /// keeps numbers).
   bool hash_schedules = true;
+
+  /// The calibration and what-if changes, as the cluster resolver takes them.
+  [[nodiscard]] topologies::ClusterOverlay overlay() const;
 };
 
-/// The cluster file's text with the scenario's what-if changes applied, and
-/// the name errors are reported under.
-[[nodiscard]] std::pair<std::string, std::string> scenario_cluster_text(const Scenario& sc);
+/// One row of the scenario's option table: the inputs beside the plan
+/// (model, cluster, GPUs, calibration, what-if changes, engine settings).
+/// With plan::plan_option_table() it is every key a sweep or a command line
+/// may set; `engine` marks the keys only a simulation uses.
+struct ScenarioOption {
+  core::OptionSpec spec;
+  nlohmann::json (*get)(const Scenario&);
+  void (*set)(Scenario&, const nlohmann::json&);
+  bool engine = false;
+};
+[[nodiscard]] const std::vector<ScenarioOption>& scenario_option_table();
+[[nodiscard]] const ScenarioOption* find_scenario_option(std::string_view key);
+/// Checks `value` for scenario option `key` and sets it.
+[[nodiscard]] std::optional<core::Problem> set_scenario_option(Scenario& sc, std::string_view key,
+                                                               const nlohmann::json& value);
+
+/// The inputs a scenario names, loaded: the model (catalog, file or a case's
+/// JSON) and the cluster with the calibration and what-if overlay applied,
+/// with the SHA-256 of the texts they were parsed from.
+struct Inputs {
+  models::ModelSpec model;
+  std::string model_sha256;
+  topologies::ResolvedCluster cluster;
+  std::string cluster_sha256;
+};
+[[nodiscard]] Inputs resolve_inputs(const Scenario& sc);
 
 struct StrategyResult {
-  plan::Strategy strategy = plan::Strategy::Fsdp;
+  plan::Strategy strategy = plan::Strategy::Hzp;
+  plan::ResolvedPlan plan;  // every default resolved (group sizes, async, batch)
   core::Schedule schedule;
   std::string schedule_sha256;
   traces::Timeline timeline;

@@ -54,7 +54,9 @@ struct Estimate {
 
 Estimate estimate(const models::ModelSpec& m, const topologies::PerfModel& pm, const PlanOptions& o,
                   bool floor = false) {
-  try {
+  // A plan the lowering refuses (does not divide) is not a candidate.
+  if (!plan::check_plan(m, pm.topology(), o).empty()) return Estimate{};
+  {
     const core::Schedule s = plan::lower(m, pm.topology(), o, /*check=*/false);
     const sim::AnalyticEngine engine(pm);
     const sim::StepEstimate e = engine.estimate(s);
@@ -64,15 +66,14 @@ Estimate estimate(const models::ModelSpec& m, const topologies::PerfModel& pm, c
           engine.estimate(s, [&s](const core::Op& op) { return plan::is_sharding_op(s, op); }).step.to_seconds();
     }
     return out;
-  } catch (const core::InputError&) {
-    return Estimate{};  // a plan the lowering refuses (does not divide): not a candidate
   }
 }
 
 // The full simulation with metrics, for the plans that are reported.
 Estimate simulate(const models::ModelSpec& m, const topologies::PerfModel& pm, const PlanOptions& o,
                   sim::Metrics& out) {
-  try {
+  if (!plan::check_plan(m, pm.topology(), o).empty()) return Estimate{};
+  {
     core::Schedule s = plan::lower(m, pm.topology(), o);
     traces::TraceHeader h;
     h.schedule_sha256 = "(plan search)";
@@ -80,8 +81,6 @@ Estimate simulate(const models::ModelSpec& m, const topologies::PerfModel& pm, c
     sim::AnalyticEngine(pm).run(s, h, rec);
     out = sim::compute_metrics(s, rec.timeline(), pm.topology().spec().device);
     return Estimate{true, out.step_time.to_seconds(), out.peak_reserved().gib(), 0};
-  } catch (const core::InputError&) {
-    return Estimate{};
   }
 }
 
@@ -116,12 +115,9 @@ Estimate over_layers(const models::ModelSpec& m, const topologies::PerfModel& pm
 // no longer grows with it.
 Estimate screen(const models::ModelSpec& m, const topologies::PerfModel& pm, const PlanOptions& o, bool floor) {
   const int world = pm.topology().devices();
-  std::int64_t micro = 0;
-  try {
-    micro = plan::split_batch(m, world, o).micro_batches;
-  } catch (const core::InputError&) {
-    return Estimate{};
-  }
+  plan::BatchSplit split;
+  if (!plan::check_batch(m, world, o, split).empty()) return Estimate{};
+  const std::int64_t micro = split.micro_batches;
   if (o.pp == 1 || micro <= 2 * o.pp) return over_layers(m, pm, o, floor);
   const std::int64_t dp = world / (o.tp * o.pp * o.cp);
   auto with_micro = [&](std::int64_t mb_count) {
@@ -239,16 +235,18 @@ std::string describe_plan(const PlanChoice& c) {
 PlanSearch search_plans(const PlanQuery& q) {
   const double t0 = now_s();
   PlanSearch out;
+  std::vector<core::Problem> bad;
   if (q.objective != "throughput" && q.objective != "cost") {
-    throw core::InputError("command line", "--objective",
-                           fmt::format("expected throughput or cost, got '{}'", q.objective));
+    bad.push_back({"objective", fmt::format("expected throughput or cost, got '{}'", q.objective)});
   }
-  if (q.top < 1) throw core::InputError("command line", "--top", "expected at least 1");
+  if (q.top < 1) bad.push_back({"top", "expected at least 1"});
+  if (!bad.empty()) throw core::ProblemError(std::move(bad));
   const models::ModelSpec m = models::load_model(q.model);
 
   std::vector<Setting> settings;
   for (const auto& c : q.clusters) {
-    topologies::ClusterSpec spec = topologies::load_cluster(c);
+    // Each cluster as every other command resolves it: calibration and what-if changes applied.
+    const topologies::ClusterSpec spec = topologies::resolve_cluster(c, q.overlay).spec;
     for (int g : q.gpus) {
       Setting s;
       s.cluster_name = c;
@@ -263,8 +261,8 @@ PlanSearch search_plans(const PlanQuery& q) {
   if (q.objective == "cost") {
     for (const auto& s : settings) {
       if (!price && !s.cluster.price_per_device_hour) {
-        throw core::InputError("command line", "--price-per-gpu-hour",
-                               fmt::format("expected a price: {} has none in its file", s.cluster_name));
+        throw core::ProblemError(
+            {{"price_per_gpu_hour", fmt::format("expected a price: {} has none in its file", s.cluster_name)}});
       }
     }
   }
@@ -295,11 +293,8 @@ PlanSearch search_plans(const PlanQuery& q) {
                 o.ep = ep;
                 o.micro_batch = mb;
                 o.recompute = rc;
-                try {
-                  (void)plan::split_batch(m, st.gpus, o);
-                } catch (const core::InputError&) {
-                  continue;
-                }
+                plan::BatchSplit split;
+                if (!plan::check_batch(m, st.gpus, o, split).empty()) continue;
                 const std::size_t group = groups++;
                 const bool base = tp == 1 && pp == 1 && ep == 1 && mb == q.base.micro_batch && rc == q.base.recompute;
                 for (Strategy s :
@@ -382,11 +377,7 @@ PlanSearch search_plans(const PlanQuery& q) {
     const Setting& st = settings[c.setting];
     const int dp = st.gpus / (c.o.tp * c.o.pp);
     plan::ShardSizes sh;
-    try {
-      sh = plan::resolve_shards(c.o, dp, st.cluster);
-    } catch (const core::InputError&) {
-      continue;
-    }
+    if (!plan::check_shards(c.o, dp, st.cluster, sh).empty()) continue;
     ++out.candidates;
     const auto stage_key = std::tuple{c.o.pp, c.o.tp, c.o.ep};
     auto cached = stage_params.find(stage_key);

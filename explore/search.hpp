@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "plan/plan.hpp"
+#include "topologies/overlay.hpp"
 
 namespace hzp::explore {
 
@@ -30,6 +31,7 @@ struct PlanQuery {
   std::vector<std::string> clusters{"dgx-h100"};
   std::vector<int> gpus{1024};
   plan::PlanOptions base;                    // batch, sequence length
+  topologies::ClusterOverlay overlay;        // calibration and what-if changes, applied to every cluster
   double memory_limit_GiB = 0;               // 0: each cluster's HBM
   std::optional<double> price_per_gpu_hour;  // else the cluster file's price
   std::string objective = "throughput";      // or "cost"

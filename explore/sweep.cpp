@@ -20,6 +20,7 @@
 #include <sstream>
 
 #include "explore/sweep_db.hpp"
+#include "plan/options.hpp"
 #include "core/error.hpp"
 #include "core/io.hpp"
 #include "core/json_reader.hpp"
@@ -30,112 +31,42 @@ namespace {
 
 using json = nlohmann::ordered_json;
 
-enum class Type { Int, Number, String, Bool, Tokens };
-
-struct KeyInfo {
-  Type type;
-  std::string help;
-};
-
-const std::map<std::string, KeyInfo>& key_table() {
-  static const std::map<std::string, KeyInfo> t = {
-      {"model", {Type::String, "a catalog model or a model .json file"}},
-      {"cluster", {Type::String, "a catalog cluster or a cluster .json file"}},
-      {"gpus", {Type::Int, "GPU count"}},
-      {"strategy", {Type::String, "ddp|zero1|zero2|fsdp|hsdp|hpz|hzp"}},
-      {"param_shard", {Type::Int, "g_p"}},
-      {"grad_shard", {Type::Int, "g_g"}},
-      {"optim_shard", {Type::Int, "g_o"}},
-      {"tp", {Type::Int, "tensor-parallel size"}},
-      {"pp", {Type::Int, "pipeline stages"}},
-      {"vpp", {Type::Int, "virtual stages per pipeline rank"}},
-      {"cp", {Type::Int, "context-parallel size"}},
-      {"ep", {Type::Int, "expert-parallel size"}},
-      {"micro_batch", {Type::Int, "sequences per micro-batch"}},
-      {"recompute", {Type::String, "none|selective|full"}},
-      {"async", {Type::Bool, "true|false"}},
-      {"engine", {Type::String, "analytic|simgrid"}},
-      {"ranks", {Type::String, "simgrid: all|classes"}},
-      {"nccl_channels", {Type::Int, "simgrid: NCCL channels"}},
-      {"nic_gbps", {Type::Number, "NIC speed, Gb/s"}},
-      {"oversubscription", {Type::Number, "leaf switches' down:up ratio"}},
-      {"seq_len", {Type::Int, "sequence length"}},
-      {"global_batch_tokens", {Type::Tokens, "global batch in tokens (16M style or an integer)"}},
-      {"global_batch_seqs", {Type::Int, "global batch in sequences"}},
-      {"prefetch_depth", {Type::Int, "parameter all-gathers in flight"}},
-      {"grad_dtype", {Type::String, "fp32|bf16"}},
-      {"overlap_grad_reduce", {Type::Bool, "true|false"}},
-      {"pipeline_p2p_sync", {Type::Bool, "true|false"}},
-      {"fused_loss", {Type::Bool, "true|false"}},
-  };
-  return t;
+// Every key a sweep may set: the scenario's options, then the plan's.
+const core::OptionSpec* find_key(std::string_view key) {
+  if (const ScenarioOption* row = find_scenario_option(key)) return &row->spec;
+  if (const plan::PlanOption* row = plan::find_plan_option(key)) return &row->spec;
+  return nullptr;
 }
 
-// The swept inputs a row carries as columns of their own; the rest live in the
-// row's `inputs` JSON only.
-bool has_column(const std::string& key) {
-  static const std::set<std::string> inputs_only = {"global_batch_tokens", "nccl_channels",       "prefetch_depth",
-                                                    "grad_dtype",          "overlap_grad_reduce", "pipeline_p2p_sync",
-                                                    "fused_loss"};
-  return !inputs_only.contains(key);
+std::vector<std::string> known_keys() {
+  std::vector<std::string> keys;
+  for (const auto& row : scenario_option_table()) keys.push_back(row.spec.key);
+  for (const auto& row : plan::plan_option_table()) keys.push_back(row.spec.key);
+  return keys;
 }
 
-// Copies the point's swept inputs that have columns into the row.
+core::InputError unknown_key(const std::string& key, const std::string& file, const std::string& where) {
+  const auto near = core::closest(key, known_keys());
+  std::string all;
+  for (const auto& k : known_keys()) all += (all.empty() ? "" : ", ") + k;
+  return core::InputError(file, where,
+                          near ? fmt::format("unknown key '{}' (did you mean '{}'?)", key, *near)
+                               : fmt::format("unknown key '{}': expected one of {}", key, all));
+}
+
+// Checks one value against its key's option; returns it normalised.
+// The point's inputs as columns (every input key has one), for the rows of
+// points that fail before they resolve.
 void copy_input_columns(const json& inputs, json& row) {
-  for (const auto& [key, info] : key_table()) {
-    if (inputs.contains(key) && has_column(key)) row[key] = inputs[key];
-  }
+  for (const auto& [key, value] : inputs.items()) row[key] = value;
 }
 
-std::string known_keys() {
-  std::string s;
-  for (const auto& [k, info] : key_table()) s += (s.empty() ? "" : ", ") + k;
-  return s;
-}
-
-std::int64_t parse_tokens(const std::string& s, const std::string& file, const std::string& key) {
-  std::int64_t mult = 1;
-  std::string d = s;
-  if (!d.empty() && std::string("KkMmGg").find(d.back()) != std::string::npos) {
-    const char c = static_cast<char>(std::toupper(d.back()));
-    mult = c == 'K' ? 1LL << 10 : c == 'M' ? 1LL << 20 : 1LL << 30;
-    d.pop_back();
-  }
-  if (d.empty() || d.size() > 12 || d.find_first_not_of("0123456789") != std::string::npos) {
-    throw core::InputError(file, key, fmt::format("expected a token count like 16M, got '{}'", s));
-  }
-  return std::stoll(d) * mult;
-}
-
-// Checks one value against its key's type; returns it normalised.
 json check_value(const std::string& key, const json& v, const std::string& file, const std::string& where) {
-  auto it = key_table().find(key);
-  if (it == key_table().end()) {
-    throw core::InputError(file, where, fmt::format("unknown key '{}': expected one of {}", key, known_keys()));
-  }
-  const auto bad = [&](const char* what) {
-    return core::InputError(file, where, fmt::format("expected {} ({}), got {}", what, it->second.help, v.dump()));
-  };
-  switch (it->second.type) {
-    case Type::Int:
-      if (!v.is_number_integer() || v.get<std::int64_t>() < 0 || v.get<std::int64_t>() > (1LL << 40))
-        throw bad("a non-negative integer");
-      return v;
-    case Type::Number:
-      if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() <= 0) throw bad("a positive number");
-      return v;
-    case Type::String:
-      if (!v.is_string() || v.get<std::string>().empty()) throw bad("a string");
-      return v;
-    case Type::Bool:
-      if (!v.is_boolean()) throw bad("true or false");
-      return v;
-    case Type::Tokens:
-      if (v.is_number_integer() && v.get<std::int64_t>() > 0) return v;
-      if (v.is_string()) return parse_tokens(v.get<std::string>(), file, where);
-      throw bad("a token count");
-  }
-  return v;
+  const core::OptionSpec* spec = find_key(key);
+  if (!spec) throw unknown_key(key, file, where);
+  core::Checked c = core::check_value(*spec, v);
+  if (!c.problem.empty()) throw core::InputError(file, where, c.problem);
+  return c.value;
 }
 
 // A value typed from `--set` text: integer, number, boolean or string.
@@ -179,7 +110,7 @@ Filter parse_filter(const std::string& text, const std::string& file, const std:
   f.op = tok[i];
   f.rhs = tok[i + 1];
   for (const auto& operand : f.lhs) {
-    if (!key_table().count(operand) && value_from_text(operand).is_string()) {
+    if (!find_key(operand) && value_from_text(operand).is_string()) {
       throw core::InputError(file, where, fmt::format("unknown key '{}' in filter '{}'", operand, text));
     }
   }
@@ -288,10 +219,14 @@ void add_set(SweepSpec& spec, const std::string& set) {
     throw core::InputError("command line", "--set", fmt::format("expected key=v1,v2,..., got '{}'", set));
   }
   const std::string key = set.substr(0, eq);
+  const core::OptionSpec* option = find_key(key);
+  if (!option) throw unknown_key(key, "command line", "--set " + key);
   std::vector<json> values;
   std::stringstream in(set.substr(eq + 1));
   for (std::string v; std::getline(in, v, ',');) {
-    values.push_back(check_value(key, value_from_text(v), "command line", "--set " + key));
+    core::Checked c = core::value_from_text(*option, v);
+    if (!c.problem.empty()) throw core::InputError("command line", "--set " + key, c.problem);
+    values.push_back(c.value);
   }
   if (values.size() == 1) {
     spec.base[key] = values[0];
@@ -335,44 +270,16 @@ std::vector<SweepPoint> expand(const SweepSpec& spec, const std::string& file) {
 
 Scenario scenario_of(const json& in, const std::string& file) {
   Scenario sc;
-  auto str = [&](const char* k, const std::string& def) { return in.contains(k) ? in[k].get<std::string>() : def; };
-  auto num = [&](const char* k, std::int64_t def) { return in.contains(k) ? in[k].get<std::int64_t>() : def; };
-  sc.model = str("model", sc.model);
-  sc.cluster = str("cluster", sc.cluster);
-  sc.gpus = static_cast<int>(num("gpus", sc.gpus));
-  sc.strategies = {plan::parse_strategy(str("strategy", "hzp"))};
-  auto& p = sc.plan;
-  p.param_shard = static_cast<int>(num("param_shard", 0));
-  p.grad_shard = static_cast<int>(num("grad_shard", 0));
-  p.optim_shard = static_cast<int>(num("optim_shard", 0));
-  p.tp = static_cast<int>(num("tp", 1));
-  p.pp = static_cast<int>(num("pp", 1));
-  p.vpp = static_cast<int>(num("vpp", 1));
-  p.cp = static_cast<int>(num("cp", 1));
-  p.ep = static_cast<int>(num("ep", 1));
-  p.micro_batch = num("micro_batch", 1);
-  p.seq_len = num("seq_len", 0);
-  p.prefetch_depth = static_cast<int>(num("prefetch_depth", 1));
-  const auto rc = plan::parse_recompute(str("recompute", "none"));
-  if (!rc) throw core::InputError(file, "recompute", "expected none|selective|full");
-  p.recompute = *rc;
-  const auto gd = plan::parse_grad_dtype(str("grad_dtype", "fp32"));
-  if (!gd) throw core::InputError(file, "grad_dtype", "expected fp32|bf16");
-  p.grad_dtype = *gd;
-  if (in.contains("async")) p.async = in["async"].get<bool>();
-  if (in.contains("overlap_grad_reduce")) p.overlap_grad_reduce = in["overlap_grad_reduce"].get<bool>();
-  if (in.contains("pipeline_p2p_sync")) p.pipeline_p2p_sync = in["pipeline_p2p_sync"].get<bool>();
-  if (in.contains("fused_loss")) p.fused_loss = in["fused_loss"].get<bool>();
-  if (in.contains("global_batch_seqs")) {
-    p.global_batch_sequences = in["global_batch_seqs"].get<std::int64_t>();
-  } else {
-    p.global_batch_tokens = num("global_batch_tokens", 16LL << 20);
+  std::vector<core::Problem> problems;
+  for (const auto& [key, value] : in.items()) {
+    std::optional<core::Problem> p = find_scenario_option(key) ? set_scenario_option(sc, key, value)
+                                                               : plan::set_plan_option(sc.plan, key, value);
+    if (p) problems.push_back(*p);
   }
-  sc.engine = str("engine", "analytic");
-  sc.engine_options.ranks = str("ranks", sc.engine_options.ranks);
-  sc.engine_options.nccl_channels = static_cast<int>(num("nccl_channels", 16));
-  if (in.contains("nic_gbps")) sc.nic_gbps = in["nic_gbps"].get<double>();
-  if (in.contains("oversubscription")) sc.oversubscription = in["oversubscription"].get<double>();
+  if (!problems.empty()) {
+    throw core::InputError(file, "", core::join_problems(problems, [](const std::string& k) { return k; }));
+  }
+  sc.strategies = {sc.plan.strategy};
   sc.hash_schedules = false;  // rows carry the input hashes; the Schedule's adds 20 ms per point
   return sc;
 }
@@ -392,30 +299,18 @@ PointResult run_point(const SweepPoint& pt) {
     ScenarioResult r = run_scenario(sc);
     const StrategyResult& run = r.runs.at(0);
     const sim::Metrics& m = run.metrics;
-    auto prov = nlohmann::json::parse(run.schedule.provenance_json);
-    const auto& plan_prov = prov.at("plan");
+    // Every input as it was resolved: the scenario's, then the plan's (group
+    // sizes, async and batch as they ran).
+    for (const auto& option : scenario_option_table()) row[option.spec.key] = option.get(sc);
     row["model"] = r.model.name;
     row["cluster"] = r.cluster.name;
-    row["gpus"] = r.gpus;
-    row["strategy"] = std::string(plan::to_string(run.strategy));
-    row["param_shard"] = plan_prov.value("param_shard", 0);
-    row["grad_shard"] = plan_prov.value("grad_shard", 0);
-    row["optim_shard"] = plan_prov.value("optim_shard", 0);
-    row["async"] = plan_prov.value("async", false);
-    row["tp"] = sc.plan.tp;
-    row["pp"] = sc.plan.pp;
-    row["vpp"] = sc.plan.vpp;
-    row["cp"] = sc.plan.cp;
-    row["ep"] = sc.plan.ep;
-    row["micro_batch"] = sc.plan.micro_batch;
-    row["recompute"] = std::string(plan::to_string(sc.plan.recompute));
     row["engine"] = r.engine;
-    row["engine_detail"] = r.engine_detail;
     row["nic_gbps"] = r.cluster.scale_out.nic_Gbps;
     row["oversubscription"] =
         r.cluster.scale_out.tiers.empty() ? 1.0 : r.cluster.scale_out.tiers.front().oversubscription;
-    row["seq_len"] = r.batch.seq_len;
-    row["global_batch_seqs"] = r.batch.sequences;
+    const json resolved = plan::plan_options_json(run.plan.options);
+    for (const auto& [key, value] : resolved.items()) row[key] = value;
+    row["engine_detail"] = r.engine_detail;
     row["model_sha256"] = r.model_sha256;
     row["cluster_sha256"] = r.cluster_sha256;
     row["step_time_s"] = m.step_time.to_seconds();

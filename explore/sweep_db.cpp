@@ -7,6 +7,8 @@
 #include <filesystem>
 
 #include "core/error.hpp"
+#include "explore/scenario.hpp"
+#include "plan/options.hpp"
 
 namespace hzp::explore {
 namespace {
@@ -37,51 +39,48 @@ nlohmann::ordered_json column_value(sqlite3_stmt* s, int i) {
 
 }  // namespace
 
+namespace {
+
+std::string sql_type(core::ValueType t) {
+  switch (t) {
+    case core::ValueType::Integer:
+    case core::ValueType::Boolean:
+    case core::ValueType::TokenCount: return "INTEGER";
+    case core::ValueType::Number: return "REAL";
+    default: return "TEXT";
+  }
+}
+
+std::vector<std::pair<std::string, std::string>> make_columns() {
+  std::vector<std::pair<std::string, std::string>> c = {{"point", "INTEGER"}, {"key", "TEXT"}, {"inputs", "TEXT"}};
+  // One column per input key, generated from the option tables.
+  for (const auto& row : scenario_option_table()) c.emplace_back(row.spec.key, sql_type(row.spec.type));
+  for (const auto& row : plan::plan_option_table()) c.emplace_back(row.spec.key, sql_type(row.spec.type));
+  for (const char* name : {"status", "error"}) c.emplace_back(name, "TEXT");
+  for (const char* name : {"step_time_s", "tokens_per_s", "tflops_per_gpu", "mfu", "exposed_comm_s", "peak_memory_gib",
+                           "peak_reserved_gib"}) {
+    c.emplace_back(name, "REAL");
+  }
+  c.emplace_back("fits", "INTEGER");
+  c.emplace_back("wall_s", "REAL");
+  for (const char* name : {"hzp_version", "git_revision", "model_sha256", "cluster_sha256", "schedule_sha256",
+                           "engine_detail", "shard"}) {
+    c.emplace_back(name, "TEXT");
+  }
+  return c;
+}
+
+// The column list as text: a database made with other columns is refused.
+std::string column_signature() {
+  std::string s;
+  for (const auto& [name, type] : SweepDb::columns()) s += (s.empty() ? "" : ",") + name + " " + type;
+  return s;
+}
+
+}  // namespace
+
 const std::vector<std::pair<std::string, std::string>>& SweepDb::columns() {
-  static const std::vector<std::pair<std::string, std::string>> c = {
-      {"point", "INTEGER"},
-      {"key", "TEXT"},
-      {"inputs", "TEXT"},
-      {"model", "TEXT"},
-      {"cluster", "TEXT"},
-      {"gpus", "INTEGER"},
-      {"strategy", "TEXT"},
-      {"param_shard", "INTEGER"},
-      {"grad_shard", "INTEGER"},
-      {"optim_shard", "INTEGER"},
-      {"tp", "INTEGER"},
-      {"pp", "INTEGER"},
-      {"vpp", "INTEGER"},
-      {"cp", "INTEGER"},
-      {"ep", "INTEGER"},
-      {"micro_batch", "INTEGER"},
-      {"recompute", "TEXT"},
-      {"async", "INTEGER"},
-      {"engine", "TEXT"},
-      {"ranks", "TEXT"},
-      {"nic_gbps", "REAL"},
-      {"oversubscription", "REAL"},
-      {"seq_len", "INTEGER"},
-      {"global_batch_seqs", "INTEGER"},
-      {"status", "TEXT"},
-      {"error", "TEXT"},
-      {"step_time_s", "REAL"},
-      {"tokens_per_s", "REAL"},
-      {"tflops_per_gpu", "REAL"},
-      {"mfu", "REAL"},
-      {"exposed_comm_s", "REAL"},
-      {"peak_memory_gib", "REAL"},
-      {"peak_reserved_gib", "REAL"},
-      {"fits", "INTEGER"},
-      {"wall_s", "REAL"},
-      {"hzp_version", "TEXT"},
-      {"git_revision", "TEXT"},
-      {"model_sha256", "TEXT"},
-      {"cluster_sha256", "TEXT"},
-      {"schedule_sha256", "TEXT"},
-      {"engine_detail", "TEXT"},
-      {"shard", "TEXT"},
-  };
+  static const std::vector<std::pair<std::string, std::string>> c = make_columns();
   return c;
 }
 
@@ -112,10 +111,21 @@ SweepDb::SweepDb(const std::string& path, const std::string& spec_hash, const st
                                            "use another --db",
                                            spec_hash.substr(0, 12), have.substr(0, 12)));
       }
+      Stmt cols(db_, "SELECT value FROM meta WHERE name = 'columns'", path_);
+      const bool same = sqlite3_step(cols.s) == SQLITE_ROW &&
+                        reinterpret_cast<const char*>(sqlite3_column_text(cols.s, 0)) == column_signature();
+      if (!same) {
+        throw core::InputError(path, "meta.columns",
+                               "expected the columns of this hzp's sweep rows (the database was made by another "
+                               "version); use another --db");
+      }
     } else {
-      Stmt put(db_, "INSERT INTO meta (name, value) VALUES ('spec_sha256', ?1), ('spec', ?2)", path_);
+      Stmt put(db_, "INSERT INTO meta (name, value) VALUES ('spec_sha256', ?1), ('spec', ?2), ('columns', ?3)",
+               path_);
       sqlite3_bind_text(put.s, 1, spec_hash.c_str(), -1, SQLITE_TRANSIENT);
       sqlite3_bind_text(put.s, 2, spec_json.c_str(), -1, SQLITE_TRANSIENT);
+      const std::string signature = column_signature();
+      sqlite3_bind_text(put.s, 3, signature.c_str(), -1, SQLITE_TRANSIENT);
       if (sqlite3_step(put.s) != SQLITE_DONE) {
         throw core::InputError(path, "meta", fmt::format("cannot record the sweep ({})", sqlite3_errmsg(db_)));
       }

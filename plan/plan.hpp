@@ -5,8 +5,10 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "core/options.hpp"
 #include "core/schedule.hpp"
 #include "models/model_spec.hpp"
 #include "models/step_graph.hpp"
@@ -23,8 +25,8 @@ namespace hzp::plan {
 enum class Strategy { Ddp, Zero1, Zero2, Fsdp, Hsdp, Hpz, Hzp };
 
 [[nodiscard]] std::string_view to_string(Strategy s);
-/// Parses a strategy name ("zero3" is fsdp); InputError(command line, --strategy) otherwise.
-[[nodiscard]] Strategy parse_strategy(const std::string& s);
+/// Parses a strategy name ("zero3" is fsdp); nullopt for any other text.
+[[nodiscard]] std::optional<Strategy> parse_strategy(std::string_view s);
 /// Every strategy implemented so far, in the order tables list them.
 [[nodiscard]] std::vector<Strategy> all_strategies();
 
@@ -43,10 +45,14 @@ struct ShardSizes {
   friend bool operator==(const ShardSizes&, const ShardSizes&) = default;
 };
 
+/// The global batch when a plan names none: 16M tokens (2,048 sequences of 8,192).
+inline constexpr std::int64_t kDefaultGlobalBatchTokens = 16LL << 20;
+
 struct PlanOptions {
-  Strategy strategy = Strategy::Fsdp;
+  Strategy strategy = Strategy::Hzp;
   std::int64_t seq_len = 0;  // 0: min(model max_seq_len, 8192)
-  /// The global batch, in tokens or in sequences: exactly one is set.
+  /// The global batch, in tokens or in sequences: at most one is set; neither
+  /// means kDefaultGlobalBatchTokens.
   std::optional<std::int64_t> global_batch_tokens;
   std::optional<std::int64_t> global_batch_sequences;
   std::int64_t micro_batch = 1;  // sequences per micro-batch per rank
@@ -128,9 +134,12 @@ struct PlanOptions {
 };
 
 /// The (g_p, g_g, g_o) a strategy uses on `dp` data-parallel ranks of this
-/// cluster; InputError naming --param-shard/--grad-shard/--optim-shard when the
-/// sizes do not divide or nest.
+/// cluster; core::ProblemError naming param_shard/grad_shard/optim_shard when
+/// the sizes do not divide or nest.
 [[nodiscard]] ShardSizes resolve_shards(const PlanOptions& o, int dp, const topologies::ClusterSpec& c);
+/// The same without throwing: the problems (empty: `out` holds the sizes).
+[[nodiscard]] std::vector<core::Problem> check_shards(const PlanOptions& o, int dp, const topologies::ClusterSpec& c,
+                                                      ShardSizes& out);
 [[nodiscard]] bool resolve_async(const PlanOptions& o);
 
 /// Bytes per parameter of the Adam optimizer step: read the gradient (4),
@@ -174,8 +183,12 @@ struct BatchSplit {
   int data_parallel = 0;
   std::int64_t micro_batches = 0;  // per rank
 };
-/// Throws InputError naming the option when the batch does not divide.
+/// Throws core::ProblemError naming the option when the batch does not divide.
 [[nodiscard]] BatchSplit split_batch(const models::ModelSpec& m, int world, const PlanOptions& o);
+/// The same without throwing: the problems, stopping at the first that leaves
+/// nothing further to check (empty: `out` holds the split).
+[[nodiscard]] std::vector<core::Problem> check_batch(const models::ModelSpec& m, int world, const PlanOptions& o,
+                                                     BatchSplit& out);
 
 /// Per rank class and micro-batch: what the seeded workload draws make of the
 /// nominal step (attention and compute factors; expert-load factor of the class).
@@ -188,8 +201,40 @@ struct Workload {
 [[nodiscard]] Workload draw_workload(const PlanOptions& o, std::int64_t seq_len, std::int64_t micro_batches,
                                      int variability_class, int stage, int expert_rank, int ep, int experts);
 
+/// A plan with every default resolved: `options` holds the group sizes the
+/// strategy uses (expert ones for MoE models, else null), async, sequence
+/// parallelism as it runs (only with tp > 1), the sequence length and the
+/// global batch in sequences (tokens null).
+struct ResolvedPlan {
+  PlanOptions options;
+  BatchSplit batch;
+  ShardSizes shards;    // the dense (g_p, g_g, g_o)
+  int shard_ranks = 0;  // DP x CP: the ranks parameters are replicated over
+  /// The Schedule's provenance "plan": the resolved options (a plan file's
+  /// body) plus micro_batches, data_parallel and shard_ranks.
+  [[nodiscard]] std::string provenance_json() const;
+};
+
+/// Every problem of the plan on this model and cluster, fields named by their
+/// option key (plan/options.hpp); empty when lower() accepts it, and then
+/// `resolved` (if given) holds the resolved plan. Never throws for bad input.
+[[nodiscard]] std::vector<core::Problem> check_plan(const models::ModelSpec& m, const topologies::Topology& topo,
+                                                    const PlanOptions& o, ResolvedPlan* resolved = nullptr);
+/// The resolved plan; core::ProblemError with every problem otherwise.
+[[nodiscard]] ResolvedPlan resolve_plan(const models::ModelSpec& m, const topologies::Topology& topo,
+                                        const PlanOptions& o);
+
+/// A lowered plan: the Schedule and the resolved plan beside it.
+struct LoweredPlan {
+  core::Schedule schedule;
+  ResolvedPlan plan;
+};
 /// Lowers the plan to a Schedule, checked by core::check_schedule before
-/// return (plan search skips the check for plans it only scores).
+/// return (plan search skips the check for plans it only scores). Bad plans
+/// throw core::ProblemError (see check_plan).
+[[nodiscard]] LoweredPlan lower_plan(const models::ModelSpec& m, const topologies::Topology& topo,
+                                     const PlanOptions& o, bool check = true);
+/// lower_plan(...).schedule.
 [[nodiscard]] core::Schedule lower(const models::ModelSpec& m, const topologies::Topology& topo, const PlanOptions& o,
                                    bool check = true);
 

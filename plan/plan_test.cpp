@@ -60,17 +60,18 @@ TEST(SplitBatch, DividesOrNamesTheOption) {
   try {
     (void)split_batch(m, 1024, options(Strategy::Fsdp, 1000));
     FAIL();
-  } catch (const core::InputError& e) {
-    EXPECT_EQ(
-        std::string(e.what()),
-        "command line: --global-batch-tokens: expected a positive multiple of the sequence length 8192, got 1000");
+  } catch (const core::ProblemError& e) {
+    // The problem names the option's key; whoever knows the source maps it to a flag or a file's key.
+    ASSERT_EQ(e.problems().size(), 1u);
+    EXPECT_EQ(e.problems()[0],
+              (core::Problem{"global_batch_tokens", "expected a positive multiple of the sequence length 8192, got 1000"}));
   }
   PlanOptions o = options(Strategy::Fsdp, 16 << 20);
   o.micro_batch = 4;
   try {
     (void)split_batch(m, 1024, o);
     FAIL();
-  } catch (const core::InputError& e) {
+  } catch (const core::ProblemError& e) {
     EXPECT_NE(std::string(e.what()).find("expected a multiple of 4096 sequences"), std::string::npos);
   }
 }
@@ -94,14 +95,49 @@ TEST(ResolveShards, PresetsAndValidation) {
   EXPECT_EQ(sizes(Strategy::Hpz, 64), (ShardSizes{16, 64, 64}));
   EXPECT_EQ(sizes(Strategy::Hzp, 64), (ShardSizes{8, 16, 64}));  // domain, node, DP
   EXPECT_EQ(sizes(Strategy::Hzp, 64, 8, 16, 32), (ShardSizes{8, 16, 32}));
-  EXPECT_THROW(sizes(Strategy::Hzp, 64, 8, 16, 48), core::InputError);  // 48 does not divide 64
-  EXPECT_THROW(sizes(Strategy::Hzp, 64, 3, 16, 64), core::InputError);  // 3 does not divide g_o
-  EXPECT_THROW(sizes(Strategy::Fsdp, 64, 8), core::InputError);         // presets take no sizes
+  EXPECT_THROW(sizes(Strategy::Hzp, 64, 8, 16, 48), core::ProblemError);  // 48 does not divide 64
+  EXPECT_THROW(sizes(Strategy::Hzp, 64, 3, 16, 64), core::ProblemError);  // 3 does not divide g_o
+  EXPECT_THROW(sizes(Strategy::Fsdp, 64, 8), core::ProblemError);         // presets take no sizes
   PlanOptions o;
   o.strategy = Strategy::Hzp;
   EXPECT_TRUE(resolve_async(o));
   o.strategy = Strategy::Fsdp;
   EXPECT_FALSE(resolve_async(o));
+}
+
+// check_plan returns every problem at once, each naming its option's key, and
+// the resolved plan when there is none: the way plan search filters candidates
+// without exceptions.
+TEST(CheckPlan, EveryProblemAtOnceAndTheResolvedPlan) {
+  const auto m = models::load_model("llama3-8b");
+  topologies::Topology topo(topologies::load_cluster("dgx-h100"), 16);
+  PlanOptions o;
+  o.strategy = Strategy::Hzp;
+  o.global_batch_sequences = 32;
+  o.optim_shard = 12;      // not a divisor of DP = 16
+  o.prefetch_depth = 100;  // above 64
+  o.ep = 2;                // a dense model
+  const std::vector<core::Problem> ps = check_plan(m, topo, o);
+  ASSERT_EQ(ps.size(), 3u);
+  EXPECT_EQ(ps[0], (core::Problem{"optim_shard", "expected a divisor of the data-parallel size (16), got 12"}));
+  EXPECT_EQ(ps[1], (core::Problem{"prefetch_depth", "expected 0..64, got 100"}));
+  EXPECT_EQ(ps[2], (core::Problem{"ep", "llama3-8b has no experts: expected ep 1"}));
+
+  o.optim_shard = 0;
+  o.prefetch_depth = 1;
+  o.ep = 1;
+  ResolvedPlan r;
+  ASSERT_TRUE(check_plan(m, topo, o, &r).empty());
+  // hzp's defaults on dgx-h100 x 16: (scale-up domain 8, node 8, DP 16); async; 32 sequences of 8,192.
+  EXPECT_EQ(r.shards, (ShardSizes{8, 8, 16}));
+  EXPECT_EQ(r.options.param_shard, 8);
+  EXPECT_EQ(r.options.optim_shard, 16);
+  EXPECT_EQ(r.options.async, std::optional<bool>(true));
+  EXPECT_FALSE(r.options.sequence_parallel);  // tp 1: no sequence parallelism runs
+  EXPECT_EQ(r.options.seq_len, 8192);
+  EXPECT_EQ(r.options.global_batch_sequences, std::optional<std::int64_t>(32));
+  EXPECT_FALSE(r.options.global_batch_tokens.has_value());
+  EXPECT_EQ(r.batch.micro_batches, 2);
 }
 
 struct Case {
@@ -523,11 +559,11 @@ TEST(ExpertParallel, RejectsImpossibleSizes) {
   PlanOptions o = options(Strategy::Fsdp, 32 * 4096);
   o.seq_len = 4096;
   o.ep = 8;
-  EXPECT_THROW((void)lower(models::load_model("llama3-8b"), topo, o), core::InputError);  // no experts
+  EXPECT_THROW((void)lower(models::load_model("llama3-8b"), topo, o), core::ProblemError);  // no experts
   o.ep = 3;
-  EXPECT_THROW((void)lower(models::load_model("mixtral-8x7b"), topo, o), core::InputError);  // 3 does not divide 32
+  EXPECT_THROW((void)lower(models::load_model("mixtral-8x7b"), topo, o), core::ProblemError);  // 3 does not divide 32
   o.ep = 16;
-  EXPECT_THROW((void)lower(models::load_model("mixtral-8x7b"), topo, o), core::InputError);  // 8 experts
+  EXPECT_THROW((void)lower(models::load_model("mixtral-8x7b"), topo, o), core::ProblemError);  // 8 experts
 }
 
 }  // namespace
@@ -665,7 +701,7 @@ TEST(ContextParallel, RingAttention) {
   EXPECT_EQ(chunks, layers * micro_batches * 2 * 4);
   EXPECT_EQ(bytes, layers * micro_batches * 3 * (block + 2 * block));
   o.flash_attention = false;
-  EXPECT_THROW((void)lower(m, topo, o), core::InputError);
+  EXPECT_THROW((void)lower(m, topo, o), core::ProblemError);
 }
 
 }  // namespace

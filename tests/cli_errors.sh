@@ -39,7 +39,7 @@ expect_error "badcluster.json: source: missing required key" simulate --cluster 
 expect_error "--global-batch-tokens: expected a positive multiple of the sequence length 8192" simulate --global-batch-tokens 1000
 expect_error "expected a multiple of 2048 sequences" simulate --global-batch-tokens 8M --micro-batch 2 --gpus 1024
 expect_error "--gpus: dgx-h100 has 8 devices per node: expected a multiple of 8, got 12" simulate --gpus 12
-expect_error "--strategy: expected ddp|zero1|zero2|zero3|fsdp|hsdp|hpz|hzp|all" simulate --strategy zero4
+expect_error "--strategy: expected ddp|zero1|zero2|zero3|fsdp|hsdp|hpz|hzp, got 'zero4'" simulate --strategy zero4
 expect_error "--optim-shard: expected a divisor of the data-parallel size (1024), got 48" simulate --strategy hzp --optim-shard 48
 expect_error "--param-shard: expected no group sizes for the fsdp preset" simulate --strategy fsdp --param-shard 8
 expect_error "command line:" simulate --no-such-flag
@@ -48,10 +48,10 @@ expect_error "nope.json: cannot open file" simulate --model nope.json
 # Semantic rejections: inputs that parse but make no sense.
 sed 's/"bw_GBps": 450/"bw_GBps": 0/' "$(dirname "$0")/../topologies/catalog/dgx-h100.json" > "$work/zero-bw.json"
 expect_error "zero-bw.json: node.scale_up.bw_GBps: expected a number in [0.001" simulate --cluster "$work/zero-bw.json"
-expect_error "--global-batch-seqs: 512 sequences do not split over 1024 data-parallel ranks" simulate --global-batch-seqs 512
+expect_error "--global-batch-sequences: 512 sequences do not split over 1024 data-parallel ranks" simulate --global-batch-seqs 512
 expect_error "--param-shard: expected a divisor of the optimizer shard group g_o (256), got 3" simulate --strategy hzp --param-shard 3 --optim-shard 256
 expect_error "--tp: expected a divisor of the 64 attention heads of llama3-70b, got 48" simulate --tp 48 --gpus 96 --global-batch-seqs 2
-expect_error "--gpus: expected 1 to 1048576 GPUs" simulate --gpus 2000000
+expect_error "--gpus: expected an integer in [1, 1048576], got 2000000" simulate --gpus 2000000
 expect_error "--plan" simulate --plan "$(dirname "$0")/../examples/plans/llama3-70b-hzp.json" --tp 2
 printf '{"schema_version": 1}' > "$work/plan.json"
 expect_error "plan.json: strategy: missing required key" simulate --plan "$work/plan.json"

@@ -1,6 +1,6 @@
 // What every fuzz target checks: an input is accepted, or rejected with one of
-// hzp's one-line errors (InputError for bad input, ScheduleError for a
-// Schedule that breaks the contract). Anything else — another exception, a
+// hzp's one-line errors (InputError for bad input, ProblemError for a plan a
+// library check refuses, ScheduleError for a Schedule that breaks the contract). Anything else — another exception, a
 // multi-line message, a crash, a sanitizer report — stops the fuzzer.
 #pragma once
 
@@ -12,6 +12,7 @@
 #include <string>
 
 #include "core/error.hpp"
+#include "core/options.hpp"
 
 namespace hzp::fuzz {
 
@@ -28,6 +29,8 @@ int run(const std::uint8_t* data, std::size_t size, F&& body) {
   try {
     body(text);
   } catch (const core::InputError& e) {
+    one_line(e.what());
+  } catch (const core::ProblemError& e) {
     one_line(e.what());
   } catch (const core::ScheduleError& e) {
     one_line(e.what());

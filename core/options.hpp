@@ -1,0 +1,112 @@
+// Declarative options: one row per option (key, type, range, help, flag), from
+// which a command line, a JSON file reader and writer, sweep keys and a JSON
+// Schema are generated, and structured problems that name the option's field.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace hzp::core {
+
+/// One thing wrong with an input: the field (an option's key, e.g.
+/// "param_shard") and what was expected there. Whoever knows where the input
+/// came from maps the field to a flag (`--param-shard`) or a file's key.
+struct Problem {
+  std::string field;
+  std::string message;
+  friend bool operator==(const Problem&, const Problem&) = default;
+};
+
+/// Problems found by a library check, all of them; the caller maps each field
+/// to its flag or file key (see InputError for the one-line rendering).
+class ProblemError : public std::runtime_error {
+ public:
+  explicit ProblemError(std::vector<Problem> problems);
+  [[nodiscard]] const std::vector<Problem>& problems() const { return problems_; }
+
+ private:
+  std::vector<Problem> problems_;
+};
+
+/// The problems as one line: "<name(field)>: <message>; <name(field)>: ...".
+template <class NameOf>
+[[nodiscard]] std::string join_problems(const std::vector<Problem>& ps, NameOf name_of) {
+  std::string s;
+  for (const Problem& p : ps) s += (s.empty() ? "" : "; ") + name_of(p.field) + ": " + p.message;
+  return s;
+}
+
+enum class ValueType {
+  Integer,     // a whole number in [min, max]
+  Number,      // a finite number in [min, max]
+  Boolean,     // true | false
+  Choice,      // one of `choices`
+  TokenCount,  // an integer, or text with a K/M/G suffix (powers of two): "16M"
+  Triple,      // three integers in [min, max]: [g_p, g_g, g_o]; text "8/8/64"
+  Text,        // a non-empty string (a catalog name or a file path)
+};
+
+/// One option. `key` is its one spelling in files, sweeps, provenance and
+/// problems; the command-line flag is derived from it ("param_shard" ->
+/// "--param-shard") unless `flag` says otherwise.
+struct OptionSpec {
+  std::string key;
+  ValueType type = ValueType::Integer;
+  std::string help;
+  double min = 0;
+  double max = 0;
+  std::vector<std::string> choices;  // Choice: every accepted name
+  /// null is a value: the option is unset and its documented rule applies.
+  bool nullable = false;
+  /// Files must state the key (false for keys added after files were written).
+  bool required_in_file = true;
+  /// Boolean: the flag that sets true (may be empty) and the one that sets false.
+  std::string flag;
+  std::string false_flag;
+  /// Older spellings of the flag, still accepted on the command line.
+  std::vector<std::string> flag_aliases;
+  /// A unit or form for the documentation ("tokens", "Gb/s").
+  std::string unit;
+};
+
+/// The flag that sets this option ("--" + key with '-' for '_'), or for a
+/// Boolean with only a false flag, that one.
+[[nodiscard]] std::string flag_of(const OptionSpec& spec);
+
+/// Checks a JSON value against the option (type, range, choices, null) and
+/// returns it normalised (a TokenCount's "16M" becomes 16777216), or the
+/// message of what was expected.
+struct Checked {
+  nlohmann::json value;
+  std::string problem;  // empty: `value` is good
+};
+[[nodiscard]] Checked check_value(const OptionSpec& spec, const nlohmann::json& value);
+
+/// The option's value as command-line text (the inverse of value_from_text).
+[[nodiscard]] std::string value_to_text(const OptionSpec& spec, const nlohmann::json& value);
+
+/// Parses command-line or `--set` text for the option, then checks it.
+/// Integers reject signs, fractions and overflow; numbers reject NaN and inf.
+[[nodiscard]] Checked value_from_text(const OptionSpec& spec, std::string_view text);
+
+/// "16M" -> 16·2^20 (K, M, G are powers of two); nullopt unless a positive
+/// integer of at most 12 digits with an optional suffix.
+[[nodiscard]] std::optional<std::int64_t> parse_token_count(std::string_view text);
+
+/// The option as a JSON Schema property (type, range, enum, default, description).
+[[nodiscard]] nlohmann::ordered_json schema_property(const OptionSpec& spec, const nlohmann::json& default_value);
+
+/// A value different from `default_value` that the option accepts (tests use
+/// it to prove that every option reaches every channel).
+[[nodiscard]] nlohmann::json sample_value(const OptionSpec& spec, const nlohmann::json& default_value);
+
+/// The closest of `candidates` to `word` by edit distance, if close enough to
+/// be a likely typo ("did you mean ...?").
+[[nodiscard]] std::optional<std::string> closest(std::string_view word, const std::vector<std::string>& candidates);
+
+}  // namespace hzp::core

@@ -1,0 +1,290 @@
+// The plan option table (see options.hpp).
+#include "plan/options.hpp"
+
+#include <fmt/format.h>
+
+#include <type_traits>
+
+namespace hzp::plan {
+namespace {
+
+using core::OptionSpec;
+using core::ValueType;
+using json = nlohmann::json;
+
+OptionSpec spec(std::string key, ValueType type, std::string help, double min = 0, double max = 0) {
+  OptionSpec s;
+  s.key = std::move(key);
+  s.type = type;
+  s.help = std::move(help);
+  s.min = min;
+  s.max = max;
+  return s;
+}
+
+// A Boolean with the flag that sets it and the one that clears it.
+OptionSpec flags(OptionSpec s, std::string on, std::string off) {
+  s.flag = std::move(on);
+  s.false_flag = std::move(off);
+  return s;
+}
+
+OptionSpec optional_in_file(OptionSpec s) {
+  s.required_in_file = false;
+  return s;
+}
+
+OptionSpec nullable(OptionSpec s) {
+  s.nullable = true;
+  return s;
+}
+
+// A plain field: integer, number or bool, read and written as itself.
+template <auto Member>
+PlanOption field(OptionSpec s) {
+  return PlanOption{std::move(s), [](const PlanOptions& o) -> json { return o.*Member; },
+                    [](PlanOptions& o, const json& v) {
+                      using T = std::remove_cvref_t<decltype(o.*Member)>;
+                      o.*Member = v.get<T>();
+                    }};
+}
+
+std::vector<PlanOption> make_table() {
+  constexpr double kGroup = 1 << 20;  // the largest group size a plan may name
+  constexpr double kModelParallel = 1 << 12;
+  std::vector<PlanOption> t;
+  {
+    OptionSpec s = spec("strategy", ValueType::Choice,
+                        "the data-parallel plan (g_p, g_g, g_o): ddp (1,1,1), zero1 (1,1,DP), zero2 (1,DP,DP), "
+                        "fsdp = zero3 (DP,DP,DP), hsdp (S,S,S), hpz (node,DP,DP), hzp (any)");
+    s.choices = {"ddp", "zero1", "zero2", "zero3", "fsdp", "hsdp", "hpz", "hzp"};
+    t.push_back({s, [](const PlanOptions& o) -> json { return std::string(to_string(o.strategy)); },
+                 [](PlanOptions& o, const json& v) { o.strategy = *parse_strategy(v.get<std::string>()); }});
+  }
+  t.push_back(field<&PlanOptions::param_shard>(spec(
+      "param_shard", ValueType::Integer,
+      "hzp: g_p, ranks the bf16 parameters are sharded over (hsdp: S); 0: the strategy's default", 0, kGroup)));
+  t.push_back(field<&PlanOptions::grad_shard>(
+      spec("grad_shard", ValueType::Integer,
+           "hzp: g_g, ranks the accumulated gradients are sharded over; 0: the strategy's default", 0, kGroup)));
+  t.push_back(field<&PlanOptions::optim_shard>(spec(
+      "optim_shard", ValueType::Integer,
+      "hzp: g_o, ranks the fp32 master weights and Adam moments are sharded over; 0: the strategy's default", 0,
+      kGroup)));
+  t.push_back({nullable(flags(spec("async", ValueType::Boolean,
+                                   "background issue threads and pooled buffers (true) or collectives issued inline "
+                                   "with the caching allocator (false); null: true for hzp, false for the presets"),
+                              "--async", "--no-async")),
+               [](const PlanOptions& o) -> json { return o.async ? json(*o.async) : json(); },
+               [](PlanOptions& o, const json& v) {
+                 o.async = v.is_null() ? std::nullopt : std::optional<bool>(v.get<bool>());
+               }});
+  t.push_back(field<&PlanOptions::reshard_after_forward>(
+      flags(spec("reshard_after_forward", ValueType::Boolean,
+                 "free gathered parameters after forward and gather them again for backward (false: keep them)"),
+            "--reshard-after-forward", "--keep-gathered")));
+  t.push_back(field<&PlanOptions::prefetch_depth>(
+      spec("prefetch_depth", ValueType::Integer, "parameter all-gathers in flight ahead of compute", 0, 64)));
+  t.push_back(field<&PlanOptions::tp>(spec("tp", ValueType::Integer,
+                                           "tensor-parallel size (Megatron, with sequence parallelism)", 1,
+                                           kModelParallel)));
+  t.push_back(field<&PlanOptions::sequence_parallel>(
+      flags(spec("sequence_parallel", ValueType::Boolean,
+                 "tensor parallelism with sequence parallelism (false: all-reduces)"),
+            "--sequence-parallel", "--no-sequence-parallel")));
+  t.push_back(field<&PlanOptions::pp>(spec("pp", ValueType::Integer, "pipeline stages (1F1B)", 1, kModelParallel)));
+  t.push_back(field<&PlanOptions::vpp>(
+      spec("vpp", ValueType::Integer, "virtual stages per pipeline rank (interleaved 1F1B when > 1)", 1, 1 << 10)));
+  t.push_back(field<&PlanOptions::cp>(spec("cp", ValueType::Integer,
+                                           "context-parallel size (ring attention; sequences split over cp ranks)",
+                                           1, kModelParallel)));
+  t.push_back(field<&PlanOptions::tp_comm_overlap>(
+      flags(spec("tp_comm_overlap", ValueType::Boolean,
+                 "pipeline tensor-parallel all-gathers/reduce-scatters with their GEMMs in chunks"),
+            "--tp-comm-overlap", "--no-tp-comm-overlap")));
+  t.push_back(field<&PlanOptions::overlap_param_gather>(
+      flags(spec("overlap_param_gather", ValueType::Boolean,
+                 "steady state: the 1/g_o -> 1/g_p parameter all-gather overlaps the next forward"),
+            "--overlap-param-gather", "--no-overlap-param-gather")));
+  t.push_back(field<&PlanOptions::overlap_grad_reduce>(optional_in_file(
+      flags(spec("overlap_grad_reduce", ValueType::Boolean,
+                 "reduce each unit's final gradients during the backward pass (false: after it, Megatron-LM's "
+                 "default)"),
+            "--overlap-grad-reduce", "--no-overlap-grad-reduce"))));
+  t.push_back(field<&PlanOptions::pipeline_p2p_sync>(optional_in_file(
+      flags(spec("pipeline_p2p_sync", ValueType::Boolean,
+                 "the host waits for every pipeline receive before issuing more work (Megatron's batch_p2p_sync)"),
+            "--pipeline-p2p-sync", "--no-pipeline-p2p-sync"))));
+  t.push_back(field<&PlanOptions::ep>(spec(
+      "ep", ValueType::Integer, "expert-parallel size for MoE models (experts split over ep data-parallel ranks)", 1,
+      kModelParallel)));
+  {
+    OptionSpec s = nullable(spec("expert_shards", ValueType::Triple,
+                                 "expert parameters' own (g_p, g_g, g_o) over the DP / ep expert-data-parallel "
+                                 "ranks; null: the dense sizes capped at DP / ep",
+                                 1, kGroup));
+    s.unit = "text form g_p/g_g/g_o";
+    t.push_back({s,
+                 [](const PlanOptions& o) -> json {
+                   if (!o.expert_shards) return json();
+                   return json{o.expert_shards->param, o.expert_shards->grad, o.expert_shards->optim};
+                 },
+                 [](PlanOptions& o, const json& v) {
+                   o.expert_shards = v.is_null() ? std::nullopt
+                                                 : std::optional<ShardSizes>(ShardSizes{
+                                                       v[0].get<int>(), v[1].get<int>(), v[2].get<int>()});
+                 }});
+  }
+  t.push_back(field<&PlanOptions::variability_classes>(
+      spec("variability_classes", ValueType::Integer,
+           "rank classes per stage, each drawing its own workload (documents, jitter)", 1, kGroup)));
+  {
+    OptionSpec s = spec("doc_mean_tokens", ValueType::Number,
+                        "packed documents of this mean length (exponential): attention costs the sum of squares; "
+                        "0: one document per sequence",
+                        0, 1 << 21);
+    s.unit = "tokens";
+    t.push_back(field<&PlanOptions::doc_mean_tokens>(s));
+  }
+  t.push_back(field<&PlanOptions::compute_jitter>(spec(
+      "compute_jitter", ValueType::Number, "relative std. dev. of each rank class's compute per micro-batch", 0, 1)));
+  t.push_back(field<&PlanOptions::moe_skew>(
+      spec("moe_skew", ValueType::Number, "Zipf skew of the routing to experts (0: uniform)", 0, 10)));
+  t.push_back(field<&PlanOptions::seed>(
+      spec("seed", ValueType::Integer, "seed of every workload draw", 0, 9007199254740992.0 /* 2^53 */)));
+  {
+    OptionSpec s = spec("seq_len", ValueType::Integer, "sequence length; 0: min(model max, 8192)", 0, 1 << 21);
+    s.unit = "tokens";
+    t.push_back(field<&PlanOptions::seq_len>(s));
+  }
+  {
+    OptionSpec s = nullable(spec("global_batch_tokens", ValueType::TokenCount,
+                                 "global batch in tokens; null with global_batch_sequences null: 16M",
+                                 1, 1LL << 50));
+    s.unit = "tokens";
+    t.push_back({s,
+                 [](const PlanOptions& o) -> json {
+                   return o.global_batch_tokens ? json(*o.global_batch_tokens) : json();
+                 },
+                 [](PlanOptions& o, const json& v) {
+                   o.global_batch_tokens =
+                       v.is_null() ? std::nullopt : std::optional<std::int64_t>(v.get<std::int64_t>());
+                 }});
+  }
+  {
+    OptionSpec s =
+        nullable(spec("global_batch_sequences", ValueType::Integer,
+                      "global batch in sequences (instead of global_batch_tokens)", 1, 1LL << 40));
+    s.flag_aliases = {"--global-batch-seqs"};
+    t.push_back({s,
+                 [](const PlanOptions& o) -> json {
+                   return o.global_batch_sequences ? json(*o.global_batch_sequences) : json();
+                 },
+                 [](PlanOptions& o, const json& v) {
+                   o.global_batch_sequences =
+                       v.is_null() ? std::nullopt : std::optional<std::int64_t>(v.get<std::int64_t>());
+                 }});
+  }
+  t.push_back(field<&PlanOptions::micro_batch>(
+      spec("micro_batch", ValueType::Integer, "sequences per micro-batch per rank", 1, 1 << 24)));
+  {
+    OptionSpec s = spec("recompute", ValueType::Choice, "activation recomputation");
+    s.choices = {"none", "selective", "full"};
+    t.push_back({s, [](const PlanOptions& o) -> json { return std::string(to_string(o.recompute)); },
+                 [](PlanOptions& o, const json& v) { o.recompute = *parse_recompute(v.get<std::string>()); }});
+  }
+  t.push_back(field<&PlanOptions::flash_attention>(
+      flags(spec("flash_attention", ValueType::Boolean,
+                 "fused (flash) attention (false: scores and context as batched GEMMs)"),
+            "--flash-attention", "--no-flash-attention")));
+  t.push_back(field<&PlanOptions::fused_loss>(optional_in_file(
+      flags(spec("fused_loss", ValueType::Boolean,
+                 "fused softmax cross-entropy (false: Megatron's eager vocab-parallel kernels, six passes over "
+                 "fp32 logits)"),
+            "--fused-loss", "--unfused-loss"))));
+  {
+    OptionSpec s = spec("grad_dtype", ValueType::Choice, "gradient accumulation dtype");
+    s.choices = {"fp32", "bf16"};
+    t.push_back({s, [](const PlanOptions& o) -> json { return std::string(core::to_string(o.grad_dtype)); },
+                 [](PlanOptions& o, const json& v) { o.grad_dtype = *parse_grad_dtype(v.get<std::string>()); }});
+  }
+  return t;
+}
+
+}  // namespace
+
+const std::vector<PlanOption>& plan_option_table() {
+  static const std::vector<PlanOption> t = make_table();
+  return t;
+}
+
+const PlanOption* find_plan_option(std::string_view key) {
+  for (const auto& row : plan_option_table()) {
+    if (row.spec.key == key) return &row;
+  }
+  return nullptr;
+}
+
+std::vector<std::string> plan_option_keys() {
+  std::vector<std::string> keys;
+  for (const auto& row : plan_option_table()) keys.push_back(row.spec.key);
+  return keys;
+}
+
+std::optional<core::Problem> set_plan_option(PlanOptions& o, std::string_view key, const json& value) {
+  const PlanOption* row = find_plan_option(key);
+  if (!row) return core::Problem{std::string(key), "unknown plan option"};
+  core::Checked c = core::check_value(row->spec, value);
+  if (!c.problem.empty()) return core::Problem{row->spec.key, c.problem};
+  row->set(o, c.value);
+  return std::nullopt;
+}
+
+nlohmann::ordered_json plan_options_json(const PlanOptions& o) {
+  nlohmann::ordered_json j;
+  for (const auto& row : plan_option_table()) j[row.spec.key] = row.get(o);
+  return j;
+}
+
+std::vector<core::Problem> plan_options_from_json(const json& j, PlanOptions& o) {
+  std::vector<core::Problem> problems;
+  if (!j.is_object()) return {core::Problem{"(top level)", "expected a JSON object of plan options"}};
+  const std::vector<std::string> keys = plan_option_keys();
+  for (const auto& [key, value] : j.items()) {
+    if (key == "schema_version" || find_plan_option(key)) continue;
+    const auto near = core::closest(key, keys);
+    problems.push_back({key, near ? fmt::format("unknown key (did you mean \"{}\"?)", *near) : "unknown key"});
+  }
+  for (const auto& row : plan_option_table()) {
+    if (!j.contains(row.spec.key)) {
+      if (row.spec.required_in_file) problems.push_back({row.spec.key, "missing required key"});
+      continue;
+    }
+    if (auto p = set_plan_option(o, row.spec.key, j.at(row.spec.key))) problems.push_back(*p);
+  }
+  if (o.global_batch_tokens && o.global_batch_sequences) {
+    problems.push_back({"global_batch_tokens",
+                        "expected at most one of global_batch_tokens and global_batch_sequences to be non-null"});
+  }
+  return problems;
+}
+
+nlohmann::ordered_json plan_schema() {
+  const PlanOptions defaults;
+  nlohmann::ordered_json props;
+  props["schema_version"] = {{"const", kPlanSchemaVersion}, {"description", "the plan file format's version"}};
+  nlohmann::ordered_json required = {"schema_version"};
+  for (const auto& row : plan_option_table()) {
+    props[row.spec.key] = core::schema_property(row.spec, row.get(defaults));
+    if (row.spec.required_in_file) required.push_back(row.spec.key);
+  }
+  return {{"$schema", "https://json-schema.org/draft/2020-12/schema"},
+          {"$id", "hzp/plan.schema.json"},
+          {"title", "hzp plan options (hzp simulate --plan FILE)"},
+          {"type", "object"},
+          {"additionalProperties", false},
+          {"required", required},
+          {"properties", props}};
+}
+
+}  // namespace hzp::plan

@@ -1,0 +1,65 @@
+// Calibration and what-if overlays on a cluster file (see overlay.hpp).
+#include "topologies/overlay.hpp"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "core/json_reader.hpp"
+
+namespace hzp::topologies {
+namespace {
+
+void apply_calibration(nlohmann::ordered_json& j, const std::string& path) {
+  const nlohmann::json cal = core::read_json_file(path);
+  core::StrictObject o(cal, path);
+  core::require_schema_version(o, 1);
+  const std::string device = o.str("device");
+  if (device != j["device"].value("name", "")) {
+    o.fail("device", fmt::format("expected the cluster's device \"{}\", got \"{}\"", j["device"].value("name", ""),
+                                 device));
+  }
+  if (o.str("source").empty()) o.fail("source", "expected how the calibration was obtained");
+  // Each section overlays the cluster file's object of the same meaning; only
+  // keys that object has.
+  auto overlay = [&](const std::string& section, nlohmann::ordered_json& target, bool required) {
+    if (!required && !o.has(section)) return;
+    const nlohmann::json& values = o.raw(section);
+    if (!values.is_object()) o.fail(section, "expected an object of values for the cluster file's " + section);
+    for (const auto& [key, value] : values.items()) {
+      if (!target.contains(key) || key == "name") {
+        o.fail(section + "." + key, "expected a key of the cluster file's " + section);
+      }
+      target[key] = value;
+    }
+  };
+  overlay("device_profile", j["device"], true);
+  overlay("scale_up", j["node"]["scale_up"], false);
+  overlay("scale_out", j["scale_out"], false);
+  o.finish();
+}
+
+}  // namespace
+
+std::pair<std::string, std::string> overlaid_cluster_text(const std::string& name_or_path,
+                                                          const ClusterOverlay& overlay) {
+  auto [text, file] = cluster_text(name_or_path);
+  if (overlay.empty()) return {text, file};
+  nlohmann::ordered_json j = nlohmann::ordered_json::parse(text);
+  if (!overlay.calibration.empty()) {
+    apply_calibration(j, overlay.calibration);
+    file += " with calibration " + overlay.calibration;
+  }
+  if (overlay.nic_gbps) j["scale_out"]["nic_Gbps"] = *overlay.nic_gbps;
+  if (overlay.oversubscription && !j["scale_out"]["tiers"].empty()) {
+    j["scale_out"]["tiers"][0]["oversubscription"] = *overlay.oversubscription;
+  }
+  return {j.dump(2), file};
+}
+
+ResolvedCluster resolve_cluster(const std::string& name_or_path, const ClusterOverlay& overlay) {
+  auto [text, file] = overlaid_cluster_text(name_or_path, overlay);
+  ClusterSpec spec = cluster_from_json(text, file);
+  return ResolvedCluster{std::move(spec), std::move(text), std::move(file)};
+}
+
+}  // namespace hzp::topologies

@@ -1,0 +1,36 @@
+// A cluster as a run sees it: the catalog entry or file, with a calibration
+// overlay (device-profile values fitted for its device) and what-if changes
+// (NIC speed, the leaf switches' oversubscription) applied to its JSON.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "topologies/cluster_spec.hpp"
+
+namespace hzp::topologies {
+
+struct ClusterOverlay {
+  /// A calibration file (what `hzp calibrate` writes): {"schema_version": 1,
+  /// "device": NAME, "source": ..., "device_profile": {key: value}, optional
+  /// "scale_up": {...}, "scale_out": {...}}; "" for none.
+  std::string calibration;
+  std::optional<double> nic_gbps;          // scale_out.nic_Gbps
+  std::optional<double> oversubscription;  // the first tier's down:up ratio
+  [[nodiscard]] bool empty() const { return calibration.empty() && !nic_gbps && !oversubscription; }
+};
+
+struct ResolvedCluster {
+  ClusterSpec spec;
+  std::string text;  // the JSON the spec was parsed from (hashed into provenance)
+  std::string file;  // the name errors are reported under
+};
+
+/// The cluster file's text with the overlay applied, and the name errors are
+/// reported under. Errors in the calibration name its file and key.
+[[nodiscard]] std::pair<std::string, std::string> overlaid_cluster_text(const std::string& name_or_path,
+                                                                        const ClusterOverlay& overlay);
+/// The same, parsed.
+[[nodiscard]] ResolvedCluster resolve_cluster(const std::string& name_or_path, const ClusterOverlay& overlay);
+
+}  // namespace hzp::topologies
