@@ -1,0 +1,176 @@
+// The option tables are the only mapping between an option and its names:
+// every row, given a value other than its default, must reach the plan or
+// scenario through the command line, a plan file, a sweep key, the sweep
+// database's columns, the JSON Schema and the provenance of a lowered plan.
+// A mapping written by hand again for some channel loses a new row there,
+// and this test names it.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdlib>
+
+#include "cli/option_flags.hpp"
+#include "explore/adaptive.hpp"
+#include "explore/scenario.hpp"
+#include "explore/search.hpp"
+#include "explore/sweep.hpp"
+#include "explore/sweep_db.hpp"
+#include "plan/options.hpp"
+#include "plan/plan_file.hpp"
+
+namespace hzp {
+namespace {
+
+using nlohmann::json;
+
+// Parses `args` as a `hzp simulate` command line would, into a Scenario.
+explore::Scenario from_command_line(std::vector<std::string> args) {
+  CLI::App app;
+  cli::OptionFlags scenario_flags, plan_flags;
+  scenario_flags.add(&app, cli::scenario_specs(true), cli::option_defaults());
+  plan_flags.add(&app, cli::plan_specs(), cli::option_defaults());
+  std::reverse(args.begin(), args.end());  // CLI11 takes them last first
+  app.parse(args);
+  std::vector<std::pair<std::string, json>> values;
+  std::vector<core::Problem> problems = scenario_flags.values(values);
+  for (auto& p : plan_flags.values(values)) problems.push_back(p);
+  EXPECT_TRUE(problems.empty()) << problems.front().field << ": " << problems.front().message;
+  explore::Scenario sc;
+  cli::apply_values(values, sc);
+  return sc;
+}
+
+// The command-line words that set `spec` to `value`.
+std::vector<std::string> words(const core::OptionSpec& spec, const json& value) {
+  if (spec.type == core::ValueType::Boolean) return {value.get<bool>() ? spec.flag : spec.false_flag};
+  return {core::flag_of(spec), core::value_to_text(spec, value)};
+}
+
+// The scenario a one-key sweep point describes.
+explore::Scenario from_sweep(const core::OptionSpec& spec, const json& value) {
+  explore::SweepSpec sweep;
+  explore::add_set(sweep, spec.key + "=" + core::value_to_text(spec, value));
+  const auto points = explore::expand(sweep, "test");
+  EXPECT_EQ(points.size(), 1u);
+  return explore::scenario_of(points.at(0).inputs, "test");
+}
+
+bool has_column(const std::string& key) {
+  const auto& cols = explore::SweepDb::columns();
+  return std::any_of(cols.begin(), cols.end(), [&](const auto& c) { return c.first == key; });
+}
+
+TEST(OptionTable, EveryPlanOptionReachesEveryChannel) {
+  const plan::PlanOptions defaults;
+  const json schema = plan::plan_schema();
+  ASSERT_GE(plan::plan_option_table().size(), 30u);
+  for (const auto& row : plan::plan_option_table()) {
+    const std::string& key = row.spec.key;
+    const json sample = core::sample_value(row.spec, row.get(defaults));
+    ASSERT_NE(sample, row.get(defaults)) << key;
+    // Command line.
+    EXPECT_EQ(row.get(from_command_line(words(row.spec, sample)).plan), sample) << "flag of " << key;
+    // Plan file: written and read back.
+    plan::PlanOptions o;
+    ASSERT_FALSE(plan::set_plan_option(o, key, sample).has_value()) << key;
+    EXPECT_EQ(row.get(plan::plan_from_json(plan::plan_to_json(o), "p.json")), sample) << "plan file key " << key;
+    // Sweep key and column.
+    EXPECT_EQ(row.get(from_sweep(row.spec, sample).plan), sample) << "sweep key " << key;
+    EXPECT_TRUE(has_column(key)) << "sweep column " << key;
+    // Schema property, with the table's default.
+    ASSERT_TRUE(schema["properties"].contains(key)) << "schema property " << key;
+    EXPECT_EQ(schema["properties"][key]["default"], row.get(defaults)) << key;
+  }
+}
+
+TEST(OptionTable, EveryScenarioOptionReachesEveryChannel) {
+  const explore::Scenario defaults;
+  for (const auto& row : explore::scenario_option_table()) {
+    const std::string& key = row.spec.key;
+    const json sample = core::sample_value(row.spec, row.get(defaults));
+    ASSERT_NE(sample, row.get(defaults)) << key;
+    EXPECT_EQ(row.get(from_command_line(words(row.spec, sample))), sample) << "flag of " << key;
+    EXPECT_EQ(row.get(from_sweep(row.spec, sample)), sample) << "sweep key " << key;
+    EXPECT_TRUE(has_column(key)) << "sweep column " << key;
+  }
+}
+
+// The provenance of a lowered plan is the resolved plan in a plan file's form
+// (every key of the table) plus what the batch split derived.
+TEST(OptionTable, ProvenanceIsTheResolvedPlan) {
+  explore::Scenario sc;
+  sc.model = "llama3-8b";
+  sc.gpus = 16;
+  sc.plan.global_batch_tokens = 32 * 8192;
+  const core::Schedule s = explore::build_schedule(sc, plan::Strategy::Hzp);
+  const json prov = json::parse(s.provenance_json).at("plan");
+  for (const auto& key : plan::plan_option_keys()) EXPECT_TRUE(prov.contains(key)) << key;
+  EXPECT_EQ(prov.at("param_shard"), 8);  // resolved: hzp's default g_p is the scale-up domain
+  EXPECT_EQ(prov.at("global_batch_sequences"), 32);
+  EXPECT_TRUE(prov.at("global_batch_tokens").is_null());
+  EXPECT_EQ(prov.at("micro_batches"), 2);
+}
+
+// A bad value is one problem naming the option's key, with the flag mapped by the CLI.
+TEST(OptionTable, BadValuesNameTheKeyAndTheFlag) {
+  const auto* tp = plan::find_plan_option("tp");
+  ASSERT_NE(tp, nullptr);
+  EXPECT_EQ(core::value_from_text(tp->spec, "-1").problem, "expected an integer in [1, 4096], got '-1'");
+  EXPECT_EQ(core::value_from_text(tp->spec, "99999999999999999999").problem,
+            "expected an integer in [1, 4096], got '99999999999999999999'");
+  const auto* jitter = plan::find_plan_option("compute_jitter");
+  EXPECT_EQ(core::value_from_text(jitter->spec, "nan").problem, "expected a finite number in [0, 1], got 'nan'");
+  EXPECT_EQ(cli::flag_for_field("global_batch_sequences"), "--global-batch-sequences");
+  EXPECT_EQ(cli::flag_for_field("reshard_after_forward"), "--reshard-after-forward");
+  EXPECT_EQ(cli::flag_for_field("nic_gbps"), "--nic-gbps");
+  EXPECT_EQ(cli::flag_for_field("price_per_gpu_hour"), "--price-per-gpu-hour");
+  // The old spelling of a flag is still accepted.
+  EXPECT_EQ(from_command_line({"--global-batch-seqs", "64"}).plan.global_batch_sequences, 64);
+}
+
+std::string source_dir() {
+  const char* d = std::getenv("HZP_SOURCE_DIR");
+  return d ? d : ".";
+}
+
+// `hzp simulate --adaptive --calibration F` and `hzp plan --calibration F`
+// choose on the same calibrated cluster that the final simulation of the
+// chosen plan runs on: the step they report is that simulation's, to the
+// nanosecond.
+TEST(InputResolver, AdaptiveAndPlanSearchSeeTheCalibration) {
+  explore::Scenario sc;
+  sc.model = "llama3-8b";
+  sc.cluster = "dgx-a100";
+  sc.gpus = 16;
+  sc.calibration = source_dir() + "/validation/calibration/A100-SXM-80GB.json";
+  sc.plan.global_batch_sequences = 32;
+  sc.plan.seq_len = 2048;
+  sc.plan.recompute = models::Recompute::Full;
+  const explore::AdaptiveChoice choice = explore::choose_shards(sc, 80);
+  explore::Scenario chosen = sc;
+  chosen.plan = choice.plan;
+  chosen.strategies = {plan::Strategy::Hzp};
+  const core::Duration final_step = explore::run_scenario(chosen).runs.at(0).metrics.step_time;
+  EXPECT_EQ(choice.candidates.front().step.count_ns(), final_step.count_ns());
+  // The calibration matters here: without it the same plan takes another time.
+  explore::Scenario uncalibrated = chosen;
+  uncalibrated.calibration.clear();
+  EXPECT_NE(explore::run_scenario(uncalibrated).runs.at(0).metrics.step_time.count_ns(), final_step.count_ns());
+
+  explore::PlanQuery q;
+  q.model = sc.model;
+  q.clusters = {sc.cluster};
+  q.gpus = {sc.gpus};
+  q.base = sc.plan;
+  q.overlay = sc.overlay();
+  q.top = 1;
+  const explore::PlanSearch found = explore::search_plans(q);
+  ASSERT_FALSE(found.best.empty());
+  explore::Scenario best = sc;
+  best.plan = found.best.front().options;
+  best.strategies = {best.plan.strategy};
+  EXPECT_EQ(found.best.front().step_s, explore::run_scenario(best).runs.at(0).metrics.step_time.to_seconds());
+}
+
+}  // namespace
+}  // namespace hzp
