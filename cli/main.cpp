@@ -26,6 +26,7 @@
 #include "core/io.hpp"
 #include "core/sha256.hpp"
 #include "models/model_spec.hpp"
+#include "plan/options.hpp"
 #include "plan/plan_file.hpp"
 #include "topologies/cluster_spec.hpp"
 #include "traces/bench_results.hpp"
@@ -566,6 +567,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   Options o;
   bool models_json = false, clusters_json = false;
+  std::string model_template, cluster_template;
 
   auto* sim = app.add_subcommand("simulate", "simulate one training step and print its metrics");
   add_scenario_options(sim, o, /*engine=*/true);
@@ -589,8 +591,15 @@ int main(int argc, char** argv) {
 
   auto* models_cmd = app.add_subcommand("models", "list the model catalog");
   models_cmd->add_flag("--json", models_json, "as JSON");
+  models_cmd->add_option("--template", model_template, "print this catalog entry's JSON, to copy and edit");
   auto* clusters_cmd = app.add_subcommand("clusters", "list the cluster catalog");
   clusters_cmd->add_flag("--json", clusters_json, "as JSON");
+  clusters_cmd->add_option("--template", cluster_template, "print this catalog entry's JSON, to copy and edit");
+  std::string schema_name;
+  bool schema_markdown = false;
+  auto* schema_cmd = app.add_subcommand("schema", "print the JSON Schema of an input generated from the option tables");
+  schema_cmd->add_option("name", schema_name, "plan | sweep")->required()->check(CLI::IsMember({"plan", "sweep"}));
+  schema_cmd->add_flag("--markdown", schema_markdown, "as the field reference of docs/REFERENCE.md");
 
   SweepArgs sw;
   bool sweep_force = false;
@@ -682,8 +691,21 @@ int main(int argc, char** argv) {
   try {
     if (sim->parsed()) return cmd_simulate(o, command_line);
     if (sched->parsed()) return cmd_schedule(o, command_line);
+    if (models_cmd->parsed() && !model_template.empty()) {
+      std::cout << models::model_text(model_template).text;
+      return 0;
+    }
+    if (clusters_cmd->parsed() && !cluster_template.empty()) {
+      std::cout << topologies::cluster_text(cluster_template).first;
+      return 0;
+    }
     if (models_cmd->parsed()) return cmd_models(models_json);
     if (clusters_cmd->parsed()) return cmd_clusters(clusters_json);
+    if (schema_cmd->parsed()) {
+      const nlohmann::ordered_json schema = schema_name == "plan" ? plan::plan_schema() : explore::sweep_schema();
+      std::cout << (schema_markdown ? cli::schema_reference(schema) : schema.dump(2) + "\n");
+      return 0;
+    }
     if (merge->parsed()) return cmd_sweep_merge(sw);
     if (exp->parsed()) return cmd_sweep_export(sw, sweep_force);
     if (sweep->parsed()) return cmd_sweep(sw);

@@ -2,6 +2,7 @@
 #include "cli/report.hpp"
 
 #include <fmt/format.h>
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "core/io.hpp"
@@ -125,6 +126,41 @@ std::string summary_json(const ScenarioResult& r, const std::string& command_lin
     runs.push_back(x);
   }
   return j.dump(2) + "\n";
+}
+
+std::string schema_reference(const nlohmann::ordered_json& schema) {
+  std::string out = fmt::format("### {}\n\n| key | type | default | accepts | required | meaning |\n|---|---|---|---|---|---|\n",
+                                schema.value("title", "options"));
+  const auto& required = schema.value("required", nlohmann::ordered_json::array());
+  auto cell = [](std::string text) {
+    std::string escaped;
+    for (char c : text) escaped += c == '|' ? std::string("\\|") : std::string(1, c);
+    return escaped;
+  };
+  for (const auto& [key, p] : schema.at("properties").items()) {
+    std::string type = p.contains("type") ? (p["type"].is_array() ? [&] {
+      std::string t;
+      for (const auto& x : p["type"]) t += (t.empty() ? "" : " or ") + x.get<std::string>();
+      return t;
+    }()
+                                                                  : p["type"].get<std::string>())
+                                          : "";
+    std::string accepts;
+    if (p.contains("const")) accepts = p["const"].dump();
+    if (p.contains("enum")) {
+      for (const auto& e : p["enum"]) accepts += (accepts.empty() ? "" : ", ") + e.get<std::string>();
+    }
+    if (p.contains("minimum")) accepts = fmt::format("{} to {}", p["minimum"].dump(), p["maximum"].dump());
+    if (p.contains("items") && p["items"].contains("minimum")) {
+      accepts = fmt::format("{} x {} to {}", p.value("minItems", 1), p["items"]["minimum"].dump(),
+                            p["items"]["maximum"].dump());
+    }
+    const bool req = std::find(required.begin(), required.end(), key) != required.end();
+    out += fmt::format("| `{}` | {} | {} | {} | {} | {} |\n", key, type,
+                       p.contains("default") ? cell(p["default"].dump()) : "", cell(accepts), req ? "yes" : "no",
+                       cell(p.value("description", "")));
+  }
+  return out;
 }
 
 }  // namespace hzp::cli

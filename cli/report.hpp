@@ -2,6 +2,7 @@
 // with provenance. Formatting lives here, never in the engines.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "explore/scenario.hpp"
@@ -16,5 +17,9 @@ using explore::StrategyResult;
 [[nodiscard]] std::string summary_json(const ScenarioResult& r, const std::string& command_line);
 /// File-name stem for one run: "<model>_<cluster>x<gpus>_<strategy>".
 [[nodiscard]] std::string run_stem(const ScenarioResult& r, const StrategyResult& run);
+
+/// A JSON Schema's properties as a Markdown table a person reads: key, type,
+/// default, accepted values, whether a file must state it, and what it means.
+[[nodiscard]] std::string schema_reference(const nlohmann::ordered_json& schema);
 
 }  // namespace hzp::cli

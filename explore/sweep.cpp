@@ -160,6 +160,37 @@ std::string fmt_duration(double s) {
 
 }  // namespace
 
+json sweep_schema() {
+  json props = json::object();
+  json axes = json::object();
+  const Scenario sc;
+  const plan::PlanOptions o;
+  auto add = [&](const core::OptionSpec& spec, const nlohmann::json& def) {
+    props[spec.key] = core::schema_property(spec, def);
+    axes[spec.key] = {{"type", "array"}, {"minItems", 1}, {"items", core::schema_property(spec, def)}};
+  };
+  for (const auto& row : scenario_option_table()) add(row.spec, row.get(sc));
+  for (const auto& row : plan::plan_option_table()) add(row.spec, row.get(o));
+  return {{"$schema", "https://json-schema.org/draft/2020-12/schema"},
+          {"$id", "hzp/sweep.schema.json"},
+          {"title", "hzp sweep spec (hzp sweep --spec FILE)"},
+          {"type", "object"},
+          {"additionalProperties", false},
+          {"required", {"schema_version"}},
+          {"properties",
+           {{"schema_version", {{"const", 1}}},
+            {"base", {{"type", "object"}, {"additionalProperties", false}, {"properties", props}}},
+            {"axes",
+             {{"type", "object"},
+              {"additionalProperties", false},
+              {"description", "swept keys in order: the last varies fastest"},
+              {"properties", axes}}},
+            {"where",
+             {{"type", "array"},
+              {"items", {{"type", "string"}}},
+              {"description", "filters: 'KEY|NUMBER [* KEY|NUMBER] OP KEY|NUMBER' (OP < <= == != >= > divides)"}}}}}};
+}
+
 json SweepSpec::to_json() const {
   json axes_json = json::object();
   for (const auto& [k, vs] : axes) axes_json[k] = vs;

@@ -26,6 +26,10 @@ struct SweepSpec {
   [[nodiscard]] nlohmann::ordered_json to_json() const;
 };
 
+/// The JSON Schema of a sweep spec: base and axes take every scenario and plan
+/// key (generated from the option tables).
+[[nodiscard]] nlohmann::ordered_json sweep_schema();
+
 /// {"schema_version": 1, "base": {...}, "axes": {"gpus": [256, 512], ...}, "where": [...]}.
 [[nodiscard]] SweepSpec sweep_from_json(const std::string& text, const std::string& file);
 /// Adds `--set key=v1,v2,...` (numbers where they parse, strings otherwise).
