@@ -18,6 +18,7 @@
 #include "cli/plot.hpp"
 #include "cli/report.hpp"
 #include "explore/scenario.hpp"
+#include "explore/schemas.hpp"
 #include "explore/search.hpp"
 #include "explore/sweep.hpp"
 #include "explore/sweep_db.hpp"
@@ -598,7 +599,9 @@ int main(int argc, char** argv) {
   std::string schema_name;
   bool schema_markdown = false;
   auto* schema_cmd = app.add_subcommand("schema", "print the JSON Schema of an input generated from the option tables");
-  schema_cmd->add_option("name", schema_name, "plan | sweep")->required()->check(CLI::IsMember({"plan", "sweep"}));
+  schema_cmd->add_option("name", schema_name, "plan | sweep | model | cluster | schedule")
+      ->required()
+      ->check(CLI::IsMember(explore::schema_names()));
   schema_cmd->add_flag("--markdown", schema_markdown, "as the field reference of docs/REFERENCE.md");
 
   SweepArgs sw;
@@ -702,7 +705,7 @@ int main(int argc, char** argv) {
     if (models_cmd->parsed()) return cmd_models(models_json);
     if (clusters_cmd->parsed()) return cmd_clusters(clusters_json);
     if (schema_cmd->parsed()) {
-      const nlohmann::ordered_json schema = schema_name == "plan" ? plan::plan_schema() : explore::sweep_schema();
+      const nlohmann::ordered_json schema = explore::input_schema(schema_name);
       std::cout << (schema_markdown ? cli::schema_reference(schema) : schema.dump(2) + "\n");
       return 0;
     }

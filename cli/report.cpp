@@ -128,38 +128,61 @@ std::string summary_json(const ScenarioResult& r, const std::string& command_lin
   return j.dump(2) + "\n";
 }
 
+namespace {
+
+std::string md_cell(const std::string& text) {
+  std::string escaped;
+  for (char c : text) escaped += c == '|' ? std::string("\\|") : std::string(1, c);
+  return escaped;
+}
+
+std::string type_text(const nlohmann::ordered_json& p) {
+  if (!p.contains("type")) return "any";
+  if (!p["type"].is_array()) return p["type"].get<std::string>();
+  std::string t;
+  for (const auto& x : p["type"]) t += (t.empty() ? "" : " or ") + x.get<std::string>();
+  return t;
+}
+
+std::string accepts_text(const nlohmann::ordered_json& p) {
+  std::string accepts;
+  if (p.contains("const")) accepts = p["const"].dump();
+  if (p.contains("enum")) {
+    for (const auto& e : p["enum"]) accepts += (accepts.empty() ? "" : ", ") + e.get<std::string>();
+  }
+  const char* low = p.contains("exclusiveMinimum") ? "exclusiveMinimum" : "minimum";
+  if (p.contains(low)) {
+    accepts = fmt::format("{}{} to {}", p.contains("exclusiveMinimum") ? "above " : "", p[low].dump(),
+                          p.value("maximum", nlohmann::ordered_json("any")).dump());
+  }
+  if (p.contains("items") && p["items"].contains("minimum")) {
+    accepts = fmt::format("{} x {} to {}", p.value("minItems", 1), p["items"]["minimum"].dump(),
+                          p["items"]["maximum"].dump());
+  }
+  return accepts;
+}
+
+// One row per key, nested objects as dotted keys ("node.scale_up.bw_GBps",
+// "scale_out.tiers[].radix").
+void reference_rows(const nlohmann::ordered_json& object, const std::string& prefix, std::string& out) {
+  const auto& required = object.value("required", nlohmann::ordered_json::array());
+  for (const auto& [key, p] : object.at("properties").items()) {
+    const std::string name = prefix + key;
+    const bool req = std::find(required.begin(), required.end(), key) != required.end();
+    out += fmt::format("| `{}` | {} | {} | {} | {} | {} |\n", name, type_text(p),
+                       p.contains("default") ? md_cell(p["default"].dump()) : "", md_cell(accepts_text(p)),
+                       req ? "yes" : "no", md_cell(p.value("description", "")));
+    if (p.contains("properties")) reference_rows(p, name + ".", out);
+    if (p.contains("items") && p["items"].contains("properties")) reference_rows(p["items"], name + "[].", out);
+  }
+}
+
+}  // namespace
+
 std::string schema_reference(const nlohmann::ordered_json& schema) {
   std::string out = fmt::format("### {}\n\n| key | type | default | accepts | required | meaning |\n|---|---|---|---|---|---|\n",
                                 schema.value("title", "options"));
-  const auto& required = schema.value("required", nlohmann::ordered_json::array());
-  auto cell = [](std::string text) {
-    std::string escaped;
-    for (char c : text) escaped += c == '|' ? std::string("\\|") : std::string(1, c);
-    return escaped;
-  };
-  for (const auto& [key, p] : schema.at("properties").items()) {
-    std::string type = p.contains("type") ? (p["type"].is_array() ? [&] {
-      std::string t;
-      for (const auto& x : p["type"]) t += (t.empty() ? "" : " or ") + x.get<std::string>();
-      return t;
-    }()
-                                                                  : p["type"].get<std::string>())
-                                          : "";
-    std::string accepts;
-    if (p.contains("const")) accepts = p["const"].dump();
-    if (p.contains("enum")) {
-      for (const auto& e : p["enum"]) accepts += (accepts.empty() ? "" : ", ") + e.get<std::string>();
-    }
-    if (p.contains("minimum")) accepts = fmt::format("{} to {}", p["minimum"].dump(), p["maximum"].dump());
-    if (p.contains("items") && p["items"].contains("minimum")) {
-      accepts = fmt::format("{} x {} to {}", p.value("minItems", 1), p["items"]["minimum"].dump(),
-                            p["items"]["maximum"].dump());
-    }
-    const bool req = std::find(required.begin(), required.end(), key) != required.end();
-    out += fmt::format("| `{}` | {} | {} | {} | {} | {} |\n", key, type,
-                       p.contains("default") ? cell(p["default"].dump()) : "", cell(accepts), req ? "yes" : "no",
-                       cell(p.value("description", "")));
-  }
+  reference_rows(schema, "", out);
   return out;
 }
 

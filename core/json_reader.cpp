@@ -6,13 +6,110 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/options.hpp"
+
 namespace hzp::core {
+namespace {
+
+thread_local SchemaRecorder* g_recorder = nullptr;
+
+SchemaRecorder::Field kind(std::string type, bool nullable = false) {
+  SchemaRecorder::Field f;
+  f.type = std::move(type);
+  f.nullable = nullable;
+  return f;
+}
+
+SchemaRecorder::Field ranged(std::string type, double min, double max, bool min_exclusive = false) {
+  SchemaRecorder::Field f = kind(std::move(type));
+  f.min = min;
+  f.max = max;
+  f.min_exclusive = min_exclusive;
+  return f;
+}
+
+// "tiers[3].x" -> "tiers[].x": every element of an array is one kind of object.
+std::string kind_of(const std::string& path) {
+  std::string out;
+  for (std::size_t i = 0; i < path.size(); ++i) {
+    out += path[i];
+    if (path[i] == '[') {
+      while (i + 1 < path.size() && path[i + 1] != ']') ++i;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+SchemaRecorder::Scope::Scope(SchemaRecorder& r) : previous_(g_recorder) { g_recorder = &r; }
+SchemaRecorder::Scope::~Scope() { g_recorder = previous_; }
+
+void SchemaRecorder::object_seen(const std::string& path) { ++objects_[kind_of(path)]; }
+
+void SchemaRecorder::probed(const std::string& path, const std::string& key) {
+  fields_[kind_of(path)][key].optional = true;
+}
+
+void SchemaRecorder::field(const std::string& path, const std::string& key, const Field& f) {
+  Field& have = fields_[kind_of(path)][key];
+  if (have.type.empty() || have.type == "any") have.type = f.type;
+  have.nullable = have.nullable || f.nullable;
+  if (f.min && (!have.min || *f.min < *have.min)) {
+    have.min = f.min;
+    have.min_exclusive = f.min_exclusive;
+  }
+  if (f.max && (!have.max || *f.max > *have.max)) have.max = f.max;
+  ++have.reads;
+}
+
+nlohmann::ordered_json SchemaRecorder::object_schema(const std::string& path) const {
+  nlohmann::ordered_json props = nlohmann::ordered_json::object();
+  nlohmann::ordered_json required = nlohmann::ordered_json::array();
+  const auto it = fields_.find(path);
+  const long long instances = objects_.contains(path) ? objects_.at(path) : 0;
+  if (it != fields_.end()) {
+    for (const auto& [key, f] : it->second) {
+      if (f.type.empty()) continue;  // probed, never present in what was read
+      const std::string child = path.empty() ? key : path + "." + key;
+      nlohmann::ordered_json p = nlohmann::ordered_json::object();
+      if (f.type == "object") {
+        p = object_schema(child);
+      } else if (f.type == "array" && objects_.contains(child + "[]")) {
+        p = {{"type", "array"}, {"items", object_schema(child + "[]")}};
+      } else if (f.type != "any") {
+        p["type"] = f.type;
+      }
+      if (f.nullable && p.contains("type")) p["type"] = {p["type"], "null"};
+      auto bound = [&f](double v) {
+        return f.type == "integer" ? nlohmann::ordered_json(static_cast<std::int64_t>(v)) : nlohmann::ordered_json(v);
+      };
+      if (f.min) p[f.min_exclusive ? "exclusiveMinimum" : "minimum"] = bound(*f.min);
+      if (f.max) p["maximum"] = bound(*f.max);
+      props[key] = p;
+      if (!f.optional && f.reads >= instances && instances > 0) required.push_back(key);
+    }
+  }
+  return {{"type", "object"}, {"additionalProperties", false}, {"required", required}, {"properties", props}};
+}
+
+nlohmann::ordered_json SchemaRecorder::schema(const std::string& title) const {
+  nlohmann::ordered_json s = {{"$schema", "https://json-schema.org/draft/2020-12/schema"}, {"title", title}};
+  const nlohmann::ordered_json top = object_schema("");
+  for (const auto& [k, v] : top.items()) s[k] = v;
+  return s;
+}
 
 StrictObject::StrictObject(const nlohmann::json& j, std::string file, std::string path)
     : j_(&j), file_(std::move(file)), path_(std::move(path)) {
   if (!j.is_object()) {
     throw InputError(file_, path_.empty() ? "(top level)" : path_, "expected a JSON object");
   }
+  if (g_recorder) g_recorder->object_seen(path_);
+}
+
+void StrictObject::record(const std::string& key, SchemaRecorder::Field f) const {
+  if (g_recorder) g_recorder->field(path_, key, f);
 }
 
 std::string StrictObject::key_path(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
@@ -22,26 +119,37 @@ void StrictObject::fail(const std::string& key, const std::string& expected) con
   throw InputError(file_, key_path(key), expected);
 }
 
-bool StrictObject::has(const std::string& key) const { return j_->contains(key); }
+bool StrictObject::has(const std::string& key) const {
+  probed_.insert(key);
+  if (g_recorder) g_recorder->probed(path_, key);
+  return j_->contains(key);
+}
 
 const nlohmann::json& StrictObject::need(const std::string& key) {
+  probed_.insert(key);
   auto it = j_->find(key);
   if (it == j_->end()) fail(key, "missing required key");
   read_.insert(key);
   return *it;
 }
 
-const nlohmann::json& StrictObject::raw(const std::string& key) { return need(key); }
+const nlohmann::json& StrictObject::raw(const std::string& key) {
+  const auto& v = need(key);
+  record(key, kind("any"));
+  return v;
+}
 
 std::string StrictObject::str(const std::string& key) {
   const auto& v = need(key);
   if (!v.is_string()) fail(key, "expected a string");
+  record(key, kind("string"));
   return v.get<std::string>();
 }
 
 bool StrictObject::boolean(const std::string& key) {
   const auto& v = need(key);
   if (!v.is_boolean()) fail(key, "expected true or false");
+  record(key, kind("boolean"));
   return v.get<bool>();
 }
 
@@ -57,6 +165,7 @@ std::int64_t StrictObject::integer(const std::string& key, std::int64_t min, std
     x = v.get<std::int64_t>();
   }
   if (x < min || x > max) fail(key, fmt::format("expected an integer in [{}, {}], got {}", min, max, x));
+  record(key, ranged("integer", static_cast<double>(min), static_cast<double>(max)));
   return x;
 }
 
@@ -68,11 +177,13 @@ double StrictObject::number(const std::string& key, double min, double max, bool
   if (!std::isfinite(x) || low || x > max) {
     fail(key, fmt::format("expected a number in {}{}, {}], got {}", min_exclusive ? "(" : "[", min, max, x));
   }
+  record(key, ranged("number", min, max, min_exclusive));
   return x;
 }
 
 std::optional<StrictObject> StrictObject::object_or_null(const std::string& key) {
   const auto& v = need(key);
+  record(key, kind("object", /*nullable=*/true));
   if (v.is_null()) return std::nullopt;
   if (!v.is_object()) fail(key, "expected an object or null");
   return StrictObject(v, file_, key_path(key));
@@ -81,12 +192,14 @@ std::optional<StrictObject> StrictObject::object_or_null(const std::string& key)
 StrictObject StrictObject::object(const std::string& key) {
   const auto& v = need(key);
   if (!v.is_object()) fail(key, "expected an object");
+  record(key, kind("object"));
   return StrictObject(v, file_, key_path(key));
 }
 
 const nlohmann::json& StrictObject::array(const std::string& key) {
   const auto& v = need(key);
   if (!v.is_array()) fail(key, "expected an array");
+  record(key, kind("array"));
   return v;
 }
 
@@ -100,7 +213,13 @@ StrictObject StrictObject::element(const std::string& array_key, std::size_t ind
 
 void StrictObject::finish() const {
   for (const auto& [k, v] : j_->items()) {
-    if (!read_.contains(k)) fail(k, "unknown key");
+    if (read_.contains(k)) continue;
+    std::vector<std::string> known;
+    for (const auto& r : probed_) {
+      if (!j_->contains(r)) known.push_back(r);
+    }
+    const auto near = closest(k, known);
+    fail(k, near ? fmt::format("unknown key (did you mean \"{}\"?)", *near) : "unknown key");
   }
 }
 

@@ -6,12 +6,53 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <map>
 #include <set>
 #include <string>
 
 #include "core/error.hpp"
 
 namespace hzp::core {
+
+/// Records what readers ask of their input — every key, its type and range,
+/// whether every object of its kind holds it — so the JSON Schema of an input
+/// is derived from the reader that enforces it and cannot drift from it.
+/// While a recorder's Scope is alive, every StrictObject on that thread
+/// reports to it.
+class SchemaRecorder {
+ public:
+  struct Field {
+    std::string type;  // integer | number | string | boolean | object | array | any
+    bool nullable = false;
+    bool optional = false;  // probed with has(): read only when present
+    std::optional<double> min, max;
+    bool min_exclusive = false;
+    long long reads = 0;
+  };
+  class Scope {
+   public:
+    explicit Scope(SchemaRecorder& r);
+    ~Scope();
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+
+   private:
+    SchemaRecorder* previous_;
+  };
+
+  void object_seen(const std::string& path);
+  void field(const std::string& path, const std::string& key, const Field& f);
+  void probed(const std::string& path, const std::string& key);
+  /// The JSON Schema of everything recorded: objects closed to unknown keys,
+  /// a key required when every object of its kind held it and it was not
+  /// optional, integer and number ranges as the reader checks them.
+  [[nodiscard]] nlohmann::ordered_json schema(const std::string& title) const;
+
+ private:
+  [[nodiscard]] nlohmann::ordered_json object_schema(const std::string& path) const;
+  std::map<std::string, long long> objects_;  // object path ("a.b[]") -> instances read
+  std::map<std::string, std::map<std::string, Field>> fields_;
+};
 
 class StrictObject {
  public:
@@ -44,10 +85,12 @@ class StrictObject {
 
  private:
   const nlohmann::json& need(const std::string& key);
+  void record(const std::string& key, SchemaRecorder::Field f) const;
   const nlohmann::json* j_;
   std::string file_;
   std::string path_;
   std::set<std::string> read_;
+  mutable std::set<std::string> probed_;  // every key asked for, present or not (for "did you mean")
 };
 
 /// Parses `text` as JSON; a syntax error names `file` and the byte offset.

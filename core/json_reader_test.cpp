@@ -53,6 +53,43 @@ TEST(StrictObject, ErrorEchoingInputStaysOneLine) {
   EXPECT_EQ(std::string(ScheduleError("op 'a\nb'").what()), "op 'a\\nb'");
 }
 
+TEST(StrictObject, UnknownKeyNamesTheKeyItLikelyMisspells) {
+  auto j = nlohmann::json::parse(R"({"hidden": 64, "layres": 2})");
+  StrictObject o(j, "m.json");
+  (void)o.integer("hidden");
+  (void)o.has("layers");  // an optional key the reader knows, absent here
+  EXPECT_EQ(error_of([&] { o.finish(); }), "m.json: layres: unknown key (did you mean \"layers\"?)");
+}
+
+// The schema of what a reader asks: a key every object held is required, one
+// read only when present (has) or not in every object is not; ranges as checked.
+TEST(SchemaRecorder, DerivesTheSchemaTheReaderEnforces) {
+  SchemaRecorder rec;
+  {
+    SchemaRecorder::Scope scope(rec);
+    for (const char* text : {R"({"n": 3, "tiers": [{"r": 2}, {"r": 4, "x": 1.5}]})", R"({"n": 1, "opt": true, "tiers": []})"}) {
+      auto j = nlohmann::json::parse(text);
+      StrictObject o(j, "f.json");
+      (void)o.integer("n", 1, 8);
+      if (o.has("opt")) (void)o.boolean("opt");
+      const auto& tiers = o.array("tiers");
+      for (std::size_t i = 0; i < tiers.size(); ++i) {
+        StrictObject t = o.element("tiers", i);
+        (void)t.integer("r", 2, 64);
+        if (t.has("x")) (void)t.number("x", 0, 10, /*min_exclusive=*/true);
+      }
+    }
+  }
+  const auto s = rec.schema("t");
+  EXPECT_EQ(s["required"], (nlohmann::ordered_json{"n", "tiers"}));
+  EXPECT_EQ(s["properties"]["n"], (nlohmann::ordered_json{{"type", "integer"}, {"minimum", 1}, {"maximum", 8}}));
+  EXPECT_EQ(s["properties"]["opt"]["type"], "boolean");
+  const auto& item = s["properties"]["tiers"]["items"];
+  EXPECT_EQ(item["required"], (nlohmann::ordered_json{"r"}));
+  EXPECT_EQ(item["additionalProperties"], false);
+  EXPECT_EQ(item["properties"]["x"]["exclusiveMinimum"], 0.0);
+}
+
 TEST(ParseJson, SyntaxErrorNamesFile) {
   EXPECT_EQ(error_of([] { (void)parse_json("{\"a\": ", "x.json"); }).rfind("x.json: not valid JSON", 0), 0u);
 }
