@@ -2,7 +2,6 @@
 // function per subcommand, prints. The only place exceptions become exit
 // codes: 0 ok, 2 bad input, 3 infeasible plan (out of memory), 1 internal.
 #include <fmt/format.h>
-#include <sys/wait.h>
 #include <unistd.h>
 #include <CLI/CLI.hpp>
 #include <cstdint>
@@ -26,6 +25,7 @@
 #include "core/error.hpp"
 #include "core/io.hpp"
 #include "core/sha256.hpp"
+#include "core/subprocess.hpp"
 #include "models/model_spec.hpp"
 #include "plan/options.hpp"
 #include "plan/plan_file.hpp"
@@ -521,40 +521,13 @@ int cmd_plan(const PlanArgs& a) {
 }
 
 int cmd_plot(const std::vector<std::string>& args) {
-  int fds[2];
-  if (::pipe(fds) != 0) throw std::runtime_error("pipe failed");
-  const pid_t pid = ::fork();
-  if (pid < 0) throw std::runtime_error("fork failed");
-  if (pid == 0) {
-    ::dup2(fds[0], STDIN_FILENO);
-    ::close(fds[0]);
-    ::close(fds[1]);
-    const char* python = std::filesystem::exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3";
-    std::vector<std::string> argv_s{
-        python,
-        "-",
-    };
-    argv_s.insert(argv_s.end(), args.begin(), args.end());
-    std::vector<char*> argv_c;
-    for (auto& x : argv_s) argv_c.push_back(x.data());
-    argv_c.push_back(nullptr);
-    ::execvp(python, argv_c.data());
-    std::fprintf(stderr, "hzp: error: command line: plot: expected python3 with matplotlib (python3-matplotlib)\n");
-    ::_exit(2);
-  }
-  ::close(fds[0]);
-  const std::string script = cli::plot_script();
-  std::size_t at = 0;
-  while (at < script.size()) {
-    ssize_t w = ::write(fds[1], script.data() + at, script.size() - at);
-    if (w <= 0) break;
-    at += static_cast<std::size_t>(w);
-  }
-  ::close(fds[1]);
-  int st = 0;
-  while (::waitpid(pid, &st, 0) < 0 && errno == EINTR) {
-  }
-  return WIFEXITED(st) ? WEXITSTATUS(st) : kExitInternal;
+  std::vector<std::string> argv{std::filesystem::exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3", "-"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  const core::ExitStatus st = core::run_program(
+      argv, cli::plot_script(),
+      "hzp: error: command line: plot: expected python3 with matplotlib (python3-matplotlib)");
+  if (st.signaled) return kExitInternal;
+  return st.code == 127 ? kExitBadInput : st.code;
 }
 
 }  // namespace

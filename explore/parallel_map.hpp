@@ -2,12 +2,7 @@
 // state; a process per worker keeps them apart), results back through pipes.
 #pragma once
 
-#include <fmt/format.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cstdint>
 #include <cstring>
 #include <stdexcept>
@@ -16,13 +11,14 @@
 #include <vector>
 
 #include "core/io.hpp"
+#include "core/subprocess.hpp"
 
 namespace hzp::explore {
 
 // Runs `fn(i)` (a std::string) for every i in [0, n) over `jobs` forked
 // processes, results sent back through pipes as length-prefixed records, in
 // order. `fn` should catch what it expects: a worker that throws or dies makes
-// parallel_map throw.
+// parallel_map throw (every child is reaped: core::Child).
 template <class Fn>
 std::vector<std::string> parallel_map(std::size_t n, int jobs, Fn fn) {
   std::vector<std::string> out(n);
@@ -31,37 +27,28 @@ std::vector<std::string> parallel_map(std::size_t n, int jobs, Fn fn) {
     return out;
   }
   jobs = static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(jobs), n));
-  std::vector<std::pair<pid_t, int>> kids;
+  std::vector<core::Child> kids;
+  kids.reserve(static_cast<std::size_t>(jobs));
   for (int w = 0; w < jobs; ++w) {
-    int fds[2];
-    if (::pipe(fds) != 0) throw std::runtime_error(fmt::format("pipe: {}", std::strerror(errno)));
-    const pid_t pid = ::fork();
-    if (pid < 0) throw std::runtime_error(fmt::format("fork: {}", std::strerror(errno)));
-    if (pid == 0) {
-      ::close(fds[0]);
-      std::string records;
-      try {
-        for (std::size_t i = static_cast<std::size_t>(w); i < n; i += static_cast<std::size_t>(jobs)) {
-          const std::string r = fn(i);
-          const std::uint64_t size = r.size();
-          records.append(reinterpret_cast<const char*>(&size), sizeof size);
-          records += r;
-        }
-      } catch (...) {
-        ::_exit(1);  // never unwind into the parent's code: the parent reports a dead worker
-      }
-      ::_exit(core::write_all_fd(fds[1], records) ? 0 : 1);
-    }
-    ::close(fds[1]);
-    kids.emplace_back(pid, fds[0]);
+    core::ChildOptions options;
+    for (const auto& k : kids) options.close_in_child.push_back(k.from_child());
+    kids.emplace_back(
+        [&fn, w, n, jobs](int, int fd) {
+          std::string records;
+          for (std::size_t i = static_cast<std::size_t>(w); i < n; i += static_cast<std::size_t>(jobs)) {
+            const std::string r = fn(i);
+            const std::uint64_t size = r.size();
+            records.append(reinterpret_cast<const char*>(&size), sizeof size);
+            records += r;
+          }
+          return core::write_all_fd(fd, records) ? 0 : 1;
+        },
+        options);
   }
   for (int w = 0; w < jobs; ++w) {
-    const auto [pid, fd] = kids[static_cast<std::size_t>(w)];
-    const std::string data = core::read_all_fd(fd);
-    ::close(fd);
-    int st = 0;
-    while (::waitpid(pid, &st, 0) < 0 && errno == EINTR) {
-    }
+    core::Child& kid = kids[static_cast<std::size_t>(w)];
+    const std::string data = kid.read_all();
+    (void)kid.wait();
     std::size_t at = 0;
     for (std::size_t i = static_cast<std::size_t>(w); i < n; i += static_cast<std::size_t>(jobs)) {
       std::uint64_t size = 0;

@@ -5,8 +5,6 @@
 #include <fmt/format.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
 #include <unistd.h>
 #include <algorithm>
 #include <cerrno>
@@ -25,6 +23,7 @@
 #include "core/io.hpp"
 #include "core/json_reader.hpp"
 #include "core/sha256.hpp"
+#include "core/subprocess.hpp"
 
 namespace hzp::explore {
 namespace {
@@ -399,14 +398,12 @@ namespace {
 // A worker process: reads point numbers (one per line) and writes one JSON
 // result line each, until its input closes.
 struct Worker {
-  pid_t pid = -1;
-  int to = -1, from = -1;
+  core::Child child;
   std::int64_t current = -1;  // index into the to_run list, -1 when idle
   std::string buffer;
 };
 
-[[noreturn]] void worker_main(const std::vector<SweepPoint>& to_run, int in, int out) {
-  ::prctl(PR_SET_PDEATHSIG, SIGKILL);                  // never outlive the sweep
+int worker_main(const std::vector<SweepPoint>& to_run, int in, int out) {
   std::signal(SIGINT, SIG_IGN);                        // the parent decides when to stop
   const char* fault = std::getenv("HZP_SWEEP_FAULT");  // fault injection for tests: "abort@<point>"
   std::string line;
@@ -414,7 +411,7 @@ struct Worker {
   while (true) {
     ssize_t n = ::read(in, &c, 1);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) ::_exit(0);
+    if (n <= 0) return 0;
     if (c != '\n') {
       line += c;
       continue;
@@ -423,54 +420,27 @@ struct Worker {
     line.clear();
     if (fault && std::string(fault) == fmt::format("abort@{}", pt.index)) std::abort();
     PointResult r = run_point(pt);
-    if (!core::write_all_fd(out, r.row.dump() + "\n")) ::_exit(1);
+    if (!core::write_all_fd(out, r.row.dump() + "\n")) return 1;
   }
 }
 
 Worker spawn(const std::vector<SweepPoint>& to_run, const std::vector<Worker>& others) {
-  int down[2], up[2];
-  if (::pipe(down) != 0 || ::pipe(up) != 0) throw std::runtime_error(fmt::format("pipe: {}", std::strerror(errno)));
-  std::fflush(stdout);
-  std::fflush(stderr);
-  const pid_t pid = ::fork();
-  if (pid < 0) throw std::runtime_error(fmt::format("fork: {}", std::strerror(errno)));
-  if (pid == 0) {
-    for (const auto& w : others) {
-      if (w.to >= 0) ::close(w.to);
-      if (w.from >= 0) ::close(w.from);
-    }
-    ::close(down[1]);
-    ::close(up[0]);
-    worker_main(to_run, down[0], up[1]);
+  core::ChildOptions options;
+  options.pipe_to_child = true;
+  options.die_with_parent = true;  // never outlive the sweep
+  for (const auto& w : others) {   // the other workers' pipes stay theirs
+    options.close_in_child.push_back(w.child.to_child());
+    options.close_in_child.push_back(w.child.from_child());
   }
-  ::close(down[0]);
-  ::close(up[1]);
-  Worker w;
-  w.pid = pid;
-  w.to = down[1];
-  w.from = up[0];
-  return w;
+  return Worker{core::Child([&to_run](int in, int out) { return worker_main(to_run, in, out); }, options), -1, {}};
 }
 
 void send(Worker& w, std::int64_t i) {
   std::string msg = fmt::format("{}\n", i);
   w.current = i;
-  if (::write(w.to, msg.data(), msg.size()) != static_cast<ssize_t>(msg.size())) {
-    // The worker is gone; its EOF is handled by the main loop.
-  }
-}
-
-void stop(Worker& w) {
-  if (w.to >= 0) ::close(w.to);
-  if (w.from >= 0) ::close(w.from);
-  w.to = w.from = -1;
-  if (w.pid > 0) {
-    ::kill(w.pid, SIGKILL);
-    int st = 0;
-    while (::waitpid(w.pid, &st, 0) < 0 && errno == EINTR) {
-    }
-  }
-  w.pid = -1;
+  // A worker that is gone fails the write (EPIPE: SIGPIPE is ignored); its EOF
+  // is handled by the main loop.
+  (void)core::write_all_fd(w.child.to_child(), msg);
 }
 
 }  // namespace
@@ -549,14 +519,14 @@ SweepSummary run_sweep(const SweepSpec& spec, const std::string& spec_file, cons
     }
     while (finished < to_run.size() && !g_stop) {
       std::vector<pollfd> fds;
-      for (const auto& w : workers) fds.push_back(pollfd{w.from, POLLIN, 0});
+      for (const auto& w : workers) fds.push_back(pollfd{w.child.from_child(), POLLIN, 0});
       const int n = ::poll(fds.data(), fds.size(), 200);
       if (n < 0 && errno != EINTR) throw std::runtime_error(fmt::format("poll: {}", std::strerror(errno)));
       for (std::size_t k = 0; k < workers.size() && n > 0; ++k) {
         if (!(fds[k].revents & (POLLIN | POLLHUP | POLLERR))) continue;
         Worker& w = workers[k];
         char buf[1 << 14];
-        const ssize_t got = ::read(w.from, buf, sizeof buf);
+        const ssize_t got = ::read(w.child.from_child(), buf, sizeof buf);
         if (got > 0) {
           w.buffer.append(buf, static_cast<std::size_t>(got));
           std::size_t nl;
@@ -570,47 +540,34 @@ SweepSummary run_sweep(const SweepSpec& spec, const std::string& spec_file, cons
         }
         if (got < 0 && errno == EINTR) continue;
         // The worker died: its point is recorded as a crash, a new worker takes over.
-        int st = 0;
-        ::close(w.to);
-        ::close(w.from);
-        w.to = w.from = -1;
-        while (::waitpid(w.pid, &st, 0) < 0 && errno == EINTR) {
-        }
-        w.pid = -1;
+        const core::ExitStatus st = w.child.kill();
         if (w.current >= 0) {
           const SweepPoint& pt = to_run[static_cast<std::size_t>(w.current)];
           json row{{"point", pt.index}, {"key", pt.key}, {"inputs", pt.inputs.dump()}, {"status", "error"}};
-          row["error"] = WIFSIGNALED(st)
-                             ? fmt::format("worker crashed (signal {}: {})", WTERMSIG(st), ::strsignal(WTERMSIG(st)))
-                             : fmt::format("worker exited with status {}", WEXITSTATUS(st));
+          row["error"] = st.signaled ? fmt::format("worker crashed (signal {}: {})", st.signal, ::strsignal(st.signal))
+                                     : fmt::format("worker exited with status {}", st.code);
           row["hzp_version"] = core::version();
           row["git_revision"] = core::git_revision();
           copy_input_columns(pt.inputs, row);
           record(row);
-          w.current = -1;
         }
-        std::vector<Worker> rest;
-        for (const auto& other : workers) {
-          if (other.pid > 0) rest.push_back(other);
-        }
+        workers.erase(workers.begin() + static_cast<std::ptrdiff_t>(k));
         if (next < to_run.size()) {
-          Worker fresh = spawn(to_run, rest);
-          send(fresh, static_cast<std::int64_t>(next++));
-          rest.push_back(fresh);
+          workers.push_back(spawn(to_run, workers));
+          send(workers.back(), static_cast<std::int64_t>(next++));
         }
-        workers = std::move(rest);
         break;  // the fd list changed
       }
       progress(false);
     }
   } catch (...) {
-    for (auto& w : workers) stop(w);
+    workers.clear();  // each worker is killed and reaped by its core::Child
     db.flush();
     ::sigaction(SIGINT, &old_int, nullptr);
     ::sigaction(SIGTERM, &old_term, nullptr);
     throw;
   }
-  for (auto& w : workers) stop(w);
+  workers.clear();
   db.flush();
   ::sigaction(SIGINT, &old_int, nullptr);
   ::sigaction(SIGTERM, &old_term, nullptr);

@@ -35,6 +35,7 @@
 
 #include "core/error.hpp"
 #include "core/io.hpp"
+#include "core/subprocess.hpp"
 #include "core/schedule_replay.hpp"
 #include "sim/emit.hpp"
 #include "sim/simgrid/flows.hpp"
@@ -922,54 +923,45 @@ SimResult decode(const std::string& in) {
 
 // Runs the simulation in a child process and returns what it reported.
 SimResult simulate_forked(const core::Schedule& s, const topologies::PerfModel& pm, const EngineOptions& o) {
-  int fds[2];
-  if (::pipe(fds) != 0) throw std::runtime_error(fmt::format("simgrid engine: pipe: {}", std::strerror(errno)));
-  const pid_t pid = ::fork();
-  if (pid < 0) throw std::runtime_error(fmt::format("simgrid engine: fork: {}", std::strerror(errno)));
-  if (pid == 0) {
-    ::close(fds[0]);
-    std::string out;
-    try {
-      // The result leaves before the engine's teardown, which the child skips.
-      (void)Simulation(s, pm, o).run([&](const SimResult& r) {
-        (void)core::write_all_fd(fds[1], encode(r));
-        ::close(fds[1]);
-        ::_exit(0);
-      });
-    } catch (const core::InputError& e) {
-      put(out, static_cast<std::int64_t>(Status::Input));
-      put(out, e.file());
-      put(out, e.key());
-      put(out, e.expected());
-    } catch (const core::ScheduleError& e) {
-      put(out, static_cast<std::int64_t>(Status::Schedule));
-      put(out, std::string(e.what()));
-    } catch (const core::InfeasibleError& e) {
-      put(out, static_cast<std::int64_t>(Status::Infeasible));
-      put(out, std::string(e.what()));
-    } catch (const std::exception& e) {
-      put(out, static_cast<std::int64_t>(Status::Other));
-      put(out, std::string(e.what()));
-    } catch (...) {
-      put(out, static_cast<std::int64_t>(Status::Other));
-      put(out, std::string("simgrid engine: unknown error in the simulation process"));
-    }
-    (void)core::write_all_fd(fds[1], out);
-    ::close(fds[1]);
-    ::_exit(0);
+  core::Child child(
+      [&](int, int fd) {
+        std::string out;
+        try {
+          // The result leaves before the engine's teardown, which the child skips.
+          (void)Simulation(s, pm, o).run([&](const SimResult& r) {
+            (void)core::write_all_fd(fd, encode(r));
+            ::close(fd);
+            ::_exit(0);
+          });
+        } catch (const core::InputError& e) {
+          put(out, static_cast<std::int64_t>(Status::Input));
+          put(out, e.file());
+          put(out, e.key());
+          put(out, e.expected());
+        } catch (const core::ScheduleError& e) {
+          put(out, static_cast<std::int64_t>(Status::Schedule));
+          put(out, std::string(e.what()));
+        } catch (const core::InfeasibleError& e) {
+          put(out, static_cast<std::int64_t>(Status::Infeasible));
+          put(out, std::string(e.what()));
+        } catch (const std::exception& e) {
+          put(out, static_cast<std::int64_t>(Status::Other));
+          put(out, std::string(e.what()));
+        } catch (...) {
+          put(out, static_cast<std::int64_t>(Status::Other));
+          put(out, std::string("simgrid engine: unknown error in the simulation process"));
+        }
+        (void)core::write_all_fd(fd, out);
+        return 0;
+      },
+      core::ChildOptions{});
+  const std::string data = child.read_all();
+  const core::ExitStatus status = child.wait();
+  if (status.signaled) {
+    throw std::runtime_error(fmt::format("simgrid engine: the simulation process died of signal {}", status.signal));
   }
-  ::close(fds[1]);
-  std::string data = core::read_all_fd(fds[0]);
-  ::close(fds[0]);
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  if (WIFSIGNALED(status)) {
-    throw std::runtime_error(fmt::format("simgrid engine: the simulation process died of signal {}", WTERMSIG(status)));
-  }
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || data.empty()) {
-    throw std::runtime_error(fmt::format("simgrid engine: the simulation process exited with status {}",
-                                         WIFEXITED(status) ? WEXITSTATUS(status) : -1));
+  if (!status.ok() || data.empty()) {
+    throw std::runtime_error(fmt::format("simgrid engine: the simulation process exited with status {}", status.code));
   }
   return decode(data);
 }
