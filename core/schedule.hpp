@@ -3,6 +3,7 @@
 // runtime consume exactly this; see docs/ARCHITECTURE.md, "The Schedule".
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <nlohmann/json_fwd.hpp>
 #include <optional>
@@ -116,6 +117,37 @@ struct Thread {
   std::string name;
   Duration launch_latency{};
   Duration collective_launch_latency{};
+};
+
+/// Ops that occupy a device and so have a duration in a Timeline: compute,
+/// collectives, sends and receives. A step spans them (StepSpan).
+[[nodiscard]] constexpr bool is_timed(OpKind k) {
+  return k == OpKind::Compute || k == OpKind::Collective || k == OpKind::Send || k == OpKind::Recv;
+}
+
+/// The host time `thread` spends issuing an op of kind `k` — the one rule the
+/// engines and the runtime's backends share: a kernel its launch latency; a
+/// collective, send or receive its collective launch latency; anything else
+/// nothing.
+[[nodiscard]] constexpr Duration issue_latency(const Thread& thread, OpKind k) {
+  if (k == OpKind::Compute) return thread.launch_latency;
+  if (k == OpKind::Collective || k == OpKind::Send || k == OpKind::Recv) return thread.collective_launch_latency;
+  return Duration{};
+}
+
+/// One step's time, as every engine and the runtime define it: from the
+/// earliest start to the latest end of its timed ops; zero without any.
+class StepSpan {
+ public:
+  constexpr void add(TimePoint start, TimePoint end) {
+    first_ = std::min(first_, start.count_ns());
+    last_ = std::max(last_, end.count_ns());
+  }
+  [[nodiscard]] constexpr Duration step() const { return Duration::ns(first_ > last_ ? 0 : last_ - first_); }
+
+ private:
+  std::int64_t first_ = INT64_MAX;
+  std::int64_t last_ = 0;
 };
 
 /// The op list shared by a class of ranks. Ops name groups as seen by the

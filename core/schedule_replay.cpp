@@ -88,8 +88,7 @@ ReplayResult replay(const Schedule& s, const ReplayCosts& costs) {
     std::vector<std::tuple<int, std::size_t, std::size_t>> ops;  // (id, stream, index)
     std::size_t next = 0;
     TimePoint clock{};
-    Duration launch{};
-    Duration collective_launch{};
+    const Thread* thread = nullptr;
   };
   std::vector<std::vector<ThreadCursor>> threads(np);
   std::vector<std::vector<std::size_t>> issued_count(np);  // per stream: ops issued so far
@@ -99,10 +98,7 @@ ReplayResult replay(const Schedule& s, const ReplayCosts& costs) {
     r.issued[p].resize(prog.streams.size());
     issued_count[p].assign(prog.streams.size(), 0);
     threads[p].resize(prog.threads.size());
-    for (std::size_t t = 0; t < prog.threads.size(); ++t) {
-      threads[p][t].launch = prog.threads[t].launch_latency;
-      threads[p][t].collective_launch = prog.threads[t].collective_launch_latency;
-    }
+    for (std::size_t t = 0; t < prog.threads.size(); ++t) threads[p][t].thread = &prog.threads[t];
     for (std::size_t k = 0; k < prog.streams.size(); ++k) {
       const Stream& st = prog.streams[k];
       r.times[p][k].resize(st.ops.size());
@@ -188,9 +184,7 @@ ReplayResult replay(const Schedule& s, const ReplayCosts& costs) {
       }
       r.issued[p][k][i] = t.clock;
       ++issued_count[p][k];
-      if (op.kind == OpKind::Compute) t.clock += t.launch;
-      if (op.kind == OpKind::Collective || op.kind == OpKind::Send || op.kind == OpKind::Recv)
-        t.clock += t.collective_launch;
+      t.clock += issue_latency(*t.thread, op.kind);
       ++t.next;
       push({p, k});
     }

@@ -24,22 +24,16 @@ std::vector<std::pair<std::size_t, std::size_t>> issue_order(const core::Program
 
 core::Duration measured_step(const core::Schedule& s,
                              const std::vector<std::vector<std::vector<core::OpTime>>>& times) {
-  std::int64_t lo = INT64_MAX, hi = 0;
+  core::StepSpan span;
   for (std::size_t p = 0; p < s.programs.size() && p < times.size(); ++p) {
     if (times[p].empty()) continue;
     for (std::size_t k = 0; k < s.programs[p].streams.size(); ++k) {
       for (std::size_t i = 0; i < s.programs[p].streams[k].ops.size(); ++i) {
-        const core::OpKind kind = s.programs[p].streams[k].ops[i].kind;
-        if (kind != core::OpKind::Compute && kind != core::OpKind::Collective && kind != core::OpKind::Send &&
-            kind != core::OpKind::Recv) {
-          continue;
-        }
-        lo = std::min(lo, times[p][k][i].start.count_ns());
-        hi = std::max(hi, times[p][k][i].end.count_ns());
+        if (core::is_timed(s.programs[p].streams[k].ops[i].kind)) span.add(times[p][k][i].start, times[p][k][i].end);
       }
     }
   }
-  return core::Duration::ns(hi > lo ? hi - lo : 0);
+  return span.step();
 }
 
 void execute(const core::Schedule& s, const std::vector<std::size_t>& programs, Backend& backend) {

@@ -22,13 +22,11 @@ void emit_timeline(const core::Schedule& s, const std::vector<std::vector<std::v
       for (std::size_t i = 0; i < st.ops.size(); ++i) {
         const core::Op& op = st.ops[i];
         const core::OpTime& t = times[p][k][i];
+        if (core::is_timed(op.kind)) {
+          sink.on_op(traces::op_record(s, prog, st, op, t.start, t.end));
+          continue;
+        }
         switch (op.kind) {
-          case core::OpKind::Compute:
-          case core::OpKind::Collective:
-          case core::OpKind::Send:
-          case core::OpKind::Recv:
-            sink.on_op(traces::op_record(s, prog, st, op, t.start, t.end));
-            break;
           case core::OpKind::Alloc:
             deltas.emplace_back(t.start.count_ns(), op.id, op.bytes.count(), true, &op.buffer);
             break;

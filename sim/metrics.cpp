@@ -83,13 +83,9 @@ core::Bytes Metrics::peak_memory() const {
 
 Metrics compute_metrics(const core::Schedule& s, const traces::Timeline& t, const topologies::DeviceProfile& device) {
   Metrics m;
-  std::int64_t start = INT64_MAX, end = 0;
-  for (const auto& r : t.ops) {
-    start = std::min(start, r.start.count_ns());
-    end = std::max(end, r.end.count_ns());
-  }
-  if (t.ops.empty()) start = 0;
-  m.step_time = core::Duration::ns(end - start);
+  core::StepSpan span;  // a Timeline's ops are the timed ones (core::is_timed)
+  for (const auto& r : t.ops) span.add(r.start, r.end);
+  m.step_time = span.step();
   const double secs = m.step_time.to_seconds();
   if (secs > 0) {
     m.tokens_per_s = static_cast<double>(s.step.tokens()) / secs;
@@ -112,7 +108,7 @@ Metrics compute_metrics(const core::Schedule& s, const traces::Timeline& t, cons
   }
   for (std::size_t p = 0; p < np; ++p) {
     auto c = merged(compute[p]);
-    m.compute_idle = std::max(m.compute_idle, core::Duration::ns(end - start - length(c)));
+    m.compute_idle = std::max(m.compute_idle, core::Duration::ns(m.step_time.count_ns() - length(c)));
     for (auto& [kind, ivs] : comm[p]) {
       auto exposed = core::Duration::ns(minus_length(merged(ivs), c));
       auto& slot = m.exposed_comm[kind];
@@ -120,7 +116,7 @@ Metrics compute_metrics(const core::Schedule& s, const traces::Timeline& t, cons
     }
     for (const auto& st : s.programs[p].streams) {
       double f =
-          secs > 0 ? static_cast<double>(busy[{static_cast<int>(p), st.id}]) / static_cast<double>(end - start) : 0;
+          secs > 0 ? static_cast<double>(busy[{static_cast<int>(p), st.id}]) / static_cast<double>(m.step_time.count_ns()) : 0;
       m.busy.push_back(StreamBusy{static_cast<int>(p), st.name, f});
     }
   }

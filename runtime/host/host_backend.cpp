@@ -107,11 +107,7 @@ void HostBackend::enqueue(std::size_t program, std::size_t stream, std::size_t i
 }
 
 void HostBackend::issue_cost(std::size_t program, const core::Thread& thread, const core::Op& op) {
-  core::Duration latency{};
-  if (op.kind == core::OpKind::Compute) latency = thread.launch_latency;
-  if (op.kind == core::OpKind::Collective || op.kind == core::OpKind::Send || op.kind == core::OpKind::Recv) {
-    latency = thread.collective_launch_latency;
-  }
+  const core::Duration latency = core::issue_latency(thread, op.kind);
   // Like the engines: an op is issued at its thread's clock, which then moves
   // on by the op's latency (and never lags the wall clock after a sync).
   Clock::time_point issue;

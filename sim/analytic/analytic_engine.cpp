@@ -51,7 +51,7 @@ void AnalyticEngine::run(const core::Schedule& s, traces::TraceHeader header, tr
 StepEstimate AnalyticEngine::estimate(const core::Schedule& s, const FreeOps& free) const {
   const core::ReplayResult r = walk(s, free);
   StepEstimate e;
-  std::int64_t first = INT64_MAX, last = 0;
+  core::StepSpan span;
   for (std::size_t p = 0; p < s.programs.size(); ++p) {
     const core::Program& prog = s.programs[p];
     std::vector<std::tuple<std::int64_t, int, std::int64_t, const std::string*>> deltas;
@@ -70,10 +70,7 @@ StepEstimate AnalyticEngine::estimate(const core::Schedule& s, const FreeOps& fr
             [[fallthrough]];
           case core::OpKind::Collective:
           case core::OpKind::Send:
-          case core::OpKind::Recv:
-            first = std::min(first, t.start.count_ns());
-            last = std::max(last, t.end.count_ns());
-            break;
+          case core::OpKind::Recv: span.add(t.start, t.end); break;
           case core::OpKind::Alloc: deltas.emplace_back(t.start.count_ns(), op.id, op.bytes.count(), &op.buffer); break;
           case core::OpKind::Free: deltas.emplace_back(t.start.count_ns(), op.id, -op.bytes.count(), &op.buffer); break;
           default: break;
@@ -92,7 +89,7 @@ StepEstimate AnalyticEngine::estimate(const core::Schedule& s, const FreeOps& fr
     }
     e.model_compute = std::max(e.model_compute, core::Duration::ns(compute));
   }
-  e.step = core::Duration::ns(first == INT64_MAX ? 0 : last - first);
+  e.step = span.step();
   return e;
 }
 

@@ -325,10 +325,7 @@ class Simulation {
           pi.thread_ops[t].emplace_back(k, i);
           const OpKind kind = prog.streams[k].ops[i].kind;
           if (kind == OpKind::Sync) pi.syncs[t] = 1;
-          if (kind == OpKind::Compute) clock += th.launch_latency.count_ns();
-          if (kind == OpKind::Collective || kind == OpKind::Send || kind == OpKind::Recv) {
-            clock += th.collective_launch_latency.count_ns();
-          }
+          clock += core::issue_latency(th, kind).count_ns();
         }
       }
       for (int r : prog.ranks) program_of_rank_.at(static_cast<std::size_t>(r)) = static_cast<int>(p);
