@@ -88,8 +88,10 @@ class Duration {
   }
   [[nodiscard]] constexpr std::int64_t count_ns() const { return ns_; }
   [[nodiscard]] constexpr double to_seconds() const { return static_cast<double>(ns_) * 1e-9; }
-  [[nodiscard]] constexpr double to_ms() const { return static_cast<double>(ns_) * 1e-6; }
-  [[nodiscard]] constexpr double to_us() const { return static_cast<double>(ns_) * 1e-3; }
+  /// The same arithmetic as the printing they replaced (the validation
+  /// report's milliseconds, the Chrome trace's issued_us), bit for bit.
+  [[nodiscard]] constexpr double to_ms() const { return to_seconds() * 1e3; }
+  [[nodiscard]] constexpr double to_us() const { return static_cast<double>(ns_) / 1e3; }
 
   constexpr Duration& operator+=(Duration o) {
     ns_ += o.ns_;
@@ -105,8 +107,32 @@ class Duration {
   std::int64_t ns_ = 0;
 };
 
-/// Time on the simulated or measured clock (the step starts at zero).
-using TimePoint = Duration;
+/// A point on the simulated or measured clock, nanoseconds since the step
+/// started. Points subtract to a Duration; a Duration moves a point.
+class TimePoint {
+ public:
+  constexpr TimePoint() = default;
+  [[nodiscard]] static constexpr TimePoint ns(std::int64_t n) { return TimePoint(Duration::ns(n)); }
+  [[nodiscard]] static constexpr TimePoint at(Duration since_start) { return TimePoint(since_start); }
+  /// A clock reading in seconds (SimGrid's clock); as Duration::seconds.
+  [[nodiscard]] static TimePoint seconds(double s) { return TimePoint(Duration::seconds(s)); }
+  [[nodiscard]] constexpr Duration since_start() const { return d_; }
+  [[nodiscard]] constexpr std::int64_t count_ns() const { return d_.count_ns(); }
+
+  constexpr TimePoint& operator+=(Duration d) {
+    d_ += d;
+    return *this;
+  }
+  friend constexpr TimePoint operator+(TimePoint t, Duration d) { return TimePoint(t.d_ + d); }
+  friend constexpr TimePoint operator+(Duration d, TimePoint t) { return TimePoint(t.d_ + d); }
+  friend constexpr TimePoint operator-(TimePoint t, Duration d) { return TimePoint(t.d_ - d); }
+  friend constexpr Duration operator-(TimePoint a, TimePoint b) { return a.d_ - b.d_; }
+  friend constexpr auto operator<=>(TimePoint, TimePoint) = default;
+
+ private:
+  constexpr explicit TimePoint(Duration d) : d_(d) {}
+  Duration d_{};
+};
 
 /// A data rate, bytes per second (a double: rates are model inputs and
 /// efficiencies scale them). Catalogs give GB/s (1e9 B/s) for memory and

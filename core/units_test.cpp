@@ -1,8 +1,10 @@
-// The unit types: Bandwidth conversions and transfer times, Duration's
-// rounding and its errors on NaN, negative and infinite counts.
+// The unit types: Bandwidth conversions and transfer times, TimePoint
+// arithmetic, Duration's rounding and its errors on NaN, negative and
+// infinite counts.
 #include "core/units.hpp"
 
 #include <gtest/gtest.h>
+#include <algorithm>
 #include <limits>
 #include <string>
 
@@ -53,6 +55,7 @@ TEST(Duration, RoundsToNanoseconds) {
   EXPECT_EQ(Duration::seconds(-0.0).count_ns(), 0);
   EXPECT_EQ(Duration::ns(1500).to_us(), 1.5);
   EXPECT_EQ(Duration::ns(2'000'000).to_ms(), 2.0);
+  EXPECT_EQ(Duration::ns(1).to_us(), 0.001);  // divided: correctly rounded
   EXPECT_EQ(Duration::ns(500'000'000).to_seconds(), 0.5);
 }
 
@@ -91,6 +94,34 @@ TEST(Duration, ErrorNamesTheUnitAndValue) {
   } catch (const UnitError& e) {
     EXPECT_EQ(std::string(e.what()), "a duration must be a finite, non-negative number of seconds, got nan");
   }
+}
+
+TEST(TimePoint, Arithmetic) {
+  const TimePoint start = TimePoint::ns(1'000);
+  const TimePoint end = start + Duration::ns(250);
+  EXPECT_EQ(end.count_ns(), 1'250);
+  EXPECT_EQ(end - start, Duration::ns(250));
+  EXPECT_EQ(start - end, Duration::ns(-250));  // a difference may be negative; a Duration::seconds may not
+  EXPECT_EQ(Duration::ns(250) + start, end);
+  EXPECT_EQ(end - Duration::ns(250), start);
+  EXPECT_EQ(end.since_start(), Duration::ns(1'250));
+  EXPECT_EQ(TimePoint::at(Duration::us(1.25)), end);
+  EXPECT_EQ(TimePoint::seconds(1.25e-6), end);
+  EXPECT_EQ(TimePoint{}.count_ns(), 0);
+  TimePoint t = start;
+  t += Duration::ns(5);
+  EXPECT_EQ(t, TimePoint::ns(1'005));
+}
+
+TEST(TimePoint, Ordering) {
+  EXPECT_LT(TimePoint::ns(1), TimePoint::ns(2));
+  EXPECT_EQ(std::max(TimePoint::ns(7), TimePoint::ns(3)), TimePoint::ns(7));
+  EXPECT_GE(TimePoint::ns(3), TimePoint{});
+}
+
+TEST(TimePoint, ClockReadingsFollowDurationRules) {
+  EXPECT_THROW((void)TimePoint::seconds(-1e-9), UnitError);
+  EXPECT_THROW((void)TimePoint::seconds(std::numeric_limits<double>::quiet_NaN()), UnitError);
 }
 
 TEST(Units, FloatingConversions) {

@@ -26,9 +26,7 @@ void emit_timeline(const core::Schedule& s, const std::vector<std::vector<std::v
           case core::OpKind::Compute:
           case core::OpKind::Collective:
           case core::OpKind::Send:
-          case core::OpKind::Recv:
-            sink.on_op(traces::op_record(s, prog, st, op, t.start, t.end));
-            break;
+          case core::OpKind::Recv: sink.on_op(traces::op_record(s, prog, st, op, t.start, t.end)); break;
           case core::OpKind::Alloc:
             deltas.emplace_back(t.start.count_ns(), op.id, op.bytes.count(), true, &op.buffer);
             break;
@@ -47,7 +45,7 @@ void emit_timeline(const core::Schedule& s, const std::vector<std::vector<std::v
       } else {
         allocator.free(*buffer);
       }
-      sink.on_memory(traces::MemoryPoint{prog.id, core::Duration::ns(t), allocator.allocated(), allocator.reserved(),
+      sink.on_memory(traces::MemoryPoint{prog.id, core::TimePoint::ns(t), allocator.allocated(), allocator.reserved(),
                                          *buffer, core::Bytes(d)});
     }
   }
