@@ -1,5 +1,5 @@
 // Strong types for the quantities hzp computes with: bytes, floating-point
-// operations, time and bandwidth. Unit conversions happen only here; to bare
+// operations, time, bandwidth and compute rate. Unit conversions happen only here; to bare
 // numbers only at the edges (JSON, printing, SimGrid seconds, CUDA milliseconds).
 #pragma once
 
@@ -156,6 +156,31 @@ class Bandwidth {
   constexpr explicit Bandwidth(double b) : b_(b) {}
   double b_ = 0;
 };
+
+/// A compute rate, floating-point operations per second. Catalogs give
+/// TFLOP/s (1e12 FLOP/s).
+class FlopRate {
+ public:
+  constexpr FlopRate() = default;
+  [[nodiscard]] static constexpr FlopRate from_flops_per_s(double f) { return FlopRate(f); }
+  [[nodiscard]] static constexpr FlopRate from_TFLOPs(double t) { return FlopRate(t * 1e12); }
+  [[nodiscard]] constexpr double flops_per_s() const { return f_; }
+  [[nodiscard]] constexpr double TFLOPs() const { return f_ / 1e12; }
+
+  /// Scaled by a factor: an efficiency.
+  friend constexpr FlopRate operator*(FlopRate a, double k) { return FlopRate(a.f_ * k); }
+  friend constexpr FlopRate operator*(double k, FlopRate a) { return FlopRate(a.f_ * k); }
+  friend constexpr auto operator<=>(FlopRate, FlopRate) = default;
+
+ private:
+  constexpr explicit FlopRate(double f) : f_(f) {}
+  double f_ = 0;
+};
+
+/// Seconds to compute `flops` at `rate`, unrounded.
+[[nodiscard]] constexpr double compute_seconds(Flops flops, FlopRate rate) {
+  return flops.count() / rate.flops_per_s();
+}
 
 /// Seconds to move `bytes` at `bw`, unrounded: the performance model adds
 /// these to latencies before rounding the sum to a Duration.

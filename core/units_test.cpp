@@ -1,4 +1,5 @@
-// The unit types: Bandwidth conversions and transfer times, TimePoint
+// The unit types: Bandwidth and FlopRate conversions, transfer and compute
+// times, TimePoint
 // arithmetic, Duration's rounding and its errors on NaN, negative and
 // infinite counts.
 #include "core/units.hpp"
@@ -122,6 +123,14 @@ TEST(TimePoint, Ordering) {
 TEST(TimePoint, ClockReadingsFollowDurationRules) {
   EXPECT_THROW((void)TimePoint::seconds(-1e-9), UnitError);
   EXPECT_THROW((void)TimePoint::seconds(std::numeric_limits<double>::quiet_NaN()), UnitError);
+}
+
+TEST(FlopRate, ConvertsAndTimesCompute) {
+  EXPECT_EQ(FlopRate::from_TFLOPs(989).flops_per_s(), 989e12);
+  EXPECT_EQ(FlopRate::from_flops_per_s(5e14).TFLOPs(), 500);
+  // 2e15 FLOPs at 1000 TFLOP/s and half efficiency: 4 s.
+  EXPECT_EQ(compute_seconds(Flops(2e15), FlopRate::from_TFLOPs(1000) * 0.5), 4.0);
+  EXPECT_EQ(0.5 * FlopRate::from_TFLOPs(1000), FlopRate::from_TFLOPs(500));
 }
 
 TEST(Units, FloatingConversions) {
