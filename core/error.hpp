@@ -62,6 +62,14 @@ class InfeasibleError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+/// A quantity that has no value in its unit: a NaN or negative duration, say.
+/// A bug in the caller (inputs are checked before they reach the units), so
+/// `main` reports it as an internal error.
+class UnitError : public std::domain_error {
+ public:
+  using std::domain_error::domain_error;
+};
+
 /// A Schedule that violates the contract (unmatched collective, deadlock, ...).
 /// Raised by the checker; names the first offending op. One line (see one_line).
 class ScheduleError : public std::runtime_error {

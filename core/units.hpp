@@ -1,13 +1,18 @@
 // Strong types for the quantities hzp computes with: bytes, floating-point
-// operations and time. Conversions to bare numbers happen only at the edges
-// (JSON, printing, SimGrid seconds, CUDA milliseconds).
+// operations, time, bandwidth and compute rate. Unit conversions happen only here; to bare
+// numbers only at the edges (JSON, printing, SimGrid seconds, CUDA milliseconds).
 #pragma once
 
 #include <cmath>
 #include <compare>
 #include <cstdint>
+#include <limits>
 
 namespace hzp::core {
+
+/// A NaN, negative or infinite count given to a Duration factory. Throws
+/// UnitError (core/error.hpp) naming the unit and the value.
+[[noreturn]] void throw_bad_duration(const char* unit, double value);
 
 /// A byte count. Signed so that memory deltas (free = negative) stay in type.
 class Bytes {
@@ -58,7 +63,9 @@ class Flops {
   double f_ = 0;
 };
 
-/// Simulated or measured time, integer nanoseconds.
+/// Simulated or measured time, integer nanoseconds. The factories that take
+/// a floating-point count throw UnitError on NaN, on a negative count and on
+/// +infinity; finite counts beyond kMaxSeconds saturate there.
 class Duration {
  public:
   constexpr Duration() = default;
@@ -67,15 +74,24 @@ class Duration {
   /// years: any longer simulated time is meaningless, and must not overflow).
   static constexpr double kMaxSeconds = 4.6e9;
   [[nodiscard]] static Duration seconds(double s) {
-    if (!(s < kMaxSeconds)) s = kMaxSeconds;  // also catches NaN and +inf
-    if (s < 0) s = 0;
+    if (!(s >= 0) || s == kInfinity) throw_bad_duration("seconds", s);  // !(s >= 0) also catches NaN
+    if (s > kMaxSeconds) s = kMaxSeconds;
     return Duration(static_cast<std::int64_t>(std::llround(s * 1e9)));
   }
-  [[nodiscard]] static Duration us(double u) { return seconds(u * 1e-6); }
+  [[nodiscard]] static Duration ms(double m) {
+    if (!(m >= 0)) throw_bad_duration("milliseconds", m);
+    return seconds(m * 1e-3);
+  }
+  [[nodiscard]] static Duration us(double u) {
+    if (!(u >= 0)) throw_bad_duration("microseconds", u);
+    return seconds(u * 1e-6);
+  }
   [[nodiscard]] constexpr std::int64_t count_ns() const { return ns_; }
   [[nodiscard]] constexpr double to_seconds() const { return static_cast<double>(ns_) * 1e-9; }
-  [[nodiscard]] constexpr double to_ms() const { return static_cast<double>(ns_) * 1e-6; }
-  [[nodiscard]] constexpr double to_us() const { return static_cast<double>(ns_) * 1e-3; }
+  /// The same arithmetic as the printing they replaced (the validation
+  /// report's milliseconds, the Chrome trace's issued_us), bit for bit.
+  [[nodiscard]] constexpr double to_ms() const { return to_seconds() * 1e3; }
+  [[nodiscard]] constexpr double to_us() const { return static_cast<double>(ns_) / 1e3; }
 
   constexpr Duration& operator+=(Duration o) {
     ns_ += o.ns_;
@@ -86,11 +102,105 @@ class Duration {
   friend constexpr auto operator<=>(Duration, Duration) = default;
 
  private:
+  static constexpr double kInfinity = std::numeric_limits<double>::infinity();
   constexpr explicit Duration(std::int64_t n) : ns_(n) {}
   std::int64_t ns_ = 0;
 };
 
-/// Time on the simulated or measured clock (the step starts at zero).
-using TimePoint = Duration;
+/// A point on the simulated or measured clock, nanoseconds since the step
+/// started. Points subtract to a Duration; a Duration moves a point.
+class TimePoint {
+ public:
+  constexpr TimePoint() = default;
+  [[nodiscard]] static constexpr TimePoint ns(std::int64_t n) { return TimePoint(Duration::ns(n)); }
+  [[nodiscard]] static constexpr TimePoint at(Duration since_start) { return TimePoint(since_start); }
+  /// A clock reading in seconds (SimGrid's clock); as Duration::seconds.
+  [[nodiscard]] static TimePoint seconds(double s) { return TimePoint(Duration::seconds(s)); }
+  [[nodiscard]] constexpr Duration since_start() const { return d_; }
+  [[nodiscard]] constexpr std::int64_t count_ns() const { return d_.count_ns(); }
+
+  constexpr TimePoint& operator+=(Duration d) {
+    d_ += d;
+    return *this;
+  }
+  friend constexpr TimePoint operator+(TimePoint t, Duration d) { return TimePoint(t.d_ + d); }
+  friend constexpr TimePoint operator+(Duration d, TimePoint t) { return TimePoint(t.d_ + d); }
+  friend constexpr TimePoint operator-(TimePoint t, Duration d) { return TimePoint(t.d_ - d); }
+  friend constexpr Duration operator-(TimePoint a, TimePoint b) { return a.d_ - b.d_; }
+  friend constexpr auto operator<=>(TimePoint, TimePoint) = default;
+
+ private:
+  constexpr explicit TimePoint(Duration d) : d_(d) {}
+  Duration d_{};
+};
+
+/// A data rate, bytes per second (a double: rates are model inputs and
+/// efficiencies scale them). Catalogs give GB/s (1e9 B/s) for memory and
+/// scale-up links and Gb/s (1e9 bit/s) for NICs.
+class Bandwidth {
+ public:
+  constexpr Bandwidth() = default;
+  [[nodiscard]] static constexpr Bandwidth from_bytes_per_s(double b) { return Bandwidth(b); }
+  [[nodiscard]] static constexpr Bandwidth from_GBps(double g) { return Bandwidth(g * 1e9); }
+  [[nodiscard]] static constexpr Bandwidth from_Gbps(double g) { return Bandwidth(g / 8 * 1e9); }
+  [[nodiscard]] constexpr double bytes_per_s() const { return b_; }
+  [[nodiscard]] constexpr double GBps() const { return b_ / 1e9; }
+
+  /// Scaled by a factor: an efficiency, one over an oversubscription.
+  friend constexpr Bandwidth operator*(Bandwidth a, double k) { return Bandwidth(a.b_ * k); }
+  friend constexpr Bandwidth operator*(double k, Bandwidth a) { return Bandwidth(a.b_ * k); }
+  friend constexpr Bandwidth operator/(Bandwidth a, double k) { return Bandwidth(a.b_ / k); }
+  friend constexpr auto operator<=>(Bandwidth, Bandwidth) = default;
+
+ private:
+  constexpr explicit Bandwidth(double b) : b_(b) {}
+  double b_ = 0;
+};
+
+/// A compute rate, floating-point operations per second. Catalogs give
+/// TFLOP/s (1e12 FLOP/s).
+class FlopRate {
+ public:
+  constexpr FlopRate() = default;
+  [[nodiscard]] static constexpr FlopRate from_flops_per_s(double f) { return FlopRate(f); }
+  [[nodiscard]] static constexpr FlopRate from_TFLOPs(double t) { return FlopRate(t * 1e12); }
+  [[nodiscard]] constexpr double flops_per_s() const { return f_; }
+  [[nodiscard]] constexpr double TFLOPs() const { return f_ / 1e12; }
+
+  /// Scaled by a factor: an efficiency.
+  friend constexpr FlopRate operator*(FlopRate a, double k) { return FlopRate(a.f_ * k); }
+  friend constexpr FlopRate operator*(double k, FlopRate a) { return FlopRate(a.f_ * k); }
+  friend constexpr auto operator<=>(FlopRate, FlopRate) = default;
+
+ private:
+  constexpr explicit FlopRate(double f) : f_(f) {}
+  double f_ = 0;
+};
+
+/// Seconds to compute `flops` at `rate`, unrounded.
+[[nodiscard]] constexpr double compute_seconds(Flops flops, FlopRate rate) {
+  return flops.count() / rate.flops_per_s();
+}
+
+/// Seconds to move `bytes` at `bw`, unrounded: the performance model adds
+/// these to latencies before rounding the sum to a Duration.
+[[nodiscard]] constexpr double transfer_seconds(double bytes, Bandwidth bw) { return bytes / bw.bytes_per_s(); }
+[[nodiscard]] constexpr double transfer_seconds(Bytes bytes, Bandwidth bw) {
+  return transfer_seconds(static_cast<double>(bytes.count()), bw);
+}
+/// The same, rounded to the nearest nanosecond. Throws UnitError where that
+/// time is not a Duration (a zero, negative or NaN bandwidth).
+[[nodiscard]] inline Duration operator/(Bytes bytes, Bandwidth bw) {
+  return Duration::seconds(transfer_seconds(bytes, bw));
+}
+
+/// Catalog latencies (µs) and CUDA event times (ms) as unrounded seconds, for
+/// the performance model's and the microbenchmarks' floating-point sums.
+[[nodiscard]] constexpr double us_to_seconds(double us) { return us * 1e-6; }
+[[nodiscard]] constexpr double ms_to_seconds(double ms) { return ms * 1e-3; }
+/// Seconds as microseconds, for catalog values written back (calibration).
+[[nodiscard]] constexpr double seconds_to_us(double s) { return s * 1e6; }
+/// A NIC's line rate (Gb/s) as GB/s, for sums kept in the catalog's units.
+[[nodiscard]] constexpr double Gbps_to_GBps(double g) { return g / 8; }
 
 }  // namespace hzp::core

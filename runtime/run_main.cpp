@@ -7,6 +7,7 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <iostream>
 #include <map>
@@ -110,8 +111,8 @@ int run_host(const Args& a, const hzp::core::Schedule& s, const std::string& com
   // The first warm-up step runs in real time (scale 1) and sets the scale at
   // which the others last about --step-seconds of wall time each.
   runtime::HostOptions o;
-  o.watchdog = std::chrono::milliseconds(static_cast<std::int64_t>(a.watchdog_s * 1000));
-  o.late = std::chrono::microseconds(static_cast<std::int64_t>(a.late_ms * 1000));
+  o.watchdog = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::duration<double>(a.watchdog_s));
+  o.late = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::duration<double, std::milli>(a.late_ms));
   double scale = 1.0;
   struct Step {
     double seconds;
@@ -173,7 +174,7 @@ int run_cuda_rank(const Args& a, const hzp::core::Schedule& s, const hzp::runtim
   o.device = device;
   o.emulate_collectives = a.emulate;
   o.nccl_channels = a.nccl_channels;
-  o.watchdog = std::chrono::milliseconds(static_cast<std::int64_t>(a.watchdog_s * 1000));
+  o.watchdog = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::duration<double>(a.watchdog_s));
   runtime::cuda::CudaBackend backend(s, plan, pm, comms.get(), o);
   std::vector<double> steps;
   std::vector<traces::TimelineRecorder> timelines;

@@ -45,7 +45,7 @@ void emit_timeline(const core::Schedule& s, const std::vector<std::vector<std::v
       } else {
         allocator.free(*buffer);
       }
-      sink.on_memory(traces::MemoryPoint{prog.id, core::Duration::ns(t), allocator.allocated(), allocator.reserved(),
+      sink.on_memory(traces::MemoryPoint{prog.id, core::TimePoint::ns(t), allocator.allocated(), allocator.reserved(),
                                          *buffer, core::Bytes(d)});
     }
   }

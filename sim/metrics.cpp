@@ -89,7 +89,8 @@ Metrics compute_metrics(const core::Schedule& s, const traces::Timeline& t, cons
   const double secs = m.step_time.to_seconds();
   if (secs > 0) {
     m.tokens_per_s = static_cast<double>(s.step.tokens()) / secs;
-    m.model_tflops_per_gpu = s.step.model_flops.count() / secs / s.step.world_size / 1e12;
+    m.model_tflops_per_gpu =
+        core::FlopRate::from_flops_per_s(s.step.model_flops.count() / secs / s.step.world_size).TFLOPs();
     m.mfu = m.model_tflops_per_gpu / device.peak_tflops.at(core::Dtype::Bf16);
   }
 

@@ -20,8 +20,8 @@ TEST(Metrics, ExposedIsCommMinusCompute) {
     r.stream = stream;
     r.kind = kind;
     r.group_kind = core::GroupKind::DpShard;
-    r.start = core::Duration::ns(a);
-    r.end = core::Duration::ns(b);
+    r.start = core::TimePoint::ns(a);
+    r.end = core::TimePoint::ns(b);
     return r;
   };
   // compute [0,40) [60,100); comm [30,70) [90,120): exposed = [40,60) + [100,120) = 40 ns.

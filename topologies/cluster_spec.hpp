@@ -79,8 +79,13 @@ struct ClusterSpec {
 
   /// NIC bandwidth available to one device, GB/s.
   [[nodiscard]] double nic_GBps_per_device() const {
-    return scale_out.nics_per_node * scale_out.nic_Gbps / 8.0 / devices_per_node;
+    return core::Gbps_to_GBps(scale_out.nics_per_node * scale_out.nic_Gbps) / devices_per_node;
   }
+  [[nodiscard]] core::Bandwidth nic_bandwidth_per_device() const {
+    return core::Bandwidth::from_GBps(nic_GBps_per_device());
+  }
+  /// One device's scale-up bandwidth per direction.
+  [[nodiscard]] core::Bandwidth scale_up_bandwidth() const { return core::Bandwidth::from_GBps(scale_up.bw_GBps); }
 };
 
 [[nodiscard]] ClusterSpec cluster_from_json(const std::string& text, const std::string& file);

@@ -23,8 +23,11 @@
 
 namespace hzp::topologies {
 
+using core::Bandwidth;
 using core::Bytes;
 using core::Duration;
+using core::transfer_seconds;
+using core::us_to_seconds;
 
 Topology::Topology(ClusterSpec spec, int devices) : spec_(std::move(spec)), devices_(devices) {
   const int dpn = spec_.devices_per_node;
@@ -108,7 +111,10 @@ GroupSpan PerfModel::span(const std::vector<int>& ranks) const {
   return g;
 }
 
-double PerfModel::scale_out_bw_GBps(int top_tier) const {
+// Bandwidths are summed and scaled in the catalog's GB/s and latencies in its
+// µs, and converted once at the end: the same floating-point operations in the
+// same order as ever, so that no result moves by an ulp.
+double PerfModel::scale_out_GBps(int top_tier) const {
   double over = 1;
   const auto& tiers = topo_.spec().scale_out.tiers;
   for (int i = 0; i < top_tier && i < static_cast<int>(tiers.size()); ++i) {
@@ -127,20 +133,20 @@ double PerfModel::scale_out_latency_us(int top_tier) const {
   return lat;
 }
 
-double PerfModel::ring_busbw_GBps(const GroupSpan& g, Bytes bytes) const {
+Bandwidth PerfModel::ring_busbw(const GroupSpan& g, Bytes bytes) const {
   const auto& spec = topo_.spec();
   const double n = static_cast<double>(bytes.count());
-  double up = spec.scale_up.bw_GBps * spec.scale_up.efficiency.at(n);
-  if (g.domains <= 1) return up;
-  double out = g.min_ranks_per_domain * scale_out_bw_GBps(g.top_tier) * spec.scale_out.efficiency.at(n);
-  return g.max_ranks_per_domain > 1 ? std::min(up, out) : out;
+  const double up = spec.scale_up.bw_GBps * spec.scale_up.efficiency.at(n);
+  if (g.domains <= 1) return Bandwidth::from_GBps(up);
+  const double out = g.min_ranks_per_domain * scale_out_GBps(g.top_tier) * spec.scale_out.efficiency.at(n);
+  return Bandwidth::from_GBps(g.max_ranks_per_domain > 1 ? std::min(up, out) : out);
 }
 
-double PerfModel::ring_pass_latency_us(const GroupSpan& g) const {
+double PerfModel::ring_pass_latency_s(const GroupSpan& g) const {
   // One pass visits P−1 edges: D of them leave a domain, the rest are scale-up links.
   const double up = topo_.spec().scale_up.latency_us;
-  if (g.domains <= 1) return (g.ranks - 1) * up;
-  return g.domains * scale_out_latency_us(g.top_tier) + (g.ranks - g.domains) * up;
+  if (g.domains <= 1) return us_to_seconds((g.ranks - 1) * up);
+  return us_to_seconds(g.domains * scale_out_latency_us(g.top_tier) + (g.ranks - g.domains) * up);
 }
 
 double PerfModel::scale_up_efficiency(Bytes bytes) const {
@@ -161,22 +167,22 @@ CollectiveCost PerfModel::collective_cost(core::CollectiveKind kind, Bytes bytes
   if (kind == core::CollectiveKind::AllToAll) c.algorithm = Algorithm::Pairwise;
   if (g.ranks <= 1 || bytes.count() == 0) return c;
   const double P = g.ranks, N = static_cast<double>(bytes.count());
-  const double busbw = ring_busbw_GBps(g, bytes) * 1e9;  // bytes/s
-  const double pass = ring_pass_latency_us(g) * 1e-6;
+  const Bandwidth busbw = ring_busbw(g, bytes);
+  const double pass = ring_pass_latency_s(g);
   switch (kind) {
     case core::CollectiveKind::AllGather:
     case core::CollectiveKind::ReduceScatter:
       c.latency_s = pass;
-      c.transfer_s = (P - 1) / P * N / busbw;
+      c.transfer_s = transfer_seconds((P - 1) / P * N, busbw);
       break;
     case core::CollectiveKind::AllReduce: {
       c.latency_s = 2 * pass;
-      c.transfer_s = 2 * (P - 1) / P * N / busbw;
+      c.transfer_s = transfer_seconds(2 * (P - 1) / P * N, busbw);
       if (g.domains > 1) {
-        const double up = topo_.spec().scale_up.latency_us * 1e-6;
-        const double out = scale_out_latency_us(g.top_tier) * 1e-6;
+        const double up = us_to_seconds(topo_.spec().scale_up.latency_us);
+        const double out = us_to_seconds(scale_out_latency_us(g.top_tier));
         const double tree_latency = 2 * (std::ceil(std::log2(g.domains)) * out + (g.max_ranks_per_domain - 1) * up);
-        const double tree_transfer = 2 * N / busbw;
+        const double tree_transfer = transfer_seconds(2 * N, busbw);
         if (tree_latency + tree_transfer < c.latency_s + c.transfer_s) {
           c = CollectiveCost{Algorithm::Tree, tree_latency, tree_transfer};
         }
@@ -185,19 +191,19 @@ CollectiveCost PerfModel::collective_cost(core::CollectiveKind kind, Bytes bytes
     }
     case core::CollectiveKind::Broadcast:
       c.latency_s = pass;
-      c.transfer_s = N / busbw;
+      c.transfer_s = transfer_seconds(N, busbw);
       break;
     case core::CollectiveKind::AllToAll: {
       const auto& spec = topo_.spec();
       const double k = std::min<double>(g.max_ranks_per_domain, P);
-      double up = spec.scale_up.bw_GBps * scale_up_efficiency(bytes) * 1e9;
-      double t_up = N * (k - 1) / P / up;
+      const Bandwidth up = Bandwidth::from_GBps(spec.scale_up.bw_GBps * scale_up_efficiency(bytes));
+      const double t_up = transfer_seconds(N * (k - 1) / P, up);
       double t_out = 0;
-      c.latency_s = spec.scale_up.latency_us * 1e-6;
+      c.latency_s = us_to_seconds(spec.scale_up.latency_us);
       if (g.domains > 1) {
-        double nic = scale_out_bw_GBps(g.top_tier) * scale_out_efficiency(bytes) * 1e9;
-        t_out = N * (P - k) / P / nic;
-        c.latency_s = scale_out_latency_us(g.top_tier) * 1e-6;
+        const Bandwidth nic = Bandwidth::from_GBps(scale_out_GBps(g.top_tier) * scale_out_efficiency(bytes));
+        t_out = transfer_seconds(N * (P - k) / P, nic);
+        c.latency_s = us_to_seconds(scale_out_latency_us(g.top_tier));
       }
       c.transfer_s = std::max(t_up, t_out);
       break;
@@ -207,26 +213,27 @@ CollectiveCost PerfModel::collective_cost(core::CollectiveKind kind, Bytes bytes
 }
 
 double PerfModel::p2p_latency_s(int src, int dst) const {
-  if (topo_.domain_of(src) == topo_.domain_of(dst)) return topo_.spec().scale_up.latency_us * 1e-6;
+  if (topo_.domain_of(src) == topo_.domain_of(dst)) return us_to_seconds(topo_.spec().scale_up.latency_us);
   int tier = std::max(0, topo_.tier_between(topo_.node_of(src), topo_.node_of(dst)));
-  return scale_out_latency_us(tier) * 1e-6;
+  return us_to_seconds(scale_out_latency_us(tier));
 }
 
 Duration PerfModel::p2p(Bytes bytes, int src, int dst) const {
   const auto& spec = topo_.spec();
-  const double N = static_cast<double>(bytes.count());
   if (topo_.domain_of(src) == topo_.domain_of(dst)) {
-    return Duration::seconds(p2p_latency_s(src, dst) + N / (spec.scale_up.bw_GBps * scale_up_efficiency(bytes) * 1e9));
+    const Bandwidth up = Bandwidth::from_GBps(spec.scale_up.bw_GBps * scale_up_efficiency(bytes));
+    return Duration::seconds(p2p_latency_s(src, dst) + transfer_seconds(bytes, up));
   }
   int tier = std::max(0, topo_.tier_between(topo_.node_of(src), topo_.node_of(dst)));
-  double bw = scale_out_bw_GBps(tier) * scale_out_efficiency(bytes) * 1e9;
-  return Duration::seconds(p2p_latency_s(src, dst) + N / bw);
+  const Bandwidth nic = Bandwidth::from_GBps(scale_out_GBps(tier) * scale_out_efficiency(bytes));
+  return Duration::seconds(p2p_latency_s(src, dst) + transfer_seconds(bytes, nic));
 }
 
 Duration PerfModel::compute(const core::Op& op) const {
   const DeviceProfile& d = topo_.spec().device;
   auto it = d.peak_tflops.find(op.dtype);
-  const double peak = (it != d.peak_tflops.end() ? it->second : d.peak_tflops.at(core::Dtype::Bf16)) * 1e12;
+  const core::FlopRate peak =
+      core::FlopRate::from_TFLOPs(it != d.peak_tflops.end() ? it->second : d.peak_tflops.at(core::Dtype::Bf16));
   double eff = 1;
   switch (op.compute) {
     case core::ComputeKind::Gemm: {
@@ -242,8 +249,8 @@ Duration PerfModel::compute(const core::Op& op) const {
       eff = 0;  // bandwidth-bound kernels: bytes only
       break;
   }
-  double t_flops = eff > 0 ? op.flops.count() / (peak * eff) : 0;
-  double t_bytes = static_cast<double>(op.bytes.count()) / (d.hbm_GBps * 1e9 * d.hbm_efficiency);
+  double t_flops = eff > 0 ? core::compute_seconds(op.flops, peak * eff) : 0;
+  double t_bytes = transfer_seconds(op.bytes, Bandwidth::from_GBps(d.hbm_GBps) * d.hbm_efficiency);
   return Duration::seconds(std::max(t_flops, t_bytes));
 }
 

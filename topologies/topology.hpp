@@ -88,12 +88,13 @@ class PerfModel {
   [[nodiscard]] double scale_out_efficiency(core::Bytes bytes) const;
 
   /// Bus bandwidth a ring over this group achieves for a message of `bytes`,
-  /// GB/s, and the latency of one pass around the ring, µs.
-  [[nodiscard]] double ring_busbw_GBps(const GroupSpan& g, core::Bytes bytes) const;
-  [[nodiscard]] double ring_pass_latency_us(const GroupSpan& g) const;
+  /// and the latency of one pass around the ring, seconds (unrounded).
+  [[nodiscard]] core::Bandwidth ring_busbw(const GroupSpan& g, core::Bytes bytes) const;
+  [[nodiscard]] double ring_pass_latency_s(const GroupSpan& g) const;
 
  private:
-  [[nodiscard]] double scale_out_bw_GBps(int top_tier) const;
+  // In the catalog's units (see topology.cpp on why).
+  [[nodiscard]] double scale_out_GBps(int top_tier) const;
   [[nodiscard]] double scale_out_latency_us(int top_tier) const;
   Topology topo_;
 };

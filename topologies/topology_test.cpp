@@ -81,7 +81,7 @@ TEST(PerfModel, ReduceScatterAcrossNodesIsNicBound) {
   PerfModel pm(Topology(load_cluster("dgx-h100"), 128));
   GroupSpan g = pm.span(iota(128));
   const double N = 1073741824.0;
-  EXPECT_NEAR(pm.ring_busbw_GBps(g, core::Bytes(1073741824)), 8 * 50 * 0.93, 1e-9);
+  EXPECT_NEAR(pm.ring_busbw(g, core::Bytes(1073741824)).GBps(), 8 * 50 * 0.93, 1e-9);
   double pass = 16 * (2.0 + 0.3) * 1e-6 + (128 - 16) * 1.0e-6;  // 16 NIC crossings at the leaf, 112 NVLink steps
   double expect = pass + 127.0 / 128.0 * N / (8 * 50e9 * 0.93);
   auto t = pm.collective(core::CollectiveKind::ReduceScatter, core::Bytes(1073741824), g);
@@ -92,15 +92,15 @@ TEST(PerfModel, OneRankPerNodeUsesOneNic) {
   PerfModel pm(Topology(load_cluster("dgx-h100"), 64));
   std::vector<int> ranks;
   for (int n = 0; n < 8; ++n) ranks.push_back(8 * n);
-  EXPECT_NEAR(pm.ring_busbw_GBps(pm.span(ranks), core::Bytes(1073741824)), 50 * 0.93, 1e-9);
+  EXPECT_NEAR(pm.ring_busbw(pm.span(ranks), core::Bytes(1073741824)).GBps(), 50 * 0.93, 1e-9);
 }
 
 TEST(PerfModel, SmallAllReducePrefersTree) {
   PerfModel pm(Topology(load_cluster("dgx-h100"), 1024));
   GroupSpan g = pm.span(iota(1024));
   core::Bytes n(1 << 20);
-  double busbw = pm.ring_busbw_GBps(g, n) * 1e9;
-  double ring = 2 * pm.ring_pass_latency_us(g) * 1e-6 + 2 * 1023.0 / 1024.0 * (1 << 20) / busbw;
+  double busbw = pm.ring_busbw(g, n).bytes_per_s();
+  double ring = 2 * pm.ring_pass_latency_s(g) + 2 * 1023.0 / 1024.0 * (1 << 20) / busbw;
   // log2(128) = 7 tree levels across nodes, each NIC 2.0 + leaf 2·0.3 + spine 0.3 µs;
   // 7 NVLink steps inside a node.
   double tree = 2 * (7 * 2.9e-6 + 7 * 1.0e-6) + 2.0 * (1 << 20) / busbw;

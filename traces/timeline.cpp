@@ -15,10 +15,12 @@
 namespace hzp::traces {
 namespace {
 
-std::string us(core::TimePoint t) {
-  const std::int64_t ns = t.count_ns();
+// "12.345": microseconds with three decimals, exact (integer arithmetic).
+std::string us(core::Duration d) {
+  const std::int64_t ns = d.count_ns();
   return fmt::format("{}{}.{:03d}", ns < 0 ? "-" : "", std::abs(ns) / 1000, std::abs(ns) % 1000);
 }
+std::string us(core::TimePoint t) { return us(t.since_start()); }
 
 std::string rank_list(const std::vector<int>& ranks) {
   if (ranks.empty()) return "";
@@ -96,7 +98,7 @@ std::string to_chrome_trace(const Timeline& t) {
   for (const auto& r : t.ops) {
     nlohmann::json name = r.name;
     nlohmann::json args{{"op", r.op_id}, {"bytes", r.bytes.count()}};
-    if (r.issued) args["issued_us"] = static_cast<double>(r.issued->count_ns()) / 1000.0;
+    if (r.issued) args["issued_us"] = r.issued->since_start().to_us();
     if (r.kind == core::OpKind::Compute) args["flops"] = r.flops.count();
     if (r.kind == core::OpKind::Collective) args["group_kind"] = core::to_string(r.group_kind);
     emit(fmt::format(R"({{"ph":"X","pid":{},"tid":{},"ts":{},"dur":{},"name":{},"cat":"{}","args":{}}})", r.program,

@@ -25,8 +25,8 @@ Timeline sample() {
                 core::GroupKind::World,
                 core::Flops(2e9),
                 core::Bytes(100),
-                core::Duration::ns(1500),
-                core::Duration::ns(4250),
+                core::TimePoint::ns(1500),
+                core::TimePoint::ns(4250),
                 std::nullopt};
   OpRecord ag{0,
               1,
@@ -37,12 +37,12 @@ Timeline sample() {
               core::GroupKind::DpShard,
               core::Flops(0),
               core::Bytes(4096),
-              core::Duration::ns(0),
-              core::Duration::ns(2000),
+              core::TimePoint::ns(0),
+              core::TimePoint::ns(2000),
               std::nullopt};
   t.ops = {gemm, ag};
   t.memory.push_back(
-      {0, core::Duration::ns(10), core::Bytes(1LL << 30), core::Bytes(2LL << 30), "x", core::Bytes(1LL << 30)});
+      {0, core::TimePoint::ns(10), core::Bytes(1LL << 30), core::Bytes(2LL << 30), "x", core::Bytes(1LL << 30)});
   return t;
 }
 
@@ -76,7 +76,7 @@ TEST(ChromeTrace, ParsesWithTracksAndTimes) {
 
 TEST(ChromeTrace, ReadsBackWhatItWrote) {
   Timeline t = sample();
-  t.ops[0].issued = core::Duration::ns(1250);
+  t.ops[0].issued = core::TimePoint::ns(1250);
   const Timeline r = from_chrome_trace(to_chrome_trace(t), "t.json");
   EXPECT_EQ(r.header.schedule_sha256, "abc");
   EXPECT_EQ(r.header.engine, "analytic");

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
+#include "core/units.hpp"
 
 namespace hzp::validation {
 namespace {
@@ -45,7 +46,7 @@ struct LinkFit {
 
 // t = steps·ℓ + factor·N / (bw·eff(N)): ℓ from the smallest messages (where
 // the transfer term is least), then eff(N) from the rest of each time.
-LinkFit fit_link(const std::vector<traces::CollectiveResult>& rs, double bw_GBps) {
+LinkFit fit_link(const std::vector<traces::CollectiveResult>& rs, core::Bandwidth bw) {
   LinkFit f;
   std::vector<double> per_step;
   const std::int64_t smallest =
@@ -54,13 +55,13 @@ LinkFit fit_link(const std::vector<traces::CollectiveResult>& rs, double bw_GBps
     if (r.bytes == smallest) per_step.push_back(r.seconds / ring_terms(r.collective, r.ranks).first);
   }
   const double latency_s = *std::min_element(per_step.begin(), per_step.end());
-  f.latency_us = latency_s * 1e6;
+  f.latency_us = core::seconds_to_us(latency_s);
   std::map<double, std::vector<double>> eff;
   for (const auto& r : rs) {
     const auto [steps, factor] = ring_terms(r.collective, r.ranks);
     const double transfer = r.seconds - steps * latency_s;
     if (transfer <= 0) continue;  // latency-bound: says nothing about bandwidth
-    eff[static_cast<double>(r.bytes)].push_back(factor * static_cast<double>(r.bytes) / (transfer * bw_GBps * 1e9));
+    eff[static_cast<double>(r.bytes)].push_back(factor * static_cast<double>(r.bytes) / (transfer * bw.bytes_per_s()));
   }
   f.efficiency = curve(eff);
   topologies::EfficiencyCurve c{f.efficiency};
@@ -68,7 +69,7 @@ LinkFit fit_link(const std::vector<traces::CollectiveResult>& rs, double bw_GBps
   for (const auto& r : rs) {
     const auto [steps, factor] = ring_terms(r.collective, r.ranks);
     const double n = static_cast<double>(r.bytes);
-    const double model = steps * latency_s + factor * n / (bw_GBps * 1e9 * c.at(n));
+    const double model = steps * latency_s + core::transfer_seconds(factor * n, bw * c.at(n));
     errors.push_back(std::abs(model - r.seconds) / r.seconds);
   }
   f.median_error = median(errors);
@@ -107,7 +108,7 @@ CalibrationFit fit_calibration(const topologies::ClusterSpec& cluster,
       const double flops = 2.0 * static_cast<double>(g.m) * static_cast<double>(g.n) * static_cast<double>(g.k) *
                            static_cast<double>(g.batch);
       const double size = std::cbrt(static_cast<double>(g.m) * static_cast<double>(g.n) * static_cast<double>(g.k));
-      gemm[std::round(size)].push_back(flops / g.seconds / (it->second * 1e12));
+      gemm[std::round(size)].push_back(flops / g.seconds / core::FlopRate::from_TFLOPs(it->second).flops_per_s());
       ++gemm_count;
     }
     for (const auto& c : r.collectives) {
@@ -128,15 +129,14 @@ CalibrationFit fit_calibration(const topologies::ClusterSpec& cluster,
     fit.notes.push_back(fmt::format("GEMM efficiency: {} shapes at {} sizes", gemm_count, gemm.size()));
   }
   if (!up.empty()) {
-    const LinkFit f = fit_link(up, cluster.scale_up.bw_GBps);
+    const LinkFit f = fit_link(up, cluster.scale_up_bandwidth());
     fit.scale_up_latency_us = f.latency_us;
     fit.scale_up_efficiency = f.efficiency;
     fit.notes.push_back(fmt::format("scale-up: {} collectives, {:.2f} us per ring step, median |error| {:.1f}%", f.used,
                                     f.latency_us, 100 * f.median_error));
   }
   if (!rails.empty()) {
-    const double nic = cluster.nic_GBps_per_device();
-    const LinkFit f = fit_link(rails, nic);
+    const LinkFit f = fit_link(rails, cluster.nic_bandwidth_per_device());
     const double leaf_hop = cluster.scale_out.tiers.empty() ? 0.0 : cluster.scale_out.tiers.front().hop_latency_us;
     fit.nic_latency_us = std::max(0.0, f.latency_us - leaf_hop);
     fit.scale_out_efficiency = f.efficiency;

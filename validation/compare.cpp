@@ -75,7 +75,7 @@ std::string label(const traces::OpRecord& r) {
 }
 
 std::string pct(double x) { return fmt::format("{:+.1f}%", 100 * x); }
-std::string ms(core::Duration d) { return fmt::format("{:.3f}", d.to_seconds() * 1e3); }
+std::string ms(core::Duration d) { return fmt::format("{:.3f}", d.to_ms()); }
 
 }  // namespace
 

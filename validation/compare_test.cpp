@@ -14,14 +14,14 @@ traces::Timeline timeline(const std::string& hash, std::int64_t gemm_ns, std::in
   traces::OpRecord g;
   g.op_id = 1;
   g.what = "gemm";
-  g.end = core::Duration::ns(gemm_ns);
+  g.end = core::TimePoint::ns(gemm_ns);
   traces::OpRecord a;
   a.op_id = 0;
   a.stream = 1;
   a.kind = core::OpKind::Collective;
   a.what = "all_gather";
   a.group_kind = core::GroupKind::DpShard;
-  a.end = core::Duration::ns(ag_ns);
+  a.end = core::TimePoint::ns(ag_ns);
   t.ops = {g, a};
   return t;
 }
@@ -54,8 +54,8 @@ traces::OpRecord op(int stream, int id, const char* what, std::int64_t start, st
   r.name = what;
   r.what = what;
   if (std::string(what) == "all_gather") r.kind = core::OpKind::Collective;
-  r.start = core::Duration::ns(start);
-  r.end = core::Duration::ns(end);
+  r.start = core::TimePoint::ns(start);
+  r.end = core::TimePoint::ns(end);
   return r;
 }
 
@@ -76,9 +76,9 @@ TEST(Compare, CriticalPathWalksBackThroughTheLatestFinisher) {
   // Measured: the gather ran long [5, 40] and C waited for it: the paths
   // differ at the last op.
   traces::Timeline m = t;
-  m.ops[3].end = core::Duration::ns(40);
-  m.ops[2].start = core::Duration::ns(40);
-  m.ops[2].end = core::Duration::ns(45);
+  m.ops[3].end = core::TimePoint::ns(40);
+  m.ops[2].start = core::TimePoint::ns(40);
+  m.ops[2].end = core::TimePoint::ns(45);
   const Comparison c = compare(t, m);
   EXPECT_EQ(c.measured_path_ops, 2U);  // C waited for D; nothing ended before D started at 5
   EXPECT_EQ(c.predicted_path_ops, 3U);

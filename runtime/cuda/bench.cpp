@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <ctime>
 
+#include "core/units.hpp"
 #include "runtime/cuda/check.hpp"
 #include "runtime/cuda/comm_state.hpp"
 #include "runtime/cuda/gemm.hpp"
@@ -39,7 +40,7 @@ double time_median(cudaStream_t stream, int reps, Fn fn) {
     check(cudaEventSynchronize(b), "event");
     float ms = 0;
     check(cudaEventElapsedTime(&ms, a, b), "elapsed");
-    t.push_back(ms * 1e-3);
+    t.push_back(core::ms_to_seconds(ms));
   }
   cudaEventDestroy(a);
   cudaEventDestroy(b);

@@ -501,7 +501,7 @@ std::vector<std::vector<core::OpTime>> CudaBackend::times() const {
       float a = 0, b = 0;
       check(cudaEventElapsedTime(&a, st.origin, st.timing[k][i].first), "elapsed time");
       check(cudaEventElapsedTime(&b, st.origin, st.timing[k][i].second), "elapsed time");
-      out[k][i] = core::OpTime{core::Duration::seconds(a * 1e-3), core::Duration::seconds(b * 1e-3)};
+      out[k][i] = core::OpTime{core::TimePoint::at(core::Duration::ms(a)), core::TimePoint::at(core::Duration::ms(b))};
     }
   }
   return out;
@@ -517,7 +517,7 @@ void CudaBackend::emit(traces::TraceHeader header, traces::TraceSink& sink) cons
     for (std::size_t i = 0; i < stream.ops.size(); ++i) {
       if (st.timing[k][i].first && st.enqueued[k][i]) {
         traces::OpRecord rec = traces::op_record(st.s, st.prog, stream, stream.ops[i], t[k][i].start, t[k][i].end);
-        rec.issued = core::Duration::seconds(st.issued_s[k][i]);
+        rec.issued = core::TimePoint::seconds(st.issued_s[k][i]);
         sink.on_op(rec);
       }
     }

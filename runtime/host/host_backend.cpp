@@ -63,7 +63,7 @@ HostBackend::Clock::duration HostBackend::scaled(core::Duration d) const {
 }
 
 core::TimePoint HostBackend::since_start(Clock::time_point t) const {
-  return core::Duration::seconds(std::chrono::duration<double>(t - origin_).count() / o_.time_scale);
+  return core::TimePoint::seconds(std::chrono::duration<double>(t - origin_).count() / o_.time_scale);
 }
 
 void HostBackend::wait_or_abort(std::unique_lock<std::mutex>& lock, const std::function<bool()>& ready) {

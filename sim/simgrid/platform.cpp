@@ -111,7 +111,7 @@ std::vector<sg4::Host*> build_platform(sg4::Engine& e, const topologies::Topolog
     return std::make_pair(h->get_netpoint(), static_cast<::simgrid::kernel::routing::NetPoint*>(nullptr));
   };
   std::vector<unsigned> count(shape.down.size(), 1);
-  const double nic_Bps = spec.nic_GBps_per_device() * 1e9;
+  const double nic_Bps = spec.nic_bandwidth_per_device().bytes_per_s();
   sg4::NetZone* zone = sg4::create_fatTree_zone(
       "fabric", e.get_netzone_root(),
       sg4::FatTreeParams(static_cast<unsigned>(shape.down.size()), shape.down, shape.up, count),
@@ -120,7 +120,7 @@ std::vector<sg4::Host*> build_platform(sg4::Engine& e, const topologies::Topolog
   // Scale-up: NVSwitch = an out and an in link per device at the full
   // per-direction bandwidth; full mesh = one link per ordered pair at its share.
   const int D = spec.scale_up.domain_devices;
-  const double up_Bps = spec.scale_up.bw_GBps * 1e9;
+  const double up_Bps = spec.scale_up_bandwidth().bytes_per_s();
   const int devices = topo.devices();
   for (int first = 0; first < devices; first += D) {
     const int last = std::min(devices, first + D);

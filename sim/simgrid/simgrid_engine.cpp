@@ -60,7 +60,6 @@ struct SimResult {
 using core::OpKind;
 
 double now_s() { return sg4::Engine::get_clock(); }
-std::int64_t to_ns(double s) { return std::llround(s * 1e9); }
 
 // ---------------------------------------------------------------------------
 // A device's compute rate: 1 when no collective runs on it, 1/slowdown while
@@ -417,7 +416,7 @@ class Simulation {
         sg4::this_actor::suspend();
       }
       const std::int64_t at = pi.issue0[k][i] + r.shifts[t].back().second;
-      const std::int64_t happened = to_ns(r.event_time[ev]);
+      const std::int64_t happened = core::TimePoint::seconds(r.event_time[ev]).count_ns();
       if (happened > at) r.shifts[t].emplace_back(q, r.shifts[t].back().second + happened - at);
     }
   }
@@ -447,7 +446,7 @@ class Simulation {
     auto it =
         std::upper_bound(sh.begin(), sh.end(), pos,
                          [](std::size_t p, const std::pair<std::size_t, std::int64_t>& e) { return p < e.first; });
-    return static_cast<double>(pi.issue0[k][i] + std::prev(it)->second) * 1e-9;
+    return core::Duration::ns(pi.issue0[k][i] + std::prev(it)->second).to_seconds();
   }
 
   // Blocks until op i of stream k is issued, then until its issue time.
@@ -470,7 +469,7 @@ class Simulation {
   }
 
   void done(Rank& r, std::size_t k, std::size_t i, double start, double end) {
-    r.times[k][i] = core::OpTime{core::TimePoint::ns(to_ns(start)), core::TimePoint::ns(to_ns(end))};
+    r.times[k][i] = core::OpTime{core::TimePoint::seconds(start), core::TimePoint::seconds(end)};
     r.next[k] = i + 1;
   }
 

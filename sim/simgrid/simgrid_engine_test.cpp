@@ -91,7 +91,7 @@ traces::Timeline run(const core::Schedule& s, const topologies::PerfModel& pm, E
 }
 
 double seconds(const traces::OpRecord& r) { return (r.end - r.start).to_seconds(); }
-double end_s(const traces::OpRecord& r) { return r.end.to_seconds(); }
+double end_s(const traces::OpRecord& r) { return r.end.since_start().to_seconds(); }
 
 EngineOptions quiet(const std::string& ranks = "all") {
   EngineOptions o;
