@@ -72,7 +72,9 @@ validation::Scored run_case(const validation::Case& c, const std::string& calibr
       const validation::GptShape g{static_cast<double>(r.batch.sequences), static_cast<double>(r.batch.seq_len),
                                    static_cast<double>(r.model.layers), static_cast<double>(r.model.hidden),
                                    static_cast<double>(r.model.vocab)};
-      s.predicted = validation::convention_flops(*c.flops_convention, g, c.file) / step / c.gpus / 1e12;
+      s.predicted =
+          core::FlopRate::from_flops_per_s(validation::convention_flops(*c.flops_convention, g, c.file) / step / c.gpus)
+              .TFLOPs();
       break;
     }
     case validation::Quantity::StatesGiB: s.predicted = layer_states_GiB(m); break;

@@ -176,8 +176,8 @@ double memory_lower_bound_GiB(double stage_params, const PlanOptions& o, const p
 // Adam's kernels on the compute stream (bandwidth-bound: kAdamBytesPerParam
 // per owned parameter), largest stage, seconds: serial with the GEMMs.
 double adam_seconds(double dense_stage_params, const plan::ShardSizes& sh, const topologies::DeviceProfile& d) {
-  return static_cast<double>(plan::kAdamBytesPerParam) * dense_stage_params / sh.optim /
-         (d.hbm_GBps * 1e9 * d.hbm_efficiency);
+  return core::transfer_seconds(static_cast<double>(plan::kAdamBytesPerParam) * dense_stage_params / sh.optim,
+                                core::Bandwidth::from_GBps(d.hbm_GBps) * d.hbm_efficiency);
 }
 
 std::vector<int> divisors_from(const std::vector<int>& wanted, int n) {
