@@ -111,9 +111,9 @@ SweepDb::SweepDb(const std::string& path, const std::string& spec_hash, const st
                                            "use another --db",
                                            spec_hash.substr(0, 12), have.substr(0, 12)));
       }
-      Stmt cols(db_, "SELECT value FROM meta WHERE name = 'columns'", path_);
-      const bool same = sqlite3_step(cols.s) == SQLITE_ROW &&
-                        reinterpret_cast<const char*>(sqlite3_column_text(cols.s, 0)) == column_signature();
+      Stmt stored(db_, "SELECT value FROM meta WHERE name = 'columns'", path_);
+      const bool same = sqlite3_step(stored.s) == SQLITE_ROW &&
+                        reinterpret_cast<const char*>(sqlite3_column_text(stored.s, 0)) == column_signature();
       if (!same) {
         throw core::InputError(path, "meta.columns",
                                "expected the columns of this hzp's sweep rows (the database was made by another "
