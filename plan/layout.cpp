@@ -54,11 +54,13 @@ std::vector<int> add_tp_groups(core::Schedule& s, const Layout& l) {
 
 /// A class of parameters sharded by one hierarchical ZeRO plan: the dense
 
-ParamClass add_param_class(core::Schedule& s, const Layout& l, const std::string& tag, ShardSizes shards, int mult,
-                           int count, bool expert) {
+ShardedParams add_param_class(core::Schedule& s, const Layout& l, core::ParamClass cls, ShardSizes shards, int mult,
+                              int count) {
   using K = core::GroupKind;
-  ParamClass c;
-  c.tag = tag;
+  const bool expert = cls == core::ParamClass::Expert;
+  ShardedParams c;
+  c.cls = cls;
+  c.tag = expert ? ".experts" : "";
   c.sh = shards;
   c.ranks = count;
   auto param = add_dp_groups(s, expert ? K::Edp : K::DpShard, l, mult, count, shards.param, 1);

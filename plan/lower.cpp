@@ -52,7 +52,7 @@ using core::Dtype;
 using core::StreamKind;
 
 Lowering::Lowering(std::vector<Unit> units, const BatchSplit& batch, const PlanOptions& opt,
-                   const std::vector<ParamClass>& classes, bool async, Layout layout, Stage stage,
+                   const std::vector<ShardedParams>& classes, bool async, Layout layout, Stage stage,
                    const topologies::Topology& topo)
     : batch_(batch),
       opt_(opt),
@@ -62,8 +62,9 @@ Lowering::Lowering(std::vector<Unit> units, const BatchSplit& batch, const PlanO
       topo_(topo),
       b_(stage_.program, stage_.name, stage_.ranks),
       units_(std::move(units)) {
-  for (const ParamClass& c : classes) {
+  for (const ShardedParams& c : classes) {
     Class k;
+    k.cls = c.cls;
     k.tag = c.tag;
     k.sh = c.sh;
     k.ranks = c.ranks;
@@ -71,8 +72,9 @@ Lowering::Lowering(std::vector<Unit> units, const BatchSplit& batch, const PlanO
     // Each unit is flattened and padded to a multiple of g_o.
     const std::int64_t o = c.sh.optim;
     for (const auto& u : units_) {
-      std::int64_t weights = c.tag.empty() ? u.u->weight_params : u.u->expert_params;
-      std::int64_t owned = c.tag.empty() ? u.u->params : u.u->expert_params;
+      const bool dense = c.cls == core::ParamClass::Dense;
+      std::int64_t weights = dense ? u.u->weight_params : u.u->expert_params;
+      std::int64_t owned = dense ? u.u->params : u.u->expert_params;
       k.padded.push_back(ceil_div(weights, o) * o);
       k.owned.push_back(ceil_div(owned, o) * o);
     }
@@ -146,7 +148,9 @@ void Lowering::alloc_nccl_buffers() {
   }
   std::int64_t peers = (layout_.pp > 1 ? 2 : 0) + (stage_.cp > 1 ? 2 : 0);
   const std::int64_t communicators = static_cast<std::int64_t>(comms.size()) + peers;
-  if (communicators > 0) b_.alloc(comp_, "nccl_buffers", Bytes(communicators * kNcclBufferBytes));
+  if (communicators > 0) {
+    b_.alloc(comp_, "nccl_buffers", Bytes(communicators * kNcclBufferBytes), core::BufferClass::NcclBuffers);
+  }
 }
 
 // The uses of the stage in order: every unit of each slot's chunk, forward in
@@ -185,7 +189,7 @@ void Lowering::forward(std::size_t j) {
     b_.wait(comp_, it->second, fmt::format("wait {}.regathered", unit.name));
   }
   if (use.gathers) b_.wait(comp_, ag_done_[j], fmt::format("wait {}.gathered", unit.name));
-  b_.alloc(comp_, fmt::format("act.u{}.mb{}", use.unit, use.mb), unit.activations);
+  b_.alloc(comp_, fmt::format("act.u{}.mb{}", use.unit, use.mb), unit.activations, core::BufferClass::Activations);
   unit_ops(unit.forward, use.mb);
   use_done_[j] = b_.record(comp_, fmt::format("{}.fwd_done", unit.name));
   if (use.gathers && opt_.reshard_after_forward && !pooled()) {
@@ -203,7 +207,7 @@ void Lowering::backward(std::size_t j) {
   }
   take_grad_buffer(j);
   const std::string recomputed = fmt::format("recomputed.u{}.mb{}", use.unit, use.mb);
-  if (unit.recomputed.count() > 0) b_.alloc(comp_, recomputed, unit.recomputed);
+  if (unit.recomputed.count() > 0) b_.alloc(comp_, recomputed, unit.recomputed, core::BufferClass::Recomputed);
   unit_ops(unit.backward, use.mb);
   if (unit.recomputed.count() > 0) b_.free(comp_, recomputed, unit.recomputed);
   use_done_[j] = b_.record(comp_, fmt::format("{}.bwd_done", unit.name));
@@ -230,7 +234,7 @@ using core::ComputeKind;
 using core::Dtype;
 using detail::Layout;
 using detail::Lowering;
-using detail::ParamClass;
+using detail::ShardedParams;
 
 models::StepGraph step_graph(const models::ModelSpec& m, const PlanOptions& o, const BatchSplit& batch) {
   models::GraphOptions go;
@@ -300,13 +304,13 @@ class PlanLowering {
   // already split ep ways).
   void add_groups() {
     tp_groups_ = detail::add_tp_groups(s_, layout_);
-    param_classes_.push_back(detail::add_param_class(s_, layout_, "", rp_.shards, 1, dp_, false));
+    param_classes_.push_back(detail::add_param_class(s_, layout_, core::ParamClass::Dense, rp_.shards, 1, dp_));
     ep_groups_.assign(static_cast<std::size_t>(topo_.devices()), -1);
     if (m_.moe) {
       const int edp = dp_ / o_.ep;
       const ShardSizes expert_sh = *rp_.options.expert_shards;
       if (o_.ep > 1) ep_groups_ = detail::add_dp_groups(s_, core::GroupKind::Ep, layout_, 1, dp_, o_.ep, 1);
-      param_classes_.push_back(detail::add_param_class(s_, layout_, ".experts", expert_sh, o_.ep, edp, true));
+      param_classes_.push_back(detail::add_param_class(s_, layout_, core::ParamClass::Expert, expert_sh, o_.ep, edp));
     }
   }
 
@@ -372,7 +376,7 @@ class PlanLowering {
   const bool skewed_;
   const detail::RankClasses classes_of_;
   std::vector<int> tp_groups_, ep_groups_;
-  std::vector<ParamClass> param_classes_;
+  std::vector<ShardedParams> param_classes_;
 };
 
 }  // namespace
@@ -396,17 +400,13 @@ LoweredPlan lower_plan(const models::ModelSpec& m, const topologies::Topology& t
   return out;
 }
 
-bool is_sharding_op(const core::Schedule& s, const core::Op& op) {
-  switch (op.kind) {
-    case core::OpKind::Collective: {
-      const core::GroupKind g = s.groups.at(static_cast<std::size_t>(op.group)).kind;
-      return g != core::GroupKind::Tp && g != core::GroupKind::Pp && g != core::GroupKind::Cp &&
-             g != core::GroupKind::Ep;
-    }
-    case core::OpKind::Compute:
-      return op.compute == ComputeKind::Optimizer ||
-             (op.compute == ComputeKind::Elementwise &&
-              (op.name == "zero_grads" || op.name.ends_with(".grad_accumulate")));
+bool is_sharding_op(const core::Schedule& /*s*/, const core::Op& op) {
+  switch (op.role) {
+    case core::OpRole::ParamGather:
+    case core::OpRole::GradReduce:
+    case core::OpRole::GradAccumulate:
+    case core::OpRole::Optimizer:
+    case core::OpRole::ZeroGrads: return true;
     default: return false;
   }
 }

@@ -46,7 +46,8 @@ void Lowering::unit_ops(const std::vector<models::GraphOp>& ops, std::int64_t mb
           op.comm_group == models::CommGroup::Ep && w.experts > 1.0
               ? Bytes(static_cast<std::int64_t>(std::ceil(static_cast<double>(op.bytes.count()) * w.experts)))
               : op.bytes;
-      b_.collective(comp_, op.name, *op.collective, group, bytes, Dtype::Bf16);
+      b_.collective(comp_, op.name, *op.collective, group, bytes, Dtype::Bf16, core::OpRole::ModelParallel,
+                    op.param_class);
       continue;
     }
     if (op.kind == core::ComputeKind::Attention && stage_.cp > 1) {
@@ -75,7 +76,8 @@ void Lowering::overlapped_gather_gemm(const models::GraphOp& gather, const model
   std::vector<int> arrived;
   for (int k = 0; k < kTpOverlapChunks; ++k) {
     b_.collective(tp_comm_, fmt::format("{}.chunk{}", gather.name, k), core::CollectiveKind::AllGather, stage_.tp_group,
-                  Bytes(gather.bytes.count() / kTpOverlapChunks), Dtype::Bf16);
+                  Bytes(gather.bytes.count() / kTpOverlapChunks), Dtype::Bf16, core::OpRole::ModelParallel,
+                  gather.param_class);
     arrived.push_back(b_.record(tp_comm_, fmt::format("{}.chunk{}.done", gather.name, k)));
   }
   for (int k = 0; k < kTpOverlapChunks; ++k) {
@@ -91,7 +93,8 @@ void Lowering::overlapped_gemm_scatter(const models::GraphOp& gemm, const models
     int done = b_.record(comp_, fmt::format("{}.chunk{}.done", gemm.name, k));
     b_.wait(tp_comm_, done, "wait gemm chunk");
     b_.collective(tp_comm_, fmt::format("{}.chunk{}", scatter.name, k), core::CollectiveKind::ReduceScatter,
-                  stage_.tp_group, Bytes(scatter.bytes.count() / kTpOverlapChunks), Dtype::Bf16);
+                  stage_.tp_group, Bytes(scatter.bytes.count() / kTpOverlapChunks), Dtype::Bf16,
+                  core::OpRole::ModelParallel, scatter.param_class);
   }
   int reduced = b_.record(tp_comm_, scatter.name + ".done");
   b_.wait(comp_, reduced, "wait reduce-scatter");
@@ -110,17 +113,18 @@ void Lowering::ring_attention(const models::GraphOp& op, double factor) {
   chunk.bytes = Bytes(op.bytes.count() / cp);
   int ready = b_.record(comp_, op.name + ".kv_ready");
   b_.wait(cp_send_, ready, "wait kv ready");
-  b_.send(cp_send_, op.name + ".kv_send1", stage_.cp_next_rep, send_seq_[stage_.cp_next_rep]++, block);
+  b_.send(cp_send_, op.name + ".kv_send1", stage_.cp_next_rep, send_seq_[stage_.cp_next_rep]++, block,
+          core::OpRole::ModelParallel);
   chunk.name = op.name + ".cp0";
   b_.compute(comp_, chunk, Dtype::Bf16);
   for (int i = 1; i < cp; ++i) {
     b_.recv(cp_recv_, fmt::format("{}.kv_recv{}", op.name, i), stage_.cp_prev_rep, recv_seq_[stage_.cp_prev_rep]++,
-            block);
+            block, core::OpRole::ModelParallel);
     int arrived = b_.record(cp_recv_, fmt::format("{}.kv{}", op.name, i));
     if (i + 1 < cp) {
       b_.wait(cp_send_, arrived, "wait kv block");
       b_.send(cp_send_, fmt::format("{}.kv_send{}", op.name, i + 1), stage_.cp_next_rep,
-              send_seq_[stage_.cp_next_rep]++, block);
+              send_seq_[stage_.cp_next_rep]++, block, core::OpRole::ModelParallel);
     }
     b_.wait(comp_, arrived, fmt::format("wait kv block {}", i));
     chunk.name = fmt::format("{}.cp{}", op.name, i);

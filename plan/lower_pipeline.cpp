@@ -58,12 +58,12 @@ void Lowering::receive(std::size_t j) {
   if (!use.backward && !first_virtual(use.chunk)) {
     int from = stage_.prev_rep;  // the stage before (stage 0 chunk c: the last stage, chunk c - 1)
     b_.recv(comp_, fmt::format("recv act mb{} chunk{}", use.mb, use.chunk), from, recv_seq_[from]++,
-            Bytes(stage_.boundary_bytes));
+            Bytes(stage_.boundary_bytes), core::OpRole::Pipeline);
     after_receive(fmt::format("act mb{} chunk{}", use.mb, use.chunk));
   } else if (use.backward && !last_virtual(use.chunk)) {
     int from = stage_.next_rep;
     b_.recv(comp_, fmt::format("recv grad mb{} chunk{}", use.mb, use.chunk), from, recv_seq_[from]++,
-            Bytes(stage_.boundary_bytes));
+            Bytes(stage_.boundary_bytes), core::OpRole::Pipeline);
     after_receive(fmt::format("grad mb{} chunk{}", use.mb, use.chunk));
   }
 }
@@ -73,7 +73,7 @@ void Lowering::receive(std::size_t j) {
 void Lowering::after_receive(const std::string& name) {
   if (stage_.boundary_gather_bytes > 0) {
     b_.collective(comp_, "gather " + name, CollectiveKind::AllGather, stage_.tp_group,
-                  Bytes(stage_.boundary_gather_bytes), Dtype::Bf16);
+                  Bytes(stage_.boundary_gather_bytes), Dtype::Bf16, core::OpRole::Pipeline, core::ParamClass::None);
   }
   if (opt_.pipeline_p2p_sync) {
     const int received = b_.record(comp_, name + " received");
@@ -88,12 +88,12 @@ void Lowering::send(std::size_t j) {
     int ready = b_.record(comp_, fmt::format("act ready mb{} chunk{}", use.mb, use.chunk));
     b_.wait(send_fwd_, ready, "wait act ready");
     b_.send(send_fwd_, fmt::format("send act mb{} chunk{}", use.mb, use.chunk), stage_.next_rep,
-            send_seq_[stage_.next_rep]++, Bytes(stage_.boundary_bytes));
+            send_seq_[stage_.next_rep]++, Bytes(stage_.boundary_bytes), core::OpRole::Pipeline);
   } else if (use.backward && !first_virtual(use.chunk)) {
     int ready = b_.record(comp_, fmt::format("grad ready mb{} chunk{}", use.mb, use.chunk));
     b_.wait(send_bwd_, ready, "wait grad ready");
     b_.send(send_bwd_, fmt::format("send grad mb{} chunk{}", use.mb, use.chunk), stage_.prev_rep,
-            send_seq_[stage_.prev_rep]++, Bytes(stage_.boundary_bytes));
+            send_seq_[stage_.prev_rep]++, Bytes(stage_.boundary_bytes), core::OpRole::Pipeline);
   }
 }
 

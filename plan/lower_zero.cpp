@@ -48,9 +48,9 @@ void Lowering::alloc_model_state() {
     grads += acc_ * owned / c.sh.grad;
     states += kOptimizerStateBytesPerParam * owned / c.sh.optim;
   }
-  b_.alloc(comp_, "params", Bytes(params));
-  b_.alloc(comp_, "grads", Bytes(grads));
-  b_.alloc(comp_, "optimizer_states", Bytes(states));
+  b_.alloc(comp_, "params", Bytes(params), core::BufferClass::Params);
+  b_.alloc(comp_, "grads", Bytes(grads), core::BufferClass::Grads);
+  b_.alloc(comp_, "optimizer_states", Bytes(states), core::BufferClass::OptimizerStates);
 }
 
 // async: pools of prefetch_depth + 1 slots sized for the largest unit,
@@ -63,8 +63,9 @@ void Lowering::alloc_pools() {
     gathered = std::max(gathered, gathered_bytes(u));
     grad = std::max(grad, full_grad_bytes(u));
   }
-  if (gathered.count() > 0 && pooled()) b_.alloc(comp_, "pool.gathered", Bytes(slots * gathered.count()));
-  if (grad.count() > 0) b_.alloc(comp_, "pool.grad", Bytes(slots * grad.count()));
+  if (gathered.count() > 0 && pooled())
+    b_.alloc(comp_, "pool.gathered", Bytes(slots * gathered.count()), core::BufferClass::GatheredPool);
+  if (grad.count() > 0) b_.alloc(comp_, "pool.grad", Bytes(slots * grad.count()), core::BufferClass::GradPool);
 }
 
 // Issues all-gathers ahead of compute: those of the next prefetch_depth
@@ -93,11 +94,12 @@ void Lowering::issue_gather(std::size_t g, std::size_t j) {
       b_.sync(ag_, freed, fmt::format("host waits slot for {}", unit.name));
     }
   }
-  if (!pooled()) b_.alloc(ag_, buf("gathered", j), gathered_bytes(use.unit));
+  if (!pooled()) b_.alloc(ag_, buf("gathered", j), gathered_bytes(use.unit), core::BufferClass::Gathered);
   for (const auto& c : classes_) {
     if (!c.gathers(use.unit)) continue;
     b_.collective(ag_, fmt::format("{}{}.allgather.{}", unit.name, c.tag, use.backward ? "bwd" : "fwd"),
-                  CollectiveKind::AllGather, c.groups.param, Bytes(2 * c.padded[use.unit]), Dtype::Bf16);
+                  CollectiveKind::AllGather, c.groups.param, Bytes(2 * c.padded[use.unit]), Dtype::Bf16,
+                  core::OpRole::ParamGather, c.cls);
   }
   ag_done_[j] = b_.record(ag_, fmt::format("{}.gathered", unit.name));
   if (!use.backward) forward_gather_[slot(use)] = static_cast<int>(j);
@@ -124,7 +126,7 @@ int Lowering::regather(std::size_t u) {
   for (const auto& c : classes_) {
     if (c.owned[u] == 0 || c.sh.optim / c.sh.param <= 1) continue;
     b_.collective(ag_, fmt::format("{}{}.param_allgather.optim", unit.name, c.tag), CollectiveKind::AllGather,
-                  c.groups.regather, Bytes(2 * c.owned[u] / c.sh.param), Dtype::Bf16);
+                  c.groups.regather, Bytes(2 * c.owned[u] / c.sh.param), Dtype::Bf16, core::OpRole::ParamGather, c.cls);
   }
   return b_.record(ag_, fmt::format("{}.regathered", unit.name));
 }
@@ -145,7 +147,7 @@ void Lowering::take_grad_buffer(std::size_t j) {
   if (async_) {
     if (k >= depth + 1) b_.wait(comp_, rs_done_[reduce_uses_[k - depth - 1]], "wait grad slot");
   } else {
-    b_.alloc(comp_, buf("grad", j), full_grad_bytes(uses_[j].unit));
+    b_.alloc(comp_, buf("grad", j), full_grad_bytes(uses_[j].unit), core::BufferClass::Grad);
   }
 }
 
@@ -159,10 +161,11 @@ bool Lowering::reduce_gradients(std::size_t j) {
   for (const auto& c : classes_) {
     if (!c.reduces(use.unit)) continue;
     b_.collective(rs_, fmt::format("{}{}.grad_reducescatter", unit.name, c.tag), CollectiveKind::ReduceScatter,
-                  c.groups.grad, Bytes(2 * c.padded[use.unit]), Dtype::Bf16);
+                  c.groups.grad, Bytes(2 * c.padded[use.unit]), Dtype::Bf16, core::OpRole::GradReduce, c.cls);
     const std::int64_t shard = c.padded[use.unit] / c.sh.grad;
     b_.compute(rs_, fmt::format("{}{}.grad_accumulate", unit.name, c.tag), ComputeKind::Elementwise,
-               Flops(static_cast<double>(shard)), Bytes((2 + 2 * acc_) * shard), opt_.grad_dtype);
+               Flops(static_cast<double>(shard)), Bytes((2 + 2 * acc_) * shard), opt_.grad_dtype,
+               core::OpRole::GradAccumulate, c.cls);
   }
   rs_done_[j] = b_.record(rs_, fmt::format("{}.grad_reduced", unit.name));
   if (!async_) b_.free(rs_, buf("grad", j), full_grad_bytes(use.unit));
@@ -190,11 +193,13 @@ void Lowering::reduce_for_optimizer(std::size_t u, std::size_t j, bool waited) {
     }
     if (c.sh.optim / c.sh.grad > 1) {
       b_.collective(rs_, fmt::format("{}{}.grad_reducescatter.optim", unit.name, c.tag), CollectiveKind::ReduceScatter,
-                    c.groups.optim, Bytes(acc_ * c.padded[u] / c.sh.grad), opt_.grad_dtype);
+                    c.groups.optim, Bytes(acc_ * c.padded[u] / c.sh.grad), opt_.grad_dtype, core::OpRole::GradReduce,
+                    c.cls);
     }
     if (c.ranks / c.sh.optim > 1) {
       b_.collective(rs_, fmt::format("{}{}.grad_allreduce", unit.name, c.tag), CollectiveKind::AllReduce,
-                    c.groups.replica, Bytes(acc_ * c.padded[u] / c.sh.optim), opt_.grad_dtype);
+                    c.groups.replica, Bytes(acc_ * c.padded[u] / c.sh.optim), opt_.grad_dtype, core::OpRole::GradReduce,
+                    c.cls);
     }
     any = true;
   }
@@ -210,7 +215,8 @@ void Lowering::step_end() {
   for (const auto& c : classes_) {
     for (auto o : c.owned) grads += acc_ * o / c.sh.grad;
   }
-  b_.compute(comp_, "zero_grads", ComputeKind::Elementwise, Flops(0), Bytes(grads), opt_.grad_dtype);
+  b_.compute(comp_, "zero_grads", ComputeKind::Elementwise, Flops(0), Bytes(grads), opt_.grad_dtype,
+             core::OpRole::ZeroGrads, core::ParamClass::None);
 }
 
 // Adam on unit u's 1/g_o shards once its final gradients (event `ev`, -1:
@@ -224,7 +230,8 @@ void Lowering::optimizer_step(std::size_t u, int ev) {
     if (c.owned[u] == 0) continue;
     const std::int64_t shard = c.owned[u] / c.sh.optim;
     b_.compute(comp_, fmt::format("{}{}.adam", unit.name, c.tag), ComputeKind::Optimizer,
-               Flops(12.0 * static_cast<double>(shard)), Bytes(kAdamBytesPerParam * shard), Dtype::Fp32);
+               Flops(12.0 * static_cast<double>(shard)), Bytes(kAdamBytesPerParam * shard), Dtype::Fp32,
+               core::OpRole::Optimizer, c.cls);
     regather = regather || c.sh.optim / c.sh.param > 1;
   }
   if (!regather || opt_.overlap_param_gather) return;
@@ -233,7 +240,7 @@ void Lowering::optimizer_step(std::size_t u, int ev) {
   for (const auto& c : classes_) {
     if (c.owned[u] == 0 || c.sh.optim / c.sh.param <= 1) continue;
     b_.collective(ag_, fmt::format("{}{}.param_allgather.optim", unit.name, c.tag), CollectiveKind::AllGather,
-                  c.groups.regather, Bytes(2 * c.owned[u] / c.sh.param), Dtype::Bf16);
+                  c.groups.regather, Bytes(2 * c.owned[u] / c.sh.param), Dtype::Bf16, core::OpRole::ParamGather, c.cls);
   }
 }
 

@@ -33,8 +33,9 @@ inline std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1
 
 /// A class of parameters sharded by one hierarchical ZeRO plan: the dense
 /// parameters over DP, or the expert parameters over DP / ep.
-struct ParamClass {
-  std::string tag;  // "" or ".experts": appended to op names
+struct ShardedParams {
+  core::ParamClass cls = core::ParamClass::Dense;
+  std::string tag;  // "" or ".experts": appended to op names, for people
   ShardSizes sh;
   int ranks = 1;  // data-parallel ranks of this class (DP or DP / ep)
   struct Groups {
@@ -61,8 +62,8 @@ std::vector<int> add_dp_groups(core::Schedule& s, core::GroupKind kind, const La
 std::vector<int> add_tp_groups(core::Schedule& s, const Layout& l);
 /// The five groups of one parameter class's (g_p, g_g, g_o) plan over `count`
 /// data-parallel indices `mult` apart (expert: the edp kinds).
-ParamClass add_param_class(core::Schedule& s, const Layout& l, const std::string& tag, ShardSizes shards, int mult,
-                           int count, bool expert);
+ShardedParams add_param_class(core::Schedule& s, const Layout& l, core::ParamClass cls, ShardSizes shards, int mult,
+                              int count);
 /// The units of pipeline stage `p` with their chunks, in chunk order, each
 /// chunk from the embedding to the head.
 std::vector<Unit> stage_units(const models::StepGraph& graph, int p, int pp, int vpp, int per_chunk);
@@ -119,17 +120,18 @@ class Lowering {
   };
 
   Lowering(std::vector<Unit> units, const BatchSplit& batch, const PlanOptions& opt,
-           const std::vector<ParamClass>& classes, bool async, Layout layout, Stage stage,
+           const std::vector<ShardedParams>& classes, bool async, Layout layout, Stage stage,
            const topologies::Topology& topo);
 
   core::Program run();
 
  private:
   struct Class {
+    core::ParamClass cls = core::ParamClass::Dense;
     std::string tag;
     ShardSizes sh;
     int ranks = 1;
-    ParamClass::Groups groups;
+    ShardedParams::Groups groups;
     std::vector<std::int64_t> padded, owned;  // per unit
     bool gathers(std::size_t u) const { return sh.param > 1 && padded[u] > 0; }
     bool reduces(std::size_t u) const { return sh.grad > 1 && padded[u] > 0; }

@@ -76,11 +76,11 @@ Workload draw_workload(const PlanOptions& o, std::int64_t seq_len, std::int64_t 
 namespace detail {
 
 models::GraphOp scale_op(const models::GraphOp& op, double compute, double attention, double experts) {
-  const bool expert = op.name.find(".experts.") != std::string::npos;
+  const bool expert = op.param_class == core::ParamClass::Expert;
   double factor = compute;
   const bool attention_core = op.kind == core::ComputeKind::Attention ||
-                              op.name.find("attn_scores") != std::string::npos ||
-                              op.name.find("attn_context") != std::string::npos;
+                              op.attention == models::AttentionPart::Scores ||
+                              op.attention == models::AttentionPart::Context;
   if (attention_core) factor *= attention;
   if (expert) factor *= experts;
   models::GraphOp out = op;
