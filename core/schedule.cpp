@@ -59,6 +59,30 @@ constexpr Names<StreamKind, 5> kStreamKind{{{StreamKind::Compute, "compute"},
                                             {StreamKind::Optimizer, "optimizer"},
                                             {StreamKind::Comm, "comm"}}};
 
+constexpr Names<OpRole, 11> kOpRole{{{OpRole::Forward, "forward"},
+                                     {OpRole::Backward, "backward"},
+                                     {OpRole::Recompute, "recompute"},
+                                     {OpRole::ModelParallel, "model_parallel"},
+                                     {OpRole::Pipeline, "pipeline"},
+                                     {OpRole::ParamGather, "param_gather"},
+                                     {OpRole::GradReduce, "grad_reduce"},
+                                     {OpRole::GradAccumulate, "grad_accumulate"},
+                                     {OpRole::Optimizer, "optimizer"},
+                                     {OpRole::ZeroGrads, "zero_grads"},
+                                     {OpRole::Other, "other"}}};
+constexpr Names<ParamClass, 3> kParamClass{
+    {{ParamClass::None, "none"}, {ParamClass::Dense, "dense"}, {ParamClass::Expert, "expert"}}};
+constexpr Names<BufferClass, 10> kBufferClass{{{BufferClass::Params, "params"},
+                                               {BufferClass::Grads, "grads"},
+                                               {BufferClass::OptimizerStates, "optimizer_states"},
+                                               {BufferClass::NcclBuffers, "nccl_buffers"},
+                                               {BufferClass::GatheredPool, "pool.gathered"},
+                                               {BufferClass::GradPool, "pool.grad"},
+                                               {BufferClass::Gathered, "gathered"},
+                                               {BufferClass::Grad, "grad"},
+                                               {BufferClass::Activations, "act"},
+                                               {BufferClass::Recomputed, "recomputed"}}};
+
 template <class E, std::size_t N>
 std::string_view name_of(const Names<E, N>& names, E e) {
   for (const auto& [v, n] : names) {
@@ -83,6 +107,8 @@ nlohmann::json op_to_json(const Op& op) {
   j["id"] = op.id;
   j["kind"] = to_string(op.kind);
   j["name"] = op.name;
+  j["role"] = to_string(op.role);
+  j["param_class"] = to_string(op.param_class);
   switch (op.kind) {
     case OpKind::Compute:
       j["op"] = to_string(op.compute);
@@ -107,6 +133,7 @@ nlohmann::json op_to_json(const Op& op) {
     case OpKind::Alloc:
     case OpKind::Free:
       j["buffer"] = op.buffer;
+      j["buffer_class"] = to_string(op.buffer_class);
       j["bytes"] = op.bytes.count();
       break;
     case OpKind::Record:
@@ -121,6 +148,8 @@ Op op_from_json(StrictObject o) {
   op.id = static_cast<int>(o.integer("id", 0, INT32_MAX));
   op.kind = parse_enum(kOpKind, o, "kind");
   op.name = o.str("name");
+  op.role = parse_enum(kOpRole, o, "role");
+  op.param_class = parse_enum(kParamClass, o, "param_class");
   auto bytes = [&] { return Bytes(o.integer("bytes", 0)); };
   switch (op.kind) {
     case OpKind::Compute:
@@ -156,6 +185,7 @@ Op op_from_json(StrictObject o) {
     case OpKind::Alloc:
     case OpKind::Free:
       op.buffer = o.str("buffer");
+      op.buffer_class = parse_enum(kBufferClass, o, "buffer_class");
       op.bytes = bytes();
       break;
     case OpKind::Record:
@@ -234,6 +264,9 @@ std::string_view to_string(OpKind e) { return name_of(kOpKind, e); }
 std::string_view to_string(ComputeKind e) { return name_of(kComputeKind, e); }
 std::string_view to_string(CollectiveKind e) { return name_of(kCollectiveKind, e); }
 std::string_view to_string(StreamKind e) { return name_of(kStreamKind, e); }
+std::string_view to_string(OpRole e) { return name_of(kOpRole, e); }
+std::string_view to_string(ParamClass e) { return name_of(kParamClass, e); }
+std::string_view to_string(BufferClass e) { return name_of(kBufferClass, e); }
 
 std::string schedule_hash(const Schedule& s) { return sha256_hex(to_json_without_hash(s).dump()); }
 
@@ -246,6 +279,13 @@ std::string to_canonical_json(const Schedule& s) {
 Schedule schedule_from_json(const std::string& text, const std::string& file, bool verify_hash) {
   nlohmann::json j = parse_json(text, file);
   StrictObject o(j, file);
+  // A Schedule of an older schema: say what to do about it.
+  if (auto v = j.find("schema_version");
+      v != j.end() && v->is_number_integer() && v->get<std::int64_t>() < kScheduleSchemaVersion) {
+    o.fail("schema_version", fmt::format("expected {} (a Schedule written by an older hzp; lower it again with "
+                                         "`hzp schedule`), got {}",
+                                         kScheduleSchemaVersion, v->get<std::int64_t>()));
+  }
   require_schema_version(o, kScheduleSchemaVersion);
   Schedule s;
   s.name = o.str("name");

@@ -15,7 +15,7 @@
 
 namespace hzp::core {
 
-inline constexpr int kScheduleSchemaVersion = 1;
+inline constexpr int kScheduleSchemaVersion = 2;
 /// The most ranks a Schedule may have (a million).
 inline constexpr int kMaxWorldSize = 1 << 20;
 
@@ -59,6 +59,46 @@ enum class OpKind { Compute, Collective, Send, Recv, Alloc, Free, Record, Wait, 
 enum class ComputeKind { Gemm, Attention, Elementwise, Norm, Embedding, Loss, Optimizer };
 enum class CollectiveKind { AllGather, ReduceScatter, AllReduce, AllToAll, Broadcast };
 
+/// What an op is for in the training step. Consumers decide by the role, the
+/// parameter class and the buffer class, never by op or buffer names (those
+/// are for people: traces, reports). Schema 2.
+enum class OpRole {
+  Forward,         // a kernel of the forward pass
+  Backward,        // a kernel of the backward pass (input or weight gradients)
+  Recompute,       // a forward kernel run again during backward (activation recomputation)
+  ModelParallel,   // tensor-, expert- or context-parallel communication inside a unit
+  Pipeline,        // activations and gradients between pipeline stages (send, recv, the
+                   // tensor-parallel all-gather of a scattered boundary)
+  ParamGather,     // all-gather of sharded parameters: 1/g_p before use, 1/g_o -> 1/g_p after the update
+  GradReduce,      // data-parallel gradient reduce-scatter (1/g_g, then 1/g_o) and replica all-reduce
+  GradAccumulate,  // adds a reduce-scattered gradient into the accumulated 1/g_g shard
+  Optimizer,       // the optimizer step (Adam) on the 1/g_o shard
+  ZeroGrads,       // clears the accumulated gradients for the next step
+  Other            // alloc, free, record, wait, sync, and anything not above
+};
+
+/// Which parameters an op belongs to. Expert: the routed experts' kernels and
+/// all-to-alls (their cost follows the rank class's expert load) and the
+/// sharding ops of the expert parameters; Dense: every other kernel and
+/// model-parallel collective of the model and the sharding ops of the dense
+/// parameters; None: ops of no one class (pipeline and context-parallel
+/// transfers, memory and event ops, zeroing all gradients).
+enum class ParamClass { None, Dense, Expert };
+
+/// What an alloc or free holds: the memory categories step metrics report.
+enum class BufferClass {
+  Params,           // the bf16 parameters (1/g_p), for the whole step
+  Grads,            // the accumulated gradients (1/g_g)
+  OptimizerStates,  // fp32 master weights and Adam moments (1/g_o)
+  NcclBuffers,      // NCCL's own buffers, per communicator and peer
+  GatheredPool,     // async: the pool of gathered-parameter slots
+  GradPool,         // async: the pool of full-gradient slots
+  Gathered,         // one use's gathered parameters (sync: caching allocator)
+  Grad,             // one backward's full bf16 gradients before their reduce-scatter
+  Activations,      // what a unit's forward keeps for its backward
+  Recomputed        // what recomputation brings back during a unit's backward
+};
+
 /// C[m×n] = A[m×k]·B[k×n], `batch` independent products.
 struct GemmShape {
   std::int64_t m = 0, n = 0, k = 0, batch = 1;
@@ -79,10 +119,15 @@ struct GemmShape {
 ///  - Sync: event. Blocks the issuing host thread until the event has happened
 ///    on the device (cudaEventSynchronize); nothing after it on that thread is
 ///    issued earlier. It sits on a stream of its thread and takes no device time.
+/// Every op has a role and a param_class; alloc and free also a buffer_class
+/// (a free's is its alloc's). `name` is for people only.
 struct Op {
   int id = 0;  // unique within the program; ascending in host issue order
   OpKind kind = OpKind::Compute;
   std::string name;
+  OpRole role = OpRole::Other;
+  ParamClass param_class = ParamClass::None;
+  BufferClass buffer_class = BufferClass::Activations;  // alloc and free only
   ComputeKind compute = ComputeKind::Elementwise;
   CollectiveKind collective = CollectiveKind::AllReduce;
   Flops flops{};
@@ -196,6 +241,12 @@ std::string_view to_string(OpKind);
 std::string_view to_string(ComputeKind);
 std::string_view to_string(CollectiveKind);
 std::string_view to_string(StreamKind);
+std::string_view to_string(OpRole);
+std::string_view to_string(ParamClass);
+/// As step metrics report it: "params", "grads", "optimizer_states",
+/// "nccl_buffers", "pool.gathered", "pool.grad", "gathered", "grad", "act",
+/// "recomputed".
+std::string_view to_string(BufferClass);
 
 /// Canonical JSON text (sorted keys, no whitespace) with `schema_version` and
 /// `sha256` — the hash covers the same text without the `sha256` key.

@@ -17,6 +17,50 @@ namespace {
       fmt::format("program {} ('{}') stream '{}' op {} '{}': {}", p.id, p.name, st.name, op.id, op.name, why));
 }
 
+bool dense_dp(GroupKind k) {
+  return k == GroupKind::DpShard || k == GroupKind::DpGrad || k == GroupKind::DpOptim || k == GroupKind::DpReplica ||
+         k == GroupKind::DpRegather;
+}
+bool expert_dp(GroupKind k) {
+  return k == GroupKind::Edp || k == GroupKind::EdpGrad || k == GroupKind::EdpOptim || k == GroupKind::EdpReplica ||
+         k == GroupKind::EdpRegather;
+}
+
+// What is wrong with an op's role and parameter class given its kind (empty:
+// nothing). Other fits every kind; the sharding roles name a parameter class,
+// and their collectives run on that class's data-parallel groups.
+std::string role_problem(const Schedule& s, const Op& op) {
+  using R = OpRole;
+  const R r = op.role;
+  bool fits = r == R::Other;
+  switch (op.kind) {
+    case OpKind::Compute:
+      fits = fits || r == R::Forward || r == R::Backward || r == R::Recompute || r == R::GradAccumulate ||
+             r == R::Optimizer || r == R::ZeroGrads;
+      break;
+    case OpKind::Collective:
+      fits = fits || r == R::ModelParallel || r == R::Pipeline || r == R::ParamGather || r == R::GradReduce;
+      break;
+    case OpKind::Send:
+    case OpKind::Recv: fits = fits || r == R::ModelParallel || r == R::Pipeline; break;
+    default: break;
+  }
+  if (!fits) return fmt::format("role {} does not fit a {} op", to_string(r), to_string(op.kind));
+  const bool sharding = r == R::ParamGather || r == R::GradReduce || r == R::GradAccumulate || r == R::Optimizer;
+  if (sharding && op.param_class == ParamClass::None) {
+    return fmt::format("role {} needs a parameter class (dense or expert)", to_string(r));
+  }
+  if (sharding && op.kind == OpKind::Collective && op.group >= 0 &&
+      static_cast<std::size_t>(op.group) < s.groups.size()) {
+    const GroupKind k = s.group(op.group).kind;
+    if (!(op.param_class == ParamClass::Dense ? dense_dp(k) : expert_dp(k))) {
+      return fmt::format("{} parameters' {} collective on a {} group", to_string(op.param_class), to_string(r),
+                         to_string(k));
+    }
+  }
+  return {};
+}
+
 void check_structure(const Schedule& s) {
   if (s.step.world_size <= 0) throw ScheduleError("step.world_size must be positive");
   const auto world = static_cast<std::size_t>(s.step.world_size);
@@ -51,7 +95,7 @@ void check_structure(const Schedule& s) {
   for (const Program& p : s.programs) {
     std::set<int> ids;
     std::map<int, int> records;
-    std::map<std::string, Bytes> allocs;
+    std::map<std::string, std::pair<Bytes, BufferClass>> allocs;
     std::vector<std::pair<const Stream*, const Op*>> frees;
     std::map<int, int> next_seq;  // group -> expected seq, in issue (id) order
     std::vector<std::pair<int, const Op*>> collectives;
@@ -68,13 +112,14 @@ void check_structure(const Schedule& s) {
                   fmt::format("op ids must ascend along a stream (they are the host issue order); {} follows {}", op.id,
                               previous));
         previous = op.id;
+        if (std::string why = role_problem(s, op); !why.empty()) fail_at(p, st, op, why);
         switch (op.kind) {
           case OpKind::Record:
             if (++records[op.event] > 1) fail_at(p, st, op, fmt::format("event {} is recorded twice", op.event));
             break;
           case OpKind::Alloc:
             if (op.bytes < Bytes(0)) fail_at(p, st, op, "negative allocation");
-            if (!allocs.emplace(op.buffer, op.bytes).second)
+            if (!allocs.emplace(op.buffer, std::pair{op.bytes, op.buffer_class}).second)
               fail_at(p, st, op, fmt::format("buffer '{}' is allocated twice", op.buffer));
             break;
           case OpKind::Free: frees.emplace_back(&st, &op); break;
@@ -99,17 +144,21 @@ void check_structure(const Schedule& s) {
         }
       }
     }
-    // Every free matches an alloc of the same buffer and size, once; buffers
+    // Every free matches an alloc of the same buffer, size and class, once; buffers
     // never freed stay live to the end of the step (model state).
     std::set<std::string> freed;
     for (auto [st, op] : frees) {
       auto it = allocs.find(op->buffer);
       if (it == allocs.end())
         fail_at(p, *st, *op, fmt::format("frees buffer '{}', which is not allocated", op->buffer));
-      if (it->second != op->bytes)
+      if (it->second.first != op->bytes)
         fail_at(p, *st, *op,
                 fmt::format("frees buffer '{}' with {} bytes, allocated with {}", op->buffer, op->bytes.count(),
-                            it->second.count()));
+                            it->second.first.count()));
+      if (it->second.second != op->buffer_class)
+        fail_at(p, *st, *op,
+                fmt::format("frees buffer '{}' as class {}, allocated as {}", op->buffer, to_string(op->buffer_class),
+                            to_string(it->second.second)));
       if (!freed.insert(op->buffer).second) fail_at(p, *st, *op, fmt::format("frees buffer '{}' twice", op->buffer));
     }
     // Sequence numbers per group run 0, 1, 2, ... in the order the host issues them.

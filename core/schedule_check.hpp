@@ -10,7 +10,10 @@ namespace hzp::core {
 ///  - structure: programs partition ranks 0..world_size-1; groups hold valid,
 ///    ascending, distinct ranks; streams name existing threads; op ids are
 ///    unique within a program and ascend along each stream; each event is recorded exactly once;
-///  - memory: every free matches a live alloc of the same buffer and size;
+///  - roles: an op's role fits its kind (Other fits any); the sharding roles
+///    (param_gather, grad_reduce, grad_accumulate, optimizer) name a parameter
+///    class, and their collectives run on that class's data-parallel groups;
+///  - memory: every free matches a live alloc of the same buffer, size and buffer class;
 ///  - collectives: an op's group contains its program's representative; per
 ///    (program, group) the sequence numbers run 0, 1, 2, ... in issue order;
 ///    every participant issues the same (kind, bytes, dtype) at each seq

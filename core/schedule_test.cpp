@@ -94,6 +94,89 @@ TEST(Schedule, EditedFileFailsHashCheck) {
   EXPECT_THROW((void)schedule_from_json(text, "s.json"), InputError);
 }
 
+// Schema 2's fields survive the canonical JSON: role and parameter class on
+// every op, the buffer class on alloc and free.
+TEST(Schedule, RolesAndClassesRoundTrip) {
+  Schedule s = two_rank_schedule();
+  for (auto& p : s.programs) {
+    Op& ag = p.streams[1].ops[0];
+    ag.role = OpRole::ParamGather;
+    ag.param_class = ParamClass::Expert;
+    s.groups[0].kind = GroupKind::Edp;
+    p.streams[0].ops[0].role = OpRole::Forward;
+    p.streams[0].ops[0].param_class = ParamClass::Dense;
+    Op alloc;
+    alloc.id = 10;
+    alloc.kind = OpKind::Alloc;
+    alloc.buffer = "pool";
+    alloc.buffer_class = BufferClass::GatheredPool;
+    alloc.bytes = Bytes(64);
+    Op free = alloc;
+    free.id = 11;
+    free.kind = OpKind::Free;
+    p.streams[0].ops.push_back(alloc);
+    p.streams[0].ops.push_back(free);
+  }
+  EXPECT_EQ(schedule_error(s), "(accepted)");
+  const std::string text = to_canonical_json(s);
+  EXPECT_NE(text.find(R"("role":"param_gather")"), std::string::npos);
+  EXPECT_NE(text.find(R"("buffer_class":"pool.gathered")"), std::string::npos);
+  const Schedule back = schedule_from_json(text, "s.json");
+  const Program& p = back.programs[1];
+  EXPECT_EQ(p.streams[1].ops[0].role, OpRole::ParamGather);
+  EXPECT_EQ(p.streams[1].ops[0].param_class, ParamClass::Expert);
+  EXPECT_EQ(p.streams[0].ops[0].role, OpRole::Forward);
+  EXPECT_EQ(p.streams[0].ops[0].param_class, ParamClass::Dense);
+  EXPECT_EQ(p.streams[0].ops[3].role, OpRole::Other);
+  EXPECT_EQ(p.streams[0].ops[3].param_class, ParamClass::None);
+  EXPECT_EQ(p.streams[0].ops[3].buffer_class, BufferClass::GatheredPool);
+  EXPECT_EQ(p.streams[0].ops[4].buffer_class, BufferClass::GatheredPool);
+  EXPECT_EQ(to_canonical_json(back), text);
+}
+
+TEST(Schedule, OlderSchemaIsRejectedWithWhatToDo) {
+  std::string text = to_canonical_json(two_rank_schedule());
+  const auto pos = text.find(R"("schema_version":2)");
+  ASSERT_NE(pos, std::string::npos);
+  text.replace(pos, 18, R"("schema_version":1)");
+  try {
+    (void)schedule_from_json(text, "old.json", false);
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_STREQ(e.what(),
+                 "old.json: schema_version: expected 2 (a Schedule written by an older hzp; lower it again with "
+                 "`hzp schedule`), got 1");
+  }
+}
+
+TEST(ScheduleCheck, RejectsRolesThatDoNotFit) {
+  Schedule s = two_rank_schedule();
+  s.programs[0].streams[1].ops[0].role = OpRole::Optimizer;  // a collective
+  EXPECT_NE(schedule_error(s).find("role optimizer does not fit a collective op"), std::string::npos);
+  s = two_rank_schedule();
+  s.programs[0].streams[1].ops[0].role = OpRole::GradReduce;
+  EXPECT_NE(schedule_error(s).find("role grad_reduce needs a parameter class"), std::string::npos);
+  s.programs[0].streams[1].ops[0].param_class = ParamClass::Expert;  // on a dp_shard group
+  EXPECT_NE(schedule_error(s).find("expert parameters' grad_reduce collective on a dp_shard group"), std::string::npos);
+}
+
+TEST(ScheduleCheck, RejectsFreeOfAnotherBufferClass) {
+  Schedule s = two_rank_schedule();
+  Op alloc;
+  alloc.id = 10;
+  alloc.kind = OpKind::Alloc;
+  alloc.buffer = "x";
+  alloc.buffer_class = BufferClass::Activations;
+  alloc.bytes = Bytes(4);
+  Op free = alloc;
+  free.id = 11;
+  free.kind = OpKind::Free;
+  free.buffer_class = BufferClass::Grad;
+  s.programs[0].streams[0].ops.push_back(alloc);
+  s.programs[0].streams[0].ops.push_back(free);
+  EXPECT_NE(schedule_error(s).find("frees buffer 'x' as class grad, allocated as act"), std::string::npos);
+}
+
 TEST(ScheduleCheck, AcceptsWellFormed) { EXPECT_EQ(schedule_error(two_rank_schedule()), "(accepted)"); }
 
 TEST(ScheduleCheck, RejectsCollectiveSizeMismatch) {

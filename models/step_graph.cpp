@@ -119,7 +119,8 @@ std::vector<GraphOp> backward_of(const Builder& fwd, double flash_bwd_ratio) {
       wg.phase = Phase::BackwardWeight;
       wg.gemm = GemmShape{g.k, g.n, g.m, g.batch};
       // Both operands of attention's batched GEMMs are activations.
-      if (f.kind == ComputeKind::Gemm && g.batch > 1 && (f.name.ends_with("scores") || f.name.ends_with("context"))) {
+      if (f.kind == ComputeKind::Gemm && g.batch > 1 &&
+          (f.attention == AttentionPart::Scores || f.attention == AttentionPart::Context)) {
         wg.phase = Phase::BackwardInput;
         wg.name = f.name + ".dgrad2";
       }
@@ -203,13 +204,16 @@ void tp_leave(Builder& b, const Dims& d, const std::string& name) {
 }
 
 void ffn_ops(Builder& b, const ModelSpec& m, const std::string& p, std::int64_t f, std::int64_t rows,
-             std::int64_t batch, const std::string& tag) {
+             std::int64_t batch, const std::string& tag, core::ParamClass pc = core::ParamClass::Dense) {
   const std::int64_t e = b.e, h = m.hidden;
   const bool glu = m.ffn_activation == FfnActivation::SwiGlu;
   b.gemm(p + tag + "up", rows, glu ? 2 * f : f, h, batch);
+  b.ops.back().param_class = pc;
   b.bandwidth(p + tag + (glu ? "swiglu" : "gelu"), ComputeKind::Elementwise, e * batch * rows * f * (glu ? 3 : 2),
               batch * rows * f);
+  b.ops.back().param_class = pc;
   b.gemm(p + tag + "down", rows, h, f, batch);
+  b.ops.back().param_class = pc;
 }
 
 Builder layer_forward(const ModelSpec& m, int layer, const GraphOptions& o) {
@@ -249,9 +253,11 @@ Builder layer_forward(const ModelSpec& m, int layer, const GraphOptions& o) {
     b.attention(p + "attn_core", 0.5 * full_core, e * T * (H * dqk + G * dqk + G * dv + H * dv));
   } else {
     b.gemm(p + "attn_scores", s, s, dqk, bs * H);
+    b.ops.back().attention = AttentionPart::Scores;
     const std::int64_t scores = bs * H * s * s;
     if (fused_softmax_available(bs * H, s)) {
       b.bandwidth(p + "attn_softmax", ComputeKind::Elementwise, 2 * e * scores, scores);
+      b.ops.back().attention = AttentionPart::Softmax;
     } else {
       // Megatron's fallback in eager PyTorch, softmax in fp32: cast up (e + 4
       // bytes an element), scale (8), mask in place (8), softmax (8), cast back
@@ -262,17 +268,22 @@ Builder layer_forward(const ModelSpec& m, int layer, const GraphOptions& o) {
       for (const auto& [step, bytes] :
            {std::pair{"cast", e + 4}, {"scale", 8}, {"mask", 8}, {"softmax", 8}, {"cast_back", 4 + e}}) {
         b.bandwidth(fmt::format("{}attn_softmax.{}", p, step), ComputeKind::Elementwise, bytes * scores, scores);
+        b.ops.back().attention = AttentionPart::Softmax;
         b.flags.back().backward = false;
       }
       for (const auto& [step, bytes] :
            {std::pair{"cast", 4 + e}, {"scale", 8}, {"mask", 8}, {"softmax", 12}, {"cast_back", e + 4}}) {
         b.backward_bandwidth(fmt::format("{}attn_softmax.{}.bwd", p, step), ComputeKind::Elementwise, bytes * scores,
                              scores);
+        b.ops.back().attention = AttentionPart::Softmax;
       }
     }
-    if (m.dropout)
+    if (m.dropout) {
       b.bandwidth(p + "attn_dropout", ComputeKind::Elementwise, (2 * e + 1) * bs * H * s * s, bs * H * s * s);
+      b.ops.back().attention = AttentionPart::Dropout;
+    }
     b.gemm(p + "attn_context", s, dv, s, bs * H);
+    b.ops.back().attention = AttentionPart::Context;
   }
   b.gemm(p + "attn_out", T, h, H * dv);
   tp_leave(b, d, p + "attn");
@@ -289,13 +300,17 @@ Builder layer_forward(const ModelSpec& m, int layer, const GraphOptions& o) {
     b.gemm(p + "router", T, x.experts, h);
     b.bandwidth(p + "router_topk", ComputeKind::Elementwise, 2 * 4 * T * x.experts, T * x.experts);
     b.bandwidth(p + "moe_dispatch", ComputeKind::Elementwise, 2 * e * T * x.top_k * h, T * x.top_k * h);
-    if (ep > 1)
+    if (ep > 1) {
       b.comm(p + "moe_dispatch_alltoall", core::CollectiveKind::AllToAll, e * rows * x.experts * h, true, true,
              CommGroup::Ep);
-    ffn_ops(b, m, p, x.expert_ffn_hidden / d.t, rows * ep, x.experts / ep, "experts.");
-    if (ep > 1)
+      b.ops.back().param_class = core::ParamClass::Expert;
+    }
+    ffn_ops(b, m, p, x.expert_ffn_hidden / d.t, rows * ep, x.experts / ep, "experts.", core::ParamClass::Expert);
+    if (ep > 1) {
       b.comm(p + "moe_combine_alltoall", core::CollectiveKind::AllToAll, e * rows * x.experts * h, true, true,
              CommGroup::Ep);
+      b.ops.back().param_class = core::ParamClass::Expert;
+    }
     b.bandwidth(p + "moe_combine", ComputeKind::Elementwise, 2 * e * T * x.top_k * h, T * x.top_k * h);
     if (x.shared_experts > 0) {
       ffn_ops(b, m, p, x.shared_experts * x.shared_expert_ffn_hidden / d.t, T, 1, "shared.");
@@ -313,9 +328,10 @@ std::int64_t ffn_expert_matmul(const ModelSpec& m) {
   return (m.ffn_activation == FfnActivation::SwiGlu ? 3 : 2) * m.hidden * m.moe->expert_ffn_hidden;
 }
 
+// What selective recomputation recomputes: unfused attention's s×s parts up to the context GEMM.
 bool is_core_attention(const GraphOp& op) {
-  return op.name.ends_with("attn_scores") || op.name.find("attn_softmax") != std::string::npos ||
-         op.name.ends_with("attn_dropout");
+  return op.attention == AttentionPart::Scores || op.attention == AttentionPart::Softmax ||
+         op.attention == AttentionPart::Dropout;
 }
 
 std::vector<GraphOp> with_phase(std::vector<GraphOp> ops, Phase ph, const std::string& suffix) {

@@ -52,6 +52,11 @@ enum class CommGroup { Tp, Ep };
 
 enum class Phase { Forward, Recompute, BackwardInput, BackwardWeight };
 
+/// The s×s parts of unfused attention: the scores and context batched GEMMs,
+/// the softmax (one fused kernel or its eager steps) and the dropout. The fused
+/// (flash) kernel is ComputeKind::Attention and None here.
+enum class AttentionPart { None, Scores, Softmax, Dropout, Context };
+
 /// One kernel's worth of work, or a tensor-parallel collective.
 struct GraphOp {
   std::string name;
@@ -63,6 +68,10 @@ struct GraphOp {
   /// Set for a collective, over `comm_group`.
   std::optional<core::CollectiveKind> collective;
   CommGroup comm_group = CommGroup::Tp;
+  /// Expert for the routed experts' kernels and all-to-alls (their cost follows
+  /// the expert load), Dense for everything else.
+  core::ParamClass param_class = core::ParamClass::Dense;
+  AttentionPart attention = AttentionPart::None;
 };
 
 enum class UnitKind { Embedding, Layer, Head };

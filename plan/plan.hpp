@@ -239,10 +239,11 @@ struct LoweredPlan {
                                    bool check = true);
 
 /// Whether an op of a lowered Schedule exists or costs what it does because
-/// of the data-parallel sharding (g_p, g_g, g_o, async): the collectives of
-/// the data-parallel groups, gradient accumulation, Adam and zeroing the
-/// gradients. Every other op is the same under every sharding of one
-/// model-parallel plan, which is what bounds a plan search.
+/// of the data-parallel sharding (g_p, g_g, g_o, async), by its role: the
+/// parameter gathers and gradient reductions of the data-parallel groups,
+/// gradient accumulation, the optimizer and zeroing the gradients. Every other
+/// op is the same under every sharding of one model-parallel plan, which is
+/// what bounds a plan search. (`s` is unused since schema 2; kept for callers.)
 [[nodiscard]] bool is_sharding_op(const core::Schedule& s, const core::Op& op);
 
 }  // namespace hzp::plan

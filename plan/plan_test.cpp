@@ -35,7 +35,9 @@ Totals totals(const core::Schedule& s) {
         std::int64_t factor = op.collective == core::CollectiveKind::AllReduce ? 2 : 1;
         t.wire[key] += factor * (P - 1) * op.bytes.count() / P;
       }
-      if (op.kind == core::OpKind::Alloc && op.buffer.find('.') == std::string::npos && op.buffer != "nccl_buffers") {
+      using BC = core::BufferClass;
+      if (op.kind == core::OpKind::Alloc &&
+          (op.buffer_class == BC::Params || op.buffer_class == BC::Grads || op.buffer_class == BC::OptimizerStates)) {
         t.static_alloc += op.bytes.count();
       }
       if (op.kind == core::OpKind::Sync) ++t.syncs;
@@ -200,7 +202,10 @@ TEST_P(ClosedForm, VolumesAndModelState) {
   std::int64_t pool_bytes = 0;
   for (const auto& st : s.programs[0].streams) {
     for (const auto& op : st.ops) {
-      if (op.kind == core::OpKind::Alloc && op.buffer.rfind("pool.", 0) == 0) pool_bytes += op.bytes.count();
+      if (op.kind == core::OpKind::Alloc &&
+          (op.buffer_class == core::BufferClass::GatheredPool || op.buffer_class == core::BufferClass::GradPool)) {
+        pool_bytes += op.bytes.count();
+      }
     }
   }
   EXPECT_EQ(t.static_alloc, state);
@@ -254,6 +259,102 @@ TEST(Lower, HashIsDeterministic) {
   PlanOptions o = options(Strategy::Fsdp, 16 * 8192);
   o.prefetch_depth = 2;
   EXPECT_NE(core::schedule_hash(lower(m, topo, o)), a);
+}
+
+// Schema 2: the roles and classes of a synchronous FSDP step of a 2-layer
+// model on 8 GPUs, 2 micro-batches per rank. Units: embedding, 2 layers, head
+// (4, each with parameters); FSDP gathers every unit before its forward and
+// again before its backward, reduce-scatters its gradients after every
+// backward and needs no step-end reduction (g_g = g_o = DP).
+TEST(Lower, RolesAndClassesOfAnFsdpStep) {
+  models::ModelSpec m = models::load_model("llama3-8b");
+  m.layers = 2;
+  topologies::Topology topo(topologies::load_cluster("dgx-h100"), 8);
+  PlanOptions o = options(Strategy::Fsdp, 16 * 1024);
+  o.seq_len = 1024;
+  const core::Schedule s = lower(m, topo, o);
+  ASSERT_EQ(s.programs.size(), 1u);
+  ASSERT_EQ(s.step.micro_batches, 2);
+  const int units = 4, mbs = 2;
+  std::map<core::OpRole, int> roles;
+  std::map<core::BufferClass, int> allocs;
+  int sharding = 0, model_kernels = 0;
+  for (const auto& st : s.programs[0].streams) {
+    for (const auto& op : st.ops) {
+      roles[op.role]++;
+      if (op.kind == core::OpKind::Alloc) allocs[op.buffer_class]++;
+      if (is_sharding_op(s, op)) {
+        ++sharding;
+        EXPECT_EQ(op.param_class,
+                  op.role == core::OpRole::ZeroGrads ? core::ParamClass::None : core::ParamClass::Dense);
+      }
+      if (op.role == core::OpRole::Forward || op.role == core::OpRole::Backward) {
+        ++model_kernels;
+        EXPECT_EQ(op.kind, core::OpKind::Compute);
+        EXPECT_EQ(op.param_class, core::ParamClass::Dense);
+      }
+    }
+  }
+  EXPECT_EQ(roles[core::OpRole::GradAccumulate], units * mbs);
+  EXPECT_EQ(roles[core::OpRole::GradReduce], units * mbs);
+  EXPECT_EQ(roles[core::OpRole::ParamGather], 2 * units * mbs);
+  EXPECT_EQ(roles[core::OpRole::Optimizer], units);
+  EXPECT_EQ(roles[core::OpRole::ZeroGrads], 1);
+  EXPECT_EQ(roles[core::OpRole::Recompute], 0);
+  EXPECT_EQ(roles[core::OpRole::Pipeline] + roles[core::OpRole::ModelParallel], 0);
+  EXPECT_EQ(sharding, units * mbs * 4 + units + 1);
+  EXPECT_GT(model_kernels, 0);
+  // Model state once; per use: activations and full gradients per backward,
+  // gathered parameters per gather (no pools: fsdp issues inline).
+  using BC = core::BufferClass;
+  EXPECT_EQ(allocs, (std::map<BC, int>{{BC::Params, 1},
+                                       {BC::Grads, 1},
+                                       {BC::OptimizerStates, 1},
+                                       {BC::NcclBuffers, 1},
+                                       {BC::Gathered, 2 * units * mbs},
+                                       {BC::Grad, units * mbs},
+                                       {BC::Activations, units * mbs}}));
+}
+
+// Full recomputation re-runs every layer's forward kernels in its backward;
+// MoE expert kernels and their sharding ops are the expert class.
+TEST(Lower, RecomputeAndExpertClasses) {
+  models::ModelSpec m = models::load_model("llama3-8b");
+  m.layers = 2;
+  topologies::Topology topo(topologies::load_cluster("dgx-h100"), 8);
+  PlanOptions o = options(Strategy::Fsdp, 16 * 1024);
+  o.seq_len = 1024;
+  o.recompute = models::Recompute::Full;
+  const core::Schedule s = lower(m, topo, o);
+  int forward_layer_kernels = 0, recomputed = 0;
+  for (const auto& st : s.programs[0].streams) {
+    for (const auto& op : st.ops) recomputed += op.role == core::OpRole::Recompute;
+  }
+  models::GraphOptions go;
+  go.seq_len = 1024;
+  go.recompute = models::Recompute::Full;
+  for (const auto& u : models::build_step_graph(m, go).units) {
+    if (u.kind == models::UnitKind::Layer) forward_layer_kernels += static_cast<int>(u.forward.size());
+  }
+  EXPECT_EQ(recomputed, forward_layer_kernels * 2);  // 2 micro-batches
+
+  models::ModelSpec moe = models::load_model("mixtral-8x7b");
+  moe.layers = 2;
+  PlanOptions e = options(Strategy::Fsdp, 16 * 1024);
+  e.seq_len = 1024;
+  e.ep = 2;
+  const core::Schedule x = lower(moe, topo, e);
+  std::map<std::pair<core::OpRole, core::ParamClass>, int> n;
+  for (const auto& st : x.programs[0].streams) {
+    for (const auto& op : st.ops) n[{op.role, op.param_class}]++;
+  }
+  // Two layers with experts, 2 micro-batches: each gathers twice and reduces once per micro-batch.
+  EXPECT_EQ((n[{core::OpRole::ParamGather, core::ParamClass::Expert}]), 2 * 2 * 2);
+  EXPECT_EQ((n[{core::OpRole::GradAccumulate, core::ParamClass::Expert}]), 2 * 2);
+  EXPECT_EQ((n[{core::OpRole::Optimizer, core::ParamClass::Expert}]), 2);
+  EXPECT_GT((n[{core::OpRole::Forward, core::ParamClass::Expert}]), 0);
+  // Dispatch and combine all-to-all per layer and micro-batch, forward and backward.
+  EXPECT_EQ((n[{core::OpRole::ModelParallel, core::ParamClass::Expert}]), 2 * 2 * 2 * 2);
 }
 
 TEST(Lower, ShardingOpsAreTheDataParallelOnes) {
@@ -722,7 +823,7 @@ TEST(Memory, NcclBuffersPerCommunicator) {
   core::Schedule s = lower(m, topo, o);
   std::int64_t nccl = 0;
   for (const auto& op : s.programs[0].streams[0].ops) {
-    if (op.kind == core::OpKind::Alloc && op.buffer == "nccl_buffers") nccl = op.bytes.count();
+    if (op.kind == core::OpKind::Alloc && op.buffer_class == core::BufferClass::NcclBuffers) nccl = op.bytes.count();
   }
   EXPECT_EQ(nccl, 5 * kNcclBufferBytes);
 }

@@ -41,14 +41,20 @@ void ProgramBuilder::compute(int stream, const models::GraphOp& g, core::Dtype d
   op.bytes = g.bytes;
   op.dtype = dtype;
   op.gemm = g.gemm;
+  op.role = g.phase == models::Phase::Forward     ? core::OpRole::Forward
+            : g.phase == models::Phase::Recompute ? core::OpRole::Recompute
+                                                  : core::OpRole::Backward;
+  op.param_class = g.param_class;
   push(stream, std::move(op));
 }
 
 void ProgramBuilder::compute(int stream, const std::string& name, core::ComputeKind kind, core::Flops flops,
-                             core::Bytes bytes, core::Dtype dtype) {
+                             core::Bytes bytes, core::Dtype dtype, core::OpRole role, core::ParamClass param_class) {
   Op op;
   op.kind = OpKind::Compute;
   op.name = name;
+  op.role = role;
+  op.param_class = param_class;
   op.compute = kind;
   op.flops = flops;
   op.bytes = bytes;
@@ -57,10 +63,12 @@ void ProgramBuilder::compute(int stream, const std::string& name, core::ComputeK
 }
 
 void ProgramBuilder::collective(int stream, const std::string& name, core::CollectiveKind kind, int group,
-                                core::Bytes bytes, core::Dtype dtype) {
+                                core::Bytes bytes, core::Dtype dtype, core::OpRole role, core::ParamClass param_class) {
   Op op;
   op.kind = OpKind::Collective;
   op.name = name;
+  op.role = role;
+  op.param_class = param_class;
   op.collective = kind;
   op.group = group;
   op.seq = next_seq_[group]++;
@@ -69,11 +77,13 @@ void ProgramBuilder::collective(int stream, const std::string& name, core::Colle
   push(stream, std::move(op));
 }
 
-void ProgramBuilder::alloc(int stream, const std::string& buffer, core::Bytes bytes) {
+void ProgramBuilder::alloc(int stream, const std::string& buffer, core::Bytes bytes, core::BufferClass buffer_class) {
   Op op;
   op.kind = OpKind::Alloc;
   op.name = "alloc " + buffer;
   op.buffer = buffer;
+  op.buffer_class = buffer_class;
+  allocated_[buffer] = buffer_class;
   op.bytes = bytes;
   push(stream, std::move(op));
 }
@@ -83,6 +93,7 @@ void ProgramBuilder::free(int stream, const std::string& buffer, core::Bytes byt
   op.kind = OpKind::Free;
   op.name = "free " + buffer;
   op.buffer = buffer;
+  op.buffer_class = allocated_.at(buffer);
   op.bytes = bytes;
   push(stream, std::move(op));
 }
@@ -109,19 +120,22 @@ void ProgramBuilder::event_op(int stream, core::OpKind kind, int event, const st
   push(stream, std::move(op));
 }
 
-void ProgramBuilder::send(int stream, const std::string& name, int peer, int seq, core::Bytes bytes) {
-  transfer(stream, OpKind::Send, name, peer, seq, bytes);
+void ProgramBuilder::send(int stream, const std::string& name, int peer, int seq, core::Bytes bytes,
+                          core::OpRole role) {
+  transfer(stream, OpKind::Send, name, peer, seq, bytes, role);
 }
 
-void ProgramBuilder::recv(int stream, const std::string& name, int peer, int seq, core::Bytes bytes) {
-  transfer(stream, OpKind::Recv, name, peer, seq, bytes);
+void ProgramBuilder::recv(int stream, const std::string& name, int peer, int seq, core::Bytes bytes,
+                          core::OpRole role) {
+  transfer(stream, OpKind::Recv, name, peer, seq, bytes, role);
 }
 
 void ProgramBuilder::transfer(int stream, core::OpKind kind, const std::string& name, int peer, int seq,
-                              core::Bytes bytes) {
+                              core::Bytes bytes, core::OpRole role) {
   Op op;
   op.kind = kind;
   op.name = name;
+  op.role = role;
   op.peer = peer;
   op.seq = seq;
   op.bytes = bytes;

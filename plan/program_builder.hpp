@@ -1,5 +1,6 @@
 // Builds one Program of a Schedule: hands out op ids in host issue order,
-// event ids, and per-group collective sequence numbers.
+// event ids, and per-group collective sequence numbers; every op gets the
+// role and classes its caller states.
 #pragma once
 
 #include <map>
@@ -17,16 +18,19 @@ class ProgramBuilder {
   int add_thread(const std::string& name, core::Duration launch_latency, core::Duration collective_launch_latency);
   int add_stream(const std::string& name, core::StreamKind kind, int thread);
 
+  /// A kernel of the step graph: role Forward, Recompute or Backward by its
+  /// phase, parameter class as the graph says.
   void compute(int stream, const models::GraphOp& g, core::Dtype dtype);
   void compute(int stream, const std::string& name, core::ComputeKind kind, core::Flops flops, core::Bytes bytes,
-               core::Dtype dtype);
+               core::Dtype dtype, core::OpRole role, core::ParamClass param_class);
   void collective(int stream, const std::string& name, core::CollectiveKind kind, int group, core::Bytes bytes,
-                  core::Dtype dtype);
+                  core::Dtype dtype, core::OpRole role, core::ParamClass param_class);
   /// Point-to-point transfer to or from `peer` (a global rank); `seq` counts
   /// transfers per ordered (sender, receiver) pair.
-  void send(int stream, const std::string& name, int peer, int seq, core::Bytes bytes);
-  void recv(int stream, const std::string& name, int peer, int seq, core::Bytes bytes);
-  void alloc(int stream, const std::string& buffer, core::Bytes bytes);
+  void send(int stream, const std::string& name, int peer, int seq, core::Bytes bytes, core::OpRole role);
+  void recv(int stream, const std::string& name, int peer, int seq, core::Bytes bytes, core::OpRole role);
+  void alloc(int stream, const std::string& buffer, core::Bytes bytes, core::BufferClass buffer_class);
+  /// Frees a buffer this builder allocated (with the class it was allocated as).
   void free(int stream, const std::string& buffer, core::Bytes bytes);
   /// Records a new event on `stream` and returns its id.
   int record(int stream, const std::string& name);
@@ -39,11 +43,13 @@ class ProgramBuilder {
  private:
   core::Op& push(int stream, core::Op op);
   void event_op(int stream, core::OpKind kind, int event, const std::string& name);
-  void transfer(int stream, core::OpKind kind, const std::string& name, int peer, int seq, core::Bytes bytes);
+  void transfer(int stream, core::OpKind kind, const std::string& name, int peer, int seq, core::Bytes bytes,
+                core::OpRole role);
   core::Program prog_;
   int next_id_ = 0;
   int next_event_ = 0;
-  std::map<int, int> next_seq_;  // group -> next sequence number
+  std::map<int, int> next_seq_;                         // group -> next sequence number
+  std::map<std::string, core::BufferClass> allocated_;  // buffer -> class, of every alloc
 };
 
 }  // namespace hzp::plan

@@ -49,10 +49,16 @@ std::int64_t length(const std::vector<Interval>& a) {
   return n;
 }
 
-// "act.u3.mb1" -> "act"; pools keep their name ("pool.gathered").
-std::string buffer_class(const std::string& name) {
-  if (name.rfind("pool.", 0) == 0) return name;
-  return name.substr(0, name.find('.'));
+// The class of every buffer a program allocates (its name is unique there),
+// as the report names it: "act", "params", "pool.gathered", ...
+std::map<std::string, std::string> buffer_classes(const core::Program& p) {
+  std::map<std::string, std::string> out;
+  for (const auto& st : p.streams) {
+    for (const auto& op : st.ops) {
+      if (op.kind == core::OpKind::Alloc) out.emplace(op.buffer, std::string(core::to_string(op.buffer_class)));
+    }
+  }
+  return out;
 }
 
 }  // namespace
@@ -124,6 +130,7 @@ Metrics compute_metrics(const core::Schedule& s, const traces::Timeline& t, cons
   const core::Bytes capacity = core::gib(device.hbm_GiB);
   for (std::size_t p = 0; p < np; ++p) {
     ProgramMemory pm{static_cast<int>(p), s.programs[p].name, core::Bytes(0), core::Bytes(0), true, {}};
+    const std::map<std::string, std::string> class_of = buffer_classes(s.programs[p]);
     std::map<std::string, core::Bytes> live;  // buffer -> bytes
     for (const auto& pt : t.memory) {
       if (pt.program != static_cast<int>(p)) continue;
@@ -136,7 +143,10 @@ Metrics compute_metrics(const core::Schedule& s, const traces::Timeline& t, cons
       if (pt.in_use > pm.peak || pm.at_peak.empty()) {
         pm.peak = std::max(pm.peak, pt.in_use);
         std::map<std::string, core::Bytes> by_class;
-        for (const auto& [name, bytes] : live) by_class[buffer_class(name)] += bytes;
+        for (const auto& [name, bytes] : live) {
+          auto it = class_of.find(name);
+          by_class[it != class_of.end() ? it->second : "other"] += bytes;  // other: not in this Schedule
+        }
         pm.at_peak.assign(by_class.begin(), by_class.end());
       }
     }

@@ -1,0 +1,236 @@
+// Resolving a plan: the batch split, the (g_p, g_g, g_o) group sizes and every
+// check of a plan against its model and cluster, as core::Problem lists named
+// by option key (plan/options.hpp); the throwing variants wrap them.
+#include "plan/plan.hpp"
+
+#include <fmt/format.h>
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+#include "core/error.hpp"
+#include "plan/options.hpp"
+
+namespace hzp::plan {
+
+std::vector<core::Problem> check_batch(const models::ModelSpec& m, int world, const PlanOptions& o, BatchSplit& b) {
+  std::vector<core::Problem> ps;
+  b.seq_len = o.seq_len > 0 ? o.seq_len : std::min<std::int64_t>(m.max_seq_len, 8192);
+  if (b.seq_len > m.max_seq_len) {
+    ps.push_back(
+        {"seq_len", fmt::format("expected at most {} (max_seq_len of {}), got {}", m.max_seq_len, m.name, b.seq_len)});
+    return ps;
+  }
+  if (o.global_batch_tokens && o.global_batch_sequences) {
+    ps.push_back({"global_batch_tokens", "expected at most one of global_batch_tokens and global_batch_sequences"});
+    return ps;
+  }
+  if (o.micro_batch < 1 || o.micro_batch > (1 << 24) / b.seq_len) {
+    ps.push_back({"micro_batch", fmt::format("expected 1 to {} sequences ({} tokens per micro-batch at most), got {}",
+                                             (1 << 24) / b.seq_len, 1 << 24, o.micro_batch)});
+  }
+  const std::string key = o.global_batch_sequences ? "global_batch_sequences" : "global_batch_tokens";
+  if (o.global_batch_sequences) {
+    b.sequences = *o.global_batch_sequences;
+    if (b.sequences <= 0) ps.push_back({key, "expected a positive number of sequences"});
+  } else {
+    const std::int64_t tokens = o.global_batch_tokens.value_or(kDefaultGlobalBatchTokens);
+    if (tokens <= 0 || tokens % b.seq_len != 0) {
+      ps.push_back(
+          {key, fmt::format("expected a positive multiple of the sequence length {}, got {}", b.seq_len, tokens)});
+    }
+    b.sequences = tokens / b.seq_len;
+  }
+  if (o.tp < 1 || world % o.tp != 0) {
+    ps.push_back({"tp", fmt::format("expected a divisor of the {} GPUs, got {}", world, o.tp)});
+  } else if (o.pp < 1 || (world / o.tp) % o.pp != 0) {
+    ps.push_back({"pp", fmt::format("expected a divisor of GPUs / tp = {}, got {}", world / o.tp, o.pp)});
+  } else if (o.cp < 1 || (world / (o.tp * o.pp)) % o.cp != 0) {
+    ps.push_back(
+        {"cp", fmt::format("expected a divisor of GPUs / (tp x pp) = {}, got {}", world / (o.tp * o.pp), o.cp)});
+  }
+  if (!ps.empty()) return ps;
+  b.data_parallel = world / (o.tp * o.pp * o.cp);
+  const std::int64_t per_step = static_cast<std::int64_t>(b.data_parallel) * o.micro_batch;
+  if (b.sequences % per_step != 0) {
+    ps.push_back({key, fmt::format("{} sequences do not split over {} data-parallel ranks x micro-batch {}: "
+                                   "expected a multiple of {} sequences",
+                                   b.sequences, b.data_parallel, o.micro_batch, per_step)});
+    return ps;
+  }
+  b.micro_batches = b.sequences / per_step;
+  // Bounds that keep a Schedule's size and every byte count finite: the
+  // Schedule holds every micro-batch's ops.
+  if (b.micro_batches > kMaxMicroBatches) {
+    ps.push_back({key, fmt::format("{} sequences make {} micro-batches per rank; expected at most {} (raise "
+                                   "micro_batch)",
+                                   b.sequences, b.micro_batches, kMaxMicroBatches)});
+  }
+  return ps;
+}
+
+BatchSplit split_batch(const models::ModelSpec& m, int world, const PlanOptions& o) {
+  BatchSplit b;
+  std::vector<core::Problem> ps = check_batch(m, world, o, b);
+  if (!ps.empty()) throw core::ProblemError(std::move(ps));
+  return b;
+}
+
+std::vector<core::Problem> check_shards(const PlanOptions& o, int dp, const topologies::ClusterSpec& c, ShardSizes& s) {
+  const int node = std::min(c.devices_per_node, dp);
+  const int domain = std::min(c.scale_up.domain_devices, dp);
+  switch (o.strategy) {
+    case Strategy::Ddp: s = {1, 1, 1}; break;
+    case Strategy::Zero1: s = {1, 1, dp}; break;
+    case Strategy::Zero2: s = {1, dp, dp}; break;
+    case Strategy::Fsdp: s = {dp, dp, dp}; break;
+    case Strategy::Hsdp: {
+      const int S = o.param_shard > 0 ? o.param_shard : node;
+      s = {S, S, S};
+      break;
+    }
+    case Strategy::Hpz: s = {node, dp, dp}; break;
+    case Strategy::Hzp:
+      s = {o.param_shard > 0 ? o.param_shard : domain, o.grad_shard > 0 ? o.grad_shard : node,
+           o.optim_shard > 0 ? o.optim_shard : dp};
+      break;
+  }
+  std::vector<core::Problem> ps;
+  if (o.strategy != Strategy::Hzp && o.strategy != Strategy::Hsdp && (o.param_shard || o.grad_shard || o.optim_shard)) {
+    ps.push_back({o.param_shard  ? "param_shard"
+                  : o.grad_shard ? "grad_shard"
+                                 : "optim_shard",
+                  fmt::format("expected no group sizes for the {} preset (use strategy hzp)", to_string(o.strategy))});
+    return ps;
+  }
+  if (o.strategy == Strategy::Hsdp && (o.grad_shard || o.optim_shard)) {
+    ps.push_back(
+        {o.grad_shard ? "grad_shard" : "optim_shard", "expected only param_shard (the shard size S) for hsdp"});
+    return ps;
+  }
+  auto check = [&](const char* key, int v, int of, const char* what) {
+    if (v < 1 || of % v != 0) ps.push_back({key, fmt::format("expected a divisor of {} ({}), got {}", what, of, v)});
+  };
+  check("optim_shard", s.optim, dp, "the data-parallel size");
+  if (ps.empty()) {
+    check("param_shard", s.param, s.optim, "the optimizer shard group g_o");
+    check("grad_shard", s.grad, s.optim, "the optimizer shard group g_o");
+  }
+  return ps;
+}
+
+namespace {
+
+// The checks of a plan that need the model, once the batch split is known.
+void model_problems(const models::ModelSpec& m, const PlanOptions& o, const BatchSplit& batch,
+                    std::vector<core::Problem>& ps) {
+  if (o.prefetch_depth < 0 || o.prefetch_depth > 64) {
+    ps.push_back({"prefetch_depth", fmt::format("expected 0..64, got {}", o.prefetch_depth)});
+  }
+  if (o.cp > 1 && (!o.flash_attention || batch.seq_len % (2 * o.cp) != 0)) {
+    ps.push_back({"cp", fmt::format("context parallelism needs flash attention and a sequence length divisible by "
+                                    "2 x cp = {}",
+                                    2 * o.cp)});
+  }
+  if (o.ep < 1 || batch.data_parallel % o.ep != 0) {
+    ps.push_back(
+        {"ep", fmt::format("expected a divisor of the data-parallel size {}, got {}", batch.data_parallel, o.ep)});
+  } else if (o.ep > 1 && (!m.moe || m.moe->experts % o.ep != 0)) {
+    ps.push_back(
+        {"ep", m.moe ? fmt::format("expected a divisor of the {} experts of {}, got {}", m.moe->experts, m.name, o.ep)
+                     : fmt::format("{} has no experts: expected ep 1", m.name)});
+  }
+  if (o.variability_classes < 1 || batch.data_parallel % o.variability_classes != 0) {
+    ps.push_back({"variability_classes", fmt::format("expected a divisor of the data-parallel size {}, got {}",
+                                                     batch.data_parallel, o.variability_classes)});
+  }
+  if (!(o.doc_mean_tokens >= 0)) ps.push_back({"doc_mean_tokens", "expected a number >= 0"});
+  if (!(o.compute_jitter >= 0 && o.compute_jitter <= 1))
+    ps.push_back({"compute_jitter", "expected a number in [0, 1]"});
+  if (!(o.moe_skew >= 0 && o.moe_skew <= 10)) ps.push_back({"moe_skew", "expected a number in [0, 10]"});
+  if (m.heads % o.tp != 0) {
+    ps.push_back(
+        {"tp", fmt::format("expected a divisor of the {} attention heads of {}, got {}", m.heads, m.name, o.tp)});
+  }
+  if (o.vpp < 1 || m.layers % (o.pp * o.vpp) != 0) {
+    ps.push_back({o.vpp > 1 ? "vpp" : "pp", fmt::format("expected pp x vpp to divide the {} layers of {}, got {} x {}",
+                                                        m.layers, m.name, o.pp, o.vpp)});
+  } else if (o.vpp > 1 && batch.micro_batches % o.pp != 0) {
+    ps.push_back({"vpp", fmt::format("interleaved pipelining needs micro-batches per rank ({}) to be a multiple of "
+                                     "pp ({})",
+                                     batch.micro_batches, o.pp)});
+  }
+}
+
+// Expert parameters: already split ep ways; the same plan over the DP / ep
+// expert-data-parallel ranks (group sizes capped there unless given).
+void expert_problems(const models::ModelSpec& m, const PlanOptions& o, int shard_ranks, const ShardSizes& sh,
+                     std::optional<ShardSizes>& expert, std::vector<core::Problem>& ps) {
+  if (!m.moe || o.ep < 1 || shard_ranks % o.ep != 0) return;
+  const int edp = shard_ranks / o.ep;
+  const ShardSizes e =
+      o.expert_shards.value_or(ShardSizes{std::min(sh.param, edp), std::min(sh.grad, edp), std::min(sh.optim, edp)});
+  if (e.param < 1 || e.grad < 1 || e.optim < 1 || edp % e.optim != 0 || e.optim % e.param != 0 ||
+      e.optim % e.grad != 0) {
+    ps.push_back({o.expert_shards ? "expert_shards" : "ep",
+                  fmt::format("expert group sizes ({}, {}, {}) do not nest in the {} expert-data-parallel ranks",
+                              e.param, e.grad, e.optim, edp)});
+    return;
+  }
+  expert = e;
+}
+
+}  // namespace
+
+ShardSizes resolve_shards(const PlanOptions& o, int dp, const topologies::ClusterSpec& c) {
+  ShardSizes s;
+  std::vector<core::Problem> ps = check_shards(o, dp, c, s);
+  if (!ps.empty()) throw core::ProblemError(std::move(ps));
+  return s;
+}
+
+std::vector<core::Problem> check_plan(const models::ModelSpec& m, const topologies::Topology& topo,
+                                      const PlanOptions& o, ResolvedPlan* resolved) {
+  ResolvedPlan r;
+  std::vector<core::Problem> ps = check_batch(m, topo.devices(), o, r.batch);
+  if (!ps.empty()) return ps;
+  // Parameters are replicated over data- and context-parallel ranks alike: the
+  // sharding dimension is DP x CP (Megatron's data-parallel-with-context group).
+  r.shard_ranks = r.batch.data_parallel * o.cp;
+  ps = check_shards(o, r.shard_ranks, topo.spec(), r.shards);
+  model_problems(m, o, r.batch, ps);
+  if (!ps.empty()) return ps;
+  std::optional<ShardSizes> expert;
+  expert_problems(m, o, r.shard_ranks, r.shards, expert, ps);
+  if (!ps.empty()) return ps;
+  if (resolved) {
+    r.options = o;
+    r.options.param_shard = r.shards.param;
+    r.options.grad_shard = r.shards.grad;
+    r.options.optim_shard = r.shards.optim;
+    r.options.expert_shards = expert;
+    r.options.async = resolve_async(o);
+    r.options.sequence_parallel = o.tp > 1 && o.sequence_parallel;
+    r.options.seq_len = r.batch.seq_len;
+    r.options.global_batch_tokens.reset();
+    r.options.global_batch_sequences = r.batch.sequences;
+    *resolved = std::move(r);
+  }
+  return ps;
+}
+
+ResolvedPlan resolve_plan(const models::ModelSpec& m, const topologies::Topology& topo, const PlanOptions& o) {
+  ResolvedPlan r;
+  std::vector<core::Problem> ps = check_plan(m, topo, o, &r);
+  if (!ps.empty()) throw core::ProblemError(std::move(ps));
+  return r;
+}
+
+std::string ResolvedPlan::provenance_json() const {
+  nlohmann::json plan = nlohmann::json::parse(plan_options_json(options).dump());
+  plan["micro_batches"] = batch.micro_batches;
+  plan["data_parallel"] = batch.data_parallel;
+  plan["shard_ranks"] = shard_ranks;
+  return plan.dump();
+}
+
+}  // namespace hzp::plan

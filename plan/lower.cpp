@@ -1,0 +1,414 @@
+// Plan lowering's driver (lower_plan) and the walk over one stage's uses; the
+// pieces it calls live in layout.cpp, workload.cpp, lower_pipeline.cpp,
+// lower_model_parallel.cpp and lower_zero.cpp (see lowering.hpp).
+//
+// Lowering plans to a Schedule: every data-parallel strategy is one
+// hierarchical ZeRO plan (g_p, g_g, g_o), composed with Megatron TP/SP, CP,
+// PP (1F1B, interleaved) and EP — generated, never hand-written.
+//
+// One program per (pipeline stage, rank class); without workload variability
+// or context parallelism every data-parallel rank of a stage is one class.
+// Slots of a stage run in pipeline order; within a slot its units run forward
+// in order or backward in reverse.
+//  - g_p > 1: each unit's bf16 parameters are all-gathered inside its g_p
+//    group before forward and again before backward (unless kept gathered),
+//    at most prefetch_depth uses ahead of compute, and freed after use.
+//  - g_g > 1: after each unit's backward its bf16 gradients are
+//    reduce-scattered inside the g_g group and accumulated into a 1/g_g shard
+//    (accumulation dtype an option); g_g = 1 accumulates locally (fused into
+//    the weight-gradient GEMMs, as Megatron's gradient-accumulation fusion).
+//  - after the last micro-batch, per unit as soon as its gradients are final:
+//    reduce-scatter 1/g_g -> 1/g_o over the g_o/g_g ranks holding the same
+//    1/g_g shard (stride g_g), all-reduce across the DP/g_o optimizer replicas
+//    (stride g_o), Adam on the 1/g_o shard, all-gather 1/g_o -> 1/g_p over the
+//    g_o/g_p ranks holding pieces of the same 1/g_p shard (stride g_p).
+// Groups are contiguous blocks of the data-parallel index (strided sets
+// inside them), and tensor ranks are innermost, so with ranks numbered node by
+// node the smallest groups fill scale-up domains first and strided groups run
+// along rails.
+//
+// async on: a "param" thread issues the all-gathers and a "grad" thread the
+// reduce-scatters, each onto its own stream; the compute thread only waits on
+// events; gathered and gradient buffers come from pools of prefetch_depth + 1
+// slots allocated at start. async off: the compute thread issues everything
+// inline and blocks (host sync) until a buffer's last user has finished before
+// reusing it; buffers come from the caching allocator (alloc/free per use).
+#include "plan/plan.hpp"
+
+#include <fmt/format.h>
+#include <algorithm>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "core/schedule_check.hpp"
+#include "plan/lowering.hpp"
+
+namespace hzp::plan {
+namespace detail {
+
+using core::Bytes;
+using core::ComputeKind;
+using core::Dtype;
+using core::StreamKind;
+
+Lowering::Lowering(std::vector<Unit> units, const BatchSplit& batch, const PlanOptions& opt,
+                   const std::vector<ShardedParams>& classes, bool async, Layout layout, Stage stage,
+                   const topologies::Topology& topo)
+    : batch_(batch),
+      opt_(opt),
+      async_(async),
+      layout_(layout),
+      stage_(std::move(stage)),
+      topo_(topo),
+      b_(stage_.program, stage_.name, stage_.ranks),
+      units_(std::move(units)) {
+  for (const ShardedParams& c : classes) {
+    Class k;
+    k.cls = c.cls;
+    k.tag = c.tag;
+    k.sh = c.sh;
+    k.ranks = c.ranks;
+    k.groups = c.groups_of(stage_.ranks.front());
+    // Each unit is flattened and padded to a multiple of g_o.
+    const std::int64_t o = c.sh.optim;
+    for (const auto& u : units_) {
+      const bool dense = c.cls == core::ParamClass::Dense;
+      std::int64_t weights = dense ? u.u->weight_params : u.u->expert_params;
+      std::int64_t owned = dense ? u.u->params : u.u->expert_params;
+      k.padded.push_back(ceil_div(weights, o) * o);
+      k.owned.push_back(ceil_div(owned, o) * o);
+    }
+    classes_.push_back(std::move(k));
+  }
+  acc_ = core::dtype_bytes(opt.grad_dtype);
+}
+
+core::Program Lowering::run() {
+  setup();
+  for (std::size_t j = 0; j < uses_.size(); ++j) {
+    prefetch_through(j);
+    if (uses_[j].first_of_slot) receive(j);
+    if (uses_[j].backward) {
+      backward(j);
+    } else {
+      forward(j);
+    }
+    if (uses_[j].last_of_slot) send(j);
+  }
+  reduce_deferred();
+  step_end();
+  return b_.take();
+}
+
+std::string Lowering::buf(const char* what, std::size_t j) const { return fmt::format("{}.{}", what, j); }
+
+void Lowering::setup() {
+  add_streams();
+  alloc_model_state();
+  alloc_nccl_buffers();
+  alloc_pools();
+  plan_uses();
+}
+
+void Lowering::add_streams() {
+  const core::Duration launch = core::Duration::us(topo_.spec().device.launch_latency_us);
+  const core::Duration coll = core::Duration::us(topo_.spec().device.collective_launch_latency_us);
+  int main = b_.add_thread("main", launch, coll);
+  int param_thread = async_ ? b_.add_thread("param", launch, coll) : main;
+  int grad_thread = async_ ? b_.add_thread("grad", launch, coll) : main;
+  comp_ = b_.add_stream("compute", StreamKind::Compute, main);
+  ag_ = b_.add_stream("param_allgather", StreamKind::ParamGather, param_thread);
+  rs_ = b_.add_stream("grad_reduce", StreamKind::GradReduce, grad_thread);
+  if (opt_.tp_comm_overlap && stage_.tp_group >= 0) tp_comm_ = b_.add_stream("tp_comm", StreamKind::Comm, main);
+  if (stage_.cp > 1) {
+    // Ring attention: K/V blocks go round on their own send and receive
+    // streams, overlapped with the attention chunks on the compute stream.
+    cp_send_ = b_.add_stream("cp_send", StreamKind::Comm, main);
+    cp_recv_ = b_.add_stream("cp_recv", StreamKind::Comm, main);
+  }
+  if (layout_.pp > 1) {
+    // Sends run on their own streams so that a stage can send and receive at
+    // once (Megatron batches isend/irecv); receives sit on the compute stream.
+    send_fwd_ = b_.add_stream("pp_send_fwd", StreamKind::Comm, main);
+    send_bwd_ = b_.add_stream("pp_send_bwd", StreamKind::Comm, main);
+  }
+}
+
+// NCCL's own buffers: every communicator (and point-to-point peer) this rank
+// uses holds kNcclBufferBytes (see plan.hpp).
+void Lowering::alloc_nccl_buffers() {
+  std::set<int> comms;
+  for (const auto& c : classes_) {
+    for (int g : {c.groups.param, c.groups.grad, c.groups.optim, c.groups.replica, c.groups.regather}) {
+      if (g >= 0) comms.insert(g);
+    }
+  }
+  for (int g : {stage_.tp_group, stage_.ep_group}) {
+    if (g >= 0) comms.insert(g);
+  }
+  std::int64_t peers = (layout_.pp > 1 ? 2 : 0) + (stage_.cp > 1 ? 2 : 0);
+  const std::int64_t communicators = static_cast<std::int64_t>(comms.size()) + peers;
+  if (communicators > 0) {
+    b_.alloc(comp_, "nccl_buffers", Bytes(communicators * kNcclBufferBytes), core::BufferClass::NcclBuffers);
+  }
+}
+
+// The uses of the stage in order: every unit of each slot's chunk, forward in
+// order or backward in reverse; and which of them gather and reduce.
+void Lowering::plan_uses() {
+  for (const PipelineSlot& slot : stage_.order) {
+    std::vector<std::size_t> in_chunk;
+    for (std::size_t u = 0; u < units_.size(); ++u) {
+      if (units_[u].chunk == slot.chunk) in_chunk.push_back(u);
+    }
+    if (slot.backward) std::reverse(in_chunk.begin(), in_chunk.end());
+    for (std::size_t i = 0; i < in_chunk.size(); ++i) {
+      std::size_t u = in_chunk[i];
+      Use use{u, slot.micro_batch, slot.backward, any_gathers(u) && (!slot.backward || opt_.reshard_after_forward)};
+      use.first_of_slot = i == 0;
+      use.last_of_slot = i + 1 == in_chunk.size();
+      use.chunk = slot.chunk;
+      uses_.push_back(use);
+    }
+  }
+  for (std::size_t j = 0; j < uses_.size(); ++j) {
+    if (uses_[j].gathers) gather_uses_.push_back(j);
+    if (uses_[j].backward && any_reduces(uses_[j].unit)) reduce_uses_.push_back(j);
+  }
+  ag_done_.assign(uses_.size(), -1);
+  use_done_.assign(uses_.size(), -1);
+  rs_done_.assign(uses_.size(), -1);
+  forward_gather_.assign(units_.size() * static_cast<std::size_t>(batch_.micro_batches), -1);
+}
+
+void Lowering::forward(std::size_t j) {
+  const Use& use = uses_[j];
+  const auto& unit = *units_[use.unit].u;
+  ensure_regathered(use.unit);
+  if (auto it = regathered_.find(use.unit); it != regathered_.end() && use.mb == 0) {
+    b_.wait(comp_, it->second, fmt::format("wait {}.regathered", unit.name));
+  }
+  if (use.gathers) b_.wait(comp_, ag_done_[j], fmt::format("wait {}.gathered", unit.name));
+  b_.alloc(comp_, fmt::format("act.u{}.mb{}", use.unit, use.mb), unit.activations, core::BufferClass::Activations);
+  unit_ops(unit.forward, use.mb);
+  use_done_[j] = b_.record(comp_, fmt::format("{}.fwd_done", unit.name));
+  if (use.gathers && opt_.reshard_after_forward && !pooled()) {
+    b_.free(comp_, buf("gathered", j), gathered_bytes(use.unit));
+  }
+}
+
+void Lowering::backward(std::size_t j) {
+  const Use& use = uses_[j];
+  const auto& unit = *units_[use.unit].u;
+  const bool last_mb = use.mb + 1 == batch_.micro_batches;
+  const int gathered = gathered_by(j);
+  if (gathered >= 0) {
+    b_.wait(comp_, ag_done_[static_cast<std::size_t>(gathered)], fmt::format("wait {}.gathered", unit.name));
+  }
+  take_grad_buffer(j);
+  const std::string recomputed = fmt::format("recomputed.u{}.mb{}", use.unit, use.mb);
+  if (unit.recomputed.count() > 0) b_.alloc(comp_, recomputed, unit.recomputed, core::BufferClass::Recomputed);
+  unit_ops(unit.backward, use.mb);
+  if (unit.recomputed.count() > 0) b_.free(comp_, recomputed, unit.recomputed);
+  use_done_[j] = b_.record(comp_, fmt::format("{}.bwd_done", unit.name));
+  if (gathered >= 0 && !pooled()) {
+    b_.free(comp_, buf("gathered", static_cast<std::size_t>(gathered)), gathered_bytes(use.unit));
+  }
+  b_.free(comp_, fmt::format("act.u{}.mb{}", use.unit, use.mb), unit.activations);
+
+  const bool waited = reduce_gradients(j);
+  if (!last_mb) return;
+  if (opt_.overlap_grad_reduce) {
+    reduce_for_optimizer(use.unit, j, waited);
+  } else {
+    deferred_.push_back(use.unit);
+    last_backward_ = j;
+  }
+}
+
+}  // namespace detail
+
+namespace {
+
+using core::ComputeKind;
+using core::Dtype;
+using detail::Layout;
+using detail::Lowering;
+using detail::ShardedParams;
+
+models::StepGraph step_graph(const models::ModelSpec& m, const PlanOptions& o, const BatchSplit& batch) {
+  models::GraphOptions go;
+  go.seq_len = batch.seq_len;
+  go.micro_batch = o.micro_batch;
+  go.recompute = o.recompute;
+  go.flash_attention = o.flash_attention;
+  go.fused_loss = o.fused_loss;
+  go.tp = o.tp;
+  go.sequence_parallel = o.sequence_parallel;
+  go.ep = o.ep;
+  go.cp = o.cp;
+  return models::build_step_graph(m, go);
+}
+
+// What the engines need beside the programs: the name and the step.
+void describe_step(core::Schedule& s, const models::ModelSpec& m, const topologies::Topology& topo,
+                   const PlanOptions& o, const BatchSplit& batch) {
+  s.name = fmt::format("{}/{}x{}/{}", m.name, topo.spec().name, topo.devices(), to_string(o.strategy));
+  s.step.model = m.name;
+  s.step.cluster = topo.spec().name;
+  s.step.strategy = std::string(to_string(o.strategy));
+  s.step.world_size = topo.devices();
+  s.step.seq_len = batch.seq_len;
+  s.step.global_batch_sequences = batch.sequences;
+  s.step.micro_batches = batch.micro_batches;
+  s.step.model_flops = models::model_flops_per_sequence(m, batch.seq_len) * static_cast<double>(batch.sequences);
+}
+
+// The programs of a resolved plan: the groups, then one Lowering per
+// (pipeline stage, rank class).
+class PlanLowering {
+ public:
+  PlanLowering(const models::ModelSpec& m, const topologies::Topology& topo, const PlanOptions& o,
+               const ResolvedPlan& rp, core::Schedule& s)
+      : m_(m),
+        topo_(topo),
+        o_(o),
+        rp_(rp),
+        s_(s),
+        dp_(rp.shard_ranks),
+        layout_{o.tp, rp.shard_ranks, o.pp, o.vpp, o.ep},
+        graph_(step_graph(m, o, rp.batch)),
+        skewed_(m.moe && o.ep > 1 && o.moe_skew > 0),
+        classes_of_(dp_, o.cp, o.ep, skewed_, o.variability_classes) {}
+
+  void run() {
+    add_groups();
+    // Virtual stage c·pp + p holds layers [(c·pp + p)·Lc, (c·pp + p + 1)·Lc); the
+    // embedding rides with the first, the head with the last.
+    const int per_chunk = m_.layers / (o_.pp * o_.vpp);
+    int program_id = 0;
+    for (int p = 0; p < o_.pp; ++p) {
+      std::vector<detail::Unit> units = detail::stage_units(graph_, p, o_.pp, o_.vpp, per_chunk);
+      for (int c = 0; c < classes_of_.count(); ++c) {
+        Lowering lowering(units, rp_.batch, o_, param_classes_, *rp_.options.async, layout_, stage(p, c, program_id++),
+                          topo_);
+        s_.programs.push_back(lowering.run());
+      }
+    }
+  }
+
+ private:
+  // Tensor-parallel groups, the dense parameters' (g_p, g_g, g_o) plan over
+  // DP, then for MoE models the expert-parallel groups and the expert
+  // parameters' plan over the DP / ep expert-data-parallel ranks (they are
+  // already split ep ways).
+  void add_groups() {
+    tp_groups_ = detail::add_tp_groups(s_, layout_);
+    param_classes_.push_back(detail::add_param_class(s_, layout_, core::ParamClass::Dense, rp_.shards, 1, dp_));
+    ep_groups_.assign(static_cast<std::size_t>(topo_.devices()), -1);
+    if (m_.moe) {
+      const int edp = dp_ / o_.ep;
+      const ShardSizes expert_sh = *rp_.options.expert_shards;
+      if (o_.ep > 1) ep_groups_ = detail::add_dp_groups(s_, core::GroupKind::Ep, layout_, 1, dp_, o_.ep, 1);
+      param_classes_.push_back(detail::add_param_class(s_, layout_, core::ParamClass::Expert, expert_sh, o_.ep, edp));
+    }
+  }
+
+  // Rank class c of pipeline stage p: its ranks, neighbours, boundary sizes and workload.
+  Lowering::Stage stage(int p, int c, int program) const {
+    const BatchSplit& batch = rp_.batch;
+    Lowering::Stage stage;
+    stage.program = program;
+    stage.index = p;
+    int first_d = -1;
+    for (int d = 0; d < dp_; ++d) {
+      if (classes_of_.of(d) != c) continue;
+      if (first_d < 0) first_d = d;
+      for (int t = 0; t < o_.tp; ++t) stage.ranks.push_back(rank_of(t, d, p, o_.tp, dp_));
+    }
+    std::sort(stage.ranks.begin(), stage.ranks.end());
+    std::string name = o_.pp > 1 ? fmt::format("stage{}", p) : "dp";
+    if (classes_of_.count() > 1) name += fmt::format(".class{}", c);
+    stage.name = name;
+    // The neighbouring stages' members with the same data-parallel rank.
+    stage.prev_rep = rank_of(0, first_d, (p + o_.pp - 1) % o_.pp, o_.tp, dp_);
+    stage.next_rep = rank_of(0, first_d, (p + 1) % o_.pp, o_.tp, dp_);
+    stage.order = pipeline_order(p, o_.pp, o_.vpp, batch.micro_batches);
+    boundary(stage);
+    const auto rep = static_cast<std::size_t>(stage.ranks.front());
+    stage.tp_group = tp_groups_[rep];
+    stage.ep_group = ep_groups_[rep];
+    stage.workload = draw_workload(o_, batch.seq_len, batch.micro_batches, first_d / classes_of_.per_block(), p,
+                                   skewed_ ? first_d % o_.ep : 0, o_.ep, m_.moe ? m_.moe->experts : 0);
+    if (o_.cp > 1) context_ring(stage, first_d, p);
+    return stage;
+  }
+
+  // With sequence parallelism the boundary is already split over tp; without
+  // it, each rank sends its 1/tp slice and the receivers all-gather.
+  void boundary(Lowering::Stage& stage) const {
+    const std::int64_t activation =
+        core::dtype_bytes(Dtype::Bf16) * rp_.batch.seq_len / o_.cp * o_.micro_batch * m_.hidden;
+    stage.boundary_bytes = activation / o_.tp;
+    stage.boundary_gather_bytes = o_.tp > 1 && !o_.sequence_parallel ? activation : 0;
+  }
+
+  // Ring neighbours: the classes of the next and previous context-parallel index.
+  void context_ring(Lowering::Stage& stage, int first_d, int p) const {
+    const int base = first_d - first_d % o_.cp;
+    stage.cp_next_rep = rank_of(0, base + (first_d + 1) % o_.cp, p, o_.tp, dp_);
+    stage.cp_prev_rep = rank_of(0, base + (first_d + o_.cp - 1) % o_.cp, p, o_.tp, dp_);
+    stage.cp = o_.cp;
+    // K and V of this rank's tokens, per K/V head on this tensor-parallel rank.
+    const std::int64_t kv_heads = std::max<std::int64_t>(1, (m_.mla ? m_.heads : m_.kv_heads) / o_.tp);
+    stage.kv_block_bytes = core::dtype_bytes(Dtype::Bf16) * rp_.batch.seq_len / o_.cp * o_.micro_batch * kv_heads *
+                           (m_.qk_head_dim() + m_.v_head_dim());
+  }
+
+  const models::ModelSpec& m_;
+  const topologies::Topology& topo_;
+  const PlanOptions& o_;
+  const ResolvedPlan& rp_;
+  core::Schedule& s_;
+  const int dp_;  // the data-parallel index d' = c + cp·d runs over DP x CP
+  const Layout layout_;
+  const models::StepGraph graph_;
+  const bool skewed_;
+  const detail::RankClasses classes_of_;
+  std::vector<int> tp_groups_, ep_groups_;
+  std::vector<ShardedParams> param_classes_;
+};
+
+}  // namespace
+
+core::Schedule lower(const models::ModelSpec& m, const topologies::Topology& topo, const PlanOptions& o, bool check) {
+  return lower_plan(m, topo, o, check).schedule;
+}
+
+LoweredPlan lower_plan(const models::ModelSpec& m, const topologies::Topology& topo, const PlanOptions& o, bool check) {
+  LoweredPlan out;
+  out.plan = resolve_plan(m, topo, o);
+  core::Schedule& s = out.schedule;
+  describe_step(s, m, topo, o, out.plan.batch);
+  PlanLowering(m, topo, o, out.plan, s).run();
+  nlohmann::json prov{{"plan", nlohmann::json::parse(out.plan.provenance_json())},
+                      {"model", m.name},
+                      {"cluster", topo.spec().name},
+                      {"gpus", topo.devices()}};
+  s.provenance_json = prov.dump();
+  if (check) core::check_schedule(s);
+  return out;
+}
+
+bool is_sharding_op(const core::Schedule& /*s*/, const core::Op& op) {
+  switch (op.role) {
+    case core::OpRole::ParamGather:
+    case core::OpRole::GradReduce:
+    case core::OpRole::GradAccumulate:
+    case core::OpRole::Optimizer:
+    case core::OpRole::ZeroGrads: return true;
+    default: return false;
+  }
+}
+
+}  // namespace hzp::plan

@@ -1,0 +1,247 @@
+// The data-parallel sharding of a hierarchical ZeRO plan (g_p, g_g, g_o):
+// model-state and pool memory, parameter all-gathers (prefetched, and the
+// 1/g_o -> 1/g_p regather), per-micro-batch gradient reduce-scatters, the
+// once-per-step reductions for the optimizer, Adam and zeroing the gradients.
+#include "plan/lowering.hpp"
+
+#include <fmt/format.h>
+#include <algorithm>
+
+namespace hzp::plan::detail {
+
+using core::Bytes;
+using core::CollectiveKind;
+using core::ComputeKind;
+using core::Dtype;
+using core::Flops;
+
+bool Lowering::any_gathers(std::size_t u) const {
+  return std::any_of(classes_.begin(), classes_.end(), [&](const Class& c) { return c.gathers(u); });
+}
+bool Lowering::any_reduces(std::size_t u) const {
+  return std::any_of(classes_.begin(), classes_.end(), [&](const Class& c) { return c.reduces(u); });
+}
+// Gathered buffers come from the pool when async and each is freed before
+// the next use of its slot (reshard after forward); otherwise they are
+// allocated per use.
+bool Lowering::pooled() const { return async_ && opt_.reshard_after_forward; }
+// Gathered parameters (and full bf16 gradients) of a unit, all classes.
+Bytes Lowering::gathered_bytes(std::size_t u) const {
+  std::int64_t n = 0;
+  for (const auto& c : classes_) n += c.gathers(u) ? 2 * c.padded[u] : 0;
+  return Bytes(n);
+}
+Bytes Lowering::full_grad_bytes(std::size_t u) const {
+  std::int64_t n = 0;
+  for (const auto& c : classes_) n += c.reduces(u) ? 2 * c.padded[u] : 0;
+  return Bytes(n);
+}
+
+// Model state, per rank and class: bf16 parameters over g_p, accumulated
+// gradients over g_g, fp32 master weights and Adam moments over g_o.
+void Lowering::alloc_model_state() {
+  std::int64_t params = 0, grads = 0, states = 0;
+  for (const auto& c : classes_) {
+    std::int64_t owned = 0;
+    for (auto o : c.owned) owned += o;
+    params += 2 * owned / c.sh.param;
+    grads += acc_ * owned / c.sh.grad;
+    states += kOptimizerStateBytesPerParam * owned / c.sh.optim;
+  }
+  b_.alloc(comp_, "params", Bytes(params), core::BufferClass::Params);
+  b_.alloc(comp_, "grads", Bytes(grads), core::BufferClass::Grads);
+  b_.alloc(comp_, "optimizer_states", Bytes(states), core::BufferClass::OptimizerStates);
+}
+
+// async: pools of prefetch_depth + 1 slots sized for the largest unit,
+// allocated once, so per-use buffers never fragment the heap.
+void Lowering::alloc_pools() {
+  if (!async_) return;
+  const auto slots = static_cast<std::int64_t>(opt_.prefetch_depth) + 1;
+  Bytes gathered{}, grad{};
+  for (std::size_t u = 0; u < units_.size(); ++u) {
+    gathered = std::max(gathered, gathered_bytes(u));
+    grad = std::max(grad, full_grad_bytes(u));
+  }
+  if (gathered.count() > 0 && pooled())
+    b_.alloc(comp_, "pool.gathered", Bytes(slots * gathered.count()), core::BufferClass::GatheredPool);
+  if (grad.count() > 0) b_.alloc(comp_, "pool.grad", Bytes(slots * grad.count()), core::BufferClass::GradPool);
+}
+
+// Issues all-gathers ahead of compute: those of the next prefetch_depth
+// gathering uses after use j.
+void Lowering::prefetch_through(std::size_t j) {
+  const std::size_t depth = static_cast<std::size_t>(opt_.prefetch_depth);
+  const std::size_t current =
+      static_cast<std::size_t>(std::lower_bound(gather_uses_.begin(), gather_uses_.end(), j) - gather_uses_.begin());
+  while (next_gather_ < gather_uses_.size() && next_gather_ <= current + depth) {
+    issue_gather(next_gather_, gather_uses_[next_gather_]);
+    ++next_gather_;
+  }
+}
+
+void Lowering::issue_gather(std::size_t g, std::size_t j) {
+  const Use& use = uses_[j];
+  ensure_regathered(use.unit);
+  const auto& unit = *units_[use.unit].u;
+  const std::size_t depth = static_cast<std::size_t>(opt_.prefetch_depth);
+  // The slot this gather reuses was last used by gathering use g - depth - 1.
+  if (g >= depth + 1) {
+    int freed = use_done_[gather_uses_[g - depth - 1]];
+    if (async_) {
+      b_.wait(ag_, freed, fmt::format("wait slot for {}", unit.name));
+    } else {
+      b_.sync(ag_, freed, fmt::format("host waits slot for {}", unit.name));
+    }
+  }
+  if (!pooled()) b_.alloc(ag_, buf("gathered", j), gathered_bytes(use.unit), core::BufferClass::Gathered);
+  for (const auto& c : classes_) {
+    if (!c.gathers(use.unit)) continue;
+    b_.collective(ag_, fmt::format("{}{}.allgather.{}", unit.name, c.tag, use.backward ? "bwd" : "fwd"),
+                  CollectiveKind::AllGather, c.groups.param, Bytes(2 * c.padded[use.unit]), Dtype::Bf16,
+                  core::OpRole::ParamGather, c.cls);
+  }
+  ag_done_[j] = b_.record(ag_, fmt::format("{}.gathered", unit.name));
+  if (!use.backward) forward_gather_[slot(use)] = static_cast<int>(j);
+}
+
+std::size_t Lowering::slot(const Use& use) const { return static_cast<std::size_t>(use.mb) * units_.size() + use.unit; }
+
+// The use whose gathered buffer this use computes with (-1: none).
+int Lowering::gathered_by(std::size_t j) const {
+  const Use& use = uses_[j];
+  if (use.gathers) return static_cast<int>(j);
+  return any_gathers(use.unit) ? forward_gather_[slot(use)] : -1;
+}
+
+bool Lowering::regathers(std::size_t u) const {
+  return std::any_of(classes_.begin(), classes_.end(),
+                     [&](const Class& c) { return c.owned[u] > 0 && c.sh.optim / c.sh.param > 1; });
+}
+
+// The all-gather of the last update's 1/g_o shards back to 1/g_p (on the
+// parameter stream, ahead of this unit's own gather when it has one).
+int Lowering::regather(std::size_t u) {
+  const auto& unit = *units_[u].u;
+  for (const auto& c : classes_) {
+    if (c.owned[u] == 0 || c.sh.optim / c.sh.param <= 1) continue;
+    b_.collective(ag_, fmt::format("{}{}.param_allgather.optim", unit.name, c.tag), CollectiveKind::AllGather,
+                  c.groups.regather, Bytes(2 * c.owned[u] / c.sh.param), Dtype::Bf16, core::OpRole::ParamGather, c.cls);
+  }
+  return b_.record(ag_, fmt::format("{}.regathered", unit.name));
+}
+
+// With --overlap-param-gather: regather each unit once, before its first use.
+void Lowering::ensure_regathered(std::size_t u) {
+  if (!opt_.overlap_param_gather || !regathers(u) || regathered_.contains(u)) return;
+  regathered_[u] = regather(u);
+}
+
+// Before a backward that reduces gradients: its full-gradient buffer, a pool
+// slot (free once the reduce-scatter that used it depth + 1 reducing uses ago
+// is done) or a fresh allocation.
+void Lowering::take_grad_buffer(std::size_t j) {
+  if (!any_reduces(uses_[j].unit)) return;
+  std::size_t k = reduce_index_++;
+  const std::size_t depth = static_cast<std::size_t>(opt_.prefetch_depth);
+  if (async_) {
+    if (k >= depth + 1) b_.wait(comp_, rs_done_[reduce_uses_[k - depth - 1]], "wait grad slot");
+  } else {
+    b_.alloc(comp_, buf("grad", j), full_grad_bytes(uses_[j].unit), core::BufferClass::Grad);
+  }
+}
+
+// g_g > 1: after the backward of use j, reduce-scatter its gradients over g_g
+// and accumulate the 1/g_g shard. Whether the reduce stream now waits for use j.
+bool Lowering::reduce_gradients(std::size_t j) {
+  const Use& use = uses_[j];
+  if (!any_reduces(use.unit)) return false;
+  const auto& unit = *units_[use.unit].u;
+  b_.wait(rs_, use_done_[j], fmt::format("wait {}.bwd_done", unit.name));
+  for (const auto& c : classes_) {
+    if (!c.reduces(use.unit)) continue;
+    b_.collective(rs_, fmt::format("{}{}.grad_reducescatter", unit.name, c.tag), CollectiveKind::ReduceScatter,
+                  c.groups.grad, Bytes(2 * c.padded[use.unit]), Dtype::Bf16, core::OpRole::GradReduce, c.cls);
+    const std::int64_t shard = c.padded[use.unit] / c.sh.grad;
+    b_.compute(rs_, fmt::format("{}{}.grad_accumulate", unit.name, c.tag), ComputeKind::Elementwise,
+               Flops(static_cast<double>(shard)), Bytes((2 + 2 * acc_) * shard), opt_.grad_dtype,
+               core::OpRole::GradAccumulate, c.cls);
+  }
+  rs_done_[j] = b_.record(rs_, fmt::format("{}.grad_reduced", unit.name));
+  if (!async_) b_.free(rs_, buf("grad", j), full_grad_bytes(use.unit));
+  return true;
+}
+
+// overlap_grad_reduce off: every unit's final reduction, in backward order,
+// once the stage's last backward is done.
+void Lowering::reduce_deferred() {
+  if (deferred_.empty()) return;
+  b_.wait(rs_, use_done_[last_backward_], "wait backward_done");
+  for (const std::size_t u : deferred_) reduce_for_optimizer(u, last_backward_, true);
+}
+
+// Once the unit's gradients are final: 1/g_g -> 1/g_o, then across replicas.
+// `waited`: the reduce stream already waits for use j.
+void Lowering::reduce_for_optimizer(std::size_t u, std::size_t j, bool waited) {
+  const auto& unit = *units_[u].u;
+  bool any = false;
+  for (const auto& c : classes_) {
+    if (c.owned[u] == 0) continue;
+    if (c.step_reduction() && !waited) {
+      b_.wait(rs_, use_done_[j], fmt::format("wait {}.bwd_done", unit.name));
+      waited = true;
+    }
+    if (c.sh.optim / c.sh.grad > 1) {
+      b_.collective(rs_, fmt::format("{}{}.grad_reducescatter.optim", unit.name, c.tag), CollectiveKind::ReduceScatter,
+                    c.groups.optim, Bytes(acc_ * c.padded[u] / c.sh.grad), opt_.grad_dtype, core::OpRole::GradReduce,
+                    c.cls);
+    }
+    if (c.ranks / c.sh.optim > 1) {
+      b_.collective(rs_, fmt::format("{}{}.grad_allreduce", unit.name, c.tag), CollectiveKind::AllReduce,
+                    c.groups.replica, Bytes(acc_ * c.padded[u] / c.sh.optim), opt_.grad_dtype, core::OpRole::GradReduce,
+                    c.cls);
+    }
+    any = true;
+  }
+  if (any) reduced_.emplace_back(u, waited ? b_.record(rs_, fmt::format("{}.grads_final", unit.name)) : -1);
+}
+
+// Adam per unit on the compute stream as each unit's reduction lands (units
+// arrive in backward order), then the regather of its parameters; finally the
+// accumulated gradients are zeroed for the next step.
+void Lowering::step_end() {
+  for (auto [u, ev] : reduced_) optimizer_step(u, ev);
+  std::int64_t grads = 0;
+  for (const auto& c : classes_) {
+    for (auto o : c.owned) grads += acc_ * o / c.sh.grad;
+  }
+  b_.compute(comp_, "zero_grads", ComputeKind::Elementwise, Flops(0), Bytes(grads), opt_.grad_dtype,
+             core::OpRole::ZeroGrads, core::ParamClass::None);
+}
+
+// Adam on unit u's 1/g_o shards once its final gradients (event `ev`, -1:
+// already in order) are there; without --overlap-param-gather the 1/g_o ->
+// 1/g_p regather follows on the parameter stream.
+void Lowering::optimizer_step(std::size_t u, int ev) {
+  const auto& unit = *units_[u].u;
+  if (ev >= 0) b_.wait(comp_, ev, fmt::format("wait {}.grads_final", unit.name));
+  bool regather = false;
+  for (const auto& c : classes_) {
+    if (c.owned[u] == 0) continue;
+    const std::int64_t shard = c.owned[u] / c.sh.optim;
+    b_.compute(comp_, fmt::format("{}{}.adam", unit.name, c.tag), ComputeKind::Optimizer,
+               Flops(12.0 * static_cast<double>(shard)), Bytes(kAdamBytesPerParam * shard), Dtype::Fp32,
+               core::OpRole::Optimizer, c.cls);
+    regather = regather || c.sh.optim / c.sh.param > 1;
+  }
+  if (!regather || opt_.overlap_param_gather) return;
+  int done = b_.record(comp_, fmt::format("{}.updated", unit.name));
+  b_.wait(ag_, done, fmt::format("wait {}.updated", unit.name));
+  for (const auto& c : classes_) {
+    if (c.owned[u] == 0 || c.sh.optim / c.sh.param <= 1) continue;
+    b_.collective(ag_, fmt::format("{}{}.param_allgather.optim", unit.name, c.tag), CollectiveKind::AllGather,
+                  c.groups.regather, Bytes(2 * c.owned[u] / c.sh.param), Dtype::Bf16, core::OpRole::ParamGather, c.cls);
+  }
+}
+
+}  // namespace hzp::plan::detail

@@ -1,0 +1,58 @@
+// Names of strategies, recomputation modes and gradient dtypes, and the
+// strategy-dependent defaults that need no model or cluster.
+#include "plan/plan.hpp"
+
+namespace hzp::plan {
+
+std::string_view to_string(models::Recompute r) {
+  switch (r) {
+    case models::Recompute::None: return "none";
+    case models::Recompute::Selective: return "selective";
+    case models::Recompute::Full: return "full";
+  }
+  return "?";
+}
+
+std::optional<models::Recompute> parse_recompute(std::string_view s) {
+  for (auto r : {models::Recompute::None, models::Recompute::Selective, models::Recompute::Full}) {
+    if (s == to_string(r)) return r;
+  }
+  return std::nullopt;
+}
+
+std::optional<core::Dtype> parse_grad_dtype(std::string_view s) {
+  for (auto d : {core::Dtype::Fp32, core::Dtype::Bf16}) {
+    if (s == core::to_string(d)) return d;
+  }
+  return std::nullopt;
+}
+
+std::string_view to_string(Strategy s) {
+  switch (s) {
+    case Strategy::Ddp: return "ddp";
+    case Strategy::Zero1: return "zero1";
+    case Strategy::Zero2: return "zero2";
+    case Strategy::Fsdp: return "fsdp";
+    case Strategy::Hsdp: return "hsdp";
+    case Strategy::Hpz: return "hpz";
+    case Strategy::Hzp: return "hzp";
+  }
+  return "?";
+}
+
+std::optional<Strategy> parse_strategy(std::string_view s) {
+  if (s == "zero3") return Strategy::Fsdp;
+  for (Strategy x : all_strategies()) {
+    if (s == to_string(x)) return x;
+  }
+  return std::nullopt;
+}
+
+std::vector<Strategy> all_strategies() {
+  return {Strategy::Ddp,  Strategy::Zero1, Strategy::Zero2, Strategy::Fsdp,
+          Strategy::Hsdp, Strategy::Hpz,   Strategy::Hzp};
+}
+
+bool resolve_async(const PlanOptions& o) { return o.async.value_or(o.strategy == Strategy::Hzp); }
+
+}  // namespace hzp::plan
