@@ -55,6 +55,10 @@ struct PointResult {
   nlohmann::ordered_json row;  // column -> value (inputs resolved, metrics, provenance)
 };
 
+/// The point's inputs as row columns (every input key has one), for the rows
+/// of points that fail before they resolve.
+void copy_input_columns(const nlohmann::ordered_json& inputs, nlohmann::ordered_json& row);
+
 /// Simulates one point; never throws for bad input (status "error").
 [[nodiscard]] PointResult run_point(const SweepPoint& p);
 

@@ -1,0 +1,153 @@
+// Plan search internals shared by its phases (see search.hpp for the
+// method): the candidate space, the closed-form bounds, screening on
+// reduced-layer models, and exact verification. Not part of the library's API.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <initializer_list>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "explore/search.hpp"
+#include "models/model_spec.hpp"
+#include "sim/metrics.hpp"
+#include "topologies/cluster_spec.hpp"
+#include "topologies/topology.hpp"
+
+namespace hzp::explore::search {
+
+using plan::PlanOptions;
+using plan::Strategy;
+
+struct Candidate {
+  std::size_t setting = 0;  // (cluster, gpus) index
+  std::size_t group = 0;    // candidates with the same model-parallel plan, micro-batch and recompute
+  PlanOptions o;
+  bool preset_at_base = false;
+};
+
+struct Setting {
+  std::string cluster_name;
+  topologies::ClusterSpec cluster;
+  int gpus = 0;
+  std::unique_ptr<topologies::PerfModel> pm;
+  double limit_GiB = 0;
+};
+
+struct Estimate {
+  bool ok = false;
+  double step_s = 0;
+  double reserved_GiB = 0;
+  double compute_s = 0;  // GEMM and attention on the compute stream: a lower bound on the step
+  /// With `floor`: the step when every sharding-dependent op
+  /// (plan::is_sharding_op) costs nothing, which no sharding of the same
+  /// model-parallel plan can beat. A second walk of the same Schedule.
+  double floor_s = 0;
+};
+
+/// The analytic engine's estimate of a plan (with `floor`, also the step when
+/// every sharding-dependent op costs nothing); not ok for a plan the lowering refuses.
+[[nodiscard]] Estimate estimate(const models::ModelSpec& m, const topologies::PerfModel& pm, const PlanOptions& o,
+                                bool floor = false);
+/// The full simulation with metrics, for the plans that are reported.
+[[nodiscard]] Estimate simulate(const models::ModelSpec& m, const topologies::PerfModel& pm, const PlanOptions& o,
+                                sim::Metrics& out);
+/// Screening: the plan on reduced-layer models (and fewer micro-batches for
+/// long pipelines), extrapolated.
+[[nodiscard]] Estimate screen(const models::ModelSpec& m, const topologies::PerfModel& pm, const PlanOptions& o,
+                              bool floor);
+
+// Parameters per layer (dense part, expert part), computed once per search.
+struct LayerParams {
+  std::vector<double> dense, expert;
+  explicit LayerParams(const models::ModelSpec& m) {
+    for (int l = 0; l < m.layers; ++l) {
+      const double e = m.is_moe_layer(l) ? static_cast<double>(models::ffn_params(m, l)) : 0;
+      dense.push_back(static_cast<double>(models::layer_params(m, l)) - e);
+      expert.push_back(e);
+    }
+  }
+  /// Parameters on one rank of the largest pipeline stage (dense / tp, experts / (tp · ep if counted)).
+  [[nodiscard]] double largest_stage(const PlanOptions& o, bool experts) const {
+    const std::size_t per_stage = dense.size() / static_cast<std::size_t>(o.pp);
+    double biggest = 0;
+    for (std::size_t s = 0; s < static_cast<std::size_t>(o.pp); ++s) {
+      double params = 0;
+      for (std::size_t l = s * per_stage; l < (s + 1) * per_stage; ++l) {
+        params += dense[l] + (experts ? expert[l] / o.ep : 0);
+      }
+      biggest = std::max(biggest, params / o.tp);
+    }
+    return biggest;
+  }
+  /// Parameters on one rank of the first pipeline stage, which holds the most activations.
+  [[nodiscard]] double first_stage(const PlanOptions& o) const {
+    double params = 0;
+    for (std::size_t l = 0; l < dense.size() / static_cast<std::size_t>(o.pp); ++l)
+      params += dense[l] + expert[l] / o.ep;
+    return params / o.tp;
+  }
+};
+
+/// The sharded model states alone (a lower bound on the peak), GiB.
+[[nodiscard]] double memory_lower_bound_GiB(double stage_params, const PlanOptions& o, const plan::ShardSizes& sh);
+/// Adam's kernels on the compute stream, largest stage, seconds.
+[[nodiscard]] double adam_seconds(double dense_stage_params, const plan::ShardSizes& sh,
+                                  const topologies::DeviceProfile& d);
+/// Which stream or link is on the critical path, in words.
+[[nodiscard]] std::string bottleneck(const sim::Metrics& m);
+/// Doubles in and out of parallel_map's records.
+[[nodiscard]] std::string pack(std::initializer_list<double> v);
+[[nodiscard]] double unpack(const std::string& r, std::size_t i);
+
+/// One transformer layer per micro-batch: its GEMM and attention time and the
+/// activations it keeps for backward.
+struct LayerCost {
+  double compute_s = 0, activations_GiB = 0;
+};
+
+/// The state of one search, shared by its phases, in order.
+struct Search {
+  explicit Search(const PlanQuery& query);
+
+  const PlanQuery& q;
+  models::ModelSpec m;
+  std::vector<Setting> settings;
+  std::optional<double> price;
+  double tokens_per_step = 0;
+  std::vector<Candidate> space;  // 1. every well-formed candidate
+  std::size_t groups = 0;
+  // 2. candidates that pass the memory bound, with their Adam time and sharded model states (GiB)
+  std::vector<Candidate> alive;
+  std::vector<double> adam, states;
+  // 3. screening: per alive candidate {ok, step, reserved, compute, floor}; the K best scores so far
+  std::vector<std::array<double, 5>> screened;
+  std::vector<double> best_scores;
+  std::vector<PlanChoice> found;  // 4. verified plans that fit
+  PlanSearch out;
+
+  /// The layer cost of a candidate's (setting, tp, ep, micro-batch, recompute), measured once.
+  [[nodiscard]] LayerCost layer_cost(std::size_t setting, const PlanOptions& p);
+  [[nodiscard]] std::optional<double> cost_of(const Setting& st, double step_s) const;
+  /// What the objective ranks by (lower is better).
+  [[nodiscard]] double score(const Setting& st, double step_s) const;
+  [[nodiscard]] bool feasible(std::size_t i) const;
+  /// Remembers a screened candidate's score among the K best.
+  void note(std::size_t i);
+
+ private:
+  std::map<std::tuple<std::size_t, int, int, std::int64_t, int>, LayerCost> layer_costs_;
+};
+
+// The phases (search_space.cpp, search_bounds.cpp, search_screen.cpp, search_verify.cpp).
+void enumerate_space(Search& s);
+void prune_by_memory(Search& s);
+void screen_groups(Search& s);
+void verify_best(Search& s);
+
+}  // namespace hzp::explore::search

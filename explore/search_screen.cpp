@@ -1,0 +1,231 @@
+// Plan search, screening: each candidate's step and memory from the analytic
+// engine on reduced-layer models, extrapolated, with branch and bound over
+// groups of candidates that share their model-parallel plan.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+
+#include "explore/parallel_map.hpp"
+#include "explore/search_internal.hpp"
+#include "sim/analytic/analytic_engine.hpp"
+
+namespace hzp::explore::search {
+namespace {
+
+// Screening: the same plan with a few layers per virtual stage, extrapolated
+// to the model's layer count (step time and memory are affine in it).
+Estimate over_layers(const models::ModelSpec& m, const topologies::PerfModel& pm, const PlanOptions& o, bool floor) {
+  // Two and three layers per virtual stage for short pipelines (with one, the
+  // embedding's and the head's transients can set the peak), one and two for
+  // long ones (already many layers).
+  const int unit = o.pp * o.vpp;
+  const int k1 = unit <= 4 ? 2 : 1;
+  if ((k1 + 1) * unit >= m.layers) return estimate(m, pm, o, floor);
+  models::ModelSpec a = m, b = m;
+  a.layers = k1 * unit;
+  b.layers = (k1 + 1) * unit;
+  if (m.moe) {
+    a.moe->dense_layers = std::min(m.moe->dense_layers, a.layers - 1);
+    b.moe->dense_layers = std::min(m.moe->dense_layers, b.layers - 1);
+  }
+  const Estimate ea = estimate(a, pm, o, floor), eb = estimate(b, pm, o, floor);
+  if (!ea.ok || !eb.ok) return Estimate{};
+  const double k = static_cast<double>(m.layers - a.layers) / (b.layers - a.layers);
+  auto x = [k](double va, double vb) { return va + k * (vb - va); };
+  // More layers never need less memory: the larger reduced model bounds the peak from below.
+  return Estimate{true, x(ea.step_s, eb.step_s), std::max(eb.reserved_GiB, x(ea.reserved_GiB, eb.reserved_GiB)),
+                  x(ea.compute_s, eb.compute_s), x(ea.floor_s, eb.floor_s)};
+}
+
+}  // namespace
+
+Estimate estimate(const models::ModelSpec& m, const topologies::PerfModel& pm, const PlanOptions& o, bool floor) {
+  // A plan the lowering refuses (does not divide) is not a candidate.
+  if (!plan::check_plan(m, pm.topology(), o).empty()) return Estimate{};
+  {
+    const core::Schedule s = plan::lower(m, pm.topology(), o, /*check=*/false);
+    const sim::AnalyticEngine engine(pm);
+    const sim::StepEstimate e = engine.estimate(s);
+    Estimate out{true, e.step.to_seconds(), e.peak_reserved.gib(), e.model_compute.to_seconds(), 0};
+    if (floor) {
+      out.floor_s =
+          engine.estimate(s, [&s](const core::Op& op) { return plan::is_sharding_op(s, op); }).step.to_seconds();
+    }
+    return out;
+  }
+}
+
+// The full simulation with metrics, for the plans that are reported.
+Estimate simulate(const models::ModelSpec& m, const topologies::PerfModel& pm, const PlanOptions& o,
+                  sim::Metrics& out) {
+  if (!plan::check_plan(m, pm.topology(), o).empty()) return Estimate{};
+  {
+    core::Schedule s = plan::lower(m, pm.topology(), o);
+    traces::TraceHeader h;
+    h.schedule_sha256 = "(plan search)";
+    traces::TimelineRecorder rec;
+    sim::AnalyticEngine(pm).run(s, h, rec);
+    out = sim::compute_metrics(s, rec.timeline(), pm.topology().spec().device);
+    return Estimate{true, out.step_time.to_seconds(), out.peak_reserved().gib(), 0};
+  }
+}
+
+// Screening: the plan on reduced-layer models and, for pipelines with many
+// micro-batches, also fewer micro-batches (p and 2p per rank): a 1F1B step is
+// affine in the micro-batch count once it is at least p, and its peak memory
+// no longer grows with it.
+Estimate screen(const models::ModelSpec& m, const topologies::PerfModel& pm, const PlanOptions& o, bool floor) {
+  const int world = pm.topology().devices();
+  plan::BatchSplit split;
+  if (!plan::check_batch(m, world, o, split).empty()) return Estimate{};
+  const std::int64_t micro = split.micro_batches;
+  if (o.pp == 1 || micro <= 2 * o.pp) return over_layers(m, pm, o, floor);
+  const std::int64_t dp = world / (o.tp * o.pp * o.cp);
+  auto with_micro = [&](std::int64_t mb_count) {
+    PlanOptions r = o;
+    r.global_batch_tokens.reset();
+    r.global_batch_sequences = mb_count * o.micro_batch * dp;
+    return r;
+  };
+  const std::int64_t m1 = o.pp, m2 = 2 * o.pp;
+  const Estimate e1 = over_layers(m, pm, with_micro(m1), floor), e2 = over_layers(m, pm, with_micro(m2), floor);
+  if (!e1.ok || !e2.ok) return Estimate{};
+  const double k = static_cast<double>(micro - m1) / static_cast<double>(m2 - m1);
+  auto x = [k](double v1, double v2) { return v1 + k * (v2 - v1); };
+  return Estimate{true, x(e1.step_s, e2.step_s), std::max(e1.reserved_GiB, e2.reserved_GiB),
+                  x(e1.compute_s, e2.compute_s), x(e1.floor_s, e2.floor_s)};
+}
+
+
+namespace {
+
+// A group's bound without screening it: GEMM and attention per layer and
+// micro-batch (the same for every pipeline depth and sharding) times the
+// largest stage's layers and the micro-batches, with the pipeline's fill
+// and drain; and the same without them (the stage's compute).
+std::pair<double, double> group_bound(Search& s, std::size_t i) {
+  const Candidate& c = s.alive[i];
+  const Setting& st = s.settings[c.setting];
+  // A 1F1B pipeline cannot hide its fill and drain: the last stage starts
+  // after p − 1 forwards and the first finishes p − 1 backwards after it,
+  // (p − 1) / v micro-batches of one stage's layer work when interleaved.
+  const double micro = static_cast<double>(plan::split_batch(s.m, st.gpus, c.o).micro_batches);
+  const double bubble = static_cast<double>(c.o.pp - 1) / c.o.vpp;
+  const double stage = s.layer_cost(c.setting, c.o).compute_s * (s.m.layers / c.o.pp);
+  return std::pair{stage * (micro + bubble), stage * micro};
+}
+
+// Screens `which` in parallel; `floors`: which of them also get their group's floor.
+void run_screen(Search& s, const std::vector<std::size_t>& which, const std::vector<bool>& floors) {
+  auto res = parallel_map(which.size(), s.q.jobs, [&](std::size_t j) {
+    const Candidate& c = s.alive[which[j]];
+    const Estimate e = screen(s.m, *s.settings[c.setting].pm, c.o, floors.empty() ? false : floors[j]);
+    return pack({e.ok ? 1.0 : 0.0, e.step_s, e.reserved_GiB, e.compute_s, e.floor_s});
+  });
+  for (std::size_t j = 0; j < which.size(); ++j) {
+    for (std::size_t f = 0; f < 5; ++f) s.screened[which[j]][f] = unpack(res[j], f);
+  }
+  s.out.screened += static_cast<long long>(which.size());
+}
+
+struct Groups {
+  std::map<std::size_t, std::vector<std::size_t>> members;  // group -> alive indices, first is its head
+  std::vector<std::pair<double, std::size_t>> order;        // (bound, head), best bound first
+  std::map<std::size_t, double> bound, compute;             // per group
+};
+
+Groups make_groups(Search& s) {
+  Groups g;
+  for (std::size_t i = 0; i < s.alive.size(); ++i) g.members[s.alive[i].group].push_back(i);
+  std::vector<std::size_t> firsts;
+  for (const auto& [group, list] : g.members) firsts.push_back(list.front());
+  for (std::size_t i : firsts) {
+    const auto [bound, compute] = group_bound(s, i);
+    g.order.emplace_back(bound, i);
+    g.bound[s.alive[i].group] = bound;
+    g.compute[s.alive[i].group] = compute;
+  }
+  std::sort(g.order.begin(), g.order.end());
+  return g;
+}
+
+// A member is pruned when a bound on its step is worse than the K-th best
+// (with 2 % for extrapolation error): the group's pipeline bound, its GEMM
+// and attention time plus the member's own Adam, and the group's floor.
+std::vector<std::size_t> survivors(Search& s, Groups& g, std::size_t first, double group_compute, double floor) {
+  const std::size_t keep = static_cast<std::size_t>(s.q.top);
+  std::vector<std::size_t> kept;
+  const auto& list = g.members[s.alive[first].group];
+  const double kth = s.best_scores.size() >= keep ? s.best_scores.back() : 1e300;
+  for (auto it = list.begin() + 1; it != list.end(); ++it) {
+    const double bound = std::max({g.bound[s.alive[first].group], group_compute + s.adam[*it], floor});
+    if (s.q.exhaustive || s.score(s.settings[s.alive[*it].setting], bound) <= 1.02 * kth) kept.push_back(*it);
+  }
+  return kept;
+}
+
+// The members of the screened heads' groups that the bounds keep.
+std::vector<std::size_t> members_to_screen(Search& s, Groups& g, const std::vector<std::size_t>& heads) {
+  std::vector<std::size_t> to_screen;
+  for (std::size_t first : heads) {
+    const auto& list = g.members[s.alive[first].group];
+    if (s.screened[first][0] <= 0) {  // the head does not lower: screen the others on their own
+      to_screen.insert(to_screen.end(), list.begin() + 1, list.end());
+      continue;
+    }
+    const std::vector<std::size_t> kept = survivors(s, g, first, s.screened[first][3], s.screened[first][4]);
+    s.out.pruned_bound += static_cast<long long>(list.size() - 1 - kept.size());
+    // What the group's first member holds besides its model states
+    // (activations, buffers) the others hold too, give or take their
+    // gathered-parameter buffers: a member estimated 10 % over the budget
+    // that way is not screened.
+    const double others = s.screened[first][2] - s.states[first];
+    for (std::size_t i : kept) {
+      if (!s.q.exhaustive && s.states[i] + others > 1.1 * s.settings[s.alive[i].setting].limit_GiB) {
+        ++s.out.pruned_memory;
+      } else {
+        to_screen.push_back(i);
+      }
+    }
+  }
+  return to_screen;
+}
+
+}  // namespace
+
+// Screening with branch and bound over groups: the GEMM and attention time of
+// a group (the same for every sharding of it) bounds each member's step from
+// below; a group whose bound is worse than the K-th best screened plan so far
+// (with 2 % for extrapolation error) is not screened further.
+void screen_groups(Search& s) {
+  s.screened.assign(s.alive.size(), {0, 0, 0, 0, 0});
+  Groups g = make_groups(s);
+  const std::size_t keep = static_cast<std::size_t>(s.q.top);  // the bound only has to keep the top K
+  const std::size_t batch = static_cast<std::size_t>(std::max(1, 2 * s.q.jobs));
+  for (std::size_t at = 0; at < g.order.size(); at += batch) {
+    std::vector<std::size_t> heads;
+    for (std::size_t k = at; k < std::min(g.order.size(), at + batch); ++k) {
+      const auto [bound, first] = g.order[k];
+      const double kth = s.best_scores.size() >= keep ? s.best_scores.back() : 1e300;
+      if (!s.q.exhaustive && s.score(s.settings[s.alive[first].setting], bound) > 1.02 * kth) {
+        s.out.pruned_bound += static_cast<long long>(g.members[s.alive[first].group].size());
+        continue;
+      }
+      heads.push_back(first);
+    }
+    // The floor costs the head a second walk: only for groups where the other
+    // bounds leave two or more members to screen.
+    std::vector<bool> floors;
+    for (std::size_t first : heads) {
+      floors.push_back(!s.q.exhaustive && survivors(s, g, first, g.compute[s.alive[first].group], 0).size() >= 2);
+    }
+    run_screen(s, heads, floors);
+    for (std::size_t i : heads) s.note(i);
+    const std::vector<std::size_t> to_screen = members_to_screen(s, g, heads);
+    run_screen(s, to_screen, {});
+    for (std::size_t i : to_screen) s.note(i);
+  }
+}
+
+}  // namespace hzp::explore::search

@@ -1,0 +1,142 @@
+// Plan search, the space: every (cluster, GPU count) setting resolved as every
+// command resolves it, and every well-formed candidate plan on each.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <set>
+
+#include "core/error.hpp"
+#include "explore/search_internal.hpp"
+#include "topologies/overlay.hpp"
+
+namespace hzp::explore::search {
+namespace {
+
+std::vector<int> divisors_from(const std::vector<int>& wanted, int n) {
+  std::set<int> out;
+  for (int w : wanted) {
+    if (w >= 1 && w <= n && n % w == 0) out.insert(w);
+  }
+  out.insert(n);
+  out.insert(1);
+  return {out.begin(), out.end()};
+}
+
+// The hzp group sizes (and issue mode) of one model-parallel plan over `dp` ranks.
+void add_hzp_candidates(Search& s, std::size_t si, std::size_t group, const PlanOptions& o, int dp) {
+  const auto sizes = divisors_from({2, 8, 32, 128, 512}, dp);
+  for (int gp : sizes) {
+    for (int gg : sizes) {
+      if (gg < gp || gg % gp != 0) continue;
+      for (int go : sizes) {
+        if (go < gg || go % gg != 0) continue;
+        for (bool async : {true, false}) {
+          // Inline issue with these sizes is a preset already: ddp, zero1, zero2, fsdp.
+          if (!async && gg == go && (go == dp || (gp == 1 && gg == 1)) && (gp == 1 || gp == dp)) continue;
+          if (!async && gp == 1 && gg == 1 && go == dp) continue;
+          PlanOptions p = o;
+          p.strategy = Strategy::Hzp;
+          p.param_shard = gp;
+          p.grad_shard = gg;
+          p.optim_shard = go;
+          p.async = async;
+          s.space.push_back(Candidate{si, group, p, false});
+        }
+      }
+    }
+  }
+}
+
+// Every micro-batch and recompute of one model-parallel plan: a group of the
+// presets and the hzp sizes.
+void add_group(Search& s, std::size_t si, int tp, int pp, int vpp, int ep) {
+  const Setting& st = s.settings[si];
+  const int dp = st.gpus / (tp * pp);
+  for (std::int64_t mb : {1, 2}) {
+    for (auto rc : {models::Recompute::None, models::Recompute::Selective, models::Recompute::Full}) {
+      PlanOptions o = s.q.base;
+      o.tp = tp;
+      o.pp = pp;
+      o.vpp = vpp;
+      o.ep = ep;
+      o.micro_batch = mb;
+      o.recompute = rc;
+      plan::BatchSplit split;
+      if (!plan::check_batch(s.m, st.gpus, o, split).empty()) continue;
+      const std::size_t group = s.groups++;
+      const bool base = tp == 1 && pp == 1 && ep == 1 && mb == s.q.base.micro_batch && rc == s.q.base.recompute;
+      for (Strategy x : {Strategy::Ddp, Strategy::Zero1, Strategy::Zero2, Strategy::Fsdp, Strategy::Hsdp, Strategy::Hpz}) {
+        PlanOptions p = o;
+        p.strategy = x;
+        s.space.push_back(Candidate{si, group, p, base});
+      }
+      add_hzp_candidates(s, si, group, o, dp);
+    }
+  }
+}
+
+}  // namespace
+
+Search::Search(const PlanQuery& query) : q(query), m(models::load_model(query.model)), price(query.price_per_gpu_hour) {
+  for (const auto& c : q.clusters) {
+    // Each cluster as every other command resolves it: calibration and what-if changes applied.
+    const topologies::ClusterSpec spec = topologies::resolve_cluster(c, q.overlay).spec;
+    for (int g : q.gpus) {
+      Setting s;
+      s.cluster_name = c;
+      s.cluster = spec;
+      s.gpus = g;
+      s.pm = std::make_unique<topologies::PerfModel>(topologies::Topology(spec, g));
+      s.limit_GiB = q.memory_limit_GiB > 0 ? q.memory_limit_GiB : spec.device.hbm_GiB;
+      settings.push_back(std::move(s));
+    }
+  }
+  if (q.objective == "cost") {
+    for (const auto& s : settings) {
+      if (!price && !s.cluster.price_per_device_hour) {
+        throw core::ProblemError(
+            {{"price_per_gpu_hour", fmt::format("expected a price: {} has none in its file", s.cluster_name)}});
+      }
+    }
+  }
+  const std::int64_t seq = q.base.seq_len > 0 ? q.base.seq_len : std::min<std::int64_t>(m.max_seq_len, 8192);
+  tokens_per_step = q.base.global_batch_sequences
+                        ? static_cast<double>(*q.base.global_batch_sequences * seq)
+                        : static_cast<double>(q.base.global_batch_tokens.value_or(0) / seq * seq);
+}
+
+// Every TP (within a node), every pipeline depth that divides the layers,
+// VPP 1-3, EP for MoE models, micro-batch 1-2, every recompute.
+void enumerate_space(Search& s) {
+  const models::ModelSpec& m = s.m;
+  for (std::size_t si = 0; si < s.settings.size(); ++si) {
+    const Setting& st = s.settings[si];
+    for (int tp : {1, 2, 4, 8}) {
+      if (tp > st.cluster.devices_per_node || m.heads % tp != 0) continue;
+      for (int pp = 1; pp <= std::min(64, m.layers); ++pp) {
+        if (m.layers % pp != 0) continue;
+        for (int vpp : {1, 2, 3}) {
+          if ((vpp > 1 && pp == 1) || m.layers % (pp * vpp) != 0) continue;
+          for (int ep : {1, 2, 4, 8}) {
+            if (ep > 1 && (!m.moe || m.moe->experts % ep != 0)) continue;
+            if (st.gpus % (tp * pp) != 0 || (st.gpus / (tp * pp)) % ep != 0) continue;
+            add_group(s, si, tp, pp, vpp, ep);
+          }
+        }
+      }
+    }
+  }
+}
+
+std::optional<double> Search::cost_of(const Setting& st, double step_s) const {
+  auto p = price ? price : st.cluster.price_per_device_hour;
+  if (!p || tokens_per_step <= 0) return std::nullopt;
+  return *p * st.gpus * step_s / 3600.0 / tokens_per_step * 1e6;
+}
+
+double Search::score(const Setting& st, double step_s) const {
+  if (q.objective == "cost") return cost_of(st, step_s).value_or(1e300);
+  return step_s;  // same tokens per step everywhere: throughput is 1 / step
+}
+
+}  // namespace hzp::explore::search

@@ -1,0 +1,141 @@
+// Plan search, verification: the best screened candidates, every strategy's
+// best and the presets at the base options simulated exactly on the full
+// model; only plans whose exact peak fits are reported.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <set>
+
+#include "explore/parallel_map.hpp"
+#include "explore/search_internal.hpp"
+
+namespace hzp::explore::search {
+
+std::string bottleneck(const sim::Metrics& m) {
+  const double step = m.step_time.to_seconds();
+  std::string worst;
+  double worst_s = 0;
+  for (const auto& [kind, d] : m.exposed_comm) {
+    if (d.to_seconds() > worst_s) {
+      worst_s = d.to_seconds();
+      worst = kind;
+    }
+  }
+  const double idle = m.compute_idle.to_seconds();
+  if (worst_s > 0.05 * step && worst_s >= idle) {
+    return fmt::format("{} collectives exposed ({:.0f}% of the step)", worst, 100 * worst_s / step);
+  }
+  if (idle > 0.05 * step)
+    return fmt::format("compute stream idle ({:.0f}%: pipeline bubble or waits)", 100 * idle / step);
+  return fmt::format("compute ({:.0f}% MFU)", 100 * m.mfu);
+}
+
+// Doubles in and out of parallel_map's records.
+std::string pack(std::initializer_list<double> v) {
+  return {reinterpret_cast<const char*>(std::data(v)), v.size() * sizeof(double)};
+}
+double unpack(const std::string& r, std::size_t i) {
+  double d = 0;
+  std::memcpy(&d, r.data() + i * sizeof d, sizeof d);
+  return d;
+}
+
+bool Search::feasible(std::size_t i) const {
+  return screened[i][0] > 0 && screened[i][2] <= settings[alive[i].setting].limit_GiB * 1.05;
+}
+
+void Search::note(std::size_t i) {
+  if (!feasible(i)) return;
+  best_scores.push_back(score(settings[alive[i].setting], screened[i][1]));
+  std::sort(best_scores.begin(), best_scores.end());
+  if (best_scores.size() > static_cast<std::size_t>(q.top)) best_scores.resize(static_cast<std::size_t>(q.top));
+}
+
+namespace {
+
+// The choice a verified candidate makes, from its exact simulation's record.
+PlanChoice choice_of(const Search& s, const Candidate& c, const std::string& record) {
+  const Setting& st = s.settings[c.setting];
+  PlanChoice pc;
+  pc.cluster = st.cluster_name;
+  pc.gpus = st.gpus;
+  pc.options = c.o;
+  pc.shards = plan::resolve_shards(c.o, st.gpus / (c.o.tp * c.o.pp), st.cluster);
+  pc.async = plan::resolve_async(c.o);
+  pc.step_s = unpack(record, 1);
+  pc.peak_reserved_GiB = unpack(record, 2);
+  pc.tokens_per_s = unpack(record, 3);
+  pc.mfu = unpack(record, 4);
+  pc.hbm_GiB = st.limit_GiB;
+  pc.usd_per_million_tokens = s.cost_of(st, pc.step_s);
+  pc.bottleneck = record.substr(5 * sizeof(double));
+  return pc;
+}
+
+// Exact simulations of `which` (those not simulated yet) in parallel; returns how many fit.
+std::size_t verify(Search& s, std::set<std::size_t>& simulated, std::vector<std::size_t> which) {
+  std::erase_if(which, [&](std::size_t i) { return !simulated.insert(i).second; });
+  const auto res = parallel_map(which.size(), s.q.jobs, [&](std::size_t j) {
+    const Candidate& c = s.alive[which[j]];
+    sim::Metrics metrics;
+    const Estimate e = simulate(s.m, *s.settings[c.setting].pm, c.o, metrics);
+    if (!e.ok) return pack({0.0});
+    return pack({1.0, e.step_s, e.reserved_GiB, metrics.tokens_per_s, metrics.mfu}) + bottleneck(metrics);
+  });
+  s.out.exact += static_cast<long long>(which.size());
+  std::size_t fits = 0;
+  for (std::size_t j = 0; j < which.size(); ++j) {
+    const Candidate& c = s.alive[which[j]];
+    if (unpack(res[j], 0) <= 0 || unpack(res[j], 2) > s.settings[c.setting].limit_GiB) continue;
+    s.found.push_back(choice_of(s, c, res[j]));
+    ++fits;
+  }
+  return fits;
+}
+
+// Every strategy's best screened candidate per setting, then the presets at the base options.
+std::vector<std::size_t> strategy_bests(const Search& s, const std::vector<std::size_t>& order) {
+  std::vector<std::size_t> exact_set;
+  std::set<std::pair<std::size_t, int>> best_of_strategy;
+  for (std::size_t i : order) {
+    if (best_of_strategy.insert({s.alive[i].setting, static_cast<int>(s.alive[i].o.strategy)}).second)
+      exact_set.push_back(i);
+  }
+  for (std::size_t i = 0; i < s.alive.size(); ++i) {
+    if (s.alive[i].preset_at_base && std::find(exact_set.begin(), exact_set.end(), i) == exact_set.end()) {
+      exact_set.push_back(i);
+    }
+  }
+  return exact_set;
+}
+
+}  // namespace
+
+// Exact simulation, best screened first, until `top` plans fit (the screened
+// memory is an extrapolation); plus every strategy's best and the presets at
+// the base options, so that no preset beats the answer.
+void verify_best(Search& s) {
+  std::vector<std::size_t> order;
+  for (std::size_t i = 0; i < s.alive.size(); ++i) {
+    if (s.feasible(i)) order.push_back(i);
+  }
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return s.score(s.settings[s.alive[a].setting], s.screened[a][1]) <
+           s.score(s.settings[s.alive[b].setting], s.screened[b][1]);
+  });
+  std::set<std::size_t> simulated;
+  verify(s, simulated, strategy_bests(s, order));
+  // Then the best screened, in order, until `top` of them fit (at most 400).
+  const std::size_t keep = static_cast<std::size_t>(s.q.top);
+  std::size_t fits_from_order = 0;
+  for (std::size_t n = 0; n < std::min<std::size_t>(order.size(), 400) && fits_from_order < keep;) {
+    std::vector<std::size_t> next;
+    while (n < std::min<std::size_t>(order.size(), 400) && next.size() < keep - fits_from_order) {
+      next.push_back(order[n++]);
+    }
+    fits_from_order += verify(s, simulated, next);
+  }
+}
+
+}  // namespace hzp::explore::search
