@@ -1,0 +1,116 @@
+// `hzp models`, `hzp clusters` (the catalogs, or one entry as a template to
+// copy) and `hzp schema` (every input's JSON Schema or field reference).
+#include <fmt/format.h>
+
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.hpp"
+#include "cli/report.hpp"
+#include "explore/schemas.hpp"
+#include "models/model_spec.hpp"
+#include "topologies/cluster_spec.hpp"
+
+namespace hzp::cli {
+namespace {
+
+int cmd_models(bool json) {
+  nlohmann::ordered_json j = nlohmann::ordered_json::array();
+  std::string text =
+      fmt::format("{:<18} {:>7} {:>7} {:>10} {:>10}  {}\n", "name", "layers", "hidden", "params", "active", "kind");
+  for (const auto& name : models::model_catalog_names()) {
+    models::ModelSpec m = models::load_model(name);
+    auto c = models::count_params(m);
+    std::string kind = m.moe ? fmt::format("MoE {}x top-{}", m.moe->experts, m.moe->top_k) : "dense";
+    if (m.mla) kind += ", MLA";
+    j.push_back({{"name", name},
+                 {"layers", m.layers},
+                 {"hidden", m.hidden},
+                 {"params", c.total},
+                 {"active_params", c.active},
+                 {"moe", m.moe.has_value()},
+                 {"mla", m.mla.has_value()},
+                 {"source", m.source}});
+    text += fmt::format("{:<18} {:>7} {:>7} {:>9.2f}B {:>9.2f}B  {}\n", name, m.layers, m.hidden,
+                        static_cast<double>(c.total) / 1e9, static_cast<double>(c.active) / 1e9, kind);
+  }
+  std::cout << (json ? j.dump(2) + "\n" : text);
+  return 0;
+}
+
+int cmd_clusters(bool json) {
+  nlohmann::ordered_json j = nlohmann::ordered_json::array();
+  std::string text = fmt::format("{:<16} {:<20} {:>9} {:>8} {:>14} {:>12}\n", "name", "device", "bf16 TF", "HBM GiB",
+                                 "scale-up", "NIC/device");
+  for (const auto& name : topologies::cluster_catalog_names()) {
+    topologies::ClusterSpec c = topologies::load_cluster(name);
+    std::string up = fmt::format("{}x{} {:.0f}GB/s", c.devices_per_node / c.scale_up.domain_devices,
+                                 c.scale_up.domain_devices, c.scale_up.bw_GBps);
+    j.push_back({{"name", name},
+                 {"device", c.device.name},
+                 {"bf16_tflops", c.device.peak_tflops.at(core::Dtype::Bf16)},
+                 {"hbm_GiB", c.device.hbm_GiB},
+                 {"devices_per_node", c.devices_per_node},
+                 {"scale_up_domain", c.scale_up.domain_devices},
+                 {"scale_up_GBps", c.scale_up.bw_GBps},
+                 {"nic_GBps_per_device", c.nic_GBps_per_device()},
+                 {"source", c.source}});
+    text += fmt::format("{:<16} {:<20} {:>9.0f} {:>8.1f} {:>14} {:>9.1f}GB/s\n", name, c.device.name,
+                        c.device.peak_tflops.at(core::Dtype::Bf16), c.device.hbm_GiB, up, c.nic_GBps_per_device());
+  }
+  std::cout << (json ? j.dump(2) + "\n" : text);
+  return 0;
+}
+
+struct CatalogArgs {
+  bool json = false;
+  std::string template_name;
+};
+
+int run_models(CatalogArgs& a) {
+  if (a.template_name.empty()) return cmd_models(a.json);
+  std::cout << models::model_text(a.template_name).text;
+  return 0;
+}
+
+int run_clusters(CatalogArgs& a) {
+  if (a.template_name.empty()) return cmd_clusters(a.json);
+  std::cout << topologies::cluster_text(a.template_name).first;
+  return 0;
+}
+
+struct SchemaArgs {
+  std::string name;
+  bool markdown = false;
+};
+
+int run_schema(SchemaArgs& a) {
+  const nlohmann::ordered_json schema = explore::input_schema(a.name);
+  std::cout << (a.markdown ? schema_reference(schema) : schema.dump(2) + "\n");
+  return 0;
+}
+
+}  // namespace
+
+void add_catalog_commands(CLI::App& app, Commands& out) {
+  auto models_cmd = std::make_unique<SimpleCommand<CatalogArgs>>(app.add_subcommand("models", "list the model catalog"),
+                                                                 run_models);
+  auto clusters_cmd = std::make_unique<SimpleCommand<CatalogArgs>>(
+      app.add_subcommand("clusters", "list the cluster catalog"), run_clusters);
+  for (auto* c : {models_cmd.get(), clusters_cmd.get()}) {
+    CLI::App* sub = app.get_subcommand(c == models_cmd.get() ? "models" : "clusters");
+    sub->add_flag("--json", c->args.json, "as JSON");
+    sub->add_option("--template", c->args.template_name, "print this catalog entry's JSON, to copy and edit");
+  }
+  out.push_back(std::move(models_cmd));
+  out.push_back(std::move(clusters_cmd));
+  CLI::App* schema = app.add_subcommand("schema", "print the JSON Schema of an input (or its field reference)");
+  auto schema_cmd = std::make_unique<SimpleCommand<SchemaArgs>>(schema, run_schema);
+  schema->add_option("name", schema_cmd->args.name, "plan | sweep | model | cluster | schedule")
+      ->required()
+      ->check(CLI::IsMember(explore::schema_names()));
+  schema->add_flag("--markdown", schema_cmd->args.markdown, "as the field reference of docs/REFERENCE.md");
+  out.push_back(std::move(schema_cmd));
+}
+
+}  // namespace hzp::cli

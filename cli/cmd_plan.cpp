@@ -1,0 +1,132 @@
+// `hzp plan`: search strategies and parallelism for the best plans that fit,
+// printed as a table or JSON.
+#include <fmt/format.h>
+
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "cli/commands.hpp"
+#include "cli/option_flags.hpp"
+#include "core/error.hpp"
+#include "core/io.hpp"
+#include "explore/search.hpp"
+
+namespace hzp::cli {
+namespace {
+
+struct PlanArgs {
+  std::string model = "llama3-70b";
+  std::vector<std::string> clusters{"dgx-h100"};
+  std::vector<int> gpus{1024};
+  cli::OptionFlags batch_flags;    // the plan's batch and sequence length
+  cli::OptionFlags overlay_flags;  // calibration and what-if changes, applied to every cluster
+  double memory_limit_GiB = 0;
+  double price = 0;
+  std::string objective = "throughput";
+  int top = 5;
+  int jobs = 0;
+  bool json = false;
+  bool exhaustive = false;
+};
+
+int cmd_plan(const PlanArgs& a) {
+  explore::PlanQuery q;
+  q.model = a.model;
+  q.clusters = a.clusters;
+  q.gpus = a.gpus;
+  // The batch and the overlay through the same option tables as every command.
+  std::vector<std::pair<std::string, nlohmann::json>> values;
+  std::vector<core::Problem> problems = a.batch_flags.values(values);
+  for (auto& p : a.overlay_flags.values(values)) problems.push_back(std::move(p));
+  if (!problems.empty()) throw core::ProblemError(std::move(problems));
+  explore::Scenario sc;
+  cli::apply_values(values, sc);
+  q.base = sc.plan;
+  q.overlay = sc.overlay();
+  q.memory_limit_GiB = a.memory_limit_GiB;
+  if (a.price > 0) q.price_per_gpu_hour = a.price;
+  q.objective = a.objective;
+  q.top = a.top;
+  q.jobs = a.jobs > 0 ? a.jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  q.exhaustive = a.exhaustive;
+  explore::PlanSearch r = explore::search_plans(q);
+  nlohmann::ordered_json j{{"hzp_version", core::version()},
+                           {"git_revision", core::git_revision()},
+                           {"model", q.model},
+                           {"objective", q.objective},
+                           {"candidates", r.candidates},
+                           {"pruned_by_memory_bound", r.pruned_memory},
+                           {"pruned_by_compute_bound", r.pruned_bound},
+                           {"screened", r.screened},
+                           {"simulated_exactly", r.exact},
+                           {"seconds", r.seconds},
+                           {"candidates_per_second", r.candidates_per_second()},
+                           {"plans", nlohmann::ordered_json::array()}};
+  std::string text = fmt::format(
+      "hzp plan: {} candidates ({} pruned by the memory bound, {} by the compute bound, {} screened on reduced-layer "
+      "models, {} simulated exactly) in {:.2f} s = {:.0f} candidates/s\n\n",
+      r.candidates, r.pruned_memory, r.pruned_bound, r.screened, r.exact, r.seconds, r.candidates_per_second());
+  text += fmt::format("{:>3} {:<16} {:>6}  {:<44} {:>8} {:>10} {:>6} {:>9} {:>9}  {}\n", "#", "cluster", "gpus", "plan",
+                      "step s", "tokens/s", "MFU", "mem GiB", "$/Mtok", "bottleneck");
+  int rank = 0;
+  for (const auto& c : r.best) {
+    ++rank;
+    text +=
+        fmt::format("{:>3} {:<16} {:>6}  {:<44} {:>8.3f} {:>10.0f} {:>5.1f}% {:>9.1f} {:>9}  {}\n", rank, c.cluster,
+                    c.gpus, explore::describe_plan(c), c.step_s, c.tokens_per_s, 100 * c.mfu, c.peak_reserved_GiB,
+                    c.usd_per_million_tokens ? fmt::format("{:.3f}", *c.usd_per_million_tokens) : "n/a", c.bottleneck);
+    j["plans"].push_back(
+        {{"cluster", c.cluster},
+         {"gpus", c.gpus},
+         {"plan", explore::describe_plan(c)},
+         {"strategy", plan::to_string(c.options.strategy)},
+         {"param_shard", c.shards.param},
+         {"grad_shard", c.shards.grad},
+         {"optim_shard", c.shards.optim},
+         {"async", c.async},
+         {"tp", c.options.tp},
+         {"pp", c.options.pp},
+         {"vpp", c.options.vpp},
+         {"ep", c.options.ep},
+         {"micro_batch", c.options.micro_batch},
+         {"recompute", plan::to_string(c.options.recompute)},
+         {"step_time_s", c.step_s},
+         {"tokens_per_s", c.tokens_per_s},
+         {"mfu", c.mfu},
+         {"peak_reserved_GiB", c.peak_reserved_GiB},
+         {"usd_per_million_tokens", c.usd_per_million_tokens ? nlohmann::ordered_json(*c.usd_per_million_tokens)
+                                                             : nlohmann::ordered_json(nullptr)},
+         {"bottleneck", c.bottleneck}});
+  }
+  if (r.best.empty()) text += "(no plan fits the memory budget)\n";
+  std::cout << (a.json ? j.dump(2) + "\n" : text);
+  return r.best.empty() ? kExitInfeasible : 0;
+}
+
+int run_plan(PlanArgs& a) { return cmd_plan(a); }
+
+}  // namespace
+
+void add_plan_command(CLI::App& app, Commands& out) {
+  CLI::App* cmd = app.add_subcommand("plan", "search strategies and parallelism for the best plans that fit");
+  auto c = std::make_unique<SimpleCommand<PlanArgs>>(cmd, run_plan);
+  PlanArgs& pa = c->args;
+  cmd->add_option("--model", pa.model, "catalog name or model .json")->capture_default_str();
+  cmd->add_option("--cluster", pa.clusters, "catalog names or .json files (repeat or comma-separate)")
+      ->delimiter(',')
+      ->capture_default_str();
+  cmd->add_option("--gpus", pa.gpus, "GPU counts (e.g. 256,512,1024)")->delimiter(',')->capture_default_str();
+  pa.batch_flags.add(cmd, plan_specs({"global_batch_tokens", "global_batch_sequences", "seq_len"}), option_defaults());
+  pa.overlay_flags.add(cmd, scenario_specs(false, {"calibration", "nic_gbps", "oversubscription"}), option_defaults());
+  cmd->add_option("--memory-limit-GiB", pa.memory_limit_GiB, "memory budget per device (default: HBM)");
+  cmd->add_option("--price-per-gpu-hour", pa.price, "USD per GPU-hour (default: the cluster file's, if any)");
+  cmd->add_option("--objective", pa.objective, "throughput | cost")->capture_default_str();
+  cmd->add_option("--top", pa.top, "how many plans to print")->capture_default_str();
+  cmd->add_option("-j,--jobs", pa.jobs, "screening processes (default: the core count)");
+  cmd->add_flag("--json", pa.json, "as JSON");
+  cmd->add_flag("--exhaustive", pa.exhaustive, "screen every plan that passes the memory bound (no pruning)");
+  out.push_back(std::move(c));
+}
+
+}  // namespace hzp::cli

@@ -1,0 +1,219 @@
+// `hzp simulate` and `hzp schedule`: a scenario from the generated flags (or a
+// plan file), simulated and printed, or lowered and written.
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.hpp"
+#include "cli/explain.hpp"
+#include "cli/option_flags.hpp"
+#include "cli/report.hpp"
+#include "core/error.hpp"
+#include "core/io.hpp"
+#include "explore/adaptive.hpp"
+#include "explore/scenario.hpp"
+#include "plan/plan_file.hpp"
+#include "traces/timeline.hpp"
+
+namespace hzp::cli {
+namespace {
+
+struct Options {
+  explore::Scenario sc;
+  cli::OptionFlags scenario_flags;  // model, cluster, GPUs, calibration, what-if (and engine for simulate)
+  cli::OptionFlags plan_flags;      // every plan option (the ones a --plan file replaces)
+  bool json = false;
+  bool explain = false;
+  std::string trace, csv, summary, out_dir, schedule_out;
+  std::string plan_file;
+  bool force = false;
+  bool adaptive = false;
+  double memory_limit_GiB = 0;
+};
+
+// Where the plan's problems are reported: the plan file's keys, or the flags.
+std::string g_plan_source = "command line";  // see plan_source()
+
+void add_scenario_options(CLI::App* app, Options& o, bool engine) {
+  const nlohmann::json defaults = cli::option_defaults();
+  o.scenario_flags.add(app, cli::scenario_specs(engine), defaults);
+  o.plan_flags.add(app, cli::plan_specs(), defaults);
+  if (CLI::Option* strategy = app->get_option_no_throw("--strategy")) {
+    strategy->description(strategy->get_description() + "; all: every strategy side by side")->default_str("all");
+  }
+  app->add_option("--plan", o.plan_file,
+                  "plan options from a JSON file (see examples/plans/) instead of the plan flags");
+  app->add_flag("--force", o.force, "overwrite output files that already exist");
+}
+
+void finish_scenario(Options& o, const std::string& command_line) {
+  o.sc.command_line = command_line;
+  std::vector<std::pair<std::string, nlohmann::json>> values;
+  std::vector<core::Problem> problems = o.scenario_flags.values(values);
+  if (!problems.empty()) throw core::ProblemError(std::move(problems));
+  cli::apply_values(values, o.sc);
+  if (!o.plan_file.empty()) {
+    if (o.plan_flags.any_given()) {
+      throw core::InputError("command line", o.plan_flags.first_given(),
+                             "expected either --plan or plan options on the command line, not both");
+    }
+    o.sc.plan = plan::plan_from_json(core::read_file(o.plan_file), o.plan_file);
+    o.sc.strategies = {o.sc.plan.strategy};
+    g_plan_source = o.plan_file;
+    return;
+  }
+  // `--strategy all` (the default) compares every strategy; any other value is the plan's.
+  const std::optional<std::string> strategy = o.plan_flags.text("strategy");
+  const bool all = !strategy || *strategy == "all";
+  if (strategy && all) o.plan_flags.forget("strategy");
+  values.clear();
+  problems = o.plan_flags.values(values);
+  if (!problems.empty()) throw core::ProblemError(std::move(problems));
+  cli::apply_values(values, o.sc);
+  o.sc.strategies.clear();
+  if (!all) o.sc.strategies = {o.sc.plan.strategy};
+}
+
+// Refuses to replace an existing file unless --force (checked before any work).
+void check_writable(const Options& o, const std::string& path) {
+  if (!path.empty() && !o.force && std::filesystem::exists(path)) {
+    throw core::InputError(path, "", "already exists; pass --force to overwrite it");
+  }
+}
+
+int cmd_simulate(Options& o, const std::string& command_line) {
+  finish_scenario(o, command_line);
+  if (o.adaptive) {
+    if (o.sc.plan.param_shard || o.sc.plan.grad_shard || o.sc.plan.optim_shard) {
+      throw core::InputError("command line", "--adaptive",
+                             "expected no --param-shard/--grad-shard/--optim-shard with --adaptive");
+    }
+    const double limit =
+        o.memory_limit_GiB > 0 ? o.memory_limit_GiB : explore::resolve_inputs(o.sc).cluster.spec.device.hbm_GiB;
+    explore::AdaptiveChoice choice = explore::choose_shards(o.sc, limit);
+    if (!o.json) std::cout << choice.explanation << "\n";
+    o.sc.plan = choice.plan;
+    o.sc.strategies = {plan::Strategy::Hzp};
+  }
+  for (const auto* path : {&o.trace, &o.csv, &o.summary}) check_writable(o, *path);
+  explore::ScenarioResult r = explore::run_scenario(o.sc);
+  const bool one = r.runs.size() == 1;
+  if ((!o.trace.empty() || !o.csv.empty()) && !one) {
+    throw core::InputError("command line", o.trace.empty() ? "--csv" : "--trace",
+                           "expected a single --strategy (use --out-dir to write every strategy's trace)");
+  }
+  std::string json = cli::summary_json(r, command_line);
+  if (o.json) {
+    std::cout << json;
+  } else {
+    std::cout << cli::summary_text(r);
+  }
+  if (o.explain && !o.json) {
+    topologies::PerfModel pm(topologies::Topology(r.cluster, r.gpus));
+    for (const auto& run : r.runs) std::cout << "\n" << cli::explain(run.schedule, run.plan, pm);
+  }
+  if (one && !r.runs[0].metrics.fits()) {
+    const sim::ProgramMemory* w = r.runs[0].metrics.worst_memory();
+    std::string top;
+    for (std::size_t i = 0; w && i < w->at_peak.size() && i < 3; ++i) {
+      top += fmt::format("{}{} {:.1f} GiB", i ? ", " : "", w->at_peak[i].first, w->at_peak[i].second.gib());
+    }
+    std::cerr << fmt::format(
+        "hzp: infeasible: {} needs {:.1f} GiB per device (reserved), the {} has {:.0f} GiB; largest at the peak: {}\n",
+        plan::to_string(r.runs[0].strategy), r.runs[0].metrics.peak_reserved().gib(), r.cluster.device.name,
+        r.cluster.device.hbm_GiB, top);
+    return kExitInfeasible;
+  }
+  // Outputs only once everything succeeded and none would be clobbered, each written atomically.
+  std::vector<std::pair<std::string, std::string>> dir_files;
+  if (!o.out_dir.empty()) {
+    for (const auto& run : r.runs) {
+      dir_files.emplace_back(fmt::format("{}/{}.trace.json", o.out_dir, cli::run_stem(r, run)), "");
+    }
+    dir_files.emplace_back(fmt::format("{}/summary.json", o.out_dir), "");
+    for (const auto& [path, _] : dir_files) check_writable(o, path);
+  }
+  if (!o.trace.empty()) core::write_file_atomic(o.trace, traces::to_chrome_trace(r.runs[0].timeline));
+  if (!o.csv.empty()) core::write_file_atomic(o.csv, traces::to_csv(r.runs[0].timeline));
+  if (!o.summary.empty()) core::write_file_atomic(o.summary, json);
+  if (!o.out_dir.empty()) {
+    std::vector<std::string> written;
+    for (const auto& run : r.runs) {
+      std::string path = fmt::format("{}/{}.trace.json", o.out_dir, cli::run_stem(r, run));
+      core::write_file_atomic(path, traces::to_chrome_trace(run.timeline));
+      written.push_back(path);
+    }
+    std::string path = fmt::format("{}/summary.json", o.out_dir);
+    core::write_file_atomic(path, json);
+    written.push_back(path);
+    if (!o.json) {
+      std::cout << "\nwrote:";
+      for (const auto& w : written) std::cout << " " << w;
+      std::cout << "\n(open the .trace.json files in https://ui.perfetto.dev)\n";
+    }
+  }
+  return 0;
+}
+
+int cmd_schedule(Options& o, const std::string& command_line) {
+  if (o.schedule_out.empty())
+    throw core::InputError("command line", "--out", "expected a file to write the Schedule to");
+  finish_scenario(o, command_line);
+  if (o.sc.strategies.size() != 1) {
+    throw core::InputError("command line", "--strategy", "expected one strategy for `hzp schedule`, not all");
+  }
+  check_writable(o, o.schedule_out);
+  core::Schedule s = explore::build_schedule(o.sc, o.sc.strategies.at(0));
+  core::write_file_atomic(o.schedule_out, core::to_canonical_json(s) + "\n");
+  std::cout << fmt::format("wrote {} (sha256 {})\n", o.schedule_out, core::schedule_hash(s));
+  return 0;
+}
+
+class ScenarioCommand : public Command {
+ public:
+  ScenarioCommand(std::string command_line, bool schedule) : command_line_(std::move(command_line)), schedule_(schedule) {}
+  [[nodiscard]] bool parsed() const override { return app->parsed(); }
+  int run() override { return schedule_ ? cmd_schedule(o, command_line_) : cmd_simulate(o, command_line_); }
+  CLI::App* app = nullptr;
+  Options o;
+
+ private:
+  std::string command_line_;
+  bool schedule_;
+};
+
+}  // namespace
+
+const std::string& plan_source() { return g_plan_source; }
+
+void add_scenario_commands(CLI::App& app, const std::string& command_line, Commands& out) {
+  auto sim = std::make_unique<ScenarioCommand>(command_line, false);
+  Options& o = sim->o;
+  sim->app = app.add_subcommand("simulate", "simulate one training step and print its metrics");
+  CLI::App* s = sim->app;
+  add_scenario_options(s, o, /*engine=*/true);
+  s->add_option("--simgrid-cfg", o.sc.engine_options.simgrid_config,
+                "simgrid: a SimGrid setting KEY:VALUE applied after hzp's own (repeatable)");
+  s->add_flag("!--no-interference", o.sc.engine_options.interference,
+              "simgrid: compute does not slow down while collectives share the device");
+  s->add_flag("--json", o.json, "print the summary as JSON");
+  s->add_option("--trace", o.trace, "write a Chrome/Perfetto trace (one strategy)");
+  s->add_option("--csv", o.csv, "write the timeline as CSV (one strategy)");
+  s->add_option("--summary", o.summary, "write the JSON summary to this file");
+  s->add_option("--out-dir", o.out_dir, "write every strategy's trace and summary.json here");
+  s->add_flag("--explain", o.explain, "print the groups, their placement and the per-step communication table");
+  s->add_flag("--adaptive", o.adaptive,
+              "choose hzp group sizes (dense and expert) that minimise step time within the memory budget");
+  s->add_option("--memory-limit-GiB", o.memory_limit_GiB, "memory budget per device for --adaptive (default: HBM)");
+  out.push_back(std::move(sim));
+
+  auto sched = std::make_unique<ScenarioCommand>(command_line, true);
+  sched->app = app.add_subcommand("schedule", "lower a plan to a Schedule and write it as canonical JSON");
+  add_scenario_options(sched->app, sched->o, /*engine=*/false);
+  sched->app->add_option("--out", sched->o.schedule_out, "the Schedule file to write")->required();
+  out.push_back(std::move(sched));
+}
+
+}  // namespace hzp::cli

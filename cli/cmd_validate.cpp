@@ -1,0 +1,201 @@
+// `hzp validate cases|compare`, `hzp calibrate` and `hzp plot`: predictions
+// against measurements, device overlays fitted from microbenchmarks, pictures.
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "cli/commands.hpp"
+#include "cli/plot.hpp"
+#include "core/error.hpp"
+#include "core/io.hpp"
+#include "core/sha256.hpp"
+#include "core/subprocess.hpp"
+#include "explore/cases.hpp"
+#include "topologies/cluster_spec.hpp"
+#include "traces/bench_results.hpp"
+#include "traces/timeline.hpp"
+#include "validation/calibrate.hpp"
+#include "validation/compare.hpp"
+
+namespace hzp::cli {
+namespace {
+
+struct ValidateArgs {
+  std::string dir = "validation/cases";
+  std::string filter;
+  std::string calibration_dir = "validation/calibration";
+  bool json = false;
+  bool check = false;
+  int jobs = 0;
+};
+
+int cmd_validate_cases(const ValidateArgs& a) {
+  const auto cases = validation::load_cases(a.dir, a.filter);
+  if (cases.empty()) throw core::InputError(a.dir, "--filter", fmt::format("expected cases matching '{}'", a.filter));
+  const int jobs = a.jobs > 0 ? a.jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (!a.json) std::cerr << fmt::format("simulating {} cases on {} processes...\n", cases.size(), jobs);
+  const auto scored = explore::run_cases(cases, jobs, a.calibration_dir);
+  std::cout << (a.json ? explore::cases_json(scored) : explore::cases_table(scored));
+  if (!a.check) return 0;
+  int missed = 0;
+  for (const auto& s : scored) missed += s.within() ? 0 : 1;
+  if (missed > 0) std::cerr << fmt::format("hzp: {} of {} cases outside their tolerance\n", missed, scored.size());
+  return missed > 0 ? 1 : 0;
+}
+
+struct CalibrateArgs {
+  std::string cluster = "dgx-h100";
+  std::vector<std::string> results;
+  std::string out;
+  bool force = false;
+};
+
+int cmd_calibrate(const CalibrateArgs& a) {
+  const topologies::ClusterSpec cluster = topologies::load_cluster(a.cluster);
+  if (!a.force && std::filesystem::exists(a.out)) {
+    throw core::InputError(a.out, "--out", "expected a new file (it exists; --force replaces it)");
+  }
+  std::vector<std::pair<std::string, traces::BenchResults>> inputs;
+  std::string measured;
+  for (const auto& f : a.results) {
+    const std::string text = core::read_file(f);
+    inputs.emplace_back(f, traces::bench_results_from_json(text, f));
+    const auto& p = inputs.back().second.provenance;
+    std::string on;
+    for (const char* k : {"gpu", "driver", "cuda", "cublas", "nccl", "host", "date"}) {
+      if (p.contains(k)) on += fmt::format("{}{} {}", on.empty() ? "" : ", ", k, p.at(k));
+    }
+    measured += fmt::format(" {} ({} results, sha256 {}; {})", f, inputs.back().second.kind,
+                            core::sha256_hex(text).substr(0, 16), on.empty() ? "no provenance" : on);
+  }
+  const validation::CalibrationFit fit = validation::fit_calibration(cluster, inputs);
+  const std::string source = fmt::format("Fitted by hzp calibrate {} ({}) for {} from:{}.", core::version(),
+                                         core::git_revision(), a.cluster, measured);
+  core::write_file_atomic(a.out, validation::calibration_json(fit, source));
+  for (const auto& n : fit.notes) std::cout << n << "\n";
+  std::cout << fmt::format("wrote {} (use it with --calibration)\n", a.out);
+  return 0;
+}
+
+struct CompareArgs {
+  std::string predicted, measured, report;
+  bool json = false;
+};
+
+
+int cmd_validate_compare(const CompareArgs& a) {
+  const traces::Timeline p = traces::from_chrome_trace(core::read_file(a.predicted), a.predicted);
+  const traces::Timeline m = traces::from_chrome_trace(core::read_file(a.measured), a.measured);
+  const validation::Comparison c = validation::compare(p, m);
+  if (a.json) {
+    nlohmann::ordered_json j;
+    j["hzp_version"] = core::version();
+    j["schedule_sha256"] = p.header.schedule_sha256;
+    j["step_s"] = {{"predicted", c.predicted_step.to_seconds()},
+                   {"measured", c.measured_step.to_seconds()},
+                   {"error", c.step_error()}};
+    j["exposed_communication_s"] = {{"predicted", c.predicted_exposure.exposed.to_seconds()},
+                                    {"measured", c.measured_exposure.exposed.to_seconds()}};
+    j["overlap_fraction"] = {{"predicted", c.predicted_exposure.overlap()},
+                             {"measured", c.measured_exposure.overlap()}};
+    for (const auto& [k, e] : c.by_kind) {
+      j["by_kind"][k] = {{"predicted_s", e.predicted.to_seconds()},
+                         {"measured_s", e.measured.to_seconds()},
+                         {"error", e.relative_error()}};
+    }
+    for (const auto& [k, e] : c.critical_by_kind) {
+      j["critical_path_by_kind"][k] = {{"predicted_s", e.predicted.to_seconds()},
+                                       {"measured_s", e.measured.to_seconds()}};
+    }
+    j["critical_path_divergence"] = c.divergence;
+    std::cout << j.dump(2) << "\n";
+    return 0;
+  }
+  if (a.report.empty()) {
+    std::cout << validation::markdown_report(c, p, m, "");
+    return 0;
+  }
+  // The picture first (beside the report, same name), then the report: a
+  // failed picture leaves no report behind.
+  const std::filesystem::path report(a.report);
+  const std::filesystem::path picture = std::filesystem::path(report).replace_extension(".png");
+  const int rc = run_plot({"compare", a.predicted, a.measured, "--out", picture.string()});
+  if (rc != 0) return rc;
+  core::write_file_atomic(a.report, validation::markdown_report(c, p, m, picture.filename().string()));
+  std::cerr << fmt::format("wrote {} and {}\n", a.report, picture.string());
+  return 0;
+}
+
+int run_cases(ValidateArgs& a) { return cmd_validate_cases(a); }
+int run_calibrate(CalibrateArgs& a) { return cmd_calibrate(a); }
+int run_compare(CompareArgs& a) { return cmd_validate_compare(a); }
+
+class PlotCommand : public Command {
+ public:
+  explicit PlotCommand(CLI::App* app) : app_(app) {}
+  [[nodiscard]] bool parsed() const override { return app_->parsed(); }
+  int run() override { return run_plot(app_->remaining()); }
+
+ private:
+  CLI::App* app_;
+};
+
+}  // namespace
+
+int run_plot(const std::vector<std::string>& args) {
+  std::vector<std::string> argv{std::filesystem::exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3", "-"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  const core::ExitStatus st = core::run_program(
+      argv, plot_script(),
+      "hzp: error: command line: plot: expected python3 with matplotlib (python3-matplotlib)");
+  if (st.signaled) return kExitInternal;
+  return st.code == 127 ? kExitBadInput : st.code;
+}
+
+void add_validate_commands(CLI::App& app, Commands& out) {
+  auto* validate = app.add_subcommand("validate", "predictions against measurements");
+  validate->require_subcommand(1);
+  auto* cases = validate->add_subcommand("cases", "simulate every published measurement in validation/cases");
+  auto vc = std::make_unique<SimpleCommand<ValidateArgs>>(cases, run_cases);
+  ValidateArgs& va = vc->args;
+  cases->add_option("--dir", va.dir, "directory of case files")->capture_default_str();
+  cases->add_option("--filter", va.filter, "only cases whose name or group contains this");
+  cases
+      ->add_option("--calibration-dir", va.calibration_dir,
+                   "one calibration per device: <dir>/<cluster's device name>.json, used when present")
+      ->capture_default_str();
+  cases->add_flag("--json", va.json, "as JSON");
+  cases->add_flag("--check", va.check, "exit 1 when a case is outside its tolerance");
+  cases->add_option("-j,--jobs", va.jobs, "processes (default: the core count)");
+  out.push_back(std::move(vc));
+
+  auto* compare = validate->add_subcommand("compare", "two traces of the same Schedule: predicted against measured");
+  auto cc = std::make_unique<SimpleCommand<CompareArgs>>(compare, run_compare);
+  compare->add_option("predicted", cc->args.predicted, "predicted trace (.json from --trace)")->required();
+  compare->add_option("measured", cc->args.measured, "measured trace (.json, e.g. from hzp-run)")->required();
+  compare->add_option("--report", cc->args.report, "write a Markdown report (and a .png beside it) instead of printing");
+  compare->add_flag("--json", cc->args.json, "as JSON");
+  out.push_back(std::move(cc));
+
+  auto* calibrate = app.add_subcommand("calibrate", "fit a calibration overlay from hzp-run microbenchmark results");
+  auto kc = std::make_unique<SimpleCommand<CalibrateArgs>>(calibrate, run_calibrate);
+  CalibrateArgs& cal = kc->args;
+  calibrate->add_option("--cluster", cal.cluster, "the cluster the measurements were taken on (catalog or .json)")
+      ->capture_default_str();
+  calibrate->add_option("results", cal.results, "results of hzp-run bench gemm|collectives|overlap (.json)")
+      ->required();
+  calibrate->add_option("--out", cal.out, "the calibration overlay to write")->required();
+  calibrate->add_flag("--force", cal.force, "replace --out if it exists");
+  out.push_back(std::move(kc));
+
+  auto* plot =
+      app.add_subcommand("plot", "draw a sweep heatmap or scaling curve, or a trace's timeline or memory (PNG/SVG)");
+  plot->allow_extras();
+  plot->prefix_command();
+  out.push_back(std::make_unique<PlotCommand>(plot));
+}
+
+}  // namespace hzp::cli
