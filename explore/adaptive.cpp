@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <algorithm>
 #include <map>
+#include <memory>
 
 #include "core/error.hpp"
 #include "sim/engine.hpp"
@@ -33,40 +34,50 @@ std::string sizes(const plan::ShardSizes& s) { return fmt::format("({}, {}, {})"
 
 }  // namespace
 
-AdaptiveChoice choose_shards(const Scenario& sc, double memory_limit_GiB) {
-  // The same inputs the final simulation of the chosen plan resolves:
-  // calibration and what-if changes included.
-  const Inputs in = resolve_inputs(sc);
-  const models::ModelSpec& m = in.model;
-  topologies::PerfModel pm(topologies::Topology(in.cluster.spec, sc.gpus));
-  auto engine = sim::make_engine(sc.engine, pm, sc.engine_options);
-  plan::PlanOptions base = sc.plan;
-  base.strategy = plan::Strategy::Hzp;
-  const plan::BatchSplit batch = plan::split_batch(m, sc.gpus, base);
-  const core::Bytes limit = core::gib(memory_limit_GiB);
+namespace {
 
-  auto evaluate = [&](const plan::PlanOptions& o) {
+bool better(const ShardCandidate& a, const ShardCandidate& b) {
+  if (a.fits != b.fits) return a.fits;
+  if (!a.fits) return a.reserved < b.reserved;
+  return a.step < b.step || (a.step == b.step && a.reserved < b.reserved);
+}
+
+// Step and memory of one plan on the scenario's resolved inputs and engine.
+class Evaluator {
+ public:
+  Evaluator(const Scenario& sc, const Inputs& in, core::Bytes limit)
+      : pm_(topologies::Topology(in.cluster.spec, sc.gpus)),
+        engine_(sim::make_engine(sc.engine, pm_, sc.engine_options)),
+        model_(in.model),
+        limit_(limit) {}
+
+  ShardCandidate operator()(const plan::PlanOptions& o) const {
     ShardCandidate c;
-    core::Schedule s = plan::lower(m, pm.topology(), o);
+    core::Schedule s = plan::lower(model_, pm_.topology(), o);
     traces::TraceHeader header;
     header.schedule_sha256 = "(adaptive search)";  // not hashed: only the fastest plan is kept
     traces::TimelineRecorder rec;
-    engine->run(s, header, rec);
-    sim::Metrics metrics = sim::compute_metrics(s, rec.timeline(), pm.topology().spec().device);
+    engine_->run(s, header, rec);
+    sim::Metrics metrics = sim::compute_metrics(s, rec.timeline(), pm_.topology().spec().device);
     c.step = metrics.step_time;
     c.reserved = std::max(metrics.peak_reserved(), metrics.peak_memory());
-    c.fits = c.reserved <= limit;
+    c.fits = c.reserved <= limit_;
     return c;
-  };
-  auto better = [](const ShardCandidate& a, const ShardCandidate& b) {
-    if (a.fits != b.fits) return a.fits;
-    if (!a.fits) return a.reserved < b.reserved;
-    return a.step < b.step || (a.step == b.step && a.reserved < b.reserved);
-  };
+  }
 
-  AdaptiveChoice choice;
-  std::map<std::tuple<int, int, int>, ShardCandidate> dense_seen;
-  for (const plan::ShardSizes& d : nested_sizes(batch.data_parallel)) {
+ private:
+  topologies::PerfModel pm_;
+  std::unique_ptr<sim::Engine> engine_;
+  const models::ModelSpec& model_;
+  core::Bytes limit_;
+};
+
+using Seen = std::map<std::tuple<int, int, int>, ShardCandidate>;
+
+// Every nested (g_p, g_g, g_o) over the data-parallel ranks, fastest fitting first.
+void evaluate_dense(const Evaluator& evaluate, const plan::PlanOptions& base, int dp, AdaptiveChoice& choice,
+                    Seen& dense_seen) {
+  for (const plan::ShardSizes& d : nested_sizes(dp)) {
     plan::PlanOptions o = base;
     o.param_shard = d.param;
     o.grad_shard = d.grad;
@@ -77,40 +88,32 @@ AdaptiveChoice choose_shards(const Scenario& sc, double memory_limit_GiB) {
     choice.candidates.push_back(c);
   }
   std::stable_sort(choice.candidates.begin(), choice.candidates.end(), better);
-  ShardCandidate best = choice.candidates.front();
+}
 
-  // Experts: their own sizes over the expert-data-parallel ranks, dense fixed.
-  if (m.moe) {
-    const int edp = batch.data_parallel / std::max(base.ep, 1);
-    std::vector<ShardCandidate> experts;
-    for (const plan::ShardSizes& e : nested_sizes(edp)) {
-      plan::PlanOptions o = base;
-      o.param_shard = best.dense.param;
-      o.grad_shard = best.dense.grad;
-      o.optim_shard = best.dense.optim;
-      o.expert_shards = e;
-      ShardCandidate c = evaluate(o);
-      c.dense = best.dense;
-      c.expert = e;
-      experts.push_back(c);
-    }
-    std::stable_sort(experts.begin(), experts.end(), better);
-    best = experts.front();
-    choice.candidates.insert(choice.candidates.begin(), experts.begin(), experts.end());
-    std::stable_sort(choice.candidates.begin(), choice.candidates.end(), better);
+// Experts: their own sizes over the expert-data-parallel ranks, dense fixed at `best`.
+ShardCandidate evaluate_experts(const Evaluator& evaluate, const plan::PlanOptions& base, int edp,
+                                const ShardCandidate& best, AdaptiveChoice& choice) {
+  std::vector<ShardCandidate> experts;
+  for (const plan::ShardSizes& e : nested_sizes(edp)) {
+    plan::PlanOptions o = base;
+    o.param_shard = best.dense.param;
+    o.grad_shard = best.dense.grad;
+    o.optim_shard = best.dense.optim;
+    o.expert_shards = e;
+    ShardCandidate c = evaluate(o);
+    c.dense = best.dense;
+    c.expert = e;
+    experts.push_back(c);
   }
-  if (!best.fits) {
-    throw core::InfeasibleError(
-        fmt::format("no hierarchical ZeRO group sizes fit {:.1f} GiB; the smallest needs {:.1f} GiB", memory_limit_GiB,
-                    best.reserved.gib()));
-  }
-  choice.plan = base;
-  choice.plan.param_shard = best.dense.param;
-  choice.plan.grad_shard = best.dense.grad;
-  choice.plan.optim_shard = best.dense.optim;
-  choice.plan.expert_shards = best.expert;
+  std::stable_sort(experts.begin(), experts.end(), better);
+  choice.candidates.insert(choice.candidates.begin(), experts.begin(), experts.end());
+  std::stable_sort(choice.candidates.begin(), choice.candidates.end(), better);
+  return experts.front();
+}
 
-  // Explanation: the chosen sizes against their neighbours, one dimension at a time.
+// The chosen sizes against their neighbours, one dimension at a time, and the fastest plans that fit.
+void explain(const ShardCandidate& best, const Seen& dense_seen, const plan::BatchSplit& batch,
+             const plan::PlanOptions& base, double memory_limit_GiB, AdaptiveChoice& choice) {
   std::string& x = choice.explanation;
   const int fitting = static_cast<int>(std::count_if(choice.candidates.begin(), choice.candidates.end(),
                                                      [](const ShardCandidate& c) { return c.fits; }));
@@ -148,6 +151,37 @@ AdaptiveChoice choose_shards(const Scenario& sc, double memory_limit_GiB) {
                      c.reserved.gib());
     ++shown;
   }
+}
+
+}  // namespace
+
+AdaptiveChoice choose_shards(const Scenario& sc, double memory_limit_GiB) {
+  // The same inputs the final simulation of the chosen plan resolves:
+  // calibration and what-if changes included.
+  const Inputs in = resolve_inputs(sc);
+  const Evaluator evaluate(sc, in, core::gib(memory_limit_GiB));
+  plan::PlanOptions base = sc.plan;
+  base.strategy = plan::Strategy::Hzp;
+  const plan::BatchSplit batch = plan::split_batch(in.model, sc.gpus, base);
+
+  AdaptiveChoice choice;
+  Seen dense_seen;
+  evaluate_dense(evaluate, base, batch.data_parallel, choice, dense_seen);
+  ShardCandidate best = choice.candidates.front();
+  if (in.model.moe) {
+    best = evaluate_experts(evaluate, base, batch.data_parallel / std::max(base.ep, 1), best, choice);
+  }
+  if (!best.fits) {
+    throw core::InfeasibleError(
+        fmt::format("no hierarchical ZeRO group sizes fit {:.1f} GiB; the smallest needs {:.1f} GiB", memory_limit_GiB,
+                    best.reserved.gib()));
+  }
+  choice.plan = base;
+  choice.plan.param_shard = best.dense.param;
+  choice.plan.grad_shard = best.dense.grad;
+  choice.plan.optim_shard = best.dense.optim;
+  choice.plan.expert_shards = best.expert;
+  explain(best, dense_seen, batch, base, memory_limit_GiB, choice);
   return choice;
 }
 

@@ -49,10 +49,11 @@ PlanOption field(OptionSpec s) {
                     }};
 }
 
-std::vector<PlanOption> make_table() {
-  constexpr double kGroup = 1 << 20;  // the largest group size a plan may name
-  constexpr double kModelParallel = 1 << 12;
-  std::vector<PlanOption> t;
+constexpr double kGroup = 1 << 20;  // the largest group size a plan may name
+constexpr double kModelParallel = 1 << 12;
+
+// The data-parallel plan: strategy, group sizes, issue mode, resharding, prefetch.
+void add_sharding_options(std::vector<PlanOption>& t) {
   {
     OptionSpec s = spec("strategy", ValueType::Choice,
                         "the data-parallel plan (g_p, g_g, g_o): ddp (1,1,1), zero1 (1,1,DP), zero2 (1,DP,DP), "
@@ -85,6 +86,10 @@ std::vector<PlanOption> make_table() {
             "--reshard-after-forward", "--keep-gathered")));
   t.push_back(field<&PlanOptions::prefetch_depth>(
       spec("prefetch_depth", ValueType::Integer, "parameter all-gathers in flight ahead of compute", 0, 64)));
+}
+
+// Megatron model parallelism and the overlaps of its communication.
+void add_model_parallel_options(std::vector<PlanOption>& t) {
   t.push_back(field<&PlanOptions::tp>(spec("tp", ValueType::Integer,
                                            "tensor-parallel size (Megatron, with sequence parallelism)", 1,
                                            kModelParallel)));
@@ -135,6 +140,10 @@ std::vector<PlanOption> make_table() {
                                                        v[0].get<int>(), v[1].get<int>(), v[2].get<int>()});
                  }});
   }
+}
+
+// Workload variability: rank classes, packed documents, jitter, routing skew.
+void add_workload_options(std::vector<PlanOption>& t) {
   t.push_back(field<&PlanOptions::variability_classes>(
       spec("variability_classes", ValueType::Integer,
            "rank classes per stage, each drawing its own workload (documents, jitter)", 1, kGroup)));
@@ -152,6 +161,10 @@ std::vector<PlanOption> make_table() {
       spec("moe_skew", ValueType::Number, "Zipf skew of the routing to experts (0: uniform)", 0, 10)));
   t.push_back(field<&PlanOptions::seed>(
       spec("seed", ValueType::Integer, "seed of every workload draw", 0, 9007199254740992.0 /* 2^53 */)));
+}
+
+// The batch, the micro-batch and the kernels' choices.
+void add_batch_and_kernel_options(std::vector<PlanOption>& t) {
   {
     OptionSpec s = spec("seq_len", ValueType::Integer, "sequence length; 0: min(model max, 8192)", 0, 1 << 21);
     s.unit = "tokens";
@@ -208,6 +221,14 @@ std::vector<PlanOption> make_table() {
     t.push_back({s, [](const PlanOptions& o) -> json { return std::string(core::to_string(o.grad_dtype)); },
                  [](PlanOptions& o, const json& v) { o.grad_dtype = *parse_grad_dtype(v.get<std::string>()); }});
   }
+}
+
+std::vector<PlanOption> make_table() {
+  std::vector<PlanOption> t;
+  add_sharding_options(t);
+  add_model_parallel_options(t);
+  add_workload_options(t);
+  add_batch_and_kernel_options(t);
   return t;
 }
 

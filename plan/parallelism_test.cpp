@@ -1,0 +1,312 @@
+// Expert and context parallelism, workload variability, NCCL buffers and the
+// overlap options, each against its closed form.
+#include "plan/plan.hpp"
+
+#include <gtest/gtest.h>
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+#include <tuple>
+
+#include "core/error.hpp"
+#include "core/schedule_replay.hpp"
+#include "plan/plan_test_util.hpp"
+
+namespace hzp::plan {
+namespace {
+using test_util::ddp_two_stages;
+using test_util::four_layers;
+using test_util::measure;
+using test_util::options;
+using test_util::Timing;
+using test_util::totals;
+using test_util::Totals;
+}  // namespace
+}  // namespace hzp::plan
+
+namespace hzp::plan {
+namespace {
+
+// Expert parallelism: every MoE layer dispatches and combines by all-to-all
+// over the ep group (twice forward, twice backward, each buffer
+// ceil(T·top_k/E)·E·h·2 bytes), and expert parameters are sharded over the
+// DP / ep expert-data-parallel ranks apart from the dense ones:
+// model state = (2/g_p + 4/g_g + 12/g_o)·Ψ_dense + (2/e_p + 4/e_g + 12/e_o)·Ψ_experts / ep.
+TEST(ExpertParallel, AllToAllsAndExpertShards) {
+  models::ModelSpec m = models::load_model("mixtral-8x7b");
+  topologies::Topology topo(topologies::load_cluster("dgx-h100"), 32);
+  PlanOptions o = options(Strategy::Fsdp, 32 * 4096);
+  o.seq_len = 4096;
+  o.ep = 8;
+  core::Schedule s = lower(m, topo, o);
+  Totals t = totals(s);
+  const std::int64_t T = 4096, rows = T * 2 / 8, a2a = rows * 8 * 4096 * 2;
+  EXPECT_EQ(t.bytes["all_to_all/ep"], 4 * 32 * a2a);  // 4 per layer, 32 layers, 1 micro-batch
+  for (const auto& st : s.programs[0].streams) {
+    for (const auto& op : st.ops) {
+      if (op.kind == core::OpKind::Collective && s.group(op.group).kind == core::GroupKind::Ep) {
+        EXPECT_EQ(s.group(op.group).ranks, (std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7}));
+      }
+      if (op.kind == core::OpKind::Collective && s.group(op.group).kind == core::GroupKind::Edp) {
+        EXPECT_EQ(s.group(op.group).ranks, (std::vector<int>{0, 8, 16, 24}));  // DP / ep = 4, stride ep
+      }
+    }
+  }
+  models::StepGraph g = models::build_step_graph(m, models::GraphOptions{.seq_len = 4096, .micro_batch = 1, .ep = 8});
+  std::int64_t dense = 0, experts = 0;
+  for (const auto& u : g.units) {
+    dense += (u.params + 31) / 32 * 32;
+    experts += (u.expert_params + 3) / 4 * 4;
+  }
+  EXPECT_EQ(experts, 32LL * 8 / 8 * 3 * 4096 * 14336);  // one local expert per layer and rank
+  EXPECT_EQ(t.static_alloc, (2 + 4 + 12) * dense / 32 + (2 + 4 + 12) * experts / 4);
+}
+
+TEST(ExpertParallel, RejectsImpossibleSizes) {
+  topologies::Topology topo(topologies::load_cluster("dgx-h100"), 32);
+  PlanOptions o = options(Strategy::Fsdp, 32 * 4096);
+  o.seq_len = 4096;
+  o.ep = 8;
+  EXPECT_THROW((void)lower(models::load_model("llama3-8b"), topo, o), core::ProblemError);  // no experts
+  o.ep = 3;
+  EXPECT_THROW((void)lower(models::load_model("mixtral-8x7b"), topo, o), core::ProblemError);  // 3 does not divide 32
+  o.ep = 16;
+  EXPECT_THROW((void)lower(models::load_model("mixtral-8x7b"), topo, o), core::ProblemError);  // 8 experts
+}
+
+}  // namespace
+}  // namespace hzp::plan
+
+namespace hzp::plan {
+namespace {
+
+struct Simulated {
+  core::Schedule schedule;
+  std::int64_t step = 0;
+  std::vector<std::int64_t> busy;  // compute-stream compute time per program
+};
+
+Simulated simulate(const models::ModelSpec& m, int gpus, const PlanOptions& o) {
+  topologies::PerfModel pm(topologies::Topology(topologies::load_cluster("dgx-h100"), gpus));
+  Simulated run{lower(m, pm.topology(), o), 0, {}};
+  core::ReplayCosts costs;
+  costs.compute = [&](const core::Program&, const core::Op& op) { return pm.compute(op); };
+  costs.collective = [&](const core::Group& g, const core::Op& op) {
+    return pm.collective(op.collective, op.bytes, pm.span(g.ranks));
+  };
+  costs.p2p = [&](const core::Program& p, const core::Op& op) { return pm.p2p(op.bytes, p.ranks.at(0), op.peer); };
+  Timing t = measure(run.schedule, costs);
+  run.step = t.step;
+  run.busy = std::move(t.busy);
+  return run;
+}
+
+TEST(Workload, DrawsAreBoundedAndSeeded) {
+  PlanOptions o;
+  o.doc_mean_tokens = 512;
+  o.compute_jitter = 0.1;
+  Workload a = draw_workload(o, 8192, 4, 0, 0, 0, 1, 0);
+  Workload b = draw_workload(o, 8192, 4, 0, 0, 0, 1, 0);
+  Workload c = draw_workload(o, 8192, 4, 1, 0, 0, 1, 0);
+  EXPECT_EQ(a.attention, b.attention);
+  EXPECT_NE(a.attention, c.attention);
+  for (double f : a.attention) {
+    EXPECT_GT(f, 0.0);
+    EXPECT_LT(f, 0.5);  // ~16 documents of ~512 tokens: Σ len² far below seq²
+  }
+  // One document per sequence when documents are longer than the sequence.
+  o.doc_mean_tokens = 1e6;
+  EXPECT_EQ(draw_workload(o, 8192, 2, 0, 0, 0, 1, 0).attention, (std::vector<double>{1.0, 1.0}));
+  // Zipf routing over 8 experts on 4 ranks: rank 0 holds experts 0 and 1.
+  o.moe_skew = 1.0;
+  const double h8 = 1 + 1 / 2.0 + 1 / 3.0 + 1 / 4.0 + 1 / 5.0 + 1 / 6.0 + 1 / 7.0 + 1 / 8.0;
+  EXPECT_NEAR(draw_workload(o, 8192, 1, 0, 0, 0, 4, 8).experts, (1 + 1 / 2.0) / h8 * 4, 1e-12);
+}
+
+// Rank classes break the symmetry; synchronising collectives make every class
+// wait for the slowest.
+TEST(Workload, VariabilityPropagatesTheSlowestClass) {
+  models::ModelSpec m = models::load_model("llama3-8b");
+  PlanOptions o;
+  o.strategy = Strategy::Fsdp;
+  o.global_batch_sequences = 32;
+  o.seq_len = 8192;
+  Simulated base = simulate(m, 16, o);
+  o.variability_classes = 4;
+  Simulated same = simulate(m, 16, o);  // classes without variability: the same step
+  ASSERT_EQ(same.schedule.programs.size(), 4u);
+  EXPECT_EQ(same.step, base.step);
+  o.compute_jitter = 0.2;
+  o.doc_mean_tokens = 1024;
+  Simulated varied = simulate(m, 16, o);
+  std::int64_t slowest = *std::max_element(varied.busy.begin(), varied.busy.end());
+  std::int64_t fastest = *std::min_element(varied.busy.begin(), varied.busy.end());
+  EXPECT_GT(slowest, fastest);
+  EXPECT_GE(varied.step, slowest);  // nobody finishes before the slowest class's compute
+  o.seed = 2;
+  EXPECT_NE(core::schedule_hash(simulate(m, 16, o).schedule), core::schedule_hash(varied.schedule));
+}
+
+TEST(Workload, RoutingSkewMakesExpertRanksUneven) {
+  models::ModelSpec m = models::load_model("mixtral-8x7b");
+  PlanOptions o;
+  o.strategy = Strategy::Zero1;
+  o.global_batch_sequences = 16;
+  o.seq_len = 4096;
+  o.ep = 8;
+  o.recompute = models::Recompute::Full;
+  Simulated uniform = simulate(m, 16, o);
+  ASSERT_EQ(uniform.schedule.programs.size(), 1u);
+  o.moe_skew = 1.2;
+  Simulated skewed = simulate(m, 16, o);
+  ASSERT_EQ(skewed.schedule.programs.size(), 8u);  // one class per expert-parallel rank index
+  EXPECT_GT(skewed.busy[0], skewed.busy[7]);       // expert 0 is the most popular
+  EXPECT_GT(skewed.step, uniform.step);
+  auto a2a_bytes = [&](std::size_t program) {
+    for (const auto& op : skewed.schedule.programs[program].streams[0].ops) {
+      if (op.kind == core::OpKind::Collective && op.collective == core::CollectiveKind::AllToAll)
+        return op.bytes.count();
+    }
+    return std::int64_t{0};
+  };
+  EXPECT_GT(a2a_bytes(0), a2a_bytes(7));
+}
+
+}  // namespace
+}  // namespace hzp::plan
+
+namespace hzp::plan {
+namespace {
+
+// Ring attention over cp ranks: every attention op becomes cp chunks and cp − 1
+// K/V blocks of 2·(s/cp)·b·G·(d_qk + d_v) bytes (twice that in backward) pass
+// to the next rank; each cp index is its own rank class.
+TEST(ContextParallel, RingAttention) {
+  models::ModelSpec m = models::load_model("llama3-8b");
+  topologies::Topology topo(topologies::load_cluster("dgx-h100"), 16);
+  PlanOptions o;
+  o.strategy = Strategy::Fsdp;
+  o.seq_len = 8192;
+  o.global_batch_sequences = 8;
+  o.cp = 4;
+  core::Schedule s = lower(m, topo, o);  // checked: the ring's sends and receives pair up
+  ASSERT_EQ(s.programs.size(), 4u);
+  const std::int64_t block = 2 * (8192 / 4) * 8 * (128 + 128);
+  int sends = 0, chunks = 0;
+  std::int64_t bytes = 0;
+  for (const auto& st : s.programs[0].streams) {
+    for (const auto& op : st.ops) {
+      if (op.kind == core::OpKind::Send && st.name == "cp_send") {
+        ++sends;
+        bytes += op.bytes.count();
+        EXPECT_EQ(op.peer, 1);  // the next context-parallel rank
+      }
+      if (op.kind == core::OpKind::Compute && op.compute == core::ComputeKind::Attention) ++chunks;
+    }
+  }
+  const int layers = 32, micro_batches = 2;  // 8 sequences over 16 / 4 = 4 data-parallel ranks
+  EXPECT_EQ(sends, layers * micro_batches * 2 * 3);
+  EXPECT_EQ(chunks, layers * micro_batches * 2 * 4);
+  EXPECT_EQ(bytes, layers * micro_batches * 3 * (block + 2 * block));
+  o.flash_attention = false;
+  EXPECT_THROW((void)lower(m, topo, o), core::ProblemError);
+}
+
+}  // namespace
+}  // namespace hzp::plan
+
+namespace hzp::plan {
+namespace {
+
+// NCCL's buffers: kNcclBufferBytes for every communicator a rank uses.
+TEST(Memory, NcclBuffersPerCommunicator) {
+  models::ModelSpec m = models::load_model("llama3-8b");
+  topologies::Topology topo(topologies::load_cluster("dgx-h100"), 32);
+  PlanOptions o = options(Strategy::Hzp, 64 * 8192);
+  o.param_shard = 4;
+  o.grad_shard = 8;
+  o.optim_shard = 16;
+  // Groups of rank 0: dp_shard (4), dp_grad (8), dp_optim (16/8 = 2), dp_replica (32/16 = 2), dp_regather (16/4 = 4).
+  core::Schedule s = lower(m, topo, o);
+  std::int64_t nccl = 0;
+  for (const auto& op : s.programs[0].streams[0].ops) {
+    if (op.kind == core::OpKind::Alloc && op.buffer_class == core::BufferClass::NcclBuffers) nccl = op.bytes.count();
+  }
+  EXPECT_EQ(nccl, 5 * kNcclBufferBytes);
+}
+
+// Overlap options move communication off the critical path.
+TEST(Overlap, ParamGatherAndTensorParallel) {
+  models::ModelSpec m = models::load_model("llama3-8b");
+  PlanOptions o;
+  o.strategy = Strategy::Zero1;
+  o.global_batch_sequences = 32;
+  o.seq_len = 4096;
+  Simulated plain = simulate(m, 16, o);
+  o.overlap_param_gather = true;
+  Simulated overlapped = simulate(m, 16, o);
+  EXPECT_LT(overlapped.step, plain.step);
+  o = PlanOptions{};
+  o.strategy = Strategy::Zero1;
+  o.global_batch_sequences = 4;
+  o.seq_len = 8192;
+  o.tp = 8;
+  Simulated tp = simulate(m, 16, o);
+  o.tp_comm_overlap = true;
+  Simulated tp_overlapped = simulate(m, 16, o);
+  EXPECT_LT(tp_overlapped.step, tp.step);
+}
+
+}  // namespace
+}  // namespace hzp::plan
+
+namespace hzp::plan {
+namespace {
+
+// overlap_grad_reduce off: the final-gradient reductions wait for the whole
+// backward pass, so none of their time hides behind it.
+TEST(Overlap, GradReduceAfterTheWholeBackward) {
+  const models::ModelSpec m = four_layers();
+  PlanOptions o;
+  o.strategy = Strategy::Ddp;
+  o.global_batch_sequences = 16;
+  o.seq_len = 4096;
+  const Simulated overlapped = simulate(m, 16, o);
+  o.overlap_grad_reduce = false;
+  const Simulated after = simulate(m, 16, o);
+
+  topologies::PerfModel pm(topologies::Topology(topologies::load_cluster("dgx-h100"), 16));
+  const core::Program& p = after.schedule.programs.at(0);
+  const auto stream = [&](core::StreamKind k) -> const core::Stream& {
+    return *std::find_if(p.streams.begin(), p.streams.end(), [&](const core::Stream& s) { return s.kind == k; });
+  };
+  // The last event the compute stream records in backward, and what the
+  // reduce stream waits for before its first all-reduce.
+  int last_bwd = -1;
+  std::int64_t tail = 0;  // Adam and zeroing: compute that follows the reductions
+  for (const auto& op : stream(core::StreamKind::Compute).ops) {
+    if (op.kind == core::OpKind::Record && op.name.ends_with(".bwd_done")) last_bwd = op.event;
+    if (op.kind == core::OpKind::Compute && (op.compute == core::ComputeKind::Optimizer || op.name == "zero_grads"))
+      tail += pm.compute(op).count_ns();
+  }
+  int first_wait = -2;
+  std::int64_t reductions = 0;
+  int all_reduces = 0;
+  for (const auto& op : stream(core::StreamKind::GradReduce).ops) {
+    if (op.kind == core::OpKind::Wait && first_wait == -2) first_wait = op.event;
+    if (op.kind == core::OpKind::Collective) {
+      EXPECT_NE(first_wait, -2) << op.name << " issued before any wait";
+      reductions += pm.collective(op.collective, op.bytes, pm.span(after.schedule.group(op.group).ranks)).count_ns();
+      ++all_reduces;
+    }
+  }
+  EXPECT_EQ(all_reduces, 4 + 2);  // one per layer, embedding and head
+  EXPECT_EQ(first_wait, last_bwd);
+  // Every reduction is exposed: the step is the backward's end, then all of them, then the optimizer.
+  EXPECT_GE(after.step, after.busy.at(0) - tail + reductions);
+  EXPECT_GT(after.step, overlapped.step);
+}
+
+}  // namespace
+}  // namespace hzp::plan
