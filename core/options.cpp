@@ -64,6 +64,16 @@ ProblemError::ProblemError(std::vector<Problem> problems)
     : std::runtime_error(one_line(join_problems(problems, [](const std::string& f) { return f; }))),
       problems_(std::move(problems)) {}
 
+OptionSpec option_spec(std::string key, ValueType type, std::string help, double min, double max) {
+  OptionSpec s;
+  s.key = std::move(key);
+  s.type = type;
+  s.help = std::move(help);
+  s.min = min;
+  s.max = max;
+  return s;
+}
+
 std::string flag_of(const OptionSpec& spec) {
   if (!spec.flag.empty()) return spec.flag;
   if (spec.type == ValueType::Boolean && !spec.false_flag.empty()) return spec.false_flag;

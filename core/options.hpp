@@ -74,6 +74,20 @@ struct OptionSpec {
   std::string unit;
 };
 
+/// A spec of `type` with its help and, for numbers, its inclusive range.
+[[nodiscard]] OptionSpec option_spec(std::string key, ValueType type, std::string help, double min = 0,
+                                     double max = 0);
+
+/// The row of `key` in a table whose rows have a `spec` (an OptionSpec) and
+/// `set(Target&, value)`, or nullptr.
+template <class Row>
+[[nodiscard]] const Row* find_row(const std::vector<Row>& table, std::string_view key) {
+  for (const Row& row : table) {
+    if (row.spec.key == key) return &row;
+  }
+  return nullptr;
+}
+
 /// The flag that sets this option ("--" + key with '-' for '_'), or for a
 /// Boolean with only a false flag, that one.
 [[nodiscard]] std::string flag_of(const OptionSpec& spec);
@@ -97,6 +111,19 @@ struct Checked {
 /// "16M" -> 16·2^20 (K, M, G are powers of two); nullopt unless a positive
 /// integer of at most 12 digits with an optional suffix.
 [[nodiscard]] std::optional<std::int64_t> parse_token_count(std::string_view text);
+
+/// Checks `value` for the row of `key` and sets it on `target`; a problem
+/// names the key (an unknown one as "unknown <what>").
+template <class Row, class Target>
+[[nodiscard]] std::optional<Problem> set_row(const std::vector<Row>& table, Target& target, std::string_view key,
+                                             const nlohmann::json& value, std::string_view what) {
+  const Row* row = find_row(table, key);
+  if (!row) return Problem{std::string(key), "unknown " + std::string(what)};
+  Checked c = check_value(row->spec, value);
+  if (!c.problem.empty()) return Problem{row->spec.key, c.problem};
+  row->set(target, c.value);
+  return std::nullopt;
+}
 
 /// The option as a JSON Schema property (type, range, enum, default, description).
 [[nodiscard]] nlohmann::ordered_json schema_property(const OptionSpec& spec, const nlohmann::json& default_value);

@@ -24,13 +24,7 @@ void stamp_inputs(core::Schedule& s, const std::string& model_sha, const std::st
 }
 
 OptionSpec spec(std::string key, ValueType type, std::string help, double min = 0, double max = 0) {
-  OptionSpec s;
-  s.key = std::move(key);
-  s.type = type;
-  s.help = std::move(help);
-  s.min = min;
-  s.max = max;
-  return s;
+  return core::option_spec(std::move(key), type, std::move(help), min, max);
 }
 
 json optional_number(const std::optional<double>& v) { return v ? json(*v) : json(); }
@@ -102,20 +96,10 @@ const std::vector<ScenarioOption>& scenario_option_table() {
   return t;
 }
 
-const ScenarioOption* find_scenario_option(std::string_view key) {
-  for (const auto& row : scenario_option_table()) {
-    if (row.spec.key == key) return &row;
-  }
-  return nullptr;
-}
+const ScenarioOption* find_scenario_option(std::string_view key) { return core::find_row(scenario_option_table(), key); }
 
 std::optional<core::Problem> set_scenario_option(Scenario& sc, std::string_view key, const json& value) {
-  const ScenarioOption* row = find_scenario_option(key);
-  if (!row) return core::Problem{std::string(key), "unknown scenario option"};
-  core::Checked c = core::check_value(row->spec, value);
-  if (!c.problem.empty()) return core::Problem{row->spec.key, c.problem};
-  row->set(sc, c.value);
-  return std::nullopt;
+  return core::set_row(scenario_option_table(), sc, key, value, "scenario option");
 }
 
 Inputs resolve_inputs(const Scenario& sc) {

@@ -13,13 +13,7 @@ using core::ValueType;
 using json = nlohmann::json;
 
 OptionSpec spec(std::string key, ValueType type, std::string help, double min = 0, double max = 0) {
-  OptionSpec s;
-  s.key = std::move(key);
-  s.type = type;
-  s.help = std::move(help);
-  s.min = min;
-  s.max = max;
-  return s;
+  return core::option_spec(std::move(key), type, std::move(help), min, max);
 }
 
 // A Boolean with the flag that sets it and the one that clears it.
@@ -239,12 +233,7 @@ const std::vector<PlanOption>& plan_option_table() {
   return t;
 }
 
-const PlanOption* find_plan_option(std::string_view key) {
-  for (const auto& row : plan_option_table()) {
-    if (row.spec.key == key) return &row;
-  }
-  return nullptr;
-}
+const PlanOption* find_plan_option(std::string_view key) { return core::find_row(plan_option_table(), key); }
 
 std::vector<std::string> plan_option_keys() {
   std::vector<std::string> keys;
@@ -253,12 +242,7 @@ std::vector<std::string> plan_option_keys() {
 }
 
 std::optional<core::Problem> set_plan_option(PlanOptions& o, std::string_view key, const json& value) {
-  const PlanOption* row = find_plan_option(key);
-  if (!row) return core::Problem{std::string(key), "unknown plan option"};
-  core::Checked c = core::check_value(row->spec, value);
-  if (!c.problem.empty()) return core::Problem{row->spec.key, c.problem};
-  row->set(o, c.value);
-  return std::nullopt;
+  return core::set_row(plan_option_table(), o, key, value, "plan option");
 }
 
 nlohmann::ordered_json plan_options_json(const PlanOptions& o) {
