@@ -55,6 +55,12 @@ expect_error "--gpus: expected an integer in [1, 1048576], got 2000000" simulate
 expect_error "--plan" simulate --plan "$(dirname "$0")/../examples/plans/llama3-70b-hzp.json" --tp 2
 printf '{"schema_version": 1}' > "$work/plan.json"
 expect_error "plan.json: strategy: missing required key" simulate --plan "$work/plan.json"
+# A plan file that reads but does not fit the cluster: the problem names the file and its key, not a flag.
+sed 's/"optim_shard": [0-9]*/"optim_shard": 48/' "$(dirname "$0")/../examples/plans/llama3-70b-hzp.json" > "$work/plan48.json"
+expect_error "plan48.json: optim_shard: expected a divisor of the data-parallel size" simulate --plan "$work/plan48.json"
+# Every problem at once, each named by its flag.
+expect_error "command line: --optim-shard: expected a divisor of the data-parallel size (1024), got 48; --ep: llama3-70b has no experts: expected ep 1" \
+  simulate --strategy hzp --optim-shard 48 --ep 2
 
 # Existing outputs are not overwritten without --force.
 echo "keep me" > "$work/existing.json"
