@@ -102,46 +102,6 @@ E parse_enum(const Names<E, N>& names, StrictObject& o, const std::string& key) 
   o.fail(key, fmt::format("expected one of {}, got \"{}\"", options, s));
 }
 
-nlohmann::json op_to_json(const Op& op) {
-  nlohmann::json j;
-  j["id"] = op.id;
-  j["kind"] = to_string(op.kind);
-  j["name"] = op.name;
-  j["role"] = to_string(op.role);
-  j["param_class"] = to_string(op.param_class);
-  switch (op.kind) {
-    case OpKind::Compute:
-      j["op"] = to_string(op.compute);
-      j["flops"] = op.flops.count();
-      j["bytes"] = op.bytes.count();
-      j["dtype"] = to_string(op.dtype);
-      if (op.gemm) j["gemm"] = {op.gemm->m, op.gemm->n, op.gemm->k, op.gemm->batch};
-      break;
-    case OpKind::Collective:
-      j["op"] = to_string(op.collective);
-      j["group"] = op.group;
-      j["seq"] = op.seq;
-      j["bytes"] = op.bytes.count();
-      j["dtype"] = to_string(op.dtype);
-      break;
-    case OpKind::Send:
-    case OpKind::Recv:
-      j["peer"] = op.peer;
-      j["seq"] = op.seq;
-      j["bytes"] = op.bytes.count();
-      break;
-    case OpKind::Alloc:
-    case OpKind::Free:
-      j["buffer"] = op.buffer;
-      j["buffer_class"] = to_string(op.buffer_class);
-      j["bytes"] = op.bytes.count();
-      break;
-    case OpKind::Record:
-    case OpKind::Wait:
-    case OpKind::Sync: j["event"] = op.event; break;
-  }
-  return j;
-}
 
 Op op_from_json(StrictObject o) {
   Op op;
@@ -207,44 +167,6 @@ std::vector<int> int_list(StrictObject& o, const std::string& key) {
   return out;
 }
 
-nlohmann::json to_json_without_hash(const Schedule& s) {
-  nlohmann::json j;
-  j["schema_version"] = kScheduleSchemaVersion;
-  j["name"] = s.name;
-  j["provenance"] = nlohmann::json::parse(s.provenance_json);
-  j["step"] = {{"model", s.step.model},
-               {"cluster", s.step.cluster},
-               {"strategy", s.step.strategy},
-               {"world_size", s.step.world_size},
-               {"seq_len", s.step.seq_len},
-               {"global_batch_sequences", s.step.global_batch_sequences},
-               {"micro_batches", s.step.micro_batches},
-               {"model_flops", s.step.model_flops.count()}};
-  auto& groups = j["groups"] = nlohmann::json::array();
-  for (const auto& g : s.groups) {
-    groups.push_back({{"id", g.id}, {"kind", to_string(g.kind)}, {"ranks", g.ranks}});
-  }
-  auto& programs = j["programs"] = nlohmann::json::array();
-  for (const auto& p : s.programs) {
-    nlohmann::json pj{{"id", p.id}, {"name", p.name}, {"ranks", p.ranks}};
-    auto& threads = pj["threads"] = nlohmann::json::array();
-    for (const auto& t : p.threads) {
-      threads.push_back({{"id", t.id},
-                         {"name", t.name},
-                         {"launch_latency_ns", t.launch_latency.count_ns()},
-                         {"collective_launch_latency_ns", t.collective_launch_latency.count_ns()}});
-    }
-    auto& streams = pj["streams"] = nlohmann::json::array();
-    for (const auto& st : p.streams) {
-      nlohmann::json sj{{"id", st.id}, {"name", st.name}, {"kind", to_string(st.kind)}, {"thread", st.thread}};
-      auto& ops = sj["ops"] = nlohmann::json::array();
-      for (const auto& op : st.ops) ops.push_back(op_to_json(op));
-      streams.push_back(std::move(sj));
-    }
-    programs.push_back(std::move(pj));
-  }
-  return j;
-}
 
 }  // namespace
 
@@ -268,13 +190,6 @@ std::string_view to_string(OpRole e) { return name_of(kOpRole, e); }
 std::string_view to_string(ParamClass e) { return name_of(kParamClass, e); }
 std::string_view to_string(BufferClass e) { return name_of(kBufferClass, e); }
 
-std::string schedule_hash(const Schedule& s) { return sha256_hex(to_json_without_hash(s).dump()); }
-
-std::string to_canonical_json(const Schedule& s) {
-  nlohmann::json j = to_json_without_hash(s);
-  j["sha256"] = sha256_hex(j.dump());
-  return j.dump();
-}
 
 Schedule schedule_from_json(const std::string& text, const std::string& file, bool verify_hash) {
   nlohmann::json j = parse_json(text, file);

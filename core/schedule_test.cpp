@@ -1,12 +1,15 @@
 // The Schedule contract: canonical JSON and hash, the checker's rejections,
 // and the replay's timing on cases small enough to work out by hand.
 #include <gtest/gtest.h>
+
 #include <algorithm>
+#include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
 #include "core/schedule.hpp"
 #include "core/schedule_check.hpp"
 #include "core/schedule_replay.hpp"
+#include "core/sha256.hpp"
 
 namespace hzp::core {
 namespace {
@@ -84,6 +87,23 @@ TEST(Schedule, CanonicalJsonRoundTripsAndHashes) {
   EXPECT_EQ(schedule_hash(back), schedule_hash(s));
   s.programs[0].streams[0].ops[0].flops = Flops(11);
   EXPECT_NE(schedule_hash(s), schedule_hash(back));
+}
+
+// The streamed encoding is nlohmann/json's canonical dump of the same document
+// (sorted keys, no whitespace), whatever the names hold, and the hash is the
+// SHA-256 of that text without its "sha256" key.
+TEST(Schedule, CanonicalTextIsTheSortedDumpAndTheHashItsDigest) {
+  Schedule s = two_rank_schedule();
+  s.name = "quote \" back\\slash tab\t newline\n bell\x07 utf-8 \xc3\xa9";
+  s.programs[0].streams[0].ops[0].name = "x\x01y";
+  s.programs[0].streams[0].ops[0].flops = Flops(1.5e20);
+  const std::string text = to_canonical_json(s);
+  nlohmann::json doc = nlohmann::json::parse(text);
+  EXPECT_EQ(doc.dump(), text);
+  EXPECT_EQ(doc.at("sha256"), schedule_hash(s));
+  doc.erase("sha256");
+  EXPECT_EQ(sha256_hex(doc.dump()), schedule_hash(s));
+  EXPECT_EQ(schedule_from_json(text, "s.json").name, s.name);
 }
 
 TEST(Schedule, EditedFileFailsHashCheck) {

@@ -1,6 +1,7 @@
 // SHA-256 following FIPS 180-4 section 6.2: 512-bit blocks, 64 rounds.
 #include "core/sha256.hpp"
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 
@@ -56,32 +57,54 @@ void compress(std::array<std::uint32_t, 8>& h, const unsigned char* block) {
 
 }  // namespace
 
-std::string sha256_hex(std::string_view data) {
-  // Initial hash: first 32 bits of the fractional parts of the square roots of the first 8 primes.
-  std::array<std::uint32_t, 8> h = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
-                                    0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
+// Initial hash: first 32 bits of the fractional parts of the square roots of the first 8 primes.
+Sha256::Sha256()
+    : h_{0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19} {}
+
+void Sha256::update(std::string_view data) {
   const auto* p = reinterpret_cast<const unsigned char*>(data.data());
   std::size_t n = data.size();
-  std::size_t full = n / 64;
-  for (std::size_t i = 0; i < full; ++i) compress(h, p + 64 * i);
+  length_ += n;
+  if (filled_ > 0) {
+    const std::size_t take = std::min(n, 64 - filled_);
+    std::copy(p, p + take, block_.begin() + static_cast<std::ptrdiff_t>(filled_));
+    filled_ += take;
+    p += take;
+    n -= take;
+    if (filled_ < 64) return;
+    compress(h_, block_.data());
+    filled_ = 0;
+  }
+  for (; n >= 64; p += 64, n -= 64) compress(h_, p);
+  std::copy(p, p + n, block_.begin());
+  filled_ = n;
+}
 
+std::string Sha256::hex() {
   // Padding: 0x80, zeros, then the message length in bits, big-endian, to a multiple of 64 bytes.
-  std::array<unsigned char, 128> tail{};
-  std::size_t rem = n - 64 * full;
-  for (std::size_t i = 0; i < rem; ++i) tail[i] = p[64 * full + i];
-  tail[rem] = 0x80;
-  std::size_t tail_len = rem + 1 + 8 <= 64 ? 64 : 128;
-  std::uint64_t bits = static_cast<std::uint64_t>(n) * 8;
-  for (std::size_t i = 0; i < 8; ++i) tail[tail_len - 1 - i] = static_cast<unsigned char>(bits >> (8 * i));
-  for (std::size_t off = 0; off < tail_len; off += 64) compress(h, tail.data() + off);
-
+  const std::uint64_t bits = length_ * 8;
+  block_[filled_++] = 0x80;
+  if (filled_ > 56) {
+    std::fill(block_.begin() + static_cast<std::ptrdiff_t>(filled_), block_.end(), 0);
+    compress(h_, block_.data());
+    filled_ = 0;
+  }
+  std::fill(block_.begin() + static_cast<std::ptrdiff_t>(filled_), block_.begin() + 56, 0);
+  for (std::size_t i = 0; i < 8; ++i) block_[63 - i] = static_cast<unsigned char>(bits >> (8 * i));
+  compress(h_, block_.data());
   static constexpr char kHex[] = "0123456789abcdef";
   std::string out;
   out.reserve(64);
-  for (std::uint32_t v : h) {
+  for (std::uint32_t v : h_) {
     for (int s = 28; s >= 0; s -= 4) out.push_back(kHex[(v >> s) & 0xf]);
   }
   return out;
+}
+
+std::string sha256_hex(std::string_view data) {
+  Sha256 h;
+  h.update(data);
+  return h.hex();
 }
 
 }  // namespace hzp::core

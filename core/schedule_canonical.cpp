@@ -1,0 +1,279 @@
+// The canonical encoding of a Schedule, streamed: the text nlohmann/json's
+// dump() gives for the Schedule's JSON document (keys sorted, no whitespace),
+// written piece by piece into a SHA-256 and/or a string without building the
+// document. Hashing a 10,000-op Schedule is then the cost of its bytes.
+#include <algorithm>
+#include <charconv>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/schedule.hpp"
+#include "core/sha256.hpp"
+
+namespace hzp::core {
+namespace {
+
+// Where the text goes: a digest, a string, or both; buffered.
+class Out {
+ public:
+  Out(Sha256* hash, std::string* text) : hash_(hash), text_(text) { buffer_.reserve(kFlushAt + 4096); }
+  ~Out() { flush(); }
+  Out(const Out&) = delete;
+  Out& operator=(const Out&) = delete;
+
+  void raw(std::string_view s) {
+    buffer_ += s;
+    if (buffer_.size() >= kFlushAt) flush();
+  }
+  void flush() {
+    if (hash_) hash_->update(buffer_);
+    if (text_) *text_ += buffer_;
+    buffer_.clear();
+  }
+
+ private:
+  static constexpr std::size_t kFlushAt = 1 << 16;
+  Sha256* hash_;
+  std::string* text_;
+  std::string buffer_;
+};
+
+// A JSON string as nlohmann/json dumps it (UTF-8 kept, control characters
+// escaped); anything unusual goes through nlohmann itself.
+void append_string(std::string& out, std::string_view s) {
+  const bool plain = std::all_of(s.begin(), s.end(), [](char c) {
+    const auto u = static_cast<unsigned char>(c);
+    return u >= 0x20 && u < 0x80 && c != '"' && c != '\\';
+  });
+  if (!plain) {
+    out += nlohmann::json(std::string(s)).dump();
+    return;
+  }
+  out += '"';
+  out += s;
+  out += '"';
+}
+
+void append_int(std::string& out, std::int64_t v) {
+  char buf[24];
+  const auto r = std::to_chars(buf, buf + sizeof buf, v);
+  out.append(buf, r.ptr);
+}
+
+// A small object's members, written in sorted key order.
+class Members {
+ public:
+  void str(std::string_view key, std::string_view v) { append_string(add(key), v); }
+  void i64(std::string_view key, std::int64_t v) { append_int(add(key), v); }
+  void f64(std::string_view key, double v) { add(key) += nlohmann::json(v).dump(); }
+  void ints(std::string_view key, std::initializer_list<std::int64_t> vs) {
+    std::string& out = add(key);
+    out += '[';
+    bool first = true;
+    for (std::int64_t v : vs) {
+      if (!first) out += ',';
+      first = false;
+      append_int(out, v);
+    }
+    out += ']';
+  }
+  void write(Out& out) {
+    std::sort(members_.begin(), members_.end());
+    std::string text = "{";
+    for (std::size_t i = 0; i < members_.size(); ++i) {
+      if (i) text += ',';
+      append_string(text, members_[i].first);
+      text += ':';
+      text += members_[i].second;
+    }
+    text += '}';
+    out.raw(text);
+  }
+
+ private:
+  std::string& add(std::string_view key) { return members_.emplace_back(std::string(key), std::string()).second; }
+  std::vector<std::pair<std::string, std::string>> members_;
+};
+
+void write_ints(Out& out, const std::vector<int>& vs) {
+  std::string text = "[";
+  for (std::size_t i = 0; i < vs.size(); ++i) {
+    if (i) text += ',';
+    append_int(text, vs[i]);
+  }
+  text += ']';
+  out.raw(text);
+}
+
+void write_key(Out& out, std::string_view key, bool first = false) {
+  std::string text = first ? "" : ",";
+  append_string(text, key);
+  text += ':';
+  out.raw(text);
+}
+
+void write_op(Out& out, const Op& op) {
+  Members m;
+  m.i64("id", op.id);
+  m.str("kind", to_string(op.kind));
+  m.str("name", op.name);
+  m.str("role", to_string(op.role));
+  m.str("param_class", to_string(op.param_class));
+  switch (op.kind) {
+    case OpKind::Compute:
+      m.str("op", to_string(op.compute));
+      m.f64("flops", op.flops.count());
+      m.i64("bytes", op.bytes.count());
+      m.str("dtype", to_string(op.dtype));
+      if (op.gemm) m.ints("gemm", {op.gemm->m, op.gemm->n, op.gemm->k, op.gemm->batch});
+      break;
+    case OpKind::Collective:
+      m.str("op", to_string(op.collective));
+      m.i64("group", op.group);
+      m.i64("seq", op.seq);
+      m.i64("bytes", op.bytes.count());
+      m.str("dtype", to_string(op.dtype));
+      break;
+    case OpKind::Send:
+    case OpKind::Recv:
+      m.i64("peer", op.peer);
+      m.i64("seq", op.seq);
+      m.i64("bytes", op.bytes.count());
+      break;
+    case OpKind::Alloc:
+    case OpKind::Free:
+      m.str("buffer", op.buffer);
+      m.str("buffer_class", to_string(op.buffer_class));
+      m.i64("bytes", op.bytes.count());
+      break;
+    case OpKind::Record:
+    case OpKind::Wait:
+    case OpKind::Sync: m.i64("event", op.event); break;
+  }
+  m.write(out);
+}
+
+// Keys in sorted order: id, kind, name, ops, thread.
+void write_stream(Out& out, const Stream& st) {
+  std::string head = "{\"id\":";
+  append_int(head, st.id);
+  head += ",\"kind\":";
+  append_string(head, to_string(st.kind));
+  head += ",\"name\":";
+  append_string(head, st.name);
+  head += ",\"ops\":[";
+  out.raw(head);
+  for (std::size_t i = 0; i < st.ops.size(); ++i) {
+    if (i) out.raw(",");
+    write_op(out, st.ops[i]);
+  }
+  std::string tail = "],\"thread\":";
+  append_int(tail, st.thread);
+  tail += '}';
+  out.raw(tail);
+}
+
+// Keys in sorted order: id, name, ranks, streams, threads.
+void write_program(Out& out, const Program& p) {
+  std::string head = "{\"id\":";
+  append_int(head, p.id);
+  head += ",\"name\":";
+  append_string(head, p.name);
+  head += ",\"ranks\":";
+  out.raw(head);
+  write_ints(out, p.ranks);
+  out.raw(",\"streams\":[");
+  for (std::size_t i = 0; i < p.streams.size(); ++i) {
+    if (i) out.raw(",");
+    write_stream(out, p.streams[i]);
+  }
+  out.raw("],\"threads\":[");
+  for (std::size_t i = 0; i < p.threads.size(); ++i) {
+    if (i) out.raw(",");
+    const Thread& t = p.threads[i];
+    Members m;
+    m.i64("id", t.id);
+    m.str("name", t.name);
+    m.i64("launch_latency_ns", t.launch_latency.count_ns());
+    m.i64("collective_launch_latency_ns", t.collective_launch_latency.count_ns());
+    m.write(out);
+  }
+  out.raw("]}");
+}
+
+// Top-level keys in sorted order: groups, name, programs, provenance,
+// schema_version, [sha256,] step.
+void write_schedule(Out& out, const Schedule& s, const std::string* sha256) {
+  out.raw("{\"groups\":[");
+  for (std::size_t i = 0; i < s.groups.size(); ++i) {
+    if (i) out.raw(",");
+    const Group& g = s.groups[i];
+    std::string text = "{\"id\":";
+    append_int(text, g.id);
+    text += ",\"kind\":";
+    append_string(text, to_string(g.kind));
+    text += ",\"ranks\":";
+    out.raw(text);
+    write_ints(out, g.ranks);
+    out.raw("}");
+  }
+  out.raw("]");
+  write_key(out, "name");
+  std::string name;
+  append_string(name, s.name);
+  out.raw(name);
+  write_key(out, "programs");
+  out.raw("[");
+  for (std::size_t i = 0; i < s.programs.size(); ++i) {
+    if (i) out.raw(",");
+    write_program(out, s.programs[i]);
+  }
+  out.raw("]");
+  write_key(out, "provenance");
+  out.raw(nlohmann::json::parse(s.provenance_json).dump());
+  write_key(out, "schema_version");
+  out.raw(std::to_string(kScheduleSchemaVersion));
+  if (sha256) {
+    write_key(out, "sha256");
+    std::string h;
+    append_string(h, *sha256);
+    out.raw(h);
+  }
+  write_key(out, "step");
+  Members step;
+  step.str("model", s.step.model);
+  step.str("cluster", s.step.cluster);
+  step.str("strategy", s.step.strategy);
+  step.i64("world_size", s.step.world_size);
+  step.i64("seq_len", s.step.seq_len);
+  step.i64("global_batch_sequences", s.step.global_batch_sequences);
+  step.i64("micro_batches", s.step.micro_batches);
+  step.f64("model_flops", s.step.model_flops.count());
+  step.write(out);
+  out.raw("}");
+}
+
+}  // namespace
+
+std::string schedule_hash(const Schedule& s) {
+  Sha256 h;
+  {
+    Out out(&h, nullptr);
+    write_schedule(out, s, nullptr);
+  }
+  return h.hex();
+}
+
+std::string to_canonical_json(const Schedule& s) {
+  const std::string hash = schedule_hash(s);
+  std::string text;
+  {
+    Out out(nullptr, &text);
+    write_schedule(out, s, &hash);
+  }
+  return text;
+}
+
+}  // namespace hzp::core
