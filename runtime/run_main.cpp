@@ -79,13 +79,6 @@ hzp::traces::TraceHeader header(const hzp::core::Schedule& s, const std::string&
   return h;
 }
 
-// "gpu H200, driver 13.0, ..." for a trace header.
-std::string provenance_text(const std::map<std::string, std::string>& p) {
-  std::string out;
-  for (const auto& [k, v] : p) out += fmt::format("{}{} {}", out.empty() ? "" : ", ", k, v);
-  return out;
-}
-
 // The --summary JSON: median step, every timed step, and memory.
 void write_summary(const std::string& path, const hzp::core::Schedule& s, const std::string& backend,
                    const std::vector<double>& steps, double median, double peak_reserved_GiB, double peak_used_GiB) {
@@ -158,6 +151,13 @@ int run_host(const Args& a, const hzp::core::Schedule& s, const std::string& com
 }
 
 #ifdef HZP_HAVE_CUDA
+// "gpu H200, driver 13.0, ..." for a trace header.
+std::string provenance_text(const std::map<std::string, std::string>& p) {
+  std::string out;
+  for (const auto& [k, v] : p) out += fmt::format("{}{} {}", out.empty() ? "" : ", ", k, v);
+  return out;
+}
+
 // One rank on one GPU: communicators, backend, warm-up and timed steps; the
 // median step (max across ranks) and this rank's trace of it.
 int run_cuda_rank(const Args& a, const hzp::core::Schedule& s, const hzp::runtime::LaunchInfo& launch, int device,
