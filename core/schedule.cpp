@@ -167,6 +167,69 @@ std::vector<int> int_list(StrictObject& o, const std::string& key) {
   return out;
 }
 
+StepInfo step_from_json(StrictObject step) {
+  StepInfo info;
+  info.model = step.str("model");
+  info.cluster = step.str("cluster");
+  info.strategy = step.str("strategy");
+  info.world_size = static_cast<int>(step.integer("world_size", 1, kMaxWorldSize));
+  info.seq_len = step.integer("seq_len", 1, 1 << 24);
+  info.global_batch_sequences = step.integer("global_batch_sequences", 1, 1LL << 40);
+  info.micro_batches = step.integer("micro_batches", 1, 1 << 20);
+  info.model_flops = Flops(step.number("model_flops", 0, 1e30));
+  step.finish();
+  return info;
+}
+
+Group group_from_json(StrictObject g, std::size_t i) {
+  Group grp;
+  grp.id = static_cast<int>(g.integer("id", 0, INT32_MAX));
+  if (grp.id != static_cast<int>(i)) g.fail("id", fmt::format("expected {} (groups are numbered in order)", i));
+  grp.kind = parse_enum(kGroupKind, g, "kind");
+  grp.ranks = int_list(g, "ranks");
+  g.finish();
+  return grp;
+}
+
+Thread thread_from_json(StrictObject to, std::size_t t) {
+  Thread th;
+  th.id = static_cast<int>(to.integer("id", 0, INT32_MAX));
+  if (th.id != static_cast<int>(t)) to.fail("id", fmt::format("expected {} (threads are numbered in order)", t));
+  th.name = to.str("name");
+  th.launch_latency = Duration::ns(to.integer("launch_latency_ns", 0, 1000000000));
+  th.collective_launch_latency = Duration::ns(to.integer("collective_launch_latency_ns", 0, 1000000000));
+  to.finish();
+  return th;
+}
+
+Stream stream_from_json(StrictObject so, std::size_t k) {
+  Stream st;
+  st.id = static_cast<int>(so.integer("id", 0, INT32_MAX));
+  if (st.id != static_cast<int>(k)) so.fail("id", fmt::format("expected {} (streams are numbered in order)", k));
+  st.name = so.str("name");
+  st.kind = parse_enum(kStreamKind, so, "kind");
+  st.thread = static_cast<int>(so.integer("thread", 0, INT32_MAX));
+  const auto& ops = so.array("ops");
+  st.ops.reserve(ops.size());
+  for (std::size_t n = 0; n < ops.size(); ++n) st.ops.push_back(op_from_json(so.element("ops", n)));
+  so.finish();
+  return st;
+}
+
+Program program_from_json(StrictObject p, std::size_t i) {
+  Program prog;
+  prog.id = static_cast<int>(p.integer("id", 0, INT32_MAX));
+  if (prog.id != static_cast<int>(i)) p.fail("id", fmt::format("expected {} (programs are numbered in order)", i));
+  prog.name = p.str("name");
+  prog.ranks = int_list(p, "ranks");
+  const auto& threads = p.array("threads");
+  for (std::size_t t = 0; t < threads.size(); ++t) prog.threads.push_back(thread_from_json(p.element("threads", t), t));
+  const auto& streams = p.array("streams");
+  for (std::size_t k = 0; k < streams.size(); ++k) prog.streams.push_back(stream_from_json(p.element("streams", k), k));
+  p.finish();
+  return prog;
+}
+
 
 }  // namespace
 
@@ -207,66 +270,12 @@ Schedule schedule_from_json(const std::string& text, const std::string& file, bo
   const auto& prov = o.raw("provenance");
   if (!prov.is_object()) o.fail("provenance", "expected an object");
   s.provenance_json = prov.dump();
-
-  StrictObject step = o.object("step");
-  s.step.model = step.str("model");
-  s.step.cluster = step.str("cluster");
-  s.step.strategy = step.str("strategy");
-  s.step.world_size = static_cast<int>(step.integer("world_size", 1, kMaxWorldSize));
-  s.step.seq_len = step.integer("seq_len", 1, 1 << 24);
-  s.step.global_batch_sequences = step.integer("global_batch_sequences", 1, 1LL << 40);
-  s.step.micro_batches = step.integer("micro_batches", 1, 1 << 20);
-  s.step.model_flops = Flops(step.number("model_flops", 0, 1e30));
-  step.finish();
-
+  s.step = step_from_json(o.object("step"));
   const auto& groups = o.array("groups");
-  for (std::size_t i = 0; i < groups.size(); ++i) {
-    StrictObject g = o.element("groups", i);
-    Group grp;
-    grp.id = static_cast<int>(g.integer("id", 0, INT32_MAX));
-    if (grp.id != static_cast<int>(i)) g.fail("id", fmt::format("expected {} (groups are numbered in order)", i));
-    grp.kind = parse_enum(kGroupKind, g, "kind");
-    grp.ranks = int_list(g, "ranks");
-    g.finish();
-    s.groups.push_back(std::move(grp));
-  }
+  for (std::size_t i = 0; i < groups.size(); ++i) s.groups.push_back(group_from_json(o.element("groups", i), i));
   const auto& programs = o.array("programs");
   for (std::size_t i = 0; i < programs.size(); ++i) {
-    StrictObject p = o.element("programs", i);
-    Program prog;
-    prog.id = static_cast<int>(p.integer("id", 0, INT32_MAX));
-    if (prog.id != static_cast<int>(i)) p.fail("id", fmt::format("expected {} (programs are numbered in order)", i));
-    prog.name = p.str("name");
-    prog.ranks = int_list(p, "ranks");
-    const auto& threads = p.array("threads");
-    for (std::size_t t = 0; t < threads.size(); ++t) {
-      StrictObject to = p.element("threads", t);
-      Thread th;
-      th.id = static_cast<int>(to.integer("id", 0, INT32_MAX));
-      if (th.id != static_cast<int>(t)) to.fail("id", fmt::format("expected {} (threads are numbered in order)", t));
-      th.name = to.str("name");
-      th.launch_latency = Duration::ns(to.integer("launch_latency_ns", 0, 1000000000));
-      th.collective_launch_latency = Duration::ns(to.integer("collective_launch_latency_ns", 0, 1000000000));
-      to.finish();
-      prog.threads.push_back(std::move(th));
-    }
-    const auto& streams = p.array("streams");
-    for (std::size_t k = 0; k < streams.size(); ++k) {
-      StrictObject so = p.element("streams", k);
-      Stream st;
-      st.id = static_cast<int>(so.integer("id", 0, INT32_MAX));
-      if (st.id != static_cast<int>(k)) so.fail("id", fmt::format("expected {} (streams are numbered in order)", k));
-      st.name = so.str("name");
-      st.kind = parse_enum(kStreamKind, so, "kind");
-      st.thread = static_cast<int>(so.integer("thread", 0, INT32_MAX));
-      const auto& ops = so.array("ops");
-      st.ops.reserve(ops.size());
-      for (std::size_t n = 0; n < ops.size(); ++n) st.ops.push_back(op_from_json(so.element("ops", n)));
-      so.finish();
-      prog.streams.push_back(std::move(st));
-    }
-    p.finish();
-    s.programs.push_back(std::move(prog));
+    s.programs.push_back(program_from_json(o.element("programs", i), i));
   }
   std::string recorded = o.str("sha256");
   o.finish();

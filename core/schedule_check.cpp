@@ -61,8 +61,8 @@ std::string role_problem(const Schedule& s, const Op& op) {
   return {};
 }
 
-void check_structure(const Schedule& s) {
-  if (s.step.world_size <= 0) throw ScheduleError("step.world_size must be positive");
+// Programs partition the ranks 0..world-1, each program's ranks ascending.
+void check_rank_partition(const Schedule& s) {
   const auto world = static_cast<std::size_t>(s.step.world_size);
   std::vector<int> owner(world, -1);
   for (const Program& p : s.programs) {
@@ -84,6 +84,10 @@ void check_structure(const Schedule& s) {
   for (std::size_t r = 0; r < world; ++r) {
     if (owner[r] < 0) throw ScheduleError(fmt::format("rank {} belongs to no program", r));
   }
+}
+
+void check_groups(const Schedule& s) {
+  const auto world = static_cast<std::size_t>(s.step.world_size);
   for (const Group& g : s.groups) {
     if (g.ranks.empty()) throw ScheduleError(fmt::format("group {} is empty", g.id));
     for (std::size_t i = 0; i < g.ranks.size(); ++i) {
@@ -92,93 +96,127 @@ void check_structure(const Schedule& s) {
       }
     }
   }
-  for (const Program& p : s.programs) {
-    std::set<int> ids;
-    std::map<int, int> records;
-    std::map<std::string, std::pair<Bytes, BufferClass>> allocs;
-    std::vector<std::pair<const Stream*, const Op*>> frees;
-    std::map<int, int> next_seq;  // group -> expected seq, in issue (id) order
-    std::vector<std::pair<int, const Op*>> collectives;
-    for (const Stream& st : p.streams) {
-      if (st.thread < 0 || static_cast<std::size_t>(st.thread) >= p.threads.size()) {
+}
+
+// One program's ops, op by op, then what needs all of them: frees against
+// allocs, collective sequence numbers in issue order, waited events recorded.
+class ProgramCheck {
+ public:
+  ProgramCheck(const Schedule& s, const Program& p) : s_(s), p_(p) {}
+
+  void run() {
+    for (const Stream& st : p_.streams) {
+      if (st.thread < 0 || static_cast<std::size_t>(st.thread) >= p_.threads.size()) {
         throw ScheduleError(
-            fmt::format("program {} stream '{}' names thread {}, which does not exist", p.id, st.name, st.thread));
+            fmt::format("program {} stream '{}' names thread {}, which does not exist", p_.id, st.name, st.thread));
       }
       int previous = -1;
       for (const Op& op : st.ops) {
-        if (!ids.insert(op.id).second) fail_at(p, st, op, "duplicate op id");
+        if (!ids_.insert(op.id).second) fail_at(p_, st, op, "duplicate op id");
         if (op.id <= previous)
-          fail_at(p, st, op,
+          fail_at(p_, st, op,
                   fmt::format("op ids must ascend along a stream (they are the host issue order); {} follows {}", op.id,
                               previous));
         previous = op.id;
-        if (std::string why = role_problem(s, op); !why.empty()) fail_at(p, st, op, why);
-        switch (op.kind) {
-          case OpKind::Record:
-            if (++records[op.event] > 1) fail_at(p, st, op, fmt::format("event {} is recorded twice", op.event));
-            break;
-          case OpKind::Alloc:
-            if (op.bytes < Bytes(0)) fail_at(p, st, op, "negative allocation");
-            if (!allocs.emplace(op.buffer, std::pair{op.bytes, op.buffer_class}).second)
-              fail_at(p, st, op, fmt::format("buffer '{}' is allocated twice", op.buffer));
-            break;
-          case OpKind::Free: frees.emplace_back(&st, &op); break;
-          case OpKind::Collective: {
-            if (op.group < 0 || static_cast<std::size_t>(op.group) >= s.groups.size())
-              fail_at(p, st, op, fmt::format("group {} does not exist", op.group));
-            const Group& g = s.group(op.group);
-            if (!std::binary_search(g.ranks.begin(), g.ranks.end(), p.ranks[0])) {
-              fail_at(
-                  p, st, op,
-                  fmt::format("group {} does not contain the program's representative rank {}", op.group, p.ranks[0]));
-            }
-            collectives.emplace_back(op.id, &op);
-            break;
-          }
-          case OpKind::Send:
-          case OpKind::Recv:
-            if (op.peer < 0 || op.peer >= s.step.world_size)
-              fail_at(p, st, op, fmt::format("peer {} is not a rank", op.peer));
-            break;
-          default: break;
-        }
+        if (std::string why = role_problem(s_, op); !why.empty()) fail_at(p_, st, op, why);
+        check_op(st, op);
       }
     }
-    // Every free matches an alloc of the same buffer, size and class, once; buffers
-    // never freed stay live to the end of the step (model state).
+    check_frees();
+    check_seqs();
+    check_waits();
+  }
+
+ private:
+  void check_op(const Stream& st, const Op& op) {
+    switch (op.kind) {
+      case OpKind::Record:
+        if (++records_[op.event] > 1) fail_at(p_, st, op, fmt::format("event {} is recorded twice", op.event));
+        break;
+      case OpKind::Alloc:
+        if (op.bytes < Bytes(0)) fail_at(p_, st, op, "negative allocation");
+        if (!allocs_.emplace(op.buffer, std::pair{op.bytes, op.buffer_class}).second)
+          fail_at(p_, st, op, fmt::format("buffer '{}' is allocated twice", op.buffer));
+        break;
+      case OpKind::Free: frees_.emplace_back(&st, &op); break;
+      case OpKind::Collective: {
+        if (op.group < 0 || static_cast<std::size_t>(op.group) >= s_.groups.size())
+          fail_at(p_, st, op, fmt::format("group {} does not exist", op.group));
+        const Group& g = s_.group(op.group);
+        if (!std::binary_search(g.ranks.begin(), g.ranks.end(), p_.ranks[0])) {
+          fail_at(p_, st, op,
+                  fmt::format("group {} does not contain the program's representative rank {}", op.group, p_.ranks[0]));
+        }
+        collectives_.emplace_back(op.id, &op);
+        break;
+      }
+      case OpKind::Send:
+      case OpKind::Recv:
+        if (op.peer < 0 || op.peer >= s_.step.world_size)
+          fail_at(p_, st, op, fmt::format("peer {} is not a rank", op.peer));
+        break;
+      default: break;
+    }
+  }
+
+  // Every free matches an alloc of the same buffer, size and class, once; buffers
+  // never freed stay live to the end of the step (model state).
+  void check_frees() const {
     std::set<std::string> freed;
-    for (auto [st, op] : frees) {
-      auto it = allocs.find(op->buffer);
-      if (it == allocs.end())
-        fail_at(p, *st, *op, fmt::format("frees buffer '{}', which is not allocated", op->buffer));
+    for (auto [st, op] : frees_) {
+      auto it = allocs_.find(op->buffer);
+      if (it == allocs_.end())
+        fail_at(p_, *st, *op, fmt::format("frees buffer '{}', which is not allocated", op->buffer));
       if (it->second.first != op->bytes)
-        fail_at(p, *st, *op,
+        fail_at(p_, *st, *op,
                 fmt::format("frees buffer '{}' with {} bytes, allocated with {}", op->buffer, op->bytes.count(),
                             it->second.first.count()));
       if (it->second.second != op->buffer_class)
-        fail_at(p, *st, *op,
+        fail_at(p_, *st, *op,
                 fmt::format("frees buffer '{}' as class {}, allocated as {}", op->buffer, to_string(op->buffer_class),
                             to_string(it->second.second)));
-      if (!freed.insert(op->buffer).second) fail_at(p, *st, *op, fmt::format("frees buffer '{}' twice", op->buffer));
+      if (!freed.insert(op->buffer).second) fail_at(p_, *st, *op, fmt::format("frees buffer '{}' twice", op->buffer));
     }
-    // Sequence numbers per group run 0, 1, 2, ... in the order the host issues them.
-    std::sort(collectives.begin(), collectives.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-    for (const auto& [id, op] : collectives) {
+  }
+
+  // Sequence numbers per group run 0, 1, 2, ... in the order the host issues them.
+  void check_seqs() {
+    std::map<int, int> next_seq;  // group -> expected seq, in issue (id) order
+    std::sort(collectives_.begin(), collectives_.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    for (const auto& [id, op] : collectives_) {
       int& expect = next_seq[op->group];
       if (op->seq != expect) {
         throw ScheduleError(
-            fmt::format("program {} op {} '{}': collective on group {} has seq {}, expected {} (issue order)", p.id,
+            fmt::format("program {} op {} '{}': collective on group {} has seq {}, expected {} (issue order)", p_.id,
                         op->id, op->name, op->group, op->seq, expect));
       }
       ++expect;
     }
-    for (const Stream& st : p.streams) {
+  }
+
+  void check_waits() const {
+    for (const Stream& st : p_.streams) {
       for (const Op& op : st.ops) {
-        if ((op.kind == OpKind::Wait || op.kind == OpKind::Sync) && !records.contains(op.event))
-          fail_at(p, st, op, fmt::format("waits for event {}, which is never recorded", op.event));
+        if ((op.kind == OpKind::Wait || op.kind == OpKind::Sync) && !records_.contains(op.event))
+          fail_at(p_, st, op, fmt::format("waits for event {}, which is never recorded", op.event));
       }
     }
   }
+
+  const Schedule& s_;
+  const Program& p_;
+  std::set<int> ids_;
+  std::map<int, int> records_;
+  std::map<std::string, std::pair<Bytes, BufferClass>> allocs_;
+  std::vector<std::pair<const Stream*, const Op*>> frees_;
+  std::vector<std::pair<int, const Op*>> collectives_;
+};
+
+void check_structure(const Schedule& s) {
+  if (s.step.world_size <= 0) throw ScheduleError("step.world_size must be positive");
+  check_rank_partition(s);
+  check_groups(s);
+  for (const Program& p : s.programs) ProgramCheck(s, p).run();
 }
 
 void check_collective_agreement(const Schedule& s) {

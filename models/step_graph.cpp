@@ -216,15 +216,10 @@ void ffn_ops(Builder& b, const ModelSpec& m, const std::string& p, std::int64_t 
   b.ops.back().param_class = pc;
 }
 
-Builder layer_forward(const ModelSpec& m, int layer, const GraphOptions& o) {
-  const Dims d = dims(m, o);
-  Builder b{d.e, {}, {}};
-  const std::int64_t e = d.e, s = d.s, bs = d.bs, T = d.T, h = d.h, Th = d.Th, H = d.H, G = d.G;
-  const std::int64_t dqk = d.dqk, dv = d.dv;
-  const std::string p = fmt::format("l{}.", layer);
-
-  b.bandwidth(p + "attn_norm", ComputeKind::Norm, 2 * e * Th * h, Th * h);
-  tp_enter(b, d, p + "attn");
+// Q, K and V: MLA's low-rank projections or one fused QKV GEMM, then the
+// optional QK norm and rotary embedding.
+void attention_projections(Builder& b, const ModelSpec& m, const Dims& d, const std::string& p) {
+  const std::int64_t e = d.e, T = d.T, h = d.h, H = d.H, G = d.G, dqk = d.dqk, dv = d.dv;
   if (m.mla) {
     // Down-projections replicated across tensor-parallel ranks, up-projections split by heads.
     const MlaSpec& a = *m.mla;
@@ -246,75 +241,104 @@ Builder layer_forward(const ModelSpec& m, int layer, const GraphOptions& o) {
     std::int64_t rope = m.mla ? m.mla->qk_rope_head_dim : dqk;
     b.bandwidth(p + "rope", ComputeKind::Elementwise, 2 * e * T * (H + G) * rope, T * (H + G) * rope);
   }
-  // Scores and context of this rank's s / cp queries against all s keys.
+}
+
+// The softmax of unfused attention: one fused kernel when Megatron has one
+// for this shape, else its eager fallback kernel by kernel.
+void attention_softmax(Builder& b, const Dims& d, const std::string& p) {
+  const std::int64_t e = d.e, s = d.s, bs = d.bs, H = d.H;
+  const std::int64_t scores = bs * H * s * s;
+  if (fused_softmax_available(bs * H, s)) {
+    b.bandwidth(p + "attn_softmax", ComputeKind::Elementwise, 2 * e * scores, scores);
+    b.ops.back().attention = AttentionPart::Softmax;
+    return;
+  }
+  // Megatron's fallback in eager PyTorch, softmax in fp32: cast up (e + 4
+  // bytes an element), scale (8), mask in place (8), softmax (8), cast back
+  // (4 + e); backward, kernel for kernel in reverse: cast the gradient up
+  // (e + 4), softmax backward (reads output and gradient, 12), mask (8),
+  // scale (8), cast back (4 + e). Pushed backward-only in reverse so that
+  // the backward pass runs them in that order.
+  for (const auto& [step, bytes] :
+       {std::pair{"cast", e + 4}, {"scale", 8}, {"mask", 8}, {"softmax", 8}, {"cast_back", 4 + e}}) {
+    b.bandwidth(fmt::format("{}attn_softmax.{}", p, step), ComputeKind::Elementwise, bytes * scores, scores);
+    b.ops.back().attention = AttentionPart::Softmax;
+    b.flags.back().backward = false;
+  }
+  for (const auto& [step, bytes] :
+       {std::pair{"cast", 4 + e}, {"scale", 8}, {"mask", 8}, {"softmax", 12}, {"cast_back", e + 4}}) {
+    b.backward_bandwidth(fmt::format("{}attn_softmax.{}.bwd", p, step), ComputeKind::Elementwise, bytes * scores,
+                         scores);
+    b.ops.back().attention = AttentionPart::Softmax;
+  }
+}
+
+// Scores and context of this rank's s / cp queries against all s keys: one
+// fused (flash) kernel, or batched GEMMs around softmax and dropout.
+void attention_core(Builder& b, const ModelSpec& m, const GraphOptions& o, const Dims& d, const std::string& p) {
+  const std::int64_t e = d.e, s = d.s, bs = d.bs, T = d.T, H = d.H, G = d.G, dqk = d.dqk, dv = d.dv;
   const double full_core =
       2.0 * static_cast<double>(bs * H) * static_cast<double>(s * d.s_local) * static_cast<double>(dqk + dv);
   if (o.flash_attention) {
     b.attention(p + "attn_core", 0.5 * full_core, e * T * (H * dqk + G * dqk + G * dv + H * dv));
-  } else {
-    b.gemm(p + "attn_scores", s, s, dqk, bs * H);
-    b.ops.back().attention = AttentionPart::Scores;
-    const std::int64_t scores = bs * H * s * s;
-    if (fused_softmax_available(bs * H, s)) {
-      b.bandwidth(p + "attn_softmax", ComputeKind::Elementwise, 2 * e * scores, scores);
-      b.ops.back().attention = AttentionPart::Softmax;
-    } else {
-      // Megatron's fallback in eager PyTorch, softmax in fp32: cast up (e + 4
-      // bytes an element), scale (8), mask in place (8), softmax (8), cast back
-      // (4 + e); backward, kernel for kernel in reverse: cast the gradient up
-      // (e + 4), softmax backward (reads output and gradient, 12), mask (8),
-      // scale (8), cast back (4 + e). Pushed backward-only in reverse so that
-      // the backward pass runs them in that order.
-      for (const auto& [step, bytes] :
-           {std::pair{"cast", e + 4}, {"scale", 8}, {"mask", 8}, {"softmax", 8}, {"cast_back", 4 + e}}) {
-        b.bandwidth(fmt::format("{}attn_softmax.{}", p, step), ComputeKind::Elementwise, bytes * scores, scores);
-        b.ops.back().attention = AttentionPart::Softmax;
-        b.flags.back().backward = false;
-      }
-      for (const auto& [step, bytes] :
-           {std::pair{"cast", 4 + e}, {"scale", 8}, {"mask", 8}, {"softmax", 12}, {"cast_back", e + 4}}) {
-        b.backward_bandwidth(fmt::format("{}attn_softmax.{}.bwd", p, step), ComputeKind::Elementwise, bytes * scores,
-                             scores);
-        b.ops.back().attention = AttentionPart::Softmax;
-      }
-    }
-    if (m.dropout) {
-      b.bandwidth(p + "attn_dropout", ComputeKind::Elementwise, (2 * e + 1) * bs * H * s * s, bs * H * s * s);
-      b.ops.back().attention = AttentionPart::Dropout;
-    }
-    b.gemm(p + "attn_context", s, dv, s, bs * H);
-    b.ops.back().attention = AttentionPart::Context;
+    return;
   }
+  b.gemm(p + "attn_scores", s, s, dqk, bs * H);
+  b.ops.back().attention = AttentionPart::Scores;
+  attention_softmax(b, d, p);
+  if (m.dropout) {
+    b.bandwidth(p + "attn_dropout", ComputeKind::Elementwise, (2 * e + 1) * bs * H * s * s, bs * H * s * s);
+    b.ops.back().attention = AttentionPart::Dropout;
+  }
+  b.gemm(p + "attn_context", s, dv, s, bs * H);
+  b.ops.back().attention = AttentionPart::Context;
+}
+
+// Experts split like a dense FFN across tensor-parallel ranks (expert TP =
+// TP) and, with expert parallelism, ep ways across ranks: each rank runs
+// experts / ep experts on the tokens every rank of its ep group routed to
+// them (uniform routing: ceil(cf · T · top_k / E) rows per expert per rank).
+void moe_ffn(Builder& b, const ModelSpec& m, const GraphOptions& o, const Dims& d, const std::string& p) {
+  const std::int64_t e = d.e, T = d.T, h = d.h;
+  const MoeSpec& x = *m.moe;
+  const std::int64_t ep = o.ep, rows = tokens_per_expert(x, T);
+  b.gemm(p + "router", T, x.experts, h);
+  b.bandwidth(p + "router_topk", ComputeKind::Elementwise, 2 * 4 * T * x.experts, T * x.experts);
+  b.bandwidth(p + "moe_dispatch", ComputeKind::Elementwise, 2 * e * T * x.top_k * h, T * x.top_k * h);
+  if (ep > 1) {
+    b.comm(p + "moe_dispatch_alltoall", core::CollectiveKind::AllToAll, e * rows * x.experts * h, true, true,
+           CommGroup::Ep);
+    b.ops.back().param_class = core::ParamClass::Expert;
+  }
+  ffn_ops(b, m, p, x.expert_ffn_hidden / d.t, rows * ep, x.experts / ep, "experts.", core::ParamClass::Expert);
+  if (ep > 1) {
+    b.comm(p + "moe_combine_alltoall", core::CollectiveKind::AllToAll, e * rows * x.experts * h, true, true,
+           CommGroup::Ep);
+    b.ops.back().param_class = core::ParamClass::Expert;
+  }
+  b.bandwidth(p + "moe_combine", ComputeKind::Elementwise, 2 * e * T * x.top_k * h, T * x.top_k * h);
+  if (x.shared_experts > 0) {
+    ffn_ops(b, m, p, x.shared_experts * x.shared_expert_ffn_hidden / d.t, T, 1, "shared.");
+  }
+}
+
+Builder layer_forward(const ModelSpec& m, int layer, const GraphOptions& o) {
+  const Dims d = dims(m, o);
+  Builder b{d.e, {}, {}};
+  const std::int64_t e = d.e, T = d.T, h = d.h, Th = d.Th, H = d.H, dv = d.dv;
+  const std::string p = fmt::format("l{}.", layer);
+
+  b.bandwidth(p + "attn_norm", ComputeKind::Norm, 2 * e * Th * h, Th * h);
+  tp_enter(b, d, p + "attn");
+  attention_projections(b, m, d, p);
+  attention_core(b, m, o, d, p);
   b.gemm(p + "attn_out", T, h, H * dv);
   tp_leave(b, d, p + "attn");
   b.bandwidth(p + "attn_residual", ComputeKind::Elementwise, (m.dropout ? 3 * e + 1 : 3 * e) * Th * h, Th * h);
   b.bandwidth(p + "ffn_norm", ComputeKind::Norm, 2 * e * Th * h, Th * h);
   tp_enter(b, d, p + "ffn");
   if (m.is_moe_layer(layer)) {
-    // Experts split like a dense FFN across tensor-parallel ranks (expert TP =
-    // TP) and, with expert parallelism, ep ways across ranks: each rank runs
-    // experts / ep experts on the tokens every rank of its ep group routed to
-    // them (uniform routing: ceil(cf · T · top_k / E) rows per expert per rank).
-    const MoeSpec& x = *m.moe;
-    const std::int64_t ep = o.ep, rows = tokens_per_expert(x, T);
-    b.gemm(p + "router", T, x.experts, h);
-    b.bandwidth(p + "router_topk", ComputeKind::Elementwise, 2 * 4 * T * x.experts, T * x.experts);
-    b.bandwidth(p + "moe_dispatch", ComputeKind::Elementwise, 2 * e * T * x.top_k * h, T * x.top_k * h);
-    if (ep > 1) {
-      b.comm(p + "moe_dispatch_alltoall", core::CollectiveKind::AllToAll, e * rows * x.experts * h, true, true,
-             CommGroup::Ep);
-      b.ops.back().param_class = core::ParamClass::Expert;
-    }
-    ffn_ops(b, m, p, x.expert_ffn_hidden / d.t, rows * ep, x.experts / ep, "experts.", core::ParamClass::Expert);
-    if (ep > 1) {
-      b.comm(p + "moe_combine_alltoall", core::CollectiveKind::AllToAll, e * rows * x.experts * h, true, true,
-             CommGroup::Ep);
-      b.ops.back().param_class = core::ParamClass::Expert;
-    }
-    b.bandwidth(p + "moe_combine", ComputeKind::Elementwise, 2 * e * T * x.top_k * h, T * x.top_k * h);
-    if (x.shared_experts > 0) {
-      ffn_ops(b, m, p, x.shared_experts * x.shared_expert_ffn_hidden / d.t, T, 1, "shared.");
-    }
+    moe_ffn(b, m, o, d, p);
   } else {
     ffn_ops(b, m, p, m.ffn_hidden / d.t, T, 1, "ffn.");
   }
@@ -397,101 +421,125 @@ core::Bytes layer_activation_bytes(const ModelSpec& m, int layer, const GraphOpt
   return Bytes(attn + ffn);
 }
 
-StepGraph build_step_graph(const ModelSpec& m, const GraphOptions& o) {
-  StepGraph g;
+namespace {
+
+// Parameters on one tensor-parallel rank of t: matrices split t ways, norms replicated.
+std::int64_t per_tp_rank(std::int64_t total, std::int64_t replicated, std::int64_t t) {
+  return (total - replicated) / t + replicated;
+}
+
+std::int64_t norm_params(const ModelSpec& m) { return m.norm == NormKind::LayerNorm ? 2 * m.hidden : m.hidden; }
+
+// Backward over forward FLOPs of attention: a fused kernel recomputes the scores (2.5), unfused 2.
+double flash_backward_ratio(const GraphOptions& o) { return o.flash_attention ? 2.5 : 2.0; }
+
+Unit embedding_unit(const ModelSpec& m, const GraphOptions& o) {
   const Dims d = dims(m, o);
   const std::int64_t e = d.e, T = d.T, h = d.h, t = d.t, Th = d.Th;
-  g.tokens = T;
-  const double flash_bwd = o.flash_attention ? 2.5 : 2.0;
-  // Parameters on one tensor-parallel rank: matrices split t ways, norms replicated.
-  auto per_rank = [&](std::int64_t total, std::int64_t replicated) { return (total - replicated) / t + replicated; };
-  const std::int64_t norm = m.norm == NormKind::LayerNorm ? 2 * h : h;
-
-  {
-    Unit u;
-    u.name = "embedding";
-    u.kind = UnitKind::Embedding;
-    u.params = u.weight_params = per_rank(embedding_params(m), 0);
-    Builder b{e, {}, {}};
-    // Vocabulary-parallel lookup, then all-reduce (or reduce-scatter to sequence shards).
-    b.bandwidth("embedding.lookup", ComputeKind::Embedding, 2 * e * T * h, T * h);
-    if (t > 1) {
-      if (d.sp) {
-        b.comm("embedding.tp_reducescatter", core::CollectiveKind::ReduceScatter, e * T * h);
-      } else {
-        b.comm("embedding.tp_allreduce", core::CollectiveKind::AllReduce, e * T * h, true, false);
-      }
-    }
-    if (m.position_embedding == PositionEmbedding::Learned) {
-      b.bandwidth("embedding.position", ComputeKind::Elementwise, 3 * e * Th * h, Th * h);
-    }
-    u.forward = b.forward();
-    u.backward = backward_of(b, flash_bwd);
-    u.activations = Bytes(4 * T);  // token ids
-    g.units.push_back(std::move(u));
-  }
-  for (int l = 0; l < m.layers; ++l) {
-    Unit u;
-    u.name = fmt::format("layer{}", l);
-    u.kind = UnitKind::Layer;
-    u.layer = l;
-    const std::int64_t experts = m.is_moe_layer(l) ? m.moe->experts * ffn_expert_matmul(m) : 0;
-    u.expert_params = experts / t / o.ep;
-    u.params = u.weight_params = per_rank(layer_params(m, l) - experts, 2 * norm);
-    Builder b = layer_forward(m, l, o);
-    u.forward = b.forward();
-    std::vector<GraphOp> bwd = backward_of(b, flash_bwd);
-    if (o.recompute == Recompute::Full) {
-      u.backward = with_phase(u.forward, Phase::Recompute, ".recompute");
-    } else if (o.recompute == Recompute::Selective && !o.flash_attention) {
-      for (const auto& op : u.forward) {
-        if (is_core_attention(op)) u.backward.push_back(with_phase({op}, Phase::Recompute, ".recompute")[0]);
-      }
-    }
-    u.backward.insert(u.backward.end(), bwd.begin(), bwd.end());
-    u.activations = layer_activation_bytes(m, l, o);
-    GraphOptions keep_all = o;
-    keep_all.recompute = Recompute::None;
-    u.recomputed = layer_activation_bytes(m, l, keep_all) - u.activations;
-    g.units.push_back(std::move(u));
-  }
-  {
-    Unit u;
-    u.name = "head";
-    u.kind = UnitKind::Head;
-    u.params = per_rank(head_params(m), norm);
-    u.weight_params = u.params + (m.tied_embeddings ? m.vocab * h / t : 0);
-    Builder b{e, {}, {}};
-    b.bandwidth("head.final_norm", ComputeKind::Norm, 2 * e * Th * h, Th * h);
-    tp_enter(b, d, "head");
-    b.gemm("head.lm_head", T, m.vocab / t, h);
-    const std::int64_t logits = T * (m.vocab / t);
-    if (o.fused_loss) {
-      // Softmax cross-entropy in fp32 over the vocabulary shard, one kernel:
-      // read the logits, write fp32 probabilities.
-      b.bandwidth("head.loss", ComputeKind::Loss, (e + 4) * logits, logits);
+  Unit u;
+  u.name = "embedding";
+  u.kind = UnitKind::Embedding;
+  u.params = u.weight_params = per_tp_rank(embedding_params(m), 0, t);
+  Builder b{e, {}, {}};
+  // Vocabulary-parallel lookup, then all-reduce (or reduce-scatter to sequence shards).
+  b.bandwidth("embedding.lookup", ComputeKind::Embedding, 2 * e * T * h, T * h);
+  if (t > 1) {
+    if (d.sp) {
+      b.comm("embedding.tp_reducescatter", core::CollectiveKind::ReduceScatter, e * T * h);
     } else {
-      // Megatron's vocab-parallel cross-entropy in eager PyTorch, a kernel per
-      // step over the logits: cast to fp32 (e + 4 bytes a logit), max (4),
-      // subtract it (8), exp (8), sum (4), divide (8); backward scales the
-      // saved probabilities by the loss gradient (8) and casts them back (4 + e).
-      b.bandwidth("head.loss.cast", ComputeKind::Loss, (e + 4) * logits, logits);
-      b.flags.back().backward = false;
-      for (const auto& [step, bytes] : {std::pair{"max", 4}, {"sub", 8}, {"exp", 8}, {"sum", 4}, {"div", 8}}) {
-        b.bandwidth(fmt::format("head.loss.{}", step), ComputeKind::Loss, bytes * logits, logits);
-        b.flags.back().backward = false;
-      }
-      b.backward_bandwidth("head.loss.grad_scale", ComputeKind::Loss, 8 * logits, logits);
-      b.backward_bandwidth("head.loss.grad_cast", ComputeKind::Loss, (4 + e) * logits, logits);
+      b.comm("embedding.tp_allreduce", core::CollectiveKind::AllReduce, e * T * h, true, false);
     }
-    // With tensor parallelism the max and the sum of exponentials are
-    // all-reduced (two fp32 values per token).
-    if (t > 1) b.comm("head.loss_allreduce", core::CollectiveKind::AllReduce, 8 * T, true, false);
-    u.forward = b.forward();
-    u.backward = backward_of(b, flash_bwd);
-    u.activations = Bytes(e * Th * h + e * T * h + 4 * T * (m.vocab / t));  // norm and GEMM inputs, fp32 probabilities
-    g.units.push_back(std::move(u));
   }
+  if (m.position_embedding == PositionEmbedding::Learned) {
+    b.bandwidth("embedding.position", ComputeKind::Elementwise, 3 * e * Th * h, Th * h);
+  }
+  u.forward = b.forward();
+  u.backward = backward_of(b, flash_backward_ratio(o));
+  u.activations = Bytes(4 * T);  // token ids
+  return u;
+}
+
+Unit layer_unit(const ModelSpec& m, int l, const GraphOptions& o) {
+  const std::int64_t t = o.tp;
+  Unit u;
+  u.name = fmt::format("layer{}", l);
+  u.kind = UnitKind::Layer;
+  u.layer = l;
+  const std::int64_t experts = m.is_moe_layer(l) ? m.moe->experts * ffn_expert_matmul(m) : 0;
+  u.expert_params = experts / t / o.ep;
+  u.params = u.weight_params = per_tp_rank(layer_params(m, l) - experts, 2 * norm_params(m), t);
+  Builder b = layer_forward(m, l, o);
+  u.forward = b.forward();
+  std::vector<GraphOp> bwd = backward_of(b, flash_backward_ratio(o));
+  if (o.recompute == Recompute::Full) {
+    u.backward = with_phase(u.forward, Phase::Recompute, ".recompute");
+  } else if (o.recompute == Recompute::Selective && !o.flash_attention) {
+    for (const auto& op : u.forward) {
+      if (is_core_attention(op)) u.backward.push_back(with_phase({op}, Phase::Recompute, ".recompute")[0]);
+    }
+  }
+  u.backward.insert(u.backward.end(), bwd.begin(), bwd.end());
+  u.activations = layer_activation_bytes(m, l, o);
+  GraphOptions keep_all = o;
+  keep_all.recompute = Recompute::None;
+  u.recomputed = layer_activation_bytes(m, l, keep_all) - u.activations;
+  return u;
+}
+
+// The loss over the vocabulary shard: one fused kernel, or Megatron's eager
+// vocab-parallel cross-entropy kernel by kernel.
+void loss_ops(Builder& b, const GraphOptions& o, std::int64_t logits) {
+  const std::int64_t e = b.e;
+  if (o.fused_loss) {
+    // Softmax cross-entropy in fp32 over the vocabulary shard, one kernel:
+    // read the logits, write fp32 probabilities.
+    b.bandwidth("head.loss", ComputeKind::Loss, (e + 4) * logits, logits);
+    return;
+  }
+  // Megatron's vocab-parallel cross-entropy in eager PyTorch, a kernel per
+  // step over the logits: cast to fp32 (e + 4 bytes a logit), max (4),
+  // subtract it (8), exp (8), sum (4), divide (8); backward scales the
+  // saved probabilities by the loss gradient (8) and casts them back (4 + e).
+  b.bandwidth("head.loss.cast", ComputeKind::Loss, (e + 4) * logits, logits);
+  b.flags.back().backward = false;
+  for (const auto& [step, bytes] : {std::pair{"max", 4}, {"sub", 8}, {"exp", 8}, {"sum", 4}, {"div", 8}}) {
+    b.bandwidth(fmt::format("head.loss.{}", step), ComputeKind::Loss, bytes * logits, logits);
+    b.flags.back().backward = false;
+  }
+  b.backward_bandwidth("head.loss.grad_scale", ComputeKind::Loss, 8 * logits, logits);
+  b.backward_bandwidth("head.loss.grad_cast", ComputeKind::Loss, (4 + e) * logits, logits);
+}
+
+Unit head_unit(const ModelSpec& m, const GraphOptions& o) {
+  const Dims d = dims(m, o);
+  const std::int64_t e = d.e, T = d.T, h = d.h, t = d.t, Th = d.Th;
+  Unit u;
+  u.name = "head";
+  u.kind = UnitKind::Head;
+  u.params = per_tp_rank(head_params(m), norm_params(m), t);
+  u.weight_params = u.params + (m.tied_embeddings ? m.vocab * h / t : 0);
+  Builder b{e, {}, {}};
+  b.bandwidth("head.final_norm", ComputeKind::Norm, 2 * e * Th * h, Th * h);
+  tp_enter(b, d, "head");
+  b.gemm("head.lm_head", T, m.vocab / t, h);
+  loss_ops(b, o, T * (m.vocab / t));
+  // With tensor parallelism the max and the sum of exponentials are
+  // all-reduced (two fp32 values per token).
+  if (t > 1) b.comm("head.loss_allreduce", core::CollectiveKind::AllReduce, 8 * T, true, false);
+  u.forward = b.forward();
+  u.backward = backward_of(b, flash_backward_ratio(o));
+  u.activations = Bytes(e * Th * h + e * T * h + 4 * T * (m.vocab / t));  // norm and GEMM inputs, fp32 probabilities
+  return u;
+}
+
+}  // namespace
+
+StepGraph build_step_graph(const ModelSpec& m, const GraphOptions& o) {
+  StepGraph g;
+  g.tokens = dims(m, o).T;
+  g.units.push_back(embedding_unit(m, o));
+  for (int l = 0; l < m.layers; ++l) g.units.push_back(layer_unit(m, l, o));
+  g.units.push_back(head_unit(m, o));
   return g;
 }
 

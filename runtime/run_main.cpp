@@ -79,13 +79,6 @@ hzp::traces::TraceHeader header(const hzp::core::Schedule& s, const std::string&
   return h;
 }
 
-// "gpu H200, driver 13.0, ..." for a trace header.
-std::string provenance_text(const std::map<std::string, std::string>& p) {
-  std::string out;
-  for (const auto& [k, v] : p) out += fmt::format("{}{} {}", out.empty() ? "" : ", ", k, v);
-  return out;
-}
-
 // The --summary JSON: median step, every timed step, and memory.
 void write_summary(const std::string& path, const hzp::core::Schedule& s, const std::string& backend,
                    const std::vector<double>& steps, double median, double peak_reserved_GiB, double peak_used_GiB) {
@@ -158,6 +151,13 @@ int run_host(const Args& a, const hzp::core::Schedule& s, const std::string& com
 }
 
 #ifdef HZP_HAVE_CUDA
+// "gpu H200, driver 13.0, ..." for a trace header.
+std::string provenance_text(const std::map<std::string, std::string>& p) {
+  std::string out;
+  for (const auto& [k, v] : p) out += fmt::format("{}{} {}", out.empty() ? "" : ", ", k, v);
+  return out;
+}
+
 // One rank on one GPU: communicators, backend, warm-up and timed steps; the
 // median step (max across ranks) and this rank's trace of it.
 int run_cuda_rank(const Args& a, const hzp::core::Schedule& s, const hzp::runtime::LaunchInfo& launch, int device,
@@ -326,14 +326,8 @@ int run_bench(const BenchArgs& b) {
 }
 #endif
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  using namespace hzp;
-  std::string command_line;
-  for (int i = 0; i < argc; ++i) command_line += (i ? " " : "") + std::string(argv[i]);
-  CLI::App app{"hzp-run: execute a Schedule and measure it (the same Timeline format as the simulator)"};
-  Args a;
+// The run's Schedule and flags.
+void add_run_options(CLI::App& app, Args& a) {
   app.add_option("schedule", a.schedule, "Schedule JSON (hzp schedule --out)");
   app.add_option("--backend", a.backend, "host (CPU threads, model durations) | cuda (GPUs)")->capture_default_str();
   app.add_option("--cluster", a.cluster, "cluster for the performance model (default: the Schedule's)");
@@ -354,7 +348,10 @@ int main(int argc, char** argv) {
   app.add_option("--rank", a.rank, "with --emulate-collectives: the rank whose class to run")->capture_default_str();
   app.add_option("--nccl-channels", a.nccl_channels, "SMs an emulated collective occupies")->capture_default_str();
   app.add_option("--rendezvous", a.rendezvous, "a fresh shared directory for the NCCL id (torchrun-style launch)");
-  BenchArgs b;
+}
+
+// The `bench` subcommand and its flags.
+CLI::App* add_bench_command(CLI::App& app, BenchArgs& b) {
   auto* bench = app.add_subcommand("bench", "microbenchmarks for hzp calibrate (cuda backend)");
   bench->add_option("kind", b.kind, "gemm | collectives | overlap")->required();
   bench->add_option("--schedule", b.schedule, "gemm: every distinct GEMM shape of this Schedule (default: a grid)");
@@ -363,6 +360,55 @@ int main(int argc, char** argv) {
   bench->add_option("--ranks-per-node", b.ranks_per_node, "collectives: ranks per node")->capture_default_str();
   bench->add_option("--rendezvous", b.rendezvous, "collectives: shared directory for the NCCL id");
   bench->add_option("--channels", b.channels, "overlap: SM counts of the collective beside the GEMM")->delimiter(',');
+  return bench;
+}
+
+// What the parsed command line asks for: the benchmarks, or the Schedule
+// checked and run on a backend. Errors are thrown for main to report.
+int run_parsed(const Args& a, [[maybe_unused]] const BenchArgs& b, bool bench, const std::string& command_line) {
+  using namespace hzp;
+  if (bench) {
+#ifdef HZP_HAVE_CUDA
+    return run_bench(b);
+#else
+    throw core::InputError("command line", "bench", "expected a build with CUDA (the benchmarks run on GPUs)");
+#endif
+  }
+  if (a.schedule.empty()) throw core::InputError("command line", "schedule", "expected a Schedule file");
+  if (a.warmup < 1 || a.steps < 1)
+    throw core::InputError("command line", "--steps", "expected --warmup and --steps >= 1");
+  if (!(a.step_seconds > 0)) throw core::InputError("command line", "--step-seconds", "expected a positive number");
+  const core::Schedule s = core::schedule_from_json(core::read_file(a.schedule), a.schedule);
+  if (!a.skip_check) core::check_schedule(s);
+  if (a.backend == "host") {
+    const runtime::LaunchInfo launch = runtime::detect_launch([](const char* n) { return std::getenv(n); });
+    if (launch.world > 1) {
+      throw core::InputError("environment", launch.launcher,
+                             "expected one process: the host backend runs every rank class itself");
+    }
+    return run_host(a, s, command_line);
+  }
+  if (a.backend == "cuda") {
+#ifdef HZP_HAVE_CUDA
+    return run_cuda(a, s, command_line);
+#else
+    throw core::InputError("command line", "--backend", "expected host: built without CUDA");
+#endif
+  }
+  throw core::InputError("command line", "--backend", fmt::format("expected host or cuda, got '{}'", a.backend));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace hzp;
+  std::string command_line;
+  for (int i = 0; i < argc; ++i) command_line += (i ? " " : "") + std::string(argv[i]);
+  CLI::App app{"hzp-run: execute a Schedule and measure it (the same Timeline format as the simulator)"};
+  Args a;
+  add_run_options(app, a);
+  BenchArgs b;
+  CLI::App* bench = add_bench_command(app, b);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -371,35 +417,7 @@ int main(int argc, char** argv) {
     return kExitBadInput;
   }
   try {
-    if (bench->parsed()) {
-#ifdef HZP_HAVE_CUDA
-      return run_bench(b);
-#else
-      throw core::InputError("command line", "bench", "expected a build with CUDA (the benchmarks run on GPUs)");
-#endif
-    }
-    if (a.schedule.empty()) throw core::InputError("command line", "schedule", "expected a Schedule file");
-    if (a.warmup < 1 || a.steps < 1)
-      throw core::InputError("command line", "--steps", "expected --warmup and --steps >= 1");
-    if (!(a.step_seconds > 0)) throw core::InputError("command line", "--step-seconds", "expected a positive number");
-    const core::Schedule s = core::schedule_from_json(core::read_file(a.schedule), a.schedule);
-    if (!a.skip_check) core::check_schedule(s);
-    if (a.backend == "host") {
-      const runtime::LaunchInfo launch = runtime::detect_launch([](const char* n) { return std::getenv(n); });
-      if (launch.world > 1) {
-        throw core::InputError("environment", launch.launcher,
-                               "expected one process: the host backend runs every rank class itself");
-      }
-      return run_host(a, s, command_line);
-    }
-    if (a.backend == "cuda") {
-#ifdef HZP_HAVE_CUDA
-      return run_cuda(a, s, command_line);
-#else
-      throw core::InputError("command line", "--backend", "expected host: built without CUDA");
-#endif
-    }
-    throw core::InputError("command line", "--backend", fmt::format("expected host or cuda, got '{}'", a.backend));
+    return run_parsed(a, b, bench->parsed(), command_line);
   } catch (const core::InputError& e) {
     std::cerr << "hzp-run: error: " << e.what() << "\n";
     return kExitBadInput;

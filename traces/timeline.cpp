@@ -130,6 +130,71 @@ std::int64_t ns_of(const nlohmann::json& v, const std::string& file, const std::
   return std::llround(v.get<double>() * 1000.0);
 }
 
+// The hzp header in the trace's otherData.
+TraceHeader header_from(const nlohmann::json& h, const std::string& file) {
+  TraceHeader header;
+  auto str = [&](const char* key) {
+    if (!h.contains(key) || !h[key].is_string()) {
+      throw core::InputError(file, std::string("otherData.") + key, "expected a string");
+    }
+    return h[key].get<std::string>();
+  };
+  header.schedule_sha256 = str("schedule_sha256");
+  header.schedule_name = str("schedule_name");
+  header.engine = str("engine");
+  header.engine_detail = str("engine_detail");
+  header.hzp_version = str("hzp_version");
+  header.git_revision = str("git_revision");
+  header.command_line = str("command_line");
+  header.schedule_provenance_json = h.value("schedule_provenance", nlohmann::json::object()).dump();
+  return header;
+}
+
+// Reads the op of a complete ("X") event; its kind from the category.
+class OpReader {
+ public:
+  explicit OpReader(const std::string& file) : file_(file) {
+    for (int g = 0; g <= static_cast<int>(core::GroupKind::EdpRegather); ++g) {
+      group_kinds_.emplace(core::to_string(static_cast<core::GroupKind>(g)), static_cast<core::GroupKind>(g));
+    }
+  }
+
+  OpRecord read(const nlohmann::json& e, int pid, int tid, const std::string& at) const {
+    if (!e.contains("args") || !e["args"].is_object() || !e["args"].contains("op")) {
+      throw core::InputError(file_, at + ".args.op", "expected the op id");
+    }
+    OpRecord r;
+    r.program = pid;
+    r.stream = tid;
+    r.op_id = e["args"]["op"].get<int>();
+    r.name = e.value("name", "");
+    r.what = e.value("cat", "");
+    r.kind = collectives_.contains(r.what) ? core::OpKind::Collective
+             : r.what == "send"            ? core::OpKind::Send
+             : r.what == "recv"            ? core::OpKind::Recv
+                                           : core::OpKind::Compute;
+    if (r.kind == core::OpKind::Collective) {
+      auto g = group_kinds_.find(e["args"].value("group_kind", ""));
+      if (g == group_kinds_.end()) throw core::InputError(file_, at + ".args.group_kind", "expected a group kind");
+      r.group_kind = g->second;
+    }
+    r.flops = core::Flops(e["args"].value("flops", 0.0));
+    r.bytes = core::Bytes(e["args"].value("bytes", std::int64_t{0}));
+    if (e["args"].contains("issued_us")) {
+      r.issued = core::TimePoint::ns(ns_of(e["args"]["issued_us"], file_, at + ".args.issued_us"));
+    }
+    const std::int64_t start = ns_of(e.value("ts", nlohmann::json()), file_, at + ".ts");
+    r.start = core::TimePoint::ns(start);
+    r.end = core::TimePoint::ns(start + ns_of(e.value("dur", nlohmann::json()), file_, at + ".dur"));
+    return r;
+  }
+
+ private:
+  const std::string& file_;
+  std::map<std::string, core::GroupKind> group_kinds_;
+  const std::set<std::string> collectives_{"all_gather", "reduce_scatter", "all_reduce", "all_to_all", "broadcast"};
+};
+
 }  // namespace
 
 Timeline from_chrome_trace(const std::string& text, const std::string& file) {
@@ -146,25 +211,8 @@ Timeline from_chrome_trace(const std::string& text, const std::string& file) {
     throw core::InputError(file, "otherData.schema_version", fmt::format("expected {}", kTimelineSchemaVersion));
   }
   Timeline t;
-  auto str = [&](const char* key) {
-    if (!h.contains(key) || !h[key].is_string()) {
-      throw core::InputError(file, std::string("otherData.") + key, "expected a string");
-    }
-    return h[key].get<std::string>();
-  };
-  t.header.schedule_sha256 = str("schedule_sha256");
-  t.header.schedule_name = str("schedule_name");
-  t.header.engine = str("engine");
-  t.header.engine_detail = str("engine_detail");
-  t.header.hzp_version = str("hzp_version");
-  t.header.git_revision = str("git_revision");
-  t.header.command_line = str("command_line");
-  t.header.schedule_provenance_json = h.value("schedule_provenance", nlohmann::json::object()).dump();
-  std::map<std::string, core::GroupKind> group_kinds;
-  for (int g = 0; g <= static_cast<int>(core::GroupKind::EdpRegather); ++g) {
-    group_kinds.emplace(core::to_string(static_cast<core::GroupKind>(g)), static_cast<core::GroupKind>(g));
-  }
-  const std::set<std::string> collectives{"all_gather", "reduce_scatter", "all_reduce", "all_to_all", "broadcast"};
+  t.header = header_from(h, file);
+  const OpReader ops(file);
   const auto& events = j["traceEvents"];
   for (std::size_t i = 0; i < events.size(); ++i) {
     const auto& e = events[i];
@@ -183,33 +231,7 @@ Timeline from_chrome_trace(const std::string& text, const std::string& file) {
       s.stream_name = e["args"].value("name", "");
       t.streams.push_back(std::move(s));
     } else if (ph == "X") {
-      if (!e.contains("args") || !e["args"].is_object() || !e["args"].contains("op")) {
-        throw core::InputError(file, at + ".args.op", "expected the op id");
-      }
-      OpRecord r;
-      r.program = pid;
-      r.stream = tid;
-      r.op_id = e["args"]["op"].get<int>();
-      r.name = e.value("name", "");
-      r.what = e.value("cat", "");
-      r.kind = collectives.contains(r.what) ? core::OpKind::Collective
-               : r.what == "send"           ? core::OpKind::Send
-               : r.what == "recv"           ? core::OpKind::Recv
-                                            : core::OpKind::Compute;
-      if (r.kind == core::OpKind::Collective) {
-        auto g = group_kinds.find(e["args"].value("group_kind", ""));
-        if (g == group_kinds.end()) throw core::InputError(file, at + ".args.group_kind", "expected a group kind");
-        r.group_kind = g->second;
-      }
-      r.flops = core::Flops(e["args"].value("flops", 0.0));
-      r.bytes = core::Bytes(e["args"].value("bytes", std::int64_t{0}));
-      if (e["args"].contains("issued_us")) {
-        r.issued = core::TimePoint::ns(ns_of(e["args"]["issued_us"], file, at + ".args.issued_us"));
-      }
-      const std::int64_t start = ns_of(e.value("ts", nlohmann::json()), file, at + ".ts");
-      r.start = core::TimePoint::ns(start);
-      r.end = core::TimePoint::ns(start + ns_of(e.value("dur", nlohmann::json()), file, at + ".dur"));
-      t.ops.push_back(std::move(r));
+      t.ops.push_back(ops.read(e, pid, tid, at));
     }
   }
   return t;

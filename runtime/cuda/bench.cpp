@@ -13,6 +13,7 @@
 #include "runtime/cuda/check.hpp"
 #include "runtime/cuda/comm_state.hpp"
 #include "runtime/cuda/gemm.hpp"
+#include "runtime/cuda/handles.hpp"
 #include "runtime/cuda/kernels.hpp"
 #include "runtime/platform_info.hpp"
 
@@ -27,23 +28,20 @@ double median(std::vector<double> v) {
 // Times `fn` on `stream` with CUDA events: warm-up, then the median of `reps`.
 template <class Fn>
 double time_median(cudaStream_t stream, int reps, Fn fn) {
-  cudaEvent_t a = nullptr, b = nullptr;
-  check(cudaEventCreate(&a), "event");
-  check(cudaEventCreate(&b), "event");
+  const Event a = make_event(cudaEventDefault, "event");
+  const Event b = make_event(cudaEventDefault, "event");
   for (int i = 0; i < 3; ++i) fn();
   check(cudaStreamSynchronize(stream), "warm-up");
   std::vector<double> t;
   for (int i = 0; i < reps; ++i) {
-    check(cudaEventRecord(a, stream), "event");
+    check(cudaEventRecord(a.get(), stream), "event");
     fn();
-    check(cudaEventRecord(b, stream), "event");
-    check(cudaEventSynchronize(b), "event");
+    check(cudaEventRecord(b.get(), stream), "event");
+    check(cudaEventSynchronize(b.get()), "event");
     float ms = 0;
-    check(cudaEventElapsedTime(&ms, a, b), "elapsed");
+    check(cudaEventElapsedTime(&ms, a.get(), b.get()), "elapsed");
     t.push_back(core::ms_to_seconds(ms));
   }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
   return median(t);
 }
 
@@ -51,15 +49,13 @@ double time_median(cudaStream_t stream, int reps, Fn fn) {
 struct Matmul {
   core::GemmShape s;
   Gemms gemms;
-  void* buffer = nullptr;
-  explicit Matmul(const core::GemmShape& shape) : s(shape) {
-    check(cudaMalloc(&buffer, gemm_bytes(s, core::Dtype::Bf16)), fmt::format("GEMM {}x{}x{} operands", s.m, s.n, s.k));
-  }
-  ~Matmul() { cudaFree(buffer); }
-  Matmul(const Matmul&) = delete;
-  Matmul& operator=(const Matmul&) = delete;
+  DeviceBuffer buffer;
+  explicit Matmul(const core::GemmShape& shape)
+      : s(shape),
+        buffer(device_alloc(gemm_bytes(s, core::Dtype::Bf16), fmt::format("GEMM {}x{}x{} operands", s.m, s.n, s.k))) {}
   void run(cudaStream_t stream) {
-    gemms.run(s, core::Dtype::Bf16, buffer, stream, fmt::format("GEMM {}x{}x{} batch {}", s.m, s.n, s.k, s.batch));
+    gemms.run(s, core::Dtype::Bf16, buffer.get(), stream,
+              fmt::format("GEMM {}x{}x{} batch {}", s.m, s.n, s.k, s.batch));
   }
 };
 
@@ -104,14 +100,12 @@ std::map<std::string, std::string> device_provenance(int device) {
 traces::BenchResults bench_gemm(const std::vector<core::GemmShape>& shapes, int device, int reps) {
   check(cudaSetDevice(device), "cudaSetDevice");
   traces::BenchResults r = results("gemm", device);
-  cudaStream_t stream = nullptr;
-  check(cudaStreamCreate(&stream), "stream");
+  const Stream stream = make_stream(cudaStreamDefault, "stream");
   for (const auto& s : shapes) {
     Matmul mm(s);
-    const double t = time_median(stream, reps, [&] { mm.run(stream); });
+    const double t = time_median(stream.get(), reps, [&] { mm.run(stream.get()); });
     r.gemm.push_back(traces::GemmResult{s.m, s.n, s.k, s.batch, core::Dtype::Bf16, t});
   }
-  cudaStreamDestroy(stream);
   return r;
 }
 
@@ -128,24 +122,23 @@ traces::BenchResults bench_collectives(Communicators& comms, const LaunchInfo& l
   struct Shape {
     ncclComm_t comm;
     int ranks, per_node;
-    bool owned;
   };
-  std::vector<Shape> shapes{{st.world_comm, P, rpn, false}};
+  std::vector<Shape> shapes{{st.world_comm.get(), P, rpn}};
+  NcclComm node, rail;  // split here, destroyed on the way out
   if (P > rpn && P % rpn == 0) {
-    ncclComm_t node = nullptr, rail = nullptr;
     if (rpn > 1) {
-      check(ncclCommSplit(st.world_comm, launch.rank / rpn, launch.rank, &node, nullptr), "node communicator");
-      shapes.push_back({node, rpn, rpn, true});
+      check(ncclCommSplit(st.world_comm.get(), launch.rank / rpn, launch.rank, node.out(), nullptr),
+            "node communicator");
+      shapes.push_back({node.get(), rpn, rpn});
     }
-    check(ncclCommSplit(st.world_comm, launch.rank % rpn, launch.rank, &rail, nullptr), "rail communicator");
-    shapes.push_back({rail, P / rpn, 1, true});
+    check(ncclCommSplit(st.world_comm.get(), launch.rank % rpn, launch.rank, rail.out(), nullptr), "rail communicator");
+    shapes.push_back({rail.get(), P / rpn, 1});
   }
-  cudaStream_t stream = nullptr;
-  check(cudaStreamCreate(&stream), "stream");
+  const Stream owned_stream = make_stream(cudaStreamDefault, "stream");
+  cudaStream_t stream = owned_stream.get();
   const std::int64_t largest = *std::max_element(sizes.begin(), sizes.end());
-  void* buf = nullptr;
-  check(cudaMalloc(&buf, 2 * static_cast<std::size_t>(largest)), "collective buffers");
-  auto* b = static_cast<char*>(buf);
+  const DeviceBuffer buf = device_alloc(2 * static_cast<std::size_t>(largest), "collective buffers");
+  auto* b = static_cast<char*>(buf.get());
   for (const Shape& shape : shapes) {
     const auto n_ranks = static_cast<std::size_t>(shape.ranks);
     for (auto kind :
@@ -170,11 +163,6 @@ traces::BenchResults bench_collectives(Communicators& comms, const LaunchInfo& l
       }
     }
   }
-  for (const Shape& shape : shapes) {
-    if (shape.owned) ncclCommDestroy(shape.comm);
-  }
-  cudaFree(buf);
-  cudaStreamDestroy(stream);
   return r;
 }
 
@@ -182,12 +170,12 @@ traces::BenchResults bench_overlap(Communicators* comms, const core::GemmShape& 
                                    const std::vector<int>& channels, int device, int reps) {
   check(cudaSetDevice(device), "cudaSetDevice");
   traces::BenchResults r = results("overlap", device);
-  cudaStream_t compute = nullptr, comm = nullptr;
-  check(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking), "stream");
-  check(cudaStreamCreateWithFlags(&comm, cudaStreamNonBlocking), "stream");
+  const Stream owned_compute = make_stream(cudaStreamNonBlocking, "stream");
+  const Stream owned_comm = make_stream(cudaStreamNonBlocking, "stream");
+  cudaStream_t compute = owned_compute.get(), comm = owned_comm.get();
   Matmul mm(gemm);
-  void* buf = nullptr;
-  check(cudaMalloc(&buf, 2 * static_cast<std::size_t>(bytes)), "collective buffer");
+  const DeviceBuffer owned_buf = device_alloc(2 * static_cast<std::size_t>(bytes), "collective buffer");
+  void* buf = owned_buf.get();
   const double alone = time_median(compute, reps, [&] { mm.run(compute); });
   for (int ch : channels) {
     // Keep the other stream busy for the GEMM's whole time: a collective (or
@@ -197,7 +185,7 @@ traces::BenchResults bench_overlap(Communicators* comms, const core::GemmShape& 
       if (comms != nullptr) {
         auto* b = static_cast<char*>(buf);
         const std::size_t n = static_cast<std::size_t>(bytes);
-        check(ncclAllReduce(b, b + n / 2, n / 4, ncclBfloat16, ncclSum, comms->state().world_comm, comm),
+        check(ncclAllReduce(b, b + n / 2, n / 4, ncclBfloat16, ncclSum, comms->state().world_comm.get(), comm),
               "all-reduce beside the GEMM");
       } else {
         check(launch_emulated_collective(buf, static_cast<std::size_t>(bytes), ch, busy_ns, comm),
@@ -209,9 +197,6 @@ traces::BenchResults bench_overlap(Communicators* comms, const core::GemmShape& 
     r.overlap.push_back(
         traces::OverlapResult{gemm.m, gemm.n, gemm.k, core::CollectiveKind::AllReduce, bytes, ch, alone, together});
   }
-  cudaFree(buf);
-  cudaStreamDestroy(compute);
-  cudaStreamDestroy(comm);
   return r;
 }
 

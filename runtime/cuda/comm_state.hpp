@@ -9,18 +9,20 @@
 #include <vector>
 
 #include "runtime/cuda/cuda_backend.hpp"
+#include "runtime/cuda/handles.hpp"
 
 namespace hzp::runtime::cuda {
 
 struct Communicators::State {
   int rank = 0, world = 1;
-  ncclComm_t world_comm = nullptr;
-  std::map<int, ncclComm_t> groups;       // Schedule group id -> its communicator (groups holding this rank)
-  std::map<std::size_t, ncclComm_t> p2p;  // stream index -> a clone of the world for send/recv
-  std::vector<ncclComm_t> all() const {
-    std::vector<ncclComm_t> v{world_comm};
-    for (const auto& [g, c] : groups) v.push_back(c);
-    for (const auto& [k, c] : p2p) v.push_back(c);
+  NcclComm world_comm;
+  std::map<int, NcclComm> groups;       // Schedule group id -> its communicator (groups holding this rank)
+  std::map<std::size_t, NcclComm> p2p;  // stream index -> a clone of the world for send/recv
+  /// Every communicator, the world first (the order they are destroyed in).
+  std::vector<NcclComm*> all() {
+    std::vector<NcclComm*> v{&world_comm};
+    for (auto& [g, c] : groups) v.push_back(&c);
+    for (auto& [k, c] : p2p) v.push_back(&c);
     return v;
   }
 };

@@ -10,24 +10,15 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
-#include <cstring>
-#include <ctime>
-#include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <map>
 #include <mutex>
 #include <thread>
-#include <tuple>
 
-#ifdef HZP_HAVE_MPI
-#include <mpi.h>
-#endif
-
-#include "core/io.hpp"
 #include "runtime/cuda/check.hpp"
 #include "runtime/cuda/comm_state.hpp"
 #include "runtime/cuda/gemm.hpp"
+#include "runtime/cuda/handles.hpp"
 #include "runtime/cuda/kernels.hpp"
 
 namespace hzp::runtime::cuda {
@@ -55,114 +46,6 @@ ncclDataType_t nccl_type(core::Dtype d) {
 
 }  // namespace
 
-// ---------------------------------------------------------------------------
-// Communicators
-
-void use_device(int device) { check(cudaSetDevice(device), fmt::format("cudaSetDevice({})", device)); }
-
-std::string new_nccl_id() {
-  ncclUniqueId id{};
-  check(ncclGetUniqueId(&id), "ncclGetUniqueId");
-  return {reinterpret_cast<const char*>(&id), sizeof id};
-}
-
-double world_max(Communicators& comms, double v) {
-  double* d = nullptr;
-  check(cudaMalloc(&d, sizeof v), "world max buffer");
-  check(cudaMemcpy(d, &v, sizeof v, cudaMemcpyHostToDevice), "world max copy");
-  check(ncclAllReduce(d, d, 1, ncclFloat64, ncclMax, comms.state().world_comm, nullptr), "world max all-reduce");
-  check(cudaMemcpy(&v, d, sizeof v, cudaMemcpyDeviceToHost), "world max copy back");
-  cudaFree(d);
-  return v;
-}
-
-Communicators::Communicators(const core::Schedule& s, const LaunchInfo& launch, const std::string& rendezvous_dir,
-                             const std::string& shared_id)
-    : state_(std::make_unique<State>()) {
-  State& st = *state_;
-  st.rank = launch.rank;
-  st.world = launch.world;
-  ncclUniqueId id{};
-  bool shared = false;
-  if (!shared_id.empty()) {
-    if (shared_id.size() != sizeof id) throw RunError("NCCL set-up: a shared id of the wrong size");
-    std::memcpy(&id, shared_id.data(), sizeof id);
-    shared = true;
-  }
-#ifdef HZP_HAVE_MPI
-  if (!shared && launch.launcher == "mpirun") {
-    int initialized = 0;
-    MPI_Initialized(&initialized);
-    if (!initialized) MPI_Init(nullptr, nullptr);
-    if (st.rank == 0) check(ncclGetUniqueId(&id), "ncclGetUniqueId");
-    MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD);
-    shared = true;
-  }
-#endif
-  if (!shared && st.world > 1) {
-    // File rendezvous: rank 0 writes the id (whole, by rename), the others poll.
-    if (rendezvous_dir.empty()) {
-      throw RunError("NCCL set-up: expected --rendezvous DIR (a path every rank sees) to share the NCCL id");
-    }
-    // (A fresh directory per run, as torchrun's file store wants: an old id
-    // there would be read before rank 0 replaces it.)
-    const std::string path = (std::filesystem::path(rendezvous_dir) / "nccl-id").string();
-    if (st.rank == 0) {
-      check(ncclGetUniqueId(&id), "ncclGetUniqueId");
-      core::write_file_atomic(path, std::string(reinterpret_cast<const char*>(&id), sizeof id));
-    } else {
-      for (int tries = 0;; ++tries) {
-        std::ifstream in(path, std::ios::binary);
-        if (in && in.read(reinterpret_cast<char*>(&id), sizeof id)) break;
-        if (tries > 6000) throw RunError(fmt::format("NCCL set-up: no id in {} after 60 s", path));
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
-      }
-    }
-  } else if (!shared) {
-    check(ncclGetUniqueId(&id), "ncclGetUniqueId");
-  }
-  check(ncclCommInitRank(&st.world_comm, st.world, id, st.rank), "ncclCommInitRank (world)");
-  // One split per round, every rank in every round, in the same order.
-  for (const SplitRound& round : comm_split_rounds(s)) {
-    const std::optional<int> colour = split_colour(s, round, st.rank);
-    ncclComm_t comm = nullptr;
-    check(ncclCommSplit(st.world_comm, colour ? *colour : NCCL_SPLIT_NOCOLOR, st.rank, &comm, nullptr),
-          fmt::format("ncclCommSplit ({} groups)", core::to_string(round.kind)));
-    if (colour) st.groups[*colour] = comm;
-  }
-  // A world clone per stream that sends or receives (NCCL forbids using one
-  // communicator from two host threads at once).
-  const RankPlan plan = rank_plan(s, st.rank);
-  const auto& prog = s.programs[plan.program];
-  for (std::size_t k = 0; k < prog.streams.size(); ++k) {
-    const bool p2p = std::any_of(prog.streams[k].ops.begin(), prog.streams[k].ops.end(), [](const core::Op& op) {
-      return op.kind == core::OpKind::Send || op.kind == core::OpKind::Recv;
-    });
-    if (!p2p) continue;
-    ncclComm_t comm = nullptr;
-    check(ncclCommSplit(st.world_comm, 0, st.rank, &comm, nullptr), "ncclCommSplit (send/recv clone)");
-    st.p2p[k] = comm;
-  }
-}
-
-Communicators::~Communicators() {
-  for (ncclComm_t c : state_->all()) {
-    if (c) ncclCommDestroy(c);
-  }
-}
-
-void Communicators::abort() {
-  for (ncclComm_t c : state_->all()) {
-    if (c) ncclCommAbort(c);
-  }
-  state_->groups.clear();
-  state_->p2p.clear();
-  state_->world_comm = nullptr;
-}
-
-// ---------------------------------------------------------------------------
-// The backend
-
 struct CudaBackend::State {
   const core::Schedule& s;
   RankPlan plan;
@@ -170,18 +53,18 @@ struct CudaBackend::State {
   Communicators* comms;
   CudaOptions o;
   const core::Program& prog;
-  std::vector<cudaStream_t> streams;
-  std::vector<void*> scratch;                // per stream, sized for its largest op
+  std::vector<Stream> streams;
+  std::vector<DeviceBuffer> scratch;         // per stream, sized for its largest op
   std::vector<std::unique_ptr<Gemms>> gemm;  // per stream (a cuBLASLt handle per issuing thread)
-  std::map<int, cudaEvent_t> events;
-  std::vector<std::vector<std::pair<cudaEvent_t, cudaEvent_t>>> timing;  // [stream][op]
-  std::vector<std::vector<char>> enqueued;                               // [stream][op], under `progress`
+  std::map<int, Event> events;
+  std::vector<std::vector<std::pair<Event, Event>>> timing;  // [stream][op]
+  std::vector<std::vector<char>> enqueued;                   // [stream][op], under `progress`
   mutable std::mutex progress;  // enqueued flags: set by issuing threads, read by the watchdog
-  cudaEvent_t origin = nullptr;
+  Event origin;
   std::chrono::steady_clock::time_point host_origin;  // the host clock at begin_step
   std::vector<std::vector<double>> issued_s;          // [stream][op]: host issue time, s since host_origin
   cudaMemPool_t pool = nullptr;
-  std::map<std::string, void*> buffers;
+  std::map<std::string, DeviceBuffer> buffers;  // from the pool; freed by the Schedule's free ops
   std::mutex buffers_mutex;
   std::atomic<bool> aborted{false};
   std::string abort_report;
@@ -196,7 +79,7 @@ struct CudaBackend::State {
     std::size_t n = 0;
     for (std::size_t k = 0; k < timing.size(); ++k) {
       for (std::size_t i = 0; i < timing[k].size(); ++i) {
-        if (enqueued[k][i] && timing[k][i].second && cudaEventQuery(timing[k][i].second) == cudaSuccess) ++n;
+        if (enqueued[k][i] && timing[k][i].second && cudaEventQuery(timing[k][i].second.get()) == cudaSuccess) ++n;
       }
     }
     return n;
@@ -209,7 +92,7 @@ struct CudaBackend::State {
     for (std::size_t k = 0; k < timing.size(); ++k) {
       for (std::size_t i = 0; i < timing[k].size(); ++i) {
         if (!enqueued[k][i] || !timing[k][i].second) continue;
-        if (cudaEventQuery(timing[k][i].second) == cudaSuccess) continue;
+        if (cudaEventQuery(timing[k][i].second.get()) == cudaSuccess) continue;
         out += fmt::format("  rank {} (class {} '{}') stream '{}': {} has not finished\n", plan.rank, prog.id,
                            prog.name, prog.streams[k].name, describe(prog.streams[k].ops[i]));
         break;
@@ -233,7 +116,7 @@ struct CudaBackend::State {
       std::unique_lock lock(progress);
       for (std::size_t k = 0; k < timing.size() && !pending; ++k) {
         for (std::size_t i = 0; i < timing[k].size() && !pending; ++i) {
-          pending = enqueued[k][i] && timing[k][i].second && cudaEventQuery(timing[k][i].second) != cudaSuccess;
+          pending = enqueued[k][i] && timing[k][i].second && cudaEventQuery(timing[k][i].second.get()) != cudaSuccess;
         }
       }
       lock.unlock();
@@ -257,26 +140,14 @@ struct CudaBackend::State {
       std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
   }
-};
 
-CudaBackend::CudaBackend(const core::Schedule& s, const RankPlan& plan, const topologies::PerfModel& pm,
-                         Communicators* comms, CudaOptions o)
-    : st_(std::make_unique<State>(s, plan, pm, comms, o)) {
-  State& st = *st_;
-  if (!comms && !o.emulate_collectives) throw RunError("CUDA backend: expected NCCL communicators or emulation");
-  check(cudaSetDevice(o.device), fmt::format("cudaSetDevice({})", o.device));
-  check(cudaDeviceGetDefaultMemPool(&st.pool, o.device), "cudaDeviceGetDefaultMemPool");
-  std::uint64_t keep = UINT64_MAX;  // the pool keeps what it reserved: reserved = what was needed
-  check(cudaMemPoolSetAttribute(st.pool, cudaMemPoolAttrReleaseThreshold, &keep), "memory pool release threshold");
-  const std::size_t ns = st.prog.streams.size();
-  st.streams.resize(ns);
-  st.scratch.assign(ns, nullptr);
-  st.timing.resize(ns);
-  st.enqueued.resize(ns);
-  for (std::size_t k = 0; k < ns; ++k) {
-    const core::Stream& stream = st.prog.streams[k];
-    check(cudaStreamCreateWithFlags(&st.streams[k], cudaStreamNonBlocking), "cudaStreamCreate " + stream.name);
-    st.gemm.push_back(std::make_unique<Gemms>());
+  // Stream k's CUDA stream, cuBLASLt handle, scratch (sized for its largest
+  // op), the events its ops record, wait for or sync on, and timing events
+  // around the ops that take time.
+  void prepare_stream(std::size_t k) {
+    const core::Stream& stream = prog.streams[k];
+    streams[k] = make_stream(cudaStreamNonBlocking, "cudaStreamCreate " + stream.name);
+    gemm.push_back(std::make_unique<Gemms>());
     std::size_t need = 1 << 20;
     for (const core::Op& op : stream.ops) {
       if (op.kind == core::OpKind::Compute) {
@@ -290,46 +161,155 @@ CudaBackend::CudaBackend(const core::Schedule& s, const RankPlan& plan, const to
         need = std::max(need, 2 * static_cast<std::size_t>(op.bytes.count()));
       }
       if (op.kind == core::OpKind::Record || op.kind == core::OpKind::Wait || op.kind == core::OpKind::Sync) {
-        if (!st.events.contains(op.event)) {
-          cudaEvent_t e = nullptr;
-          check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), fmt::format("event {}", op.event));
-          st.events[op.event] = e;
+        if (!events.contains(op.event)) {
+          events[op.event] = make_event(cudaEventDisableTiming, fmt::format("event {}", op.event));
         }
       }
     }
-    check(cudaMalloc(&st.scratch[k], need), fmt::format("scratch of {} bytes for stream {}", need, stream.name));
-    st.timing[k].assign(stream.ops.size(), {nullptr, nullptr});
-    st.issued_s.emplace_back(stream.ops.size(), 0.0);
-    st.enqueued[k].assign(stream.ops.size(), 0);
+    scratch[k] = device_alloc(need, fmt::format("scratch of {} bytes for stream {}", need, stream.name));
+    timing[k].resize(stream.ops.size());
+    issued_s.emplace_back(stream.ops.size(), 0.0);
+    enqueued[k].assign(stream.ops.size(), 0);
     for (std::size_t i = 0; i < stream.ops.size(); ++i) {
       const core::OpKind kind = stream.ops[i].kind;
       if (kind == core::OpKind::Compute || kind == core::OpKind::Collective || kind == core::OpKind::Send ||
           kind == core::OpKind::Recv) {
-        check(cudaEventCreate(&st.timing[k][i].first), "timing event");
-        check(cudaEventCreate(&st.timing[k][i].second), "timing event");
+        timing[k][i].first = make_event(cudaEventDefault, "timing event");
+        timing[k][i].second = make_event(cudaEventDefault, "timing event");
       }
     }
   }
-  check(cudaEventCreate(&st.origin), "origin event");
+
+  // GEMMs through cuBLASLt; attention as a GEMM of its FLOPs plus a
+  // bandwidth kernel of its bytes; the rest as bandwidth kernels.
+  void enqueue_compute(std::size_t k, const core::Op& op, cudaStream_t stream, const std::string& what) {
+    const std::size_t bytes = static_cast<std::size_t>(op.bytes.count());
+    if (op.compute == core::ComputeKind::Gemm && op.gemm) {
+      gemm[k]->run(*op.gemm, op.dtype, scratch[k].get(), stream, what);
+    } else if (op.compute == core::ComputeKind::Attention) {
+      gemm[k]->run(flops_gemm(op.flops.count()), core::Dtype::Bf16, scratch[k].get(), stream, what);
+      check(launch_bandwidth(scratch[k].get(), bytes, stream), what + ": softmax bytes");
+    } else {
+      check(launch_bandwidth(scratch[k].get(), bytes, stream), what + ": bandwidth kernel");
+    }
+  }
+
+  // Through NCCL on this rank's communicator of the op's group kind, or
+  // emulated on one GPU for the model's duration.
+  void enqueue_collective(std::size_t k, const core::Op& op, cudaStream_t stream, const std::string& what) {
+    const std::size_t bytes = static_cast<std::size_t>(op.bytes.count());
+    const core::Group& g = s.group(op.group);
+    if (o.emulate_collectives) {
+      const core::Duration d = pm.collective(op.collective, op.bytes, pm.span(g.ranks));
+      check(launch_emulated_collective(scratch[k].get(), bytes, o.nccl_channels,
+                                       static_cast<std::uint64_t>(d.count_ns()), stream),
+            what + ": emulated collective");
+      return;
+    }
+    const int mine = plan.group_of.at(static_cast<std::size_t>(op.group));
+    ncclComm_t comm = comms->state().groups.at(mine).get();
+    const std::size_t P = g.ranks.size();
+    const std::size_t elem =
+        core::dtype_bytes(op.dtype) > 0 ? static_cast<std::size_t>(core::dtype_bytes(op.dtype)) : 2;
+    auto* buf = static_cast<char*>(scratch[k].get());
+    const ncclDataType_t t = nccl_type(op.dtype);
+    switch (op.collective) {
+      case core::CollectiveKind::AllGather:  // bytes: the receive buffer
+        check(ncclAllGather(buf, buf + bytes, bytes / P / elem, t, comm, stream), what);
+        break;
+      case core::CollectiveKind::ReduceScatter:  // bytes: the send buffer
+        check(ncclReduceScatter(buf, buf + bytes, bytes / P / elem, t, ncclSum, comm, stream), what);
+        break;
+      case core::CollectiveKind::AllReduce:
+        check(ncclAllReduce(buf, buf + bytes, bytes / elem, t, ncclSum, comm, stream), what);
+        break;
+      case core::CollectiveKind::Broadcast:
+        check(ncclBroadcast(buf, buf + bytes, bytes / elem, t, 0, comm, stream), what);
+        break;
+      case core::CollectiveKind::AllToAll: {
+        const std::size_t share = bytes / P;
+        check(ncclGroupStart(), what + ": group start");
+        for (std::size_t peer = 0; peer < P; ++peer) {
+          check(ncclSend(buf + peer * share, share / elem, t, static_cast<int>(peer), comm, stream), what + ": send");
+          check(ncclRecv(buf + bytes + peer * share, share / elem, t, static_cast<int>(peer), comm, stream),
+                what + ": recv");
+        }
+        check(ncclGroupEnd(), what + ": group end");
+        break;
+      }
+    }
+  }
+
+  // A send or recv on the stream's world clone, or emulated on one GPU.
+  void enqueue_transfer(std::size_t k, const core::Op& op, cudaStream_t stream, const std::string& what) {
+    const std::size_t bytes = static_cast<std::size_t>(op.bytes.count());
+    if (o.emulate_collectives) {
+      const int me = prog.ranks.at(0);
+      const bool send = op.kind == core::OpKind::Send;
+      const core::Duration d = pm.p2p(op.bytes, send ? me : op.peer, send ? op.peer : me);
+      check(launch_emulated_collective(scratch[k].get(), bytes, 1, static_cast<std::uint64_t>(d.count_ns()), stream),
+            what + ": emulated transfer");
+      return;
+    }
+    // The representative's peer, moved by this rank's offset from it.
+    const int peer = op.peer - prog.ranks.at(0) + plan.rank;
+    ncclComm_t comm = comms->state().p2p.at(k).get();
+    if (op.kind == core::OpKind::Send) {
+      check(ncclSend(scratch[k].get(), bytes, ncclUint8, peer, comm, stream), what);
+    } else {
+      check(ncclRecv(scratch[k].get(), bytes, ncclUint8, peer, comm, stream), what);
+    }
+  }
+
+  void enqueue_alloc(const core::Op& op, cudaStream_t stream, const std::string& what) {
+    DeviceBuffer p;
+    check(cudaMallocAsync(p.out(), static_cast<std::size_t>(op.bytes.count()), pool, stream), what);
+    const std::lock_guard lock(buffers_mutex);
+    DeviceBuffer& slot = buffers[op.buffer];
+    // A buffer the Schedule never frees (model state) is allocated again by
+    // the next step; the earlier allocation stays held, as it always has.
+    (void)slot.release();
+    slot = std::move(p);
+  }
+
+  void enqueue_free(const core::Op& op, cudaStream_t stream, const std::string& what) {
+    void* p = nullptr;
+    {
+      const std::lock_guard lock(buffers_mutex);
+      auto it = buffers.find(op.buffer);
+      if (it == buffers.end()) throw RunError(what + ": frees a buffer that is not allocated");
+      p = it->second.release();
+      buffers.erase(it);
+    }
+    check(cudaFreeAsync(p, stream), what);
+  }
+};
+
+CudaBackend::CudaBackend(const core::Schedule& s, const RankPlan& plan, const topologies::PerfModel& pm,
+                         Communicators* comms, CudaOptions o)
+    : st_(std::make_unique<State>(s, plan, pm, comms, o)) {
+  State& st = *st_;
+  if (!comms && !o.emulate_collectives) throw RunError("CUDA backend: expected NCCL communicators or emulation");
+  check(cudaSetDevice(o.device), fmt::format("cudaSetDevice({})", o.device));
+  check(cudaDeviceGetDefaultMemPool(&st.pool, o.device), "cudaDeviceGetDefaultMemPool");
+  std::uint64_t keep = UINT64_MAX;  // the pool keeps what it reserved: reserved = what was needed
+  check(cudaMemPoolSetAttribute(st.pool, cudaMemPoolAttrReleaseThreshold, &keep), "memory pool release threshold");
+  const std::size_t ns = st.prog.streams.size();
+  st.streams.resize(ns);
+  st.scratch.resize(ns);
+  st.timing.resize(ns);
+  st.enqueued.resize(ns);
+  for (std::size_t k = 0; k < ns; ++k) st.prepare_stream(k);
+  st.origin = make_event(cudaEventDefault, "origin event");
   st.watchdog = std::thread([&st] { st.watch(); });
 }
 
+// The CUDA objects go with the State, once the device is idle.
 CudaBackend::~CudaBackend() {
   State& st = *st_;
   st.stop = true;
   if (st.watchdog.joinable()) st.watchdog.join();
   if (!st.aborted) cudaDeviceSynchronize();
-  for (auto& [name, p] : st.buffers) cudaFree(p);
-  for (auto& per : st.timing) {
-    for (auto& [a, b] : per) {
-      if (a) cudaEventDestroy(a);
-      if (b) cudaEventDestroy(b);
-    }
-  }
-  for (auto& [id, e] : st.events) cudaEventDestroy(e);
-  for (void* p : st.scratch) cudaFree(p);
-  for (cudaStream_t s : st.streams) cudaStreamDestroy(s);
-  if (st.origin) cudaEventDestroy(st.origin);
 }
 
 void CudaBackend::begin_step() {
@@ -339,11 +319,11 @@ void CudaBackend::begin_step() {
     const std::lock_guard lock(st.progress);
     for (auto& per : st.enqueued) std::fill(per.begin(), per.end(), 0);
   }
-  check(cudaEventRecord(st.origin, st.streams.at(0)), "origin event");
+  check(cudaEventRecord(st.origin.get(), st.streams.at(0).get()), "origin event");
   st.host_origin = std::chrono::steady_clock::now();
   // Every stream starts after the origin.
   for (std::size_t k = 1; k < st.streams.size(); ++k) {
-    check(cudaStreamWaitEvent(st.streams[k], st.origin, 0), "origin wait");
+    check(cudaStreamWaitEvent(st.streams[k].get(), st.origin.get(), 0), "origin wait");
   }
 }
 
@@ -366,109 +346,22 @@ void CudaBackend::enqueue(std::size_t, std::size_t k, std::size_t i) {
   on_device(st.o.device);
   const core::Op& op = st.prog.streams[k].ops[i];
   const std::string what = fmt::format("rank {} {}", st.plan.rank, describe(op));
-  cudaStream_t stream = st.streams[k];
-  const bool timed = st.timing[k][i].first != nullptr;
+  cudaStream_t stream = st.streams[k].get();
+  const bool timed = static_cast<bool>(st.timing[k][i].first);
   st.issued_s[k][i] = std::chrono::duration<double>(std::chrono::steady_clock::now() - st.host_origin).count();
-  if (timed) check(cudaEventRecord(st.timing[k][i].first, stream), what + ": start event");
-  const std::size_t bytes = static_cast<std::size_t>(op.bytes.count());
+  if (timed) check(cudaEventRecord(st.timing[k][i].first.get(), stream), what + ": start event");
   switch (op.kind) {
-    case core::OpKind::Compute:
-      if (op.compute == core::ComputeKind::Gemm && op.gemm) {
-        st.gemm[k]->run(*op.gemm, op.dtype, st.scratch[k], stream, what);
-      } else if (op.compute == core::ComputeKind::Attention) {
-        st.gemm[k]->run(flops_gemm(op.flops.count()), core::Dtype::Bf16, st.scratch[k], stream, what);
-        check(launch_bandwidth(st.scratch[k], bytes, stream), what + ": softmax bytes");
-      } else {
-        check(launch_bandwidth(st.scratch[k], bytes, stream), what + ": bandwidth kernel");
-      }
-      break;
-    case core::OpKind::Collective: {
-      const core::Group& g = st.s.group(op.group);
-      if (st.o.emulate_collectives) {
-        const core::Duration d = st.pm.collective(op.collective, op.bytes, st.pm.span(g.ranks));
-        check(launch_emulated_collective(st.scratch[k], bytes, st.o.nccl_channels,
-                                         static_cast<std::uint64_t>(d.count_ns()), stream),
-              what + ": emulated collective");
-        break;
-      }
-      const int mine = st.plan.group_of.at(static_cast<std::size_t>(op.group));
-      ncclComm_t comm = st.comms->state().groups.at(mine);
-      const std::size_t P = g.ranks.size();
-      const std::size_t elem =
-          core::dtype_bytes(op.dtype) > 0 ? static_cast<std::size_t>(core::dtype_bytes(op.dtype)) : 2;
-      auto* buf = static_cast<char*>(st.scratch[k]);
-      const ncclDataType_t t = nccl_type(op.dtype);
-      switch (op.collective) {
-        case core::CollectiveKind::AllGather:  // bytes: the receive buffer
-          check(ncclAllGather(buf, buf + bytes, bytes / P / elem, t, comm, stream), what);
-          break;
-        case core::CollectiveKind::ReduceScatter:  // bytes: the send buffer
-          check(ncclReduceScatter(buf, buf + bytes, bytes / P / elem, t, ncclSum, comm, stream), what);
-          break;
-        case core::CollectiveKind::AllReduce:
-          check(ncclAllReduce(buf, buf + bytes, bytes / elem, t, ncclSum, comm, stream), what);
-          break;
-        case core::CollectiveKind::Broadcast:
-          check(ncclBroadcast(buf, buf + bytes, bytes / elem, t, 0, comm, stream), what);
-          break;
-        case core::CollectiveKind::AllToAll: {
-          const std::size_t share = bytes / P;
-          check(ncclGroupStart(), what + ": group start");
-          for (std::size_t peer = 0; peer < P; ++peer) {
-            check(ncclSend(buf + peer * share, share / elem, t, static_cast<int>(peer), comm, stream), what + ": send");
-            check(ncclRecv(buf + bytes + peer * share, share / elem, t, static_cast<int>(peer), comm, stream),
-                  what + ": recv");
-          }
-          check(ncclGroupEnd(), what + ": group end");
-          break;
-        }
-      }
-      break;
-    }
+    case core::OpKind::Compute: st.enqueue_compute(k, op, stream, what); break;
+    case core::OpKind::Collective: st.enqueue_collective(k, op, stream, what); break;
     case core::OpKind::Send:
-    case core::OpKind::Recv: {
-      if (st.o.emulate_collectives) {
-        const int me = st.prog.ranks.at(0);
-        const bool send = op.kind == core::OpKind::Send;
-        const core::Duration d = st.pm.p2p(op.bytes, send ? me : op.peer, send ? op.peer : me);
-        check(launch_emulated_collective(st.scratch[k], bytes, 1, static_cast<std::uint64_t>(d.count_ns()), stream),
-              what + ": emulated transfer");
-        break;
-      }
-      // The representative's peer, moved by this rank's offset from it.
-      const int peer = op.peer - st.prog.ranks.at(0) + st.plan.rank;
-      ncclComm_t comm = st.comms->state().p2p.at(k);
-      if (op.kind == core::OpKind::Send) {
-        check(ncclSend(st.scratch[k], bytes, ncclUint8, peer, comm, stream), what);
-      } else {
-        check(ncclRecv(st.scratch[k], bytes, ncclUint8, peer, comm, stream), what);
-      }
-      break;
-    }
-    case core::OpKind::Record: check(cudaEventRecord(st.events.at(op.event), stream), what); break;
-    case core::OpKind::Wait: check(cudaStreamWaitEvent(stream, st.events.at(op.event), 0), what); break;
-    case core::OpKind::Alloc: {
-      void* p = nullptr;
-      check(cudaMallocAsync(&p, bytes, st.pool, stream), what);
-      const std::lock_guard lock(st.buffers_mutex);
-      st.buffers[op.buffer] = p;
-      break;
-    }
-    case core::OpKind::Free: {
-      void* p = nullptr;
-      {
-        const std::lock_guard lock(st.buffers_mutex);
-        auto it = st.buffers.find(op.buffer);
-        if (it == st.buffers.end()) throw RunError(what + ": frees a buffer that is not allocated");
-        p = it->second;
-        st.buffers.erase(it);
-      }
-      check(cudaFreeAsync(p, stream), what);
-      break;
-    }
+    case core::OpKind::Recv: st.enqueue_transfer(k, op, stream, what); break;
+    case core::OpKind::Record: check(cudaEventRecord(st.events.at(op.event).get(), stream), what); break;
+    case core::OpKind::Wait: check(cudaStreamWaitEvent(stream, st.events.at(op.event).get(), 0), what); break;
+    case core::OpKind::Alloc: st.enqueue_alloc(op, stream, what); break;
+    case core::OpKind::Free: st.enqueue_free(op, stream, what); break;
     case core::OpKind::Sync: break;  // the executor calls host_wait instead
   }
-  if (timed) check(cudaEventRecord(st.timing[k][i].second, stream), what + ": end event");
+  if (timed) check(cudaEventRecord(st.timing[k][i].second.get(), stream), what + ": end event");
   const std::lock_guard lock(st.progress);
   st.enqueued[k][i] = 1;
 }
@@ -476,7 +369,7 @@ void CudaBackend::enqueue(std::size_t, std::size_t k, std::size_t i) {
 void CudaBackend::host_wait(std::size_t, const core::Thread&, int event) {
   State& st = *st_;
   on_device(st.o.device);
-  st.wait_event(st.events.at(event), fmt::format("rank {} sync on event {}", st.plan.rank, event));
+  st.wait_event(st.events.at(event).get(), fmt::format("rank {} sync on event {}", st.plan.rank, event));
 }
 
 void CudaBackend::drain() {
@@ -484,7 +377,7 @@ void CudaBackend::drain() {
   for (std::size_t k = 0; k < st.timing.size(); ++k) {
     for (std::size_t i = 0; i < st.timing[k].size(); ++i) {
       if (st.enqueued[k][i] && st.timing[k][i].second) {
-        st.wait_event(st.timing[k][i].second, fmt::format("rank {} stream {}", st.plan.rank, k));
+        st.wait_event(st.timing[k][i].second.get(), fmt::format("rank {} stream {}", st.plan.rank, k));
       }
     }
   }
@@ -499,8 +392,8 @@ std::vector<std::vector<core::OpTime>> CudaBackend::times() const {
     for (std::size_t i = 0; i < st.timing[k].size(); ++i) {
       if (!st.enqueued[k][i] || !st.timing[k][i].first) continue;
       float a = 0, b = 0;
-      check(cudaEventElapsedTime(&a, st.origin, st.timing[k][i].first), "elapsed time");
-      check(cudaEventElapsedTime(&b, st.origin, st.timing[k][i].second), "elapsed time");
+      check(cudaEventElapsedTime(&a, st.origin.get(), st.timing[k][i].first.get()), "elapsed time");
+      check(cudaEventElapsedTime(&b, st.origin.get(), st.timing[k][i].second.get()), "elapsed time");
       out[k][i] = core::OpTime{core::TimePoint::at(core::Duration::ms(a)), core::TimePoint::at(core::Duration::ms(b))};
     }
   }

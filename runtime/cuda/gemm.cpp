@@ -23,19 +23,8 @@ std::size_t gemm_bytes(const core::GemmShape& s, core::Dtype dtype) {
 }
 
 Gemms::Gemms() {
-  check(cublasLtCreate(&handle_), "cublasLtCreate");
-  check(cudaMalloc(&workspace_, workspace_bytes_), "cuBLASLt workspace");
-}
-
-Gemms::~Gemms() {
-  for (auto& [key, p] : plans_) {
-    cublasLtMatrixLayoutDestroy(p.a);
-    cublasLtMatrixLayoutDestroy(p.b);
-    cublasLtMatrixLayoutDestroy(p.c);
-    cublasLtMatmulDescDestroy(p.desc);
-  }
-  if (workspace_) cudaFree(workspace_);
-  if (handle_) cublasLtDestroy(handle_);
+  check(cublasLtCreate(handle_.out()), "cublasLtCreate");
+  workspace_ = device_alloc(workspace_bytes_, "cuBLASLt workspace");
 }
 
 const Gemms::Plan& Gemms::plan(const core::GemmShape& s, core::Dtype dtype, const std::string& what) {
@@ -43,34 +32,35 @@ const Gemms::Plan& Gemms::plan(const core::GemmShape& s, core::Dtype dtype, cons
   if (auto it = plans_.find(key); it != plans_.end()) return it->second;
   Plan p;
   const cudaDataType_t t = cuda_type(dtype);
-  check(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), what + ": matmul descriptor");
-  auto layout = [&](cublasLtMatrixLayout_t* l, std::int64_t rows, std::int64_t cols) {
-    check(cublasLtMatrixLayoutCreate(l, t, static_cast<std::uint64_t>(rows), static_cast<std::uint64_t>(cols), rows),
+  check(cublasLtMatmulDescCreate(p.desc.out(), CUBLAS_COMPUTE_32F, CUDA_R_32F), what + ": matmul descriptor");
+  auto layout = [&](LtMatrixLayout& l, std::int64_t rows, std::int64_t cols) {
+    check(cublasLtMatrixLayoutCreate(l.out(), t, static_cast<std::uint64_t>(rows), static_cast<std::uint64_t>(cols),
+                                     rows),
           what + ": matrix layout");
     const int batch = static_cast<int>(s.batch);
     const std::int64_t stride = rows * cols;
-    check(cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch, sizeof batch),
+    check(cublasLtMatrixLayoutSetAttribute(l.get(), CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch, sizeof batch),
           what + ": batch count");
-    check(cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride),
-          what + ": batch stride");
+    check(
+        cublasLtMatrixLayoutSetAttribute(l.get(), CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride),
+        what + ": batch stride");
   };
-  layout(&p.a, s.m, s.k);
-  layout(&p.b, s.k, s.n);
-  layout(&p.c, s.m, s.n);
-  cublasLtMatmulPreference_t pref = nullptr;
-  check(cublasLtMatmulPreferenceCreate(&pref), what + ": preference");
-  check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes_,
+  layout(p.a, s.m, s.k);
+  layout(p.b, s.k, s.n);
+  layout(p.c, s.m, s.n);
+  LtPreference pref;
+  check(cublasLtMatmulPreferenceCreate(pref.out()), what + ": preference");
+  check(cublasLtMatmulPreferenceSetAttribute(pref.get(), CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes_,
                                              sizeof workspace_bytes_),
         what + ": workspace preference");
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
-  const cublasStatus_t heuristic =
-      cublasLtMatmulAlgoGetHeuristic(handle_, p.desc, p.a, p.b, p.c, p.c, pref, 1, &result, &found);
-  cublasLtMatmulPreferenceDestroy(pref);
-  check(heuristic, what + ": algorithm heuristic");
+  check(cublasLtMatmulAlgoGetHeuristic(handle_.get(), p.desc.get(), p.a.get(), p.b.get(), p.c.get(), p.c.get(),
+                                       pref.get(), 1, &result, &found),
+        what + ": algorithm heuristic");
   if (found == 0) throw RunError(fmt::format("{}: cuBLASLt has no algorithm for {}x{}x{}", what, s.m, s.n, s.k));
   p.algo = result.algo;
-  return plans_.emplace(key, p).first->second;
+  return plans_.emplace(key, std::move(p)).first->second;
 }
 
 void Gemms::run(const core::GemmShape& s, core::Dtype dtype, void* buffer, cudaStream_t stream,
@@ -82,8 +72,8 @@ void Gemms::run(const core::GemmShape& s, core::Dtype dtype, void* buffer, cudaS
   const void* b = base + static_cast<std::size_t>(s.m * s.k * s.batch) * elem;
   void* c = base + static_cast<std::size_t>((s.m * s.k + s.k * s.n) * s.batch) * elem;
   const float alpha = 1, beta = 0;
-  check(cublasLtMatmul(handle_, p.desc, &alpha, a, p.a, b, p.b, &beta, c, p.c, c, p.c, &p.algo, workspace_,
-                       workspace_bytes_, stream),
+  check(cublasLtMatmul(handle_.get(), p.desc.get(), &alpha, a, p.a.get(), b, p.b.get(), &beta, c, p.c.get(), c,
+                       p.c.get(), &p.algo, workspace_.get(), workspace_bytes_, stream),
         what + ": cublasLtMatmul");
 }
 

@@ -13,6 +13,7 @@
 #include <tuple>
 
 #include "core/schedule.hpp"
+#include "runtime/cuda/handles.hpp"
 
 namespace hzp::runtime::cuda {
 
@@ -22,7 +23,6 @@ namespace hzp::runtime::cuda {
 class Gemms {
  public:
   Gemms();
-  ~Gemms();
   Gemms(const Gemms&) = delete;
   Gemms& operator=(const Gemms&) = delete;
   /// Enqueues the GEMM on `stream`, A, B and C laid out one after the other
@@ -31,15 +31,16 @@ class Gemms {
 
  private:
   struct Plan {
-    cublasLtMatmulDesc_t desc = nullptr;
-    cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+    LtMatmulDesc desc;
+    LtMatrixLayout a, b, c;
     cublasLtMatmulAlgo_t algo{};
   };
   const Plan& plan(const core::GemmShape& s, core::Dtype dtype, const std::string& what);
 
-  cublasLtHandle_t handle_ = nullptr;
-  void* workspace_ = nullptr;
   std::size_t workspace_bytes_ = 32u << 20;
+  // Made in this order, destroyed in reverse: plans, workspace, handle.
+  LtHandle handle_;
+  DeviceBuffer workspace_;
   std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, int>, Plan> plans_;
 };
 
