@@ -23,8 +23,8 @@ PY
   rm -f "$out"
 }
 run "llama3-70b dgx-h100 x1024, 16M tok" --model llama3-70b --cluster dgx-h100 --gpus 1024 --global-batch-tokens 16M
-run "gpt3-175b dgx-a100 x1024, 1536 seq" --model gpt3-175b --cluster dgx-a100 --gpus 1024 --global-batch-seqs 1536
+run "gpt3-175b dgx-a100 x1024, 1536 seq" --model gpt3-175b --cluster dgx-a100 --gpus 1024 --global-batch-sequences 1536
 run "llama3-8b dgx-h100 x64,128,256" --model llama3-8b --cluster dgx-h100 --gpus 64,128,256 --global-batch-tokens 4M
 # Calculon's reference model (Megatron-Turing NLG 530B on A100), at four sizes.
 run "mt-nlg-530b dgx-a100 x2520..5040" --model bench/models/mt-nlg-530b.json --cluster dgx-a100 \
-  --gpus 2520,3360,4200,5040 --global-batch-seqs 2520
+  --gpus 2520,3360,4200,5040 --global-batch-sequences 2520

@@ -22,7 +22,7 @@ for n in "${sizes[@]}"; do
     out=$(mktemp)
     # Two sequences of 8,192 tokens per GPU: the step of `make run` at 1,024 GPUs.
     /usr/bin/time -f '%e %M' -o "$out.time" "$hzp" simulate --model llama3-70b --cluster dgx-h100 --gpus "$n" \
-      --strategy hzp --global-batch-seqs $((2 * n)) --recompute full --engine simgrid --ranks "$mode" --json > "$out"
+      --strategy hzp --global-batch-sequences $((2 * n)) --recompute full --engine simgrid --ranks "$mode" --json > "$out"
     read -r wall kb < "$out.time"
     step=$(python3 -c 'import json,sys; print("%.3f" % json.load(open(sys.argv[1]))["results"][0]["step_time_s"])' "$out")
     detail=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["engine_detail"])' "$out")
