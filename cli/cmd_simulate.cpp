@@ -41,7 +41,9 @@ void add_scenario_options(CLI::App* app, Options& o, bool engine) {
   o.scenario_flags.add(app, cli::scenario_specs(engine), defaults);
   o.plan_flags.add(app, cli::plan_specs(), defaults);
   if (CLI::Option* strategy = app->get_option_no_throw("--strategy")) {
-    strategy->description(strategy->get_description() + "; all: every strategy side by side")->default_str("all");
+    strategy->description(strategy->get_description() + "; all: every strategy side by side")
+        ->type_name(strategy->get_type_name() + "|all")
+        ->default_str("all");
   }
   app->add_option("--plan", o.plan_file,
                   "plan options from a JSON file (see examples/plans/) instead of the plan flags");

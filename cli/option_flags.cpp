@@ -11,6 +11,24 @@ bool wanted(const std::vector<std::string>& only, const std::string& key) {
   return only.empty() || std::find(only.begin(), only.end(), key) != only.end();
 }
 
+// What --help shows for the value: its kind, or the choices.
+std::string type_name(const core::OptionSpec& s) {
+  switch (s.type) {
+    case core::ValueType::Integer: return "INT";
+    case core::ValueType::Number: return "NUMBER";
+    case core::ValueType::TokenCount: return "TOKENS";
+    case core::ValueType::Triple: return "G_P/G_G/G_O";
+    case core::ValueType::Text: return "NAME|FILE";
+    case core::ValueType::Choice: {
+      std::string names;
+      for (const auto& c : s.choices) names += (names.empty() ? "" : "|") + c;
+      return names;
+    }
+    case core::ValueType::Boolean: break;
+  }
+  return "";
+}
+
 std::string names_of(const core::OptionSpec& s) {
   std::string names = core::flag_of(s);
   for (const auto& alias : s.flag_aliases) names += "," + alias;
@@ -38,13 +56,13 @@ void OptionFlags::add(CLI::App* app, const std::vector<const core::OptionSpec*>&
       }
       if (!s->false_flag.empty()) {
         e.off_flag = app->add_flag(s->false_flag, e.off,
-                                   fmt::format("not: {}{}", s->help, def.is_boolean() && !default_on ? " (default)" : ""));
+                                   fmt::format("{} = false{}", s->key, def.is_boolean() && !default_on ? " (default)" : ""));
       }
       continue;
     }
     std::string help = s->help;
     if (!s->unit.empty()) help += fmt::format(" ({})", s->unit);
-    e.value = app->add_option(names_of(*s), e.text, help);
+    e.value = app->add_option(names_of(*s), e.text, help)->type_name(type_name(*s));
     if (!def.is_null()) e.value->default_str(core::value_to_text(*s, def));
   }
 }
