@@ -42,9 +42,10 @@ Estimate over_layers(const models::ModelSpec& m, const topologies::PerfModel& pm
 
 Estimate estimate(const models::ModelSpec& m, const topologies::PerfModel& pm, const PlanOptions& o, bool floor) {
   // A plan the lowering refuses (does not divide) is not a candidate.
-  if (!plan::check_plan(m, pm.topology(), o).empty()) return Estimate{};
+  plan::ResolvedPlan resolved;
+  if (!plan::check_plan(m, pm.topology(), o, &resolved).empty()) return Estimate{};
   {
-    const core::Schedule s = plan::lower(m, pm.topology(), o, /*check=*/false);
+    const core::Schedule s = plan::lower_resolved(m, pm.topology(), o, std::move(resolved), /*check=*/false).schedule;
     const sim::AnalyticEngine engine(pm);
     const sim::StepEstimate e = engine.estimate(s);
     Estimate out{true, e.step.to_seconds(), e.peak_reserved.gib(), e.model_compute.to_seconds(), 0};
@@ -59,9 +60,10 @@ Estimate estimate(const models::ModelSpec& m, const topologies::PerfModel& pm, c
 // The full simulation with metrics, for the plans that are reported.
 Estimate simulate(const models::ModelSpec& m, const topologies::PerfModel& pm, const PlanOptions& o,
                   sim::Metrics& out) {
-  if (!plan::check_plan(m, pm.topology(), o).empty()) return Estimate{};
+  plan::ResolvedPlan resolved;
+  if (!plan::check_plan(m, pm.topology(), o, &resolved).empty()) return Estimate{};
   {
-    core::Schedule s = plan::lower(m, pm.topology(), o);
+    core::Schedule s = plan::lower_resolved(m, pm.topology(), o, std::move(resolved)).schedule;
     traces::TraceHeader h;
     h.schedule_sha256 = "(plan search)";
     traces::TimelineRecorder rec;

@@ -225,12 +225,15 @@ ResolvedPlan resolve_plan(const models::ModelSpec& m, const topologies::Topology
   return r;
 }
 
-std::string ResolvedPlan::provenance_json() const {
-  nlohmann::json plan = nlohmann::json::parse(plan_options_json(options).dump());
+nlohmann::json ResolvedPlan::provenance() const {
+  nlohmann::json plan = nlohmann::json::object();
+  for (const auto& row : plan_option_table()) plan[row.spec.key] = row.get(options);
   plan["micro_batches"] = batch.micro_batches;
   plan["data_parallel"] = batch.data_parallel;
   plan["shard_ranks"] = shard_ranks;
-  return plan.dump();
+  return plan;
 }
+
+std::string ResolvedPlan::provenance_json() const { return provenance().dump(); }
 
 }  // namespace hzp::plan

@@ -386,12 +386,17 @@ core::Schedule lower(const models::ModelSpec& m, const topologies::Topology& top
 }
 
 LoweredPlan lower_plan(const models::ModelSpec& m, const topologies::Topology& topo, const PlanOptions& o, bool check) {
+  return lower_resolved(m, topo, o, resolve_plan(m, topo, o), check);
+}
+
+LoweredPlan lower_resolved(const models::ModelSpec& m, const topologies::Topology& topo, const PlanOptions& o,
+                           ResolvedPlan resolved, bool check) {
   LoweredPlan out;
-  out.plan = resolve_plan(m, topo, o);
+  out.plan = std::move(resolved);
   core::Schedule& s = out.schedule;
   describe_step(s, m, topo, o, out.plan.batch);
   PlanLowering(m, topo, o, out.plan, s).run();
-  nlohmann::json prov{{"plan", nlohmann::json::parse(out.plan.provenance_json())},
+  nlohmann::json prov{{"plan", out.plan.provenance()},
                       {"model", m.name},
                       {"cluster", topo.spec().name},
                       {"gpus", topo.devices()}};

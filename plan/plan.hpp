@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -212,6 +213,7 @@ struct ResolvedPlan {
   int shard_ranks = 0;  // DP x CP: the ranks parameters are replicated over
   /// The Schedule's provenance "plan": the resolved options (a plan file's
   /// body) plus micro_batches, data_parallel and shard_ranks.
+  [[nodiscard]] nlohmann::json provenance() const;
   [[nodiscard]] std::string provenance_json() const;
 };
 
@@ -234,6 +236,10 @@ struct LoweredPlan {
 /// throw core::ProblemError (see check_plan).
 [[nodiscard]] LoweredPlan lower_plan(const models::ModelSpec& m, const topologies::Topology& topo,
                                      const PlanOptions& o, bool check = true);
+/// The same for a plan check_plan already resolved (`o` as it was checked):
+/// what plan search uses to check each candidate once.
+[[nodiscard]] LoweredPlan lower_resolved(const models::ModelSpec& m, const topologies::Topology& topo,
+                                         const PlanOptions& o, ResolvedPlan resolved, bool check = true);
 /// lower_plan(...).schedule.
 [[nodiscard]] core::Schedule lower(const models::ModelSpec& m, const topologies::Topology& topo, const PlanOptions& o,
                                    bool check = true);
