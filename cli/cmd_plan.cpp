@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "cli/checks.hpp"
 #include "cli/commands.hpp"
 #include "cli/option_flags.hpp"
 #include "core/error.hpp"
@@ -119,11 +120,13 @@ void add_plan_command(CLI::App& app, Commands& out) {
   cmd->add_option("--gpus", pa.gpus, "GPU counts (e.g. 256,512,1024)")->delimiter(',')->capture_default_str();
   pa.batch_flags.add(cmd, plan_specs({"global_batch_tokens", "global_batch_sequences", "seq_len"}), option_defaults());
   pa.overlay_flags.add(cmd, scenario_specs(false, {"calibration", "nic_gbps", "oversubscription"}), option_defaults());
-  cmd->add_option("--memory-limit-GiB", pa.memory_limit_GiB, "memory budget per device (default: HBM)");
-  cmd->add_option("--price-per-gpu-hour", pa.price, "USD per GPU-hour (default: the cluster file's, if any)");
+  cmd->add_option("--memory-limit-GiB", pa.memory_limit_GiB, "memory budget per device (default: HBM)")
+      ->check(number_in(0.001, 1e6));
+  cmd->add_option("--price-per-gpu-hour", pa.price, "USD per GPU-hour (default: the cluster file's, if any)")
+      ->check(number_in(1e-6, 1e6));
   cmd->add_option("--objective", pa.objective, "throughput | cost")->capture_default_str();
-  cmd->add_option("--top", pa.top, "how many plans to print")->capture_default_str();
-  cmd->add_option("-j,--jobs", pa.jobs, "screening processes (default: the core count)");
+  cmd->add_option("--top", pa.top, "how many plans to print")->capture_default_str()->check(integer_in(1, 10000));
+  cmd->add_option("-j,--jobs", pa.jobs, "screening processes (default: the core count)")->check(jobs());
   cmd->add_flag("--json", pa.json, "as JSON");
   cmd->add_flag("--exhaustive", pa.exhaustive, "screen every plan that passes the memory bound (no pruning)");
   out.push_back(std::move(c));

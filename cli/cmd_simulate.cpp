@@ -6,6 +6,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "cli/checks.hpp"
 #include "cli/commands.hpp"
 #include "cli/explain.hpp"
 #include "cli/option_flags.hpp"
@@ -46,7 +47,8 @@ void add_scenario_options(CLI::App* app, Options& o, bool engine) {
         ->default_str("all");
   }
   app->add_option("--plan", o.plan_file,
-                  "plan options from a JSON file (see examples/plans/) instead of the plan flags");
+                  "plan options from a JSON file (see examples/plans/) instead of the plan flags")
+      ->check(file_name());
   app->add_flag("--force", o.force, "overwrite output files that already exist");
 }
 
@@ -201,20 +203,21 @@ void add_scenario_commands(CLI::App& app, const std::string& command_line, Comma
   s->add_flag("!--no-interference", o.sc.engine_options.interference,
               "simgrid: compute does not slow down while collectives share the device");
   s->add_flag("--json", o.json, "print the summary as JSON");
-  s->add_option("--trace", o.trace, "write a Chrome/Perfetto trace (one strategy)");
-  s->add_option("--csv", o.csv, "write the timeline as CSV (one strategy)");
-  s->add_option("--summary", o.summary, "write the JSON summary to this file");
-  s->add_option("--out-dir", o.out_dir, "write every strategy's trace and summary.json here");
+  s->add_option("--trace", o.trace, "write a Chrome/Perfetto trace (one strategy)")->check(file_name());
+  s->add_option("--csv", o.csv, "write the timeline as CSV (one strategy)")->check(file_name());
+  s->add_option("--summary", o.summary, "write the JSON summary to this file")->check(file_name());
+  s->add_option("--out-dir", o.out_dir, "write every strategy's trace and summary.json here")->check(file_name());
   s->add_flag("--explain", o.explain, "print the groups, their placement and the per-step communication table");
   s->add_flag("--adaptive", o.adaptive,
               "choose hzp group sizes (dense and expert) that minimise step time within the memory budget");
-  s->add_option("--memory-limit-GiB", o.memory_limit_GiB, "memory budget per device for --adaptive (default: HBM)");
+  s->add_option("--memory-limit-GiB", o.memory_limit_GiB, "memory budget per device for --adaptive (default: HBM)")
+      ->check(number_in(0.001, 1e6));
   out.push_back(std::move(sim));
 
   auto sched = std::make_unique<ScenarioCommand>(command_line, true);
   sched->app = app.add_subcommand("schedule", "lower a plan to a Schedule and write it as canonical JSON");
   add_scenario_options(sched->app, sched->o, /*engine=*/false);
-  sched->app->add_option("--out", sched->o.schedule_out, "the Schedule file to write")->required();
+  sched->app->add_option("--out", sched->o.schedule_out, "the Schedule file to write")->required()->check(file_name());
   out.push_back(std::move(sched));
 }
 

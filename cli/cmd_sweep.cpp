@@ -6,9 +6,11 @@
 #include <iostream>
 #include <thread>
 
+#include "cli/checks.hpp"
 #include "cli/commands.hpp"
 #include "core/error.hpp"
 #include "core/io.hpp"
+#include "core/json_reader.hpp"
 #include "explore/sweep.hpp"
 #include "explore/sweep_db.hpp"
 
@@ -81,6 +83,7 @@ int cmd_sweep_export(const SweepArgs& a) {
   if (a.csv.empty() == a.json.empty())
     throw core::InputError("command line", "--csv", "expected --csv FILE or --json FILE");
   auto [hash, spec_json] = explore::sweep_db_meta(a.db);
+  const nlohmann::ordered_json spec = core::parse_ordered_json(spec_json, a.db + " (meta.spec)");
   const std::string& path = a.csv.empty() ? a.json : a.csv;
   if (!force && std::filesystem::exists(path))
     throw core::InputError(path, "", "already exists; pass --force to overwrite it");
@@ -90,7 +93,7 @@ int cmd_sweep_export(const SweepArgs& a) {
     core::write_file_atomic(a.csv, explore::rows_to_csv(rows));
   } else {
     nlohmann::ordered_json j{{"spec_sha256", hash},
-                             {"spec", nlohmann::ordered_json::parse(spec_json)},
+                             {"spec", spec},
                              {"hzp_version", core::version()},
                              {"rows", rows}};
     core::write_file_atomic(a.json, j.dump(1) + "\n");
@@ -122,21 +125,22 @@ class SweepCommand : public Command {
 void add_sweep_commands(CLI::App& app, Commands& out) {
   auto a = std::make_shared<SweepArgs>();
   auto* sweep = app.add_subcommand("sweep", "simulate a grid of plans and clusters into an SQLite database (resumable)");
-  sweep->add_option("--spec", a->spec, "sweep spec (JSON: base, axes, where; see examples/sweeps/)");
+  sweep->add_option("--spec", a->spec, "sweep spec (JSON: base, axes, where; see examples/sweeps/)")->check(file_name());
   sweep->add_option("--set", a->sets, "KEY=V1,V2,... (one value: fixed; several: an axis); repeatable")
       ->allow_extra_args(false);
   sweep->add_option("--where", a->where, "filter, e.g. 'param_shard <= grad_shard' or 'tp * pp <= 8'; repeatable")
       ->allow_extra_args(false);
-  sweep->add_option("--db", a->db, "the SQLite database (under mpirun: one shard per rank, see `sweep merge`)");
-  sweep->add_option("-j,--jobs", a->jobs, "worker processes (default: the core count)");
+  sweep->add_option("--db", a->db, "the SQLite database (under mpirun: one shard per rank, see `sweep merge`)")
+      ->check(file_name());
+  sweep->add_option("-j,--jobs", a->jobs, "worker processes (default: the core count)")->check(jobs());
   sweep->require_subcommand(0, 1);
   auto* merge = sweep->add_subcommand("merge", "join the shards of an mpirun sweep into one database");
   merge->add_option("out", a->out, "the merged database")->required();
   merge->add_option("shards", a->shards, "shard databases")->required();
   auto* exp = sweep->add_subcommand("export", "write a sweep database as CSV or JSON");
   exp->add_option("db", a->db, "the sweep database")->required();
-  exp->add_option("--csv", a->csv, "CSV file to write");
-  exp->add_option("--json", a->json, "JSON file to write");
+  exp->add_option("--csv", a->csv, "CSV file to write")->check(file_name());
+  exp->add_option("--json", a->json, "JSON file to write")->check(file_name());
   exp->add_flag("--force", a->force, "overwrite an existing file");
   out.push_back(std::make_unique<SweepCommand>(a, merge, run_merge));
   out.push_back(std::make_unique<SweepCommand>(a, exp, run_export));

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "cli/checks.hpp"
 #include "cli/commands.hpp"
 #include "cli/plot.hpp"
 #include "core/error.hpp"
@@ -169,14 +170,15 @@ void add_validate_commands(CLI::App& app, Commands& out) {
       ->capture_default_str();
   cases->add_flag("--json", va.json, "as JSON");
   cases->add_flag("--check", va.check, "exit 1 when a case is outside its tolerance");
-  cases->add_option("-j,--jobs", va.jobs, "processes (default: the core count)");
+  cases->add_option("-j,--jobs", va.jobs, "processes (default: the core count)")->check(jobs());
   out.push_back(std::move(vc));
 
   auto* compare = validate->add_subcommand("compare", "two traces of the same Schedule: predicted against measured");
   auto cc = std::make_unique<SimpleCommand<CompareArgs>>(compare, run_compare);
   compare->add_option("predicted", cc->args.predicted, "predicted trace (.json from --trace)")->required();
   compare->add_option("measured", cc->args.measured, "measured trace (.json, e.g. from hzp-run)")->required();
-  compare->add_option("--report", cc->args.report, "write a Markdown report (and a .png beside it) instead of printing");
+  compare->add_option("--report", cc->args.report, "write a Markdown report (and a .png beside it) instead of printing")
+      ->check(file_name());
   compare->add_flag("--json", cc->args.json, "as JSON");
   out.push_back(std::move(cc));
 
@@ -187,7 +189,7 @@ void add_validate_commands(CLI::App& app, Commands& out) {
       ->capture_default_str();
   calibrate->add_option("results", cal.results, "results of hzp-run bench gemm|collectives|overlap (.json)")
       ->required();
-  calibrate->add_option("--out", cal.out, "the calibration overlay to write")->required();
+  calibrate->add_option("--out", cal.out, "the calibration overlay to write")->required()->check(file_name());
   calibrate->add_flag("--force", cal.force, "replace --out if it exists");
   out.push_back(std::move(kc));
 

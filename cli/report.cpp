@@ -19,8 +19,26 @@ std::string si(double x) {
 
 }  // namespace
 
+namespace {
+
+// A name from user data as one path component: letters, digits and ._-
+// kept, anything else (a '/', a control character) as '_', no leading dot.
+std::string path_component(const std::string& name) {
+  std::string out;
+  for (const char c : name) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+                    c == '_' || c == '-';
+    out += ok ? c : '_';
+  }
+  if (out.empty() || out.front() == '.') out.insert(out.begin(), '_');
+  return out;
+}
+
+}  // namespace
+
 std::string run_stem(const ScenarioResult& r, const StrategyResult& run) {
-  return fmt::format("{}_{}x{}_{}", r.model.name, r.cluster.name, r.gpus, plan::to_string(run.strategy));
+  return path_component(
+      fmt::format("{}_{}x{}_{}", r.model.name, r.cluster.name, r.gpus, plan::to_string(run.strategy)));
 }
 
 std::string summary_text(const ScenarioResult& r) {

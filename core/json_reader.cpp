@@ -2,6 +2,7 @@
 #include "core/json_reader.hpp"
 
 #include <fmt/format.h>
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <sstream>
@@ -146,6 +147,16 @@ std::string StrictObject::str(const std::string& key) {
   return v.get<std::string>();
 }
 
+std::string StrictObject::name(const std::string& key) {
+  std::string s = str(key);
+  const bool control = std::any_of(s.begin(), s.end(), [](char c) {
+    const auto u = static_cast<unsigned char>(c);
+    return u < 0x20 || u == 0x7f;
+  });
+  if (s.empty() || control) fail(key, "expected a non-empty name without control characters");
+  return s;
+}
+
 bool StrictObject::boolean(const std::string& key) {
   const auto& v = need(key);
   if (!v.is_boolean()) fail(key, "expected true or false");
@@ -223,15 +234,42 @@ void StrictObject::finish() const {
   }
 }
 
-nlohmann::json parse_json(const std::string& text, const std::string& file) {
+namespace {
+
+// Parses refusing a key twice in one object (nlohmann keeps the last one
+// silently): a callback keeps the keys of every open object.
+template <class Json>
+Json parse_unique(const std::string& text, const std::string& file) {
+  std::vector<std::set<std::string>> open;
+  std::vector<std::string> path;
+  auto callback = [&](int, nlohmann::detail::parse_event_t event, Json& value) {
+    using E = nlohmann::detail::parse_event_t;
+    if (event == E::object_start) open.emplace_back();
+    if (event == E::object_end && !open.empty()) open.pop_back();
+    if (event == E::key && !open.empty()) {
+      const std::string key = value.template get<std::string>();
+      if (!open.back().insert(key).second) throw InputError(file, key, "duplicate key (each key once per object)");
+    }
+    return true;
+  };
   try {
-    return nlohmann::json::parse(text);
+    return Json::parse(text, callback);
   } catch (const nlohmann::json::parse_error& e) {
     throw InputError(file, "", fmt::format("not valid JSON (byte {})", e.byte));
   } catch (const nlohmann::json::exception& e) {
     // e.g. out_of_range 406: a number too large for a double
     throw InputError(file, "", fmt::format("not valid JSON (error {}: a number out of range)", e.id));
   }
+}
+
+}  // namespace
+
+nlohmann::json parse_json(const std::string& text, const std::string& file) {
+  return parse_unique<nlohmann::json>(text, file);
+}
+
+nlohmann::ordered_json parse_ordered_json(const std::string& text, const std::string& file) {
+  return parse_unique<nlohmann::ordered_json>(text, file);
 }
 
 nlohmann::json read_json_file(const std::string& path) {

@@ -64,6 +64,8 @@ class StrictObject {
   [[nodiscard]] const nlohmann::json& raw(const std::string& key);
 
   [[nodiscard]] std::string str(const std::string& key);
+  /// A name people read and files are named after: not empty, no control characters.
+  [[nodiscard]] std::string name(const std::string& key);
   [[nodiscard]] bool boolean(const std::string& key);
   /// An integer in [min, max].
   [[nodiscard]] std::int64_t integer(const std::string& key, std::int64_t min = 0, std::int64_t max = INT64_MAX);
@@ -93,8 +95,11 @@ class StrictObject {
   mutable std::set<std::string> probed_;  // every key asked for, present or not (for "did you mean")
 };
 
-/// Parses `text` as JSON; a syntax error names `file` and the byte offset.
+/// Parses `text` as JSON; a syntax error names `file` and the byte offset, a
+/// key given twice in one object names the key.
 nlohmann::json parse_json(const std::string& text, const std::string& file);
+/// The same, keeping the keys in the order the file gives them.
+nlohmann::ordered_json parse_ordered_json(const std::string& text, const std::string& file);
 
 /// Reads and parses a JSON file; a missing file is an InputError.
 nlohmann::json read_json_file(const std::string& path);

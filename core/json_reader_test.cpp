@@ -90,6 +90,18 @@ TEST(SchemaRecorder, DerivesTheSchemaTheReaderEnforces) {
   EXPECT_EQ(item["properties"]["x"]["exclusiveMinimum"], 0.0);
 }
 
+// nlohmann/json keeps the last of two equal keys without a word; hzp's inputs refuse them.
+TEST(ParseJson, DuplicateKeysAreRefusedAtAnyDepth) {
+  EXPECT_EQ(error_of([] { (void)parse_json(R"({"a": 1, "a": 2})", "x.json"); }),
+            "x.json: a: duplicate key (each key once per object)");
+  EXPECT_EQ(error_of([] { (void)parse_json(R"({"a": {"b": 1, "c": [{"d": 1, "d": 1}]}})", "x.json"); }),
+            "x.json: d: duplicate key (each key once per object)");
+  // The same key in two objects, or in an object and its parent, is fine.
+  EXPECT_NO_THROW((void)parse_json(R"({"a": {"a": 1}, "b": [{"a": 1}, {"a": 2}]})", "x.json"));
+  EXPECT_EQ(error_of([] { (void)parse_ordered_json(R"({"z": 1, "z": 2})", "s.json"); }),
+            "s.json: z: duplicate key (each key once per object)");
+}
+
 TEST(ParseJson, SyntaxErrorNamesFile) {
   EXPECT_EQ(error_of([] { (void)parse_json("{\"a\": ", "x.json"); }).rfind("x.json: not valid JSON", 0), 0u);
 }

@@ -82,6 +82,10 @@ std::string flag_of(const OptionSpec& spec) {
   return f;
 }
 
+std::function<std::string(const std::string&)> text_check(OptionSpec spec) {
+  return [spec = std::move(spec)](const std::string& text) { return value_from_text(spec, text).problem; };
+}
+
 std::optional<std::int64_t> parse_token_count(std::string_view text) {
   std::int64_t mult = 1;
   std::string_view digits = text;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <stdexcept>
@@ -107,6 +108,11 @@ struct Checked {
 /// Parses command-line or `--set` text for the option, then checks it.
 /// Integers reject signs, fractions and overflow; numbers reject NaN and inf.
 [[nodiscard]] Checked value_from_text(const OptionSpec& spec, std::string_view text);
+
+/// A check of a hand-declared flag's text against `spec` (the same parser as
+/// the option tables'): "" when it is good, else what was expected. Fits
+/// CLI11's Option::check.
+[[nodiscard]] std::function<std::string(const std::string&)> text_check(OptionSpec spec);
 
 /// "16M" -> 16·2^20 (K, M, G are powers of two); nullopt unless a positive
 /// integer of at most 12 digits with an optional suffix.

@@ -100,6 +100,16 @@ Search::Search(const PlanQuery& query) : q(query), m(models::load_model(query.mo
     }
   }
   const std::int64_t seq = q.base.seq_len > 0 ? q.base.seq_len : std::min<std::int64_t>(m.max_seq_len, 8192);
+  // A batch no plan can split is bad input, not "no plan fits".
+  if (seq > m.max_seq_len) {
+    throw core::ProblemError({{"seq_len", fmt::format("expected at most {} (max_seq_len of {}), got {}", m.max_seq_len,
+                                                      m.name, seq)}});
+  }
+  if (q.base.global_batch_tokens && *q.base.global_batch_tokens % seq != 0) {
+    throw core::ProblemError({{"global_batch_tokens", fmt::format("expected a positive multiple of the sequence "
+                                                                  "length {}, got {}",
+                                                                  seq, *q.base.global_batch_tokens)}});
+  }
   tokens_per_step = q.base.global_batch_sequences
                         ? static_cast<double>(*q.base.global_batch_sequences * seq)
                         : static_cast<double>(q.base.global_batch_tokens.value_or(0) / seq * seq);

@@ -94,6 +94,14 @@ SweepDb::SweepDb(const std::string& path, const std::string& spec_hash, const st
   }
   sqlite3_busy_timeout(db_, 10000);
   try {
+    {
+      // A new file, or a sweep database (it has `meta`): never add tables to another SQLite file.
+      Stmt tables(db_, "SELECT count(*), sum(name = 'meta') FROM sqlite_master WHERE type = 'table'", path_);
+      if (sqlite3_step(tables.s) == SQLITE_ROW && sqlite3_column_int(tables.s, 0) > 0 &&
+          sqlite3_column_int(tables.s, 1) == 0) {
+        throw core::InputError(path, "", "expected an hzp sweep database or a new file (it holds other tables)");
+      }
+    }
     exec("PRAGMA journal_mode=WAL");
     exec("PRAGMA synchronous=FULL");
     exec("CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT)");

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "core/error.hpp"
+#include "core/json_reader.hpp"
 #include "core/sha256.hpp"
 #include "explore/sweep.hpp"
 #include "plan/options.hpp"
@@ -89,9 +90,13 @@ Filter parse_filter(const std::string& text, const std::string& file, const std:
   }
   f.op = tok[i];
   f.rhs = tok[i + 1];
-  for (const auto& operand : f.lhs) {
-    if (!find_key(operand) && value_from_text(operand).is_string()) {
-      throw core::InputError(file, where, fmt::format("unknown key '{}' in filter '{}'", operand, text));
+  // Every operand, either side, is a key or a finite number ("1e400" is neither).
+  std::vector<std::string> operands = f.lhs;
+  if (f.op != "divides" || !find_key(f.rhs)) operands.push_back(f.rhs);
+  for (const auto& operand : operands) {
+    if (!find_key(operand) && !value_from_text(operand).is_number()) {
+      throw core::InputError(file, where,
+                             fmt::format("expected a key or a finite number, got '{}' in filter '{}'", operand, text));
     }
   }
   return f;
@@ -168,12 +173,7 @@ json SweepSpec::to_json() const {
 std::string SweepSpec::hash() const { return core::sha256_hex(to_json().dump()); }
 
 SweepSpec sweep_from_json(const std::string& text, const std::string& file) {
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const std::exception& e) {
-    throw core::InputError(file, "", fmt::format("expected JSON ({})", e.what()));
-  }
+  const json j = core::parse_ordered_json(text, file);
   if (!j.is_object()) throw core::InputError(file, "", "expected a JSON object");
   SweepSpec s;
   for (auto it = j.begin(); it != j.end(); ++it) {

@@ -68,7 +68,7 @@ ModelSpec model_from_json(const std::string& text, const std::string& file) {
   StrictObject o(j, file);
   core::require_schema_version(o, kModelSchemaVersion);
   ModelSpec m;
-  m.name = o.str("name");
+  m.name = o.name("name");
   m.source = o.str("source");
   m.layers = static_cast<int>(o.integer("layers", 1, 10000));
   m.hidden = o.integer("hidden", 1, 1 << 20);

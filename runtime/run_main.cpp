@@ -16,6 +16,7 @@
 
 #include "core/error.hpp"
 #include "core/io.hpp"
+#include "core/options.hpp"
 #include "core/schedule_check.hpp"
 #include "runtime/executor.hpp"
 #include "runtime/host/host_backend.hpp"
@@ -327,20 +328,32 @@ int run_bench(const BenchArgs& b) {
 #endif
 
 // The run's Schedule and flags.
+// Checks through the option tables' parser: NaN, inf, signs and overflow refused with the flag's name.
+std::function<std::string(const std::string&)> number_in(double min, double max) {
+  return hzp::core::text_check(hzp::core::option_spec("number", hzp::core::ValueType::Number, "", min, max));
+}
+std::function<std::string(const std::string&)> file_name() {
+  return hzp::core::text_check(hzp::core::option_spec("file", hzp::core::ValueType::Text, ""));
+}
+
 void add_run_options(CLI::App& app, Args& a) {
   app.add_option("schedule", a.schedule, "Schedule JSON (hzp schedule --out)");
   app.add_option("--backend", a.backend, "host (CPU threads, model durations) | cuda (GPUs)")->capture_default_str();
   app.add_option("--cluster", a.cluster, "cluster for the performance model (default: the Schedule's)");
   app.add_option("--step-seconds", a.step_seconds, "host backend: wall seconds a timed step should take")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(number_in(1e-3, 86400));
   app.add_option("--late-ms", a.late_ms,
                  "host backend: a worker waking later than this after an op's end counts the delay as real")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(number_in(0, 60000));
   app.add_option("--warmup", a.warmup, "untimed steps first")->capture_default_str();
   app.add_option("--steps", a.steps, "timed steps (the median is reported)")->capture_default_str();
-  app.add_option("--trace", a.trace, "write the median step's Timeline (Chrome trace JSON)");
-  app.add_option("--summary", a.summary, "write the steps, the median and the peak memory as JSON");
-  app.add_option("--watchdog-s", a.watchdog_s, "abort when no op finishes for this long")->capture_default_str();
+  app.add_option("--trace", a.trace, "write the median step's Timeline (Chrome trace JSON)")->check(file_name());
+  app.add_option("--summary", a.summary, "write the steps, the median and the peak memory as JSON")->check(file_name());
+  app.add_option("--watchdog-s", a.watchdog_s, "abort when no op finishes for this long")
+      ->capture_default_str()
+      ->check(number_in(0.1, 604800));
   app.add_flag("--skip-check", a.skip_check, "run without checking the Schedule first (to debug hangs)");
   app.add_option("--local-gpus", a.local_gpus, "cuda: one process driving this many GPUs as ranks 0..N-1");
   app.add_flag("--emulate-collectives", a.emulate,

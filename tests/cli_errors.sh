@@ -62,6 +62,71 @@ expect_error "plan48.json: optim_shard: expected a divisor of the data-parallel 
 expect_error "command line: --optim-shard: expected a divisor of the data-parallel size (1024), got 48; --ep: llama3-70b has no experts: expected ep 1" \
   simulate --strategy hzp --optim-shard 48 --ep 2
 
+# expect_fail "<stderr substring>" args...: like expect_error, for any subcommand.
+expect_fail() {
+  local want=$1
+  shift
+  "$hzp" "$@" > "$work/stdout" 2> "$work/stderr"
+  local rc=$?
+  if [ "$rc" -ne 2 ] || [ "$(wc -l < "$work/stderr")" -ne 1 ] || ! grep -qF -- "$want" "$work/stderr"; then
+    echo "FAIL: hzp $* -> rc=$rc, expected rc=2 and one line containing: $want"
+    cat "$work/stderr"
+    fail=1
+  fi
+}
+
+# Every number through the one parser: no sign, overflow, NaN or inf taken as "unset" (issue 19, item 11).
+expect_error "--seq-len: expected an integer in [0, 2097152], got '-1'" simulate --seq-len -1
+expect_error "--global-batch-sequences: expected an integer in [1, 1099511627776] or null, got '-1'" simulate --global-batch-seqs -1
+expect_error "--param-shard: expected an integer in [0, 1048576], got '-1'" simulate --param-shard -1
+expect_error "--seed: expected an integer in [0, 9007199254740992], got '-1'" simulate --seed -1
+expect_error "--seed: expected an integer in [0, 9007199254740992], got '99999999999999999999'" simulate --seed 99999999999999999999
+expect_error "--doc-mean-tokens: expected a finite number in [0, 2097152], got 'inf'" simulate --doc-mean-tokens inf
+expect_error "--compute-jitter: expected a finite number in [0, 1], got '-1'" simulate --compute-jitter -1
+for v in nan inf 9e9 1e308; do
+  expect_error "--memory-limit-GiB: expected a finite number in [0.001, 1000000], got '$v'" simulate --adaptive --memory-limit-GiB "$v"
+done
+expect_error "--trace: expected a non-empty string, got nothing" simulate --trace ""
+expect_fail "--jobs: expected an integer in [1," sweep --set gpus=16 --db "$work/j.db" -j 0
+expect_fail "--jobs: expected an integer in [1," sweep --set gpus=16 --db "$work/j.db" -j 100000
+expect_fail "--jobs: expected an integer in [1," plan -j -1
+expect_fail "--memory-limit-GiB: expected a finite number" plan --memory-limit-GiB inf
+# A batch no plan can split is bad input (2), not "no plan fits" (3).
+expect_fail "--global-batch-tokens: expected a positive multiple of the sequence length 8192, got 1" plan --global-batch-tokens 1
+# A filter whose operand is neither a key nor a finite number is refused, not ignored.
+expect_fail "expected a key or a finite number, got '1e400' in filter 'gpus > 1e400'" sweep --set gpus=16 --db "$work/w.db" --where "gpus > 1e400"
+[ ! -e "$work/j.db" ] && [ ! -e "$work/w.db" ] || { echo "FAIL: a refused sweep left a database behind"; fail=1; }
+
+# Duplicate keys are refused in every input kind (nlohmann/json would keep the last one).
+printf '{"schema_version": 1, "schema_version": 1}' > "$work/dup.json"
+expect_error "dup.json: schema_version: duplicate key" simulate --plan "$work/dup.json"
+expect_error "dup.json: schema_version: duplicate key" simulate --model "$work/dup.json"
+expect_error "dup.json: schema_version: duplicate key" simulate --cluster "$work/dup.json"
+expect_error "dup.json: schema_version: duplicate key" simulate --gpus 8 --calibration "$work/dup.json"
+expect_fail "dup.json: schema_version: duplicate key" sweep --spec "$work/dup.json" --db "$work/d.db"
+expect_fail "dup.json: schema_version: duplicate key" validate compare "$work/dup.json" "$work/dup.json"
+
+# A name from an input is one path component in output file names, and never printed raw.
+sed 's/"name": "typo"/"name": "..\/..\/esc_model"/; s/, "hiden_size": 3//' "$work/typo.json" > "$work/esc.json"
+sed -i 's/"name": "x"/"name": "..\/..\/esc_model"/' "$work/esc.json"
+mkdir -p "$work/deep/out"
+"$hzp" simulate --model "$work/esc.json" --gpus 8 --strategy fsdp --global-batch-seqs 8 --seq-len 1024 --out-dir "$work/deep/out" > /dev/null 2>&1
+if [ -n "$(find "$work" -name '*esc_model*' ! -path "$work/deep/out/*")" ] || [ -z "$(ls "$work/deep/out")" ]; then
+  echo "FAIL: a model named ../../esc_model wrote outside --out-dir: $(find "$work" -name '*esc_model*')"
+  fail=1
+fi
+python3 -c "import json,sys; m=json.load(open(sys.argv[1])); m['name']='bad\\u0007name'; json.dump(m, open(sys.argv[2], 'w'))" \
+  "$work/esc.json" "$work/ctrl.json"
+expect_error "ctrl.json: name: expected a non-empty name without control characters" simulate --model "$work/ctrl.json"
+
+# An unrelated SQLite file is not made into a sweep database; a broken one's spec is one error line.
+python3 -c "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.execute('create table t (x)'); c.commit()" "$work/other.db"
+before=$(sha256sum "$work/other.db")
+expect_fail "other.db: expected an hzp sweep database or a new file" sweep --set gpus=16 --db "$work/other.db"
+[ "$before" = "$(sha256sum "$work/other.db")" ] || { echo "FAIL: the unrelated SQLite file was changed"; fail=1; }
+python3 -c "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.execute('create table meta (name text primary key, value text)'); c.execute(\"insert into meta values ('spec_sha256','x'),('spec','not json')\"); c.commit()" "$work/badmeta.db"
+expect_fail "badmeta.db (meta.spec): not valid JSON" sweep export "$work/badmeta.db" --json "$work/out.json"
+
 # Existing outputs are not overwritten without --force.
 echo "keep me" > "$work/existing.json"
 "$hzp" simulate --model llama3-8b --gpus 16 --global-batch-tokens 128K --strategy fsdp --trace "$work/existing.json" > /dev/null 2> "$work/stderr"

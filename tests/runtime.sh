@@ -42,4 +42,11 @@ expect_error "--backend: expected host or cuda, got 'tpu'" s.json --backend tpu
 expect_error "--backend: expected" s.json --backend cuda  # no GPU here (or no CUDA in the build)
 expect_error "expected --warmup and --steps >= 1" s.json --steps 0
 OMPI_COMM_WORLD_RANK=0 OMPI_COMM_WORLD_SIZE=2 expect_error "expected one process" s.json
+# Numbers through the shared parser: no NaN, inf, sign or absurd range taken as a duration.
+for v in inf 1e308 0 -1 nan; do
+  expect_error "--watchdog-s: expected a finite number in [0.1, 604800], got '$v'" s.json --watchdog-s "$v"
+done
+expect_error "--step-seconds: expected a finite number in [0.001, 86400], got 'inf'" s.json --step-seconds inf
+expect_error "--step-seconds: expected a finite number in [0.001, 86400], got '1e-9'" s.json --step-seconds 1e-9
+expect_error "--trace: expected a non-empty string, got nothing" s.json --trace ""
 exit $fail

@@ -51,11 +51,11 @@ ClusterSpec cluster_from_json(const std::string& text, const std::string& file) 
   StrictObject o(j, file);
   core::require_schema_version(o, kClusterSchemaVersion);
   ClusterSpec c;
-  c.name = o.str("name");
+  c.name = o.name("name");
   c.source = o.str("source");
 
   StrictObject d = o.object("device");
-  c.device.name = d.str("name");
+  c.device.name = d.name("name");
   StrictObject peak = d.object("peak_tflops");
   // bf16 is required; a dtype the device lacks (fp8 on A100) is null.
   c.device.peak_tflops[core::Dtype::Bf16] = peak.number("bf16", 1e-3, 1e6);

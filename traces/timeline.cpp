@@ -11,6 +11,7 @@
 #include <set>
 
 #include "core/error.hpp"
+#include "core/json_reader.hpp"
 
 namespace hzp::traces {
 namespace {
@@ -198,8 +199,8 @@ class OpReader {
 }  // namespace
 
 Timeline from_chrome_trace(const std::string& text, const std::string& file) {
-  const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) throw core::InputError(file, "", "expected an hzp trace (JSON object)");
+  const nlohmann::json j = core::parse_json(text, file);
+  if (!j.is_object()) throw core::InputError(file, "", "expected an hzp trace (JSON object)");
   if (!j.contains("otherData") || !j["otherData"].is_object()) {
     throw core::InputError(file, "otherData", "expected the hzp trace header");
   }

@@ -1,0 +1,35 @@
+// Checks of the flags declared by hand (outputs, budgets, -j) through the
+// option tables' own parser (core::text_check): an empty file name, NaN, inf,
+// a sign or an overflow is refused with the flag's name, never taken as unset.
+#pragma once
+
+#include <algorithm>
+#include <functional>
+#include <string>
+#include <thread>
+
+#include "core/options.hpp"
+
+namespace hzp::cli {
+
+/// A file or directory name: not empty.
+inline std::function<std::string(const std::string&)> file_name() {
+  return core::text_check(core::option_spec("file", core::ValueType::Text, ""));
+}
+
+/// A finite number in [min, max].
+inline std::function<std::string(const std::string&)> number_in(double min, double max) {
+  return core::text_check(core::option_spec("number", core::ValueType::Number, "", min, max));
+}
+
+/// A whole number in [min, max].
+inline std::function<std::string(const std::string&)> integer_in(double min, double max) {
+  return core::text_check(core::option_spec("integer", core::ValueType::Integer, "", min, max));
+}
+
+/// Worker processes: 1 to 4 x the cores (more only queue for the same cores).
+inline std::function<std::string(const std::string&)> jobs() {
+  return integer_in(1, 4.0 * std::max(1u, std::thread::hardware_concurrency()));
+}
+
+}  // namespace hzp::cli
