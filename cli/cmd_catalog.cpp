@@ -93,8 +93,8 @@ int run_schema(SchemaArgs& a) {
 }  // namespace
 
 void add_catalog_commands(CLI::App& app, Commands& out) {
-  auto models_cmd = std::make_unique<SimpleCommand<CatalogArgs>>(app.add_subcommand("models", "list the model catalog"),
-                                                                 run_models);
+  auto models_cmd =
+      std::make_unique<SimpleCommand<CatalogArgs>>(app.add_subcommand("models", "list the model catalog"), run_models);
   auto clusters_cmd = std::make_unique<SimpleCommand<CatalogArgs>>(
       app.add_subcommand("clusters", "list the cluster catalog"), run_clusters);
   for (auto* c : {models_cmd.get(), clusters_cmd.get()}) {

@@ -177,7 +177,8 @@ int cmd_schedule(Options& o, const std::string& command_line) {
 
 class ScenarioCommand : public Command {
  public:
-  ScenarioCommand(std::string command_line, bool schedule) : command_line_(std::move(command_line)), schedule_(schedule) {}
+  ScenarioCommand(std::string command_line, bool schedule)
+      : command_line_(std::move(command_line)), schedule_(schedule) {}
   [[nodiscard]] bool parsed() const override { return app->parsed(); }
   int run() override { return schedule_ ? cmd_schedule(o, command_line_) : cmd_simulate(o, command_line_); }
   CLI::App* app = nullptr;

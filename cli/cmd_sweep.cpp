@@ -92,10 +92,7 @@ int cmd_sweep_export(const SweepArgs& a) {
   if (!a.csv.empty()) {
     core::write_file_atomic(a.csv, explore::rows_to_csv(rows));
   } else {
-    nlohmann::ordered_json j{{"spec_sha256", hash},
-                             {"spec", spec},
-                             {"hzp_version", core::version()},
-                             {"rows", rows}};
+    nlohmann::ordered_json j{{"spec_sha256", hash}, {"spec", spec}, {"hzp_version", core::version()}, {"rows", rows}};
     core::write_file_atomic(a.json, j.dump(1) + "\n");
   }
   std::cout << fmt::format("wrote {} ({} rows)\n", path, rows.size());
@@ -124,8 +121,10 @@ class SweepCommand : public Command {
 
 void add_sweep_commands(CLI::App& app, Commands& out) {
   auto a = std::make_shared<SweepArgs>();
-  auto* sweep = app.add_subcommand("sweep", "simulate a grid of plans and clusters into an SQLite database (resumable)");
-  sweep->add_option("--spec", a->spec, "sweep spec (JSON: base, axes, where; see examples/sweeps/)")->check(file_name());
+  auto* sweep =
+      app.add_subcommand("sweep", "simulate a grid of plans and clusters into an SQLite database (resumable)");
+  sweep->add_option("--spec", a->spec, "sweep spec (JSON: base, axes, where; see examples/sweeps/)")
+      ->check(file_name());
   sweep->add_option("--set", a->sets, "KEY=V1,V2,... (one value: fixed; several: an axis); repeatable")
       ->allow_extra_args(false);
   sweep->add_option("--where", a->where, "filter, e.g. 'param_shard <= grad_shard' or 'tp * pp <= 8'; repeatable")

@@ -86,7 +86,6 @@ struct CompareArgs {
   bool json = false;
 };
 
-
 int cmd_validate_compare(const CompareArgs& a) {
   const traces::Timeline p = traces::from_chrome_trace(core::read_file(a.predicted), a.predicted);
   const traces::Timeline m = traces::from_chrome_trace(core::read_file(a.measured), a.measured);
@@ -150,8 +149,7 @@ int run_plot(const std::vector<std::string>& args) {
   std::vector<std::string> argv{std::filesystem::exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3", "-"};
   argv.insert(argv.end(), args.begin(), args.end());
   const core::ExitStatus st = core::run_program(
-      argv, plot_script(),
-      "hzp: error: command line: plot: expected python3 with matplotlib (python3-matplotlib)");
+      argv, plot_script(), "hzp: error: command line: plot: expected python3 with matplotlib (python3-matplotlib)");
   if (st.signaled) return kExitInternal;
   return st.code == 127 ? kExitBadInput : st.code;
 }

@@ -22,9 +22,12 @@ void print_problems(const core::ProblemError& e) {
   const std::string& source = cli::plan_source();
   const bool file = source != "command line";
   std::cerr << "hzp: error: " << source << ": "
-            << core::one_line(core::join_problems(e.problems(), [file](const std::string& field) {
-                 return file && plan::find_plan_option(field) ? field : cli::flag_for_field(field);
-               }))
+            << core::one_line(core::join_problems(e.problems(),
+                                                  [file](const std::string& field) {
+                                                    return file && plan::find_plan_option(field)
+                                                               ? field
+                                                               : cli::flag_for_field(field);
+                                                  }))
             << "\n";
 }
 

@@ -55,8 +55,9 @@ void OptionFlags::add(CLI::App* app, const std::vector<const core::OptionSpec*>&
         e.on_flag = app->add_flag(s->flag, e.on, fmt::format("{}{}", s->help, default_on ? " (default)" : ""));
       }
       if (!s->false_flag.empty()) {
-        e.off_flag = app->add_flag(s->false_flag, e.off,
-                                   fmt::format("{} = false{}", s->key, def.is_boolean() && !default_on ? " (default)" : ""));
+        e.off_flag =
+            app->add_flag(s->false_flag, e.off,
+                          fmt::format("{} = false{}", s->key, def.is_boolean() && !default_on ? " (default)" : ""));
       }
       continue;
     }

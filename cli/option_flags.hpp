@@ -57,7 +57,8 @@ class OptionFlags {
 /// Every plan option's spec, and those of the scenario (with or without the
 /// engine settings), optionally only the listed keys.
 [[nodiscard]] std::vector<const core::OptionSpec*> plan_specs(const std::vector<std::string>& only = {});
-[[nodiscard]] std::vector<const core::OptionSpec*> scenario_specs(bool engine, const std::vector<std::string>& only = {});
+[[nodiscard]] std::vector<const core::OptionSpec*> scenario_specs(bool engine,
+                                                                  const std::vector<std::string>& only = {});
 /// The default values of every plan and scenario option, by key.
 [[nodiscard]] nlohmann::json option_defaults();
 

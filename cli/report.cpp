@@ -26,8 +26,8 @@ namespace {
 std::string path_component(const std::string& name) {
   std::string out;
   for (const char c : name) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
-                    c == '_' || c == '-';
+    const bool ok =
+        (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
     out += ok ? c : '_';
   }
   if (out.empty() || out.front() == '.') out.insert(out.begin(), '_');
@@ -198,8 +198,9 @@ void reference_rows(const nlohmann::ordered_json& object, const std::string& pre
 }  // namespace
 
 std::string schema_reference(const nlohmann::ordered_json& schema) {
-  std::string out = fmt::format("### {}\n\n| key | type | default | accepts | required | meaning |\n|---|---|---|---|---|---|\n",
-                                schema.value("title", "options"));
+  std::string out =
+      fmt::format("### {}\n\n| key | type | default | accepts | required | meaning |\n|---|---|---|---|---|---|\n",
+                  schema.value("title", "options"));
   reference_rows(schema, "", out);
   return out;
 }

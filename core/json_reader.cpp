@@ -82,8 +82,10 @@ nlohmann::ordered_json SchemaRecorder::object_schema(const std::string& path) co
         p["type"] = f.type;
       }
       if (f.nullable && p.contains("type")) p["type"] = {p["type"], "null"};
-      auto bound = [&f](double v) {
-        return f.type == "integer" ? nlohmann::ordered_json(static_cast<std::int64_t>(v)) : nlohmann::ordered_json(v);
+      // Copied: clang before 16 cannot capture a structured binding.
+      const bool integer = f.type == "integer";
+      auto bound = [integer](double v) {
+        return integer ? nlohmann::ordered_json(static_cast<std::int64_t>(v)) : nlohmann::ordered_json(v);
       };
       if (f.min) p[f.min_exclusive ? "exclusiveMinimum" : "minimum"] = bound(*f.min);
       if (f.max) p["maximum"] = bound(*f.max);

@@ -67,7 +67,8 @@ TEST(SchemaRecorder, DerivesTheSchemaTheReaderEnforces) {
   SchemaRecorder rec;
   {
     SchemaRecorder::Scope scope(rec);
-    for (const char* text : {R"({"n": 3, "tiers": [{"r": 2}, {"r": 4, "x": 1.5}]})", R"({"n": 1, "opt": true, "tiers": []})"}) {
+    for (const char* text :
+         {R"({"n": 3, "tiers": [{"r": 2}, {"r": 4, "x": 1.5}]})", R"({"n": 1, "opt": true, "tiers": []})"}) {
       auto j = nlohmann::json::parse(text);
       StrictObject o(j, "f.json");
       (void)o.integer("n", 1, 8);

@@ -76,8 +76,7 @@ struct OptionSpec {
 };
 
 /// A spec of `type` with its help and, for numbers, its inclusive range.
-[[nodiscard]] OptionSpec option_spec(std::string key, ValueType type, std::string help, double min = 0,
-                                     double max = 0);
+[[nodiscard]] OptionSpec option_spec(std::string key, ValueType type, std::string help, double min = 0, double max = 0);
 
 /// The row of `key` in a table whose rows have a `spec` (an OptionSpec) and
 /// `set(Target&, value)`, or nullptr.

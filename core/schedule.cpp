@@ -102,7 +102,6 @@ E parse_enum(const Names<E, N>& names, StrictObject& o, const std::string& key) 
   o.fail(key, fmt::format("expected one of {}, got \"{}\"", options, s));
 }
 
-
 Op op_from_json(StrictObject o) {
   Op op;
   op.id = static_cast<int>(o.integer("id", 0, INT32_MAX));
@@ -230,7 +229,6 @@ Program program_from_json(StrictObject p, std::size_t i) {
   return prog;
 }
 
-
 }  // namespace
 
 std::int64_t dtype_bytes(Dtype d) {
@@ -252,7 +250,6 @@ std::string_view to_string(StreamKind e) { return name_of(kStreamKind, e); }
 std::string_view to_string(OpRole e) { return name_of(kOpRole, e); }
 std::string_view to_string(ParamClass e) { return name_of(kParamClass, e); }
 std::string_view to_string(BufferClass e) { return name_of(kBufferClass, e); }
-
 
 Schedule schedule_from_json(const std::string& text, const std::string& file, bool verify_hash) {
   nlohmann::json j = parse_json(text, file);

@@ -127,8 +127,8 @@ ExitStatus Child::wait() {
     }
   }
   reaped_ = true;
-  status_ = WIFSIGNALED(st) ? ExitStatus{true, 0, WTERMSIG(st)}
-                            : ExitStatus{false, WIFEXITED(st) ? WEXITSTATUS(st) : -1, 0};
+  status_ =
+      WIFSIGNALED(st) ? ExitStatus{true, 0, WTERMSIG(st)} : ExitStatus{false, WIFEXITED(st) ? WEXITSTATUS(st) : -1, 0};
   return status_;
 }
 

@@ -8,10 +8,10 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
-#include "explore/parallel_map.hpp"
-#include "explore/scenario.hpp"
 #include "core/error.hpp"
 #include "core/io.hpp"
+#include "explore/parallel_map.hpp"
+#include "explore/scenario.hpp"
 #include "models/model_spec.hpp"
 #include "plan/plan_file.hpp"
 #include "topologies/cluster_spec.hpp"

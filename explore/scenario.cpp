@@ -51,8 +51,8 @@ std::vector<ScenarioOption> make_table() {
                  [](Scenario& s, const json& v) { s.calibration = v.is_null() ? "" : v.get<std::string>(); }});
   }
   {
-    OptionSpec c = spec("nic_gbps", ValueType::Number, "what-if: the NIC speed (the cluster file's nic_Gbps)",
-                        0.001, 1e6);
+    OptionSpec c =
+        spec("nic_gbps", ValueType::Number, "what-if: the NIC speed (the cluster file's nic_Gbps)", 0.001, 1e6);
     c.nullable = true;
     c.unit = "Gb/s";
     t.push_back({c, [](const Scenario& s) -> json { return optional_number(s.nic_gbps); },
@@ -96,7 +96,9 @@ const std::vector<ScenarioOption>& scenario_option_table() {
   return t;
 }
 
-const ScenarioOption* find_scenario_option(std::string_view key) { return core::find_row(scenario_option_table(), key); }
+const ScenarioOption* find_scenario_option(std::string_view key) {
+  return core::find_row(scenario_option_table(), key);
+}
 
 std::optional<core::Problem> set_scenario_option(Scenario& sc, std::string_view key, const json& value) {
   return core::set_row(scenario_option_table(), sc, key, value, "scenario option");

@@ -99,7 +99,6 @@ Estimate screen(const models::ModelSpec& m, const topologies::PerfModel& pm, con
                   x(e1.compute_s, e2.compute_s), x(e1.floor_s, e2.floor_s)};
 }
 
-
 namespace {
 
 // A group's bound without screening it: GEMM and attention per layer and

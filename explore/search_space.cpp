@@ -65,7 +65,8 @@ void add_group(Search& s, std::size_t si, int tp, int pp, int vpp, int ep) {
       if (!plan::check_batch(s.m, st.gpus, o, split).empty()) continue;
       const std::size_t group = s.groups++;
       const bool base = tp == 1 && pp == 1 && ep == 1 && mb == s.q.base.micro_batch && rc == s.q.base.recompute;
-      for (Strategy x : {Strategy::Ddp, Strategy::Zero1, Strategy::Zero2, Strategy::Fsdp, Strategy::Hsdp, Strategy::Hpz}) {
+      for (Strategy x :
+           {Strategy::Ddp, Strategy::Zero1, Strategy::Zero2, Strategy::Fsdp, Strategy::Hsdp, Strategy::Hpz}) {
         PlanOptions p = o;
         p.strategy = x;
         s.space.push_back(Candidate{si, group, p, base});
@@ -102,8 +103,8 @@ Search::Search(const PlanQuery& query) : q(query), m(models::load_model(query.mo
   const std::int64_t seq = q.base.seq_len > 0 ? q.base.seq_len : std::min<std::int64_t>(m.max_seq_len, 8192);
   // A batch no plan can split is bad input, not "no plan fits".
   if (seq > m.max_seq_len) {
-    throw core::ProblemError({{"seq_len", fmt::format("expected at most {} (max_seq_len of {}), got {}", m.max_seq_len,
-                                                      m.name, seq)}});
+    throw core::ProblemError(
+        {{"seq_len", fmt::format("expected at most {} (max_seq_len of {}), got {}", m.max_seq_len, m.name, seq)}});
   }
   if (q.base.global_batch_tokens && *q.base.global_batch_tokens % seq != 0) {
     throw core::ProblemError({{"global_batch_tokens", fmt::format("expected a positive multiple of the sequence "

@@ -63,8 +63,8 @@ std::vector<std::pair<std::string, std::string>> make_columns() {
   }
   c.emplace_back("fits", "INTEGER");
   c.emplace_back("wall_s", "REAL");
-  for (const char* name : {"hzp_version", "git_revision", "model_sha256", "cluster_sha256", "schedule_sha256",
-                           "engine_detail", "shard"}) {
+  for (const char* name :
+       {"hzp_version", "git_revision", "model_sha256", "cluster_sha256", "schedule_sha256", "engine_detail", "shard"}) {
     c.emplace_back(name, "TEXT");
   }
   return c;
@@ -128,8 +128,7 @@ SweepDb::SweepDb(const std::string& path, const std::string& spec_hash, const st
                                "version); use another --db");
       }
     } else {
-      Stmt put(db_, "INSERT INTO meta (name, value) VALUES ('spec_sha256', ?1), ('spec', ?2), ('columns', ?3)",
-               path_);
+      Stmt put(db_, "INSERT INTO meta (name, value) VALUES ('spec_sha256', ?1), ('spec', ?2), ('columns', ?3)", path_);
       sqlite3_bind_text(put.s, 1, spec_hash.c_str(), -1, SQLITE_TRANSIENT);
       sqlite3_bind_text(put.s, 2, spec_json.c_str(), -1, SQLITE_TRANSIENT);
       const std::string signature = column_signature();

@@ -35,7 +35,6 @@ std::string fmt_duration(double s) {
                    : fmt::format("{}:{:02}", t / 60, t % 60);
 }
 
-
 // A worker process: reads point numbers (one per line) and writes one JSON
 // result line each, until its input closes.
 struct Worker {
@@ -190,8 +189,8 @@ void Runner::progress(bool final) {
     say(fmt::format("\r[{}] {}/{} {:5.1f}%  {:.1f} points/s  ETA {}{}", bar, finished_, to_run_.size(), 100 * frac,
                     rate, fmt_duration(eta), final ? "\n" : ""));
   } else {
-    say(fmt::format("sweep: {}/{} points ({:.1f}%), {:.1f} points/s, ETA {}\n", finished_, to_run_.size(),
-                    100 * frac, rate, fmt_duration(eta)));
+    say(fmt::format("sweep: {}/{} points ({:.1f}%), {:.1f} points/s, ETA {}\n", finished_, to_run_.size(), 100 * frac,
+                    rate, fmt_duration(eta)));
   }
 }
 

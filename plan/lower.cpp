@@ -396,10 +396,8 @@ LoweredPlan lower_resolved(const models::ModelSpec& m, const topologies::Topolog
   core::Schedule& s = out.schedule;
   describe_step(s, m, topo, o, out.plan.batch);
   PlanLowering(m, topo, o, out.plan, s).run();
-  nlohmann::json prov{{"plan", out.plan.provenance()},
-                      {"model", m.name},
-                      {"cluster", topo.spec().name},
-                      {"gpus", topo.devices()}};
+  nlohmann::json prov{
+      {"plan", out.plan.provenance()}, {"model", m.name}, {"cluster", topo.spec().name}, {"gpus", topo.devices()}};
   s.provenance_json = prov.dump();
   if (check) core::check_schedule(s);
   return out;

@@ -56,16 +56,16 @@ void add_sharding_options(std::vector<PlanOption>& t) {
     t.push_back({s, [](const PlanOptions& o) -> json { return std::string(to_string(o.strategy)); },
                  [](PlanOptions& o, const json& v) { o.strategy = *parse_strategy(v.get<std::string>()); }});
   }
-  t.push_back(field<&PlanOptions::param_shard>(spec(
-      "param_shard", ValueType::Integer,
-      "hzp: g_p, ranks the bf16 parameters are sharded over (hsdp: S); 0: the strategy's default", 0, kGroup)));
+  t.push_back(field<&PlanOptions::param_shard>(
+      spec("param_shard", ValueType::Integer,
+           "hzp: g_p, ranks the bf16 parameters are sharded over (hsdp: S); 0: the strategy's default", 0, kGroup)));
   t.push_back(field<&PlanOptions::grad_shard>(
       spec("grad_shard", ValueType::Integer,
            "hzp: g_g, ranks the accumulated gradients are sharded over; 0: the strategy's default", 0, kGroup)));
-  t.push_back(field<&PlanOptions::optim_shard>(spec(
-      "optim_shard", ValueType::Integer,
-      "hzp: g_o, ranks the fp32 master weights and Adam moments are sharded over; 0: the strategy's default", 0,
-      kGroup)));
+  t.push_back(field<&PlanOptions::optim_shard>(
+      spec("optim_shard", ValueType::Integer,
+           "hzp: g_o, ranks the fp32 master weights and Adam moments are sharded over; 0: the strategy's default", 0,
+           kGroup)));
   t.push_back({nullable(flags(spec("async", ValueType::Boolean,
                                    "background issue threads and pooled buffers (true) or collectives issued inline "
                                    "with the caching allocator (false); null: true for hzp, false for the presets"),
@@ -84,9 +84,8 @@ void add_sharding_options(std::vector<PlanOption>& t) {
 
 // Megatron model parallelism and the overlaps of its communication.
 void add_model_parallel_options(std::vector<PlanOption>& t) {
-  t.push_back(field<&PlanOptions::tp>(spec("tp", ValueType::Integer,
-                                           "tensor-parallel size (Megatron, with sequence parallelism)", 1,
-                                           kModelParallel)));
+  t.push_back(field<&PlanOptions::tp>(
+      spec("tp", ValueType::Integer, "tensor-parallel size (Megatron, with sequence parallelism)", 1, kModelParallel)));
   t.push_back(field<&PlanOptions::sequence_parallel>(
       flags(spec("sequence_parallel", ValueType::Boolean,
                  "tensor parallelism with sequence parallelism (false: all-reduces)"),
@@ -95,8 +94,8 @@ void add_model_parallel_options(std::vector<PlanOption>& t) {
   t.push_back(field<&PlanOptions::vpp>(
       spec("vpp", ValueType::Integer, "virtual stages per pipeline rank (interleaved 1F1B when > 1)", 1, 1 << 10)));
   t.push_back(field<&PlanOptions::cp>(spec("cp", ValueType::Integer,
-                                           "context-parallel size (ring attention; sequences split over cp ranks)",
-                                           1, kModelParallel)));
+                                           "context-parallel size (ring attention; sequences split over cp ranks)", 1,
+                                           kModelParallel)));
   t.push_back(field<&PlanOptions::tp_comm_overlap>(
       flags(spec("tp_comm_overlap", ValueType::Boolean,
                  "pipeline tensor-parallel all-gathers/reduce-scatters with their GEMMs in chunks"),
@@ -114,9 +113,9 @@ void add_model_parallel_options(std::vector<PlanOption>& t) {
       flags(spec("pipeline_p2p_sync", ValueType::Boolean,
                  "the host waits for every pipeline receive before issuing more work (Megatron's batch_p2p_sync)"),
             "--pipeline-p2p-sync", "--no-pipeline-p2p-sync"))));
-  t.push_back(field<&PlanOptions::ep>(spec(
-      "ep", ValueType::Integer, "expert-parallel size for MoE models (experts split over ep data-parallel ranks)", 1,
-      kModelParallel)));
+  t.push_back(field<&PlanOptions::ep>(
+      spec("ep", ValueType::Integer, "expert-parallel size for MoE models (experts split over ep data-parallel ranks)",
+           1, kModelParallel)));
   {
     OptionSpec s = nullable(spec("expert_shards", ValueType::Triple,
                                  "expert parameters' own (g_p, g_g, g_o) over the DP / ep expert-data-parallel "
@@ -129,9 +128,10 @@ void add_model_parallel_options(std::vector<PlanOption>& t) {
                    return json{o.expert_shards->param, o.expert_shards->grad, o.expert_shards->optim};
                  },
                  [](PlanOptions& o, const json& v) {
-                   o.expert_shards = v.is_null() ? std::nullopt
-                                                 : std::optional<ShardSizes>(ShardSizes{
-                                                       v[0].get<int>(), v[1].get<int>(), v[2].get<int>()});
+                   o.expert_shards =
+                       v.is_null()
+                           ? std::nullopt
+                           : std::optional<ShardSizes>(ShardSizes{v[0].get<int>(), v[1].get<int>(), v[2].get<int>()});
                  }});
   }
 }
@@ -166,22 +166,17 @@ void add_batch_and_kernel_options(std::vector<PlanOption>& t) {
   }
   {
     OptionSpec s = nullable(spec("global_batch_tokens", ValueType::TokenCount,
-                                 "global batch in tokens; null with global_batch_sequences null: 16M",
-                                 1, 1LL << 50));
+                                 "global batch in tokens; null with global_batch_sequences null: 16M", 1, 1LL << 50));
     s.unit = "tokens";
-    t.push_back({s,
-                 [](const PlanOptions& o) -> json {
-                   return o.global_batch_tokens ? json(*o.global_batch_tokens) : json();
-                 },
-                 [](PlanOptions& o, const json& v) {
-                   o.global_batch_tokens =
-                       v.is_null() ? std::nullopt : std::optional<std::int64_t>(v.get<std::int64_t>());
-                 }});
+    t.push_back(
+        {s, [](const PlanOptions& o) -> json { return o.global_batch_tokens ? json(*o.global_batch_tokens) : json(); },
+         [](PlanOptions& o, const json& v) {
+           o.global_batch_tokens = v.is_null() ? std::nullopt : std::optional<std::int64_t>(v.get<std::int64_t>());
+         }});
   }
   {
-    OptionSpec s =
-        nullable(spec("global_batch_sequences", ValueType::Integer,
-                      "global batch in sequences (instead of global_batch_tokens)", 1, 1LL << 40));
+    OptionSpec s = nullable(spec("global_batch_sequences", ValueType::Integer,
+                                 "global batch in sequences (instead of global_batch_tokens)", 1, 1LL << 40));
     s.flag_aliases = {"--global-batch-seqs"};
     t.push_back({s,
                  [](const PlanOptions& o) -> json {

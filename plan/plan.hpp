@@ -234,8 +234,8 @@ struct LoweredPlan {
 /// Lowers the plan to a Schedule, checked by core::check_schedule before
 /// return (plan search skips the check for plans it only scores). Bad plans
 /// throw core::ProblemError (see check_plan).
-[[nodiscard]] LoweredPlan lower_plan(const models::ModelSpec& m, const topologies::Topology& topo,
-                                     const PlanOptions& o, bool check = true);
+[[nodiscard]] LoweredPlan lower_plan(const models::ModelSpec& m, const topologies::Topology& topo, const PlanOptions& o,
+                                     bool check = true);
 /// The same for a plan check_plan already resolved (`o` as it was checked):
 /// what plan search uses to check each candidate once.
 [[nodiscard]] LoweredPlan lower_resolved(const models::ModelSpec& m, const topologies::Topology& topo,

@@ -32,8 +32,8 @@ TEST(SplitBatch, DividesOrNamesTheOption) {
   } catch (const core::ProblemError& e) {
     // The problem names the option's key; whoever knows the source maps it to a flag or a file's key.
     ASSERT_EQ(e.problems().size(), 1u);
-    EXPECT_EQ(e.problems()[0],
-              (core::Problem{"global_batch_tokens", "expected a positive multiple of the sequence length 8192, got 1000"}));
+    EXPECT_EQ(e.problems()[0], (core::Problem{"global_batch_tokens",
+                                              "expected a positive multiple of the sequence length 8192, got 1000"}));
   }
   PlanOptions o = options(Strategy::Fsdp, 16 << 20);
   o.micro_batch = 4;

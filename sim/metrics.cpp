@@ -122,8 +122,9 @@ Metrics compute_metrics(const core::Schedule& s, const traces::Timeline& t, cons
       slot = std::max(slot, exposed);
     }
     for (const auto& st : s.programs[p].streams) {
-      double f =
-          secs > 0 ? static_cast<double>(busy[{static_cast<int>(p), st.id}]) / static_cast<double>(m.step_time.count_ns()) : 0;
+      double f = secs > 0 ? static_cast<double>(busy[{static_cast<int>(p), st.id}]) /
+                                static_cast<double>(m.step_time.count_ns())
+                          : 0;
       m.busy.push_back(StreamBusy{static_cast<int>(p), st.name, f});
     }
   }

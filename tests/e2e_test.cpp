@@ -3,10 +3,10 @@
 #include <gtest/gtest.h>
 
 #include "cli/report.hpp"
-#include "explore/scenario.hpp"
 #include "core/error.hpp"
 #include "core/schedule.hpp"
 #include "core/schedule_check.hpp"
+#include "explore/scenario.hpp"
 #include "models/model_spec.hpp"
 #include "topologies/cluster_spec.hpp"
 #include "traces/timeline.hpp"

@@ -15,8 +15,8 @@ void apply_calibration(nlohmann::ordered_json& j, const std::string& path) {
   core::require_schema_version(o, 1);
   const std::string device = o.str("device");
   if (device != j["device"].value("name", "")) {
-    o.fail("device", fmt::format("expected the cluster's device \"{}\", got \"{}\"", j["device"].value("name", ""),
-                                 device));
+    o.fail("device",
+           fmt::format("expected the cluster's device \"{}\", got \"{}\"", j["device"].value("name", ""), device));
   }
   if (o.str("source").empty()) o.fail("source", "expected how the calibration was obtained");
   // Each section overlays the cluster file's object of the same meaning; only
