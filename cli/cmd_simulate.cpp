@@ -130,33 +130,27 @@ int cmd_simulate(Options& o, const std::string& command_line) {
         r.cluster.device.hbm_GiB, top);
     return kExitInfeasible;
   }
-  // Outputs only once everything succeeded and none would be clobbered, each written atomically.
-  std::vector<std::pair<std::string, std::string>> dir_files;
+  // Outputs only once everything succeeded and none would be clobbered: all
+  // of them, or none (core::OutputSet).
+  core::OutputSet out;
+  if (!o.trace.empty()) out.add(o.trace, traces::to_chrome_trace(r.runs[0].timeline));
+  if (!o.csv.empty()) out.add(o.csv, traces::to_csv(r.runs[0].timeline));
+  if (!o.summary.empty()) out.add(o.summary, json);
+  std::vector<std::string> written;
   if (!o.out_dir.empty()) {
     for (const auto& run : r.runs) {
-      dir_files.emplace_back(fmt::format("{}/{}.trace.json", o.out_dir, cli::run_stem(r, run)), "");
+      written.push_back(fmt::format("{}/{}.trace.json", o.out_dir, cli::run_stem(r, run)));
+      out.add(written.back(), traces::to_chrome_trace(run.timeline));
     }
-    dir_files.emplace_back(fmt::format("{}/summary.json", o.out_dir), "");
-    for (const auto& [path, _] : dir_files) check_writable(o, path);
+    written.push_back(fmt::format("{}/summary.json", o.out_dir));
+    out.add(written.back(), json);
   }
-  if (!o.trace.empty()) core::write_file_atomic(o.trace, traces::to_chrome_trace(r.runs[0].timeline));
-  if (!o.csv.empty()) core::write_file_atomic(o.csv, traces::to_csv(r.runs[0].timeline));
-  if (!o.summary.empty()) core::write_file_atomic(o.summary, json);
-  if (!o.out_dir.empty()) {
-    std::vector<std::string> written;
-    for (const auto& run : r.runs) {
-      std::string path = fmt::format("{}/{}.trace.json", o.out_dir, cli::run_stem(r, run));
-      core::write_file_atomic(path, traces::to_chrome_trace(run.timeline));
-      written.push_back(path);
-    }
-    std::string path = fmt::format("{}/summary.json", o.out_dir);
-    core::write_file_atomic(path, json);
-    written.push_back(path);
-    if (!o.json) {
-      std::cout << "\nwrote:";
-      for (const auto& w : written) std::cout << " " << w;
-      std::cout << "\n(open the .trace.json files in https://ui.perfetto.dev)\n";
-    }
+  for (const auto& path : written) check_writable(o, path);
+  out.commit();
+  if (!written.empty() && !o.json) {
+    std::cout << "\nwrote:";
+    for (const auto& w : written) std::cout << " " << w;
+    std::cout << "\n(open the .trace.json files in https://ui.perfetto.dev)\n";
   }
   return 0;
 }

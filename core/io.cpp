@@ -1,45 +1,131 @@
 // Atomic file output and build provenance (see io.hpp).
 #include "core/io.hpp"
 
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <signal.h>
 #include <unistd.h>
+
 #include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 #include "core/error.hpp"
 #include "hzp_git_revision.hpp"
 
 namespace hzp::core {
 
-void write_file_atomic(const std::string& path, const std::string& content) {
-  namespace fs = std::filesystem;
-  fs::path dest(path);
-  fs::path dir = dest.has_parent_path() ? dest.parent_path() : fs::path(".");
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path folder_of(const fs::path& dest) { return dest.has_parent_path() ? dest.parent_path() : fs::path("."); }
+
+// Removes temporary files of this destination left by hzp processes that no
+// longer run (killed mid-write): ".<name>.tmp.<pid>[.<n>]".
+void remove_stale_temps(const fs::path& dir, const std::string& name) {
   std::error_code ec;
-  if (!dir.empty() && !fs::exists(dir, ec)) {
-    fs::create_directories(dir, ec);
-    if (ec) throw InputError(path, "", fmt::format("cannot create folder {}: {}", dir.string(), ec.message()));
+  const std::string prefix = "." + name + ".tmp.";
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string f = it->path().filename().string();
+    if (f.rfind(prefix, 0) != 0) continue;
+    const std::string rest = f.substr(prefix.size());
+    const std::string digits = rest.substr(0, rest.find('.'));
+    if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos || digits.size() > 9) continue;
+    const auto pid = static_cast<pid_t>(std::stol(digits));
+    if (pid != ::getpid() && ::kill(pid, 0) != 0 && errno == ESRCH) fs::remove(it->path(), ec);
   }
-  fs::path tmp = dir / fmt::format(".{}.tmp.{}", dest.filename().string(), ::getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw InputError(path, "", "cannot write to this folder");
-    out.write(content.data(), static_cast<std::streamsize>(content.size()));
-    out.flush();
-    if (!out) {
-      out.close();
+}
+
+// Creates a fresh temporary file beside `dest` (O_EXCL | O_NOFOLLOW: never
+// through a planted file or link) and writes `content` to it.
+fs::path write_temp(const fs::path& dest, const std::string& content) {
+  const fs::path dir = folder_of(dest);
+  std::error_code ec;
+  if (!fs::exists(dir, ec)) {
+    fs::create_directories(dir, ec);
+    if (ec) throw InputError(dest.string(), "", fmt::format("cannot create folder {}: {}", dir.string(), ec.message()));
+  }
+  remove_stale_temps(dir, dest.filename().string());
+  for (int n = 0; n < 100; ++n) {
+    const fs::path tmp =
+        dir / fmt::format(".{}.tmp.{}{}", dest.filename().string(), ::getpid(), n ? fmt::format(".{}", n) : "");
+    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd < 0 && errno == EEXIST) continue;
+    if (fd < 0)
+      throw InputError(dest.string(), "", fmt::format("cannot write to this folder ({})", std::strerror(errno)));
+    const bool ok = write_all_fd(fd, content);
+    const bool closed = ::close(fd) == 0;
+    if (!ok || !closed) {
       fs::remove(tmp, ec);
-      throw InputError(path, "", "write failed (disk full?)");
+      throw InputError(dest.string(), "", "write failed (disk full?)");
+    }
+    return tmp;
+  }
+  throw InputError(dest.string(), "", "cannot create a temporary file beside it");
+}
+
+void check_destination(const fs::path& dest) {
+  std::error_code ec;
+  const fs::file_status st = fs::symlink_status(dest, ec);
+  if (!ec && fs::exists(st) && !fs::is_regular_file(st)) {
+    throw InputError(dest.string(), "", "expected a regular file to replace (it is a folder, link or device)");
+  }
+}
+
+}  // namespace
+
+void write_file_atomic(const std::string& path, const std::string& content) {
+  OutputSet out;
+  out.add(path, content);
+  out.commit();
+}
+
+void OutputSet::add(const std::string& path, std::string content) {
+  if (path.empty()) throw InputError("command line", "", "expected an output file name, got nothing");
+  for (const auto& [p, c] : files_) {
+    std::error_code e1, e2;
+    if (path != "-" && fs::weakly_canonical(p, e1) == fs::weakly_canonical(path, e2) && !e1 && !e2) {
+      throw InputError(path, "", "expected each output once (two outputs would be written to this file)");
     }
   }
-  fs::rename(tmp, dest, ec);
-  if (ec) {
-    fs::remove(tmp, ec);
-    throw InputError(path, "", "cannot rename the finished file into place");
+  if (path != "-") check_destination(path);
+  files_.emplace_back(path, std::move(content));
+}
+
+void OutputSet::commit() {
+  // Every file written beside its destination first; nothing renamed into
+  // place unless all were written.
+  std::vector<fs::path> temps;
+  try {
+    for (const auto& [path, content] : files_) temps.push_back(path == "-" ? fs::path() : write_temp(path, content));
+  } catch (...) {
+    std::error_code ec;
+    for (const auto& t : temps) {
+      if (!t.empty()) fs::remove(t, ec);
+    }
+    throw;
   }
+  for (std::size_t i = 0; i < files_.size(); ++i) {
+    if (files_[i].first == "-") {
+      std::fwrite(files_[i].second.data(), 1, files_[i].second.size(), stdout);
+      std::fflush(stdout);
+      continue;
+    }
+    std::error_code ec;
+    fs::rename(temps[i], files_[i].first, ec);
+    if (ec) {
+      for (std::size_t j = i; j < temps.size(); ++j) {
+        if (!temps[j].empty()) fs::remove(temps[j], ec);
+      }
+      throw InputError(files_[i].first, "", "cannot rename the finished file into place");
+    }
+  }
+  files_.clear();
 }
 
 std::string read_file(const std::string& path) {

@@ -2,6 +2,8 @@
 #pragma once
 
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace hzp::core {
 
@@ -9,6 +11,21 @@ namespace hzp::core {
 /// it into place, so an interrupted run never leaves a half-written file.
 /// Throws InputError(path, "", ...) when the folder is not writable.
 void write_file_atomic(const std::string& path, const std::string& content);
+
+/// The outputs of one run, committed together: each written to a fresh
+/// temporary file beside its destination (O_EXCL | O_NOFOLLOW, never through a
+/// planted file or link; stale temporaries of dead hzp processes removed),
+/// then all renamed into place — or, when any cannot be written, none. "-" is
+/// standard output. InputError for an empty name, the same file twice, or a
+/// destination that is not a regular file.
+class OutputSet {
+ public:
+  void add(const std::string& path, std::string content);
+  void commit();
+
+ private:
+  std::vector<std::pair<std::string, std::string>> files_;
+};
 
 /// Reads a whole file; InputError when it cannot be opened.
 [[nodiscard]] std::string read_file(const std::string& path);

@@ -7,6 +7,8 @@
 #include <csignal>
 #include <filesystem>
 
+#include <fmt/format.h>
+
 #include "core/error.hpp"
 
 namespace hzp::core {
@@ -54,6 +56,67 @@ TEST(WriteFileAtomic, KillDuringWriteKeepsPreviousFile) {
 
 TEST(WriteFileAtomic, UnwritableFolderIsInputError) {
   EXPECT_THROW(write_file_atomic("/proc/hzp_cannot_write/x.json", "x"), InputError);
+}
+
+std::string slurp(const std::filesystem::path& p) { return read_file(p.string()); }
+
+// A link planted where the temporary file would go is not written through,
+// and the destination ends up a regular file (issue 19, item 2).
+TEST(WriteFileAtomic, NeverWritesThroughAPlantedLink) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / fmt::format("hzp_io_link_{}", ::getpid());
+  fs::create_directories(dir);
+  write_file_atomic((dir / "victim.txt").string(), "keep");
+  fs::create_symlink(dir / "victim.txt", dir / fmt::format(".s.json.tmp.{}", ::getpid()));
+  write_file_atomic((dir / "s.json").string(), "summary");
+  EXPECT_EQ(slurp(dir / "victim.txt"), "keep");
+  EXPECT_TRUE(fs::is_regular_file(fs::symlink_status(dir / "s.json")));
+  EXPECT_EQ(slurp(dir / "s.json"), "summary");
+  fs::remove_all(dir);
+}
+
+// A temporary file left by a killed hzp (a pid that no longer runs) is
+// removed by the next write to the same destination (item 9).
+TEST(WriteFileAtomic, RemovesStaleTemporariesOfDeadProcesses) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / fmt::format("hzp_io_stale_{}", ::getpid());
+  fs::create_directories(dir);
+  const pid_t dead = ::fork();
+  if (dead == 0) ::_exit(0);
+  int st = 0;
+  ::waitpid(dead, &st, 0);
+  const fs::path stale = dir / fmt::format(".t.json.tmp.{}", dead);
+  write_file_atomic(stale.string(), "half a trace");
+  write_file_atomic((dir / "t.json").string(), "trace");
+  EXPECT_FALSE(fs::exists(stale));
+  EXPECT_EQ(slurp(dir / "t.json"), "trace");
+  fs::remove_all(dir);
+}
+
+// The outputs of a run: all of them or none; each once; regular files only (items 6 and 7).
+TEST(OutputSet, AllOrNoneEachOnceRegularFilesOnly) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / fmt::format("hzp_io_set_{}", ::getpid());
+  fs::create_directories(dir);
+  OutputSet bad;
+  bad.add((dir / "t.json").string(), "trace");
+  bad.add((dir / "t.csv").string(), "csv");
+  bad.add("/proc/hzp_cannot_write/s.json", "summary");
+  EXPECT_THROW(bad.commit(), InputError);
+  EXPECT_FALSE(fs::exists(dir / "t.json"));
+  EXPECT_FALSE(fs::exists(dir / "t.csv"));
+  EXPECT_TRUE(fs::is_empty(dir));  // no temporary file left either
+  OutputSet twice;
+  twice.add((dir / "x").string(), "a");
+  EXPECT_THROW(twice.add((dir / "." / "x").string(), "b"), InputError);
+  OutputSet device;
+  EXPECT_THROW(device.add("/dev/null", "x"), InputError);
+  OutputSet good;
+  good.add((dir / "a").string(), "1");
+  good.add((dir / "b").string(), "2");
+  good.commit();
+  EXPECT_EQ(slurp(dir / "a") + slurp(dir / "b"), "12");
+  fs::remove_all(dir);
 }
 
 }  // namespace

@@ -127,6 +127,23 @@ expect_fail "other.db: expected an hzp sweep database or a new file" sweep --set
 python3 -c "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.execute('create table meta (name text primary key, value text)'); c.execute(\"insert into meta values ('spec_sha256','x'),('spec','not json')\"); c.commit()" "$work/badmeta.db"
 expect_fail "badmeta.db (meta.spec): not valid JSON" sweep export "$work/badmeta.db" --json "$work/out.json"
 
+# A failed run leaves none of its outputs behind; one file for two outputs is refused (issue 19, item 6).
+small=(simulate --model llama3-8b --gpus 16 --strategy fsdp --global-batch-tokens 128K)
+"$hzp" "${small[@]}" --trace "$work/t6.json" --csv "$work/t6.csv" --summary /proc/x/s.json > /dev/null 2>&1
+rc=$?
+if [ "$rc" -ne 2 ] || [ -e "$work/t6.json" ] || [ -e "$work/t6.csv" ]; then
+  echo "FAIL: a run that could not write its summary left outputs behind (rc=$rc)"
+  fail=1
+fi
+"$hzp" "${small[@]}" --out-dir /proc/nonexistent --summary "$work/s6.json" > /dev/null 2>&1
+rc=$?
+if [ "$rc" -ne 2 ] || [ -e "$work/s6.json" ]; then
+  echo "FAIL: a run that could not write --out-dir wrote its summary (rc=$rc)"
+  fail=1
+fi
+expect_fail "expected each output once" "${small[@]}" --trace "$work/X" --summary "$work/X"
+[ ! -e "$work/X" ] || { echo "FAIL: --trace X --summary X wrote X"; fail=1; }
+
 # Existing outputs are not overwritten without --force.
 echo "keep me" > "$work/existing.json"
 "$hzp" simulate --model llama3-8b --gpus 16 --global-batch-tokens 128K --strategy fsdp --trace "$work/existing.json" > /dev/null 2> "$work/stderr"
