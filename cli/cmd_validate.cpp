@@ -84,6 +84,7 @@ int cmd_calibrate(const CalibrateArgs& a) {
 struct CompareArgs {
   std::string predicted, measured, report;
   bool json = false;
+  bool force = false;
 };
 
 int cmd_validate_compare(const CompareArgs& a) {
@@ -122,7 +123,12 @@ int cmd_validate_compare(const CompareArgs& a) {
   // failed picture leaves no report behind.
   const std::filesystem::path report(a.report);
   const std::filesystem::path picture = std::filesystem::path(report).replace_extension(".png");
-  const int rc = run_plot({"compare", a.predicted, a.measured, "--out", picture.string()});
+  if (!a.force && std::filesystem::exists(report)) {
+    throw core::InputError(a.report, "", "already exists; pass --force to overwrite it");
+  }
+  std::vector<std::string> plot{"compare", a.predicted, a.measured, "--out", picture.string()};
+  if (a.force) plot.emplace_back("--force");
+  const int rc = run_plot(plot);
   if (rc != 0) return rc;
   core::write_file_atomic(a.report, validation::markdown_report(c, p, m, picture.filename().string()));
   std::cerr << fmt::format("wrote {} and {}\n", a.report, picture.string());
@@ -178,6 +184,7 @@ void add_validate_commands(CLI::App& app, Commands& out) {
   compare->add_option("--report", cc->args.report, "write a Markdown report (and a .png beside it) instead of printing")
       ->check(file_name());
   compare->add_flag("--json", cc->args.json, "as JSON");
+  compare->add_flag("--force", cc->args.force, "replace the report and its picture if they exist");
   out.push_back(std::move(cc));
 
   auto* calibrate = app.add_subcommand("calibrate", "fit a calibration overlay from hzp-run microbenchmark results");

@@ -44,7 +44,7 @@ for mode in async sync; do
   "$build/bin/hzp" validate compare "$out/hzp-$mode.predicted.json" "$out/hzp-$mode.measured.json" --json \
     > "$out/hzp-$mode.compare.json"
   "$build/bin/hzp" validate compare "$out/hzp-$mode.predicted.json" "$out/hzp-$mode.measured.json" \
-    --report "$out/hzp-$mode.compare.md" > /dev/null 2>&1 || true
+    --report "$out/hzp-$mode.compare.md" --force > /dev/null 2>&1 || true
 done
 
 log "microbenchmarks"

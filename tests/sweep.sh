@@ -137,6 +137,27 @@ assert c > 1.5 * b, (b, c)"
 check "calibrate: an existing --out is kept without --force" test $? -eq 2 -a "$(wc -l < again.err)" -eq 1
 "$hzp" plot heatmap full.db --x nope --y optim_shard --out bad.png > /dev/null 2> bad.err
 check "plot: a bad key is one error line, exit 2, no file" test $? -eq 2 -a "$(wc -l < bad.err)" -eq 1 -a ! -e bad.png
+# Plot and compare outputs (issue 19, items 2, 7, 10): --force to replace, never a device or a folder, one
+# error line with exit 2 for a missing folder or a bad key or argument, no temporary file left behind.
+plot_fails() {  # plot_fails "<stderr substring>" args...
+  local want=$1
+  shift
+  "$hzp" "$@" > /dev/null 2> plot.err
+  local rc=$?
+  if [ "$rc" -ne 2 ] || [ "$(wc -l < plot.err)" -ne 1 ] || ! grep -qF -- "$want" plot.err; then
+    echo "FAIL: hzp $* -> rc=$rc, expected 2 and one line with: $want"; cat plot.err; fail=1
+  fi
+}
+plot_fails "heat.png: already exists; pass --force" plot heatmap full.db --x grad_shard --y optim_shard --out heat.png
+"$hzp" plot heatmap full.db --x grad_shard --y optim_shard --out heat.png --force > /dev/null ||
+  { echo "FAIL: plot --force"; fail=1; }
+mkdir -p adir.png
+plot_fails "adir.png: expected a regular file" plot heatmap full.db --x grad_shard --y optim_shard --out adir.png
+plot_fails "expected an existing folder" plot heatmap full.db --x grad_shard --y optim_shard --out nodir/h.png
+plot_fails "nokey: expected one of" plot scaling full.db --x nokey --out s.png
+plot_fails "command line: plot:" plot heatmap full.db --out h.png
+plot_fails "cmp.md: already exists; pass --force" validate compare t.json ts.json --report cmp.md
+check "no temporary picture left behind" test -z "$(find . -name '*.tmp*')"
 
 # Plan: only feasible plans; the best at least as good as every preset.
 "$hzp" plan --model llama3-8b --cluster dgx-h100 --gpus 16 --global-batch-tokens 256K --top 5 -j 2 --json > plan.json ||

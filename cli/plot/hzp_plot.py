@@ -12,10 +12,11 @@ import json
 import os
 import sqlite3
 import sys
+import tempfile
 
 
 def fail(where, key, expected):
-    print(f"hzp plot: {where}: {key}: {expected}", file=sys.stderr)
+    print(f"hzp plot: {where}: {key + ': ' if key else ''}{expected}", file=sys.stderr)
     sys.exit(2)
 
 
@@ -32,10 +33,36 @@ def plt_for(out):
     return plt
 
 
+FORCE = False  # --force: replace an existing --out
+
+
+def check_out(out):
+    """The destination: a new file, or (with --force) a regular file to replace, in a folder that exists."""
+    if os.path.lexists(out) and not os.path.isfile(out):
+        fail(out, "", "expected a regular file to write (it is a folder, link or device)")
+    if os.path.exists(out) and not FORCE:
+        fail(out, "", "already exists; pass --force to overwrite it")
+    folder = os.path.dirname(out) or "."
+    if not os.path.isdir(folder):
+        fail(out, "", f"expected an existing folder {folder}")
+
+
 def save(fig, out):
-    tmp = out + ".tmp" + os.path.splitext(out)[1]
-    fig.savefig(tmp, bbox_inches="tight", metadata=None if out.endswith(".png") else {"Date": None})
-    os.replace(tmp, out)  # nothing half-written on disk
+    check_out(out)
+    folder, name = os.path.split(out)
+    # A fresh temporary file beside the destination (O_EXCL: never through a
+    # planted file), renamed into place: nothing half-written on disk.
+    fd, tmp = tempfile.mkstemp(dir=folder or ".", prefix=f".{name}.tmp.", suffix=os.path.splitext(out)[1])
+    try:
+        with os.fdopen(fd, "wb") as f:
+            fig.savefig(f, format=os.path.splitext(out)[1][1:].lower(), bbox_inches="tight",
+                        metadata=None if out.endswith(".png") else {"Date": None})
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, out)
+    except OSError as e:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        fail(out, "", f"cannot write it ({e.strerror or e})")
     print(f"wrote {out}")
 
 
@@ -94,6 +121,8 @@ def scaling(a):
     data = rows(a.db)
     if not data:
         fail(a.db, "points", "no finished points to plot")
+    if a.x not in data[0]:
+        fail(a.db, a.x, f"expected one of {', '.join(sorted(data[0]))}")
     series = {}
     for r in data:
         label = f"{r['cluster']} {r['strategy']}"
@@ -233,9 +262,16 @@ def title(data, what):
     return f"{r.get('model', '')}: {what}"
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """Argument errors as hzp's one line, exit 2 (argparse prints usage and the error on two)."""
+
+    def error(self, message):
+        fail("command line", "plot", message)
+
+
 def main():
-    p = argparse.ArgumentParser(prog="hzp plot")
-    sub = p.add_subparsers(dest="kind", required=True)
+    p = OneLineParser(prog="hzp plot")
+    sub = p.add_subparsers(dest="kind", required=True, parser_class=OneLineParser)
     h = sub.add_parser("heatmap")
     h.add_argument("db")
     h.add_argument("--x", required=True)
@@ -258,9 +294,23 @@ def main():
     m = sub.add_parser("memory")
     m.add_argument("trace")
     m.add_argument("--out", required=True)
+    for sp in (h, s, tl, c, m):
+        sp.add_argument("--force", action="store_true", help="replace --out if it exists")
     a = p.parse_args()
+    global FORCE
+    FORCE = a.force
+    check_out(a.out)
     {"heatmap": heatmap, "scaling": scaling, "timeline": timeline, "memory": memory, "compare": compare}[a.kind](a)
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except SystemExit:
+        raise
+    except RecursionError:
+        fail("input", "", "expected JSON nested less deeply")
+    except Exception as e:  # anything not foreseen: the bug-report line, not a traceback
+        print(f"hzp plot: internal error: {type(e).__name__}: {e}. This is a bug in hzp; please report it with the "
+              "command line above.", file=sys.stderr)
+        sys.exit(1)
