@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -48,6 +49,7 @@ struct Args {
   std::string summary;
   double watchdog_s = 30;
   bool skip_check = false;
+  bool force = false;  // replace --trace / --summary if they exist
   // CUDA backend
   int local_gpus = 0;    // one process driving this many GPUs (ranks 0..N-1)
   bool emulate = false;  // one GPU: collectives as timed kernels
@@ -64,6 +66,7 @@ struct BenchArgs {
   int ranks_per_node = 8;
   std::string rendezvous;
   std::vector<int> channels{1, 2, 4, 8, 16, 32};
+  bool force = false;  // replace --out if it exists
 };
 
 hzp::traces::TraceHeader header(const hzp::core::Schedule& s, const std::string& engine, const std::string& detail,
@@ -355,6 +358,7 @@ void add_run_options(CLI::App& app, Args& a) {
       ->capture_default_str()
       ->check(number_in(0.1, 604800));
   app.add_flag("--skip-check", a.skip_check, "run without checking the Schedule first (to debug hangs)");
+  app.add_flag("--force", a.force, "replace --trace and --summary if they exist");
   app.add_option("--local-gpus", a.local_gpus, "cuda: one process driving this many GPUs as ranks 0..N-1");
   app.add_flag("--emulate-collectives", a.emulate,
                "cuda, one GPU: collectives as kernels on the NCCL channels' SMs lasting the model's time");
@@ -368,7 +372,8 @@ CLI::App* add_bench_command(CLI::App& app, BenchArgs& b) {
   auto* bench = app.add_subcommand("bench", "microbenchmarks for hzp calibrate (cuda backend)");
   bench->add_option("kind", b.kind, "gemm | collectives | overlap")->required();
   bench->add_option("--schedule", b.schedule, "gemm: every distinct GEMM shape of this Schedule (default: a grid)");
-  bench->add_option("--out", b.out, "results JSON")->required();
+  bench->add_option("--out", b.out, "results JSON")->required()->check(file_name());
+  bench->add_flag("--force", b.force, "replace --out if it exists");
   bench->add_option("--reps", b.reps, "timed repetitions (median)")->capture_default_str();
   bench->add_option("--ranks-per-node", b.ranks_per_node, "collectives: ranks per node")->capture_default_str();
   bench->add_option("--rendezvous", b.rendezvous, "collectives: shared directory for the NCCL id");
@@ -378,8 +383,18 @@ CLI::App* add_bench_command(CLI::App& app, BenchArgs& b) {
 
 // What the parsed command line asks for: the benchmarks, or the Schedule
 // checked and run on a backend. Errors are thrown for main to report.
+// Refuses to replace an output unless --force, before any work.
+void check_new(const std::string& path, bool force) {
+  if (!path.empty() && !force && std::filesystem::exists(path)) {
+    throw hzp::core::InputError(path, "", "already exists; pass --force to overwrite it");
+  }
+}
+
 int run_parsed(const Args& a, [[maybe_unused]] const BenchArgs& b, bool bench, const std::string& command_line) {
   using namespace hzp;
+  if (bench) check_new(b.out, b.force);
+  check_new(a.trace, a.force);
+  check_new(a.summary, a.force);
   if (bench) {
 #ifdef HZP_HAVE_CUDA
     return run_bench(b);

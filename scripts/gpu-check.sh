@@ -40,7 +40,7 @@ for mode in async sync; do
   "$build/bin/hzp" simulate "${args[@]}" --json --trace "$out/hzp-$mode.predicted.json" --force \
     > "$out/hzp-$mode.predicted-summary.json"
   "$build/bin/hzp-run" "$out/hzp-$mode.schedule.json" --backend cuda --emulate-collectives --warmup 2 --steps 5 \
-    --trace "$out/hzp-$mode.measured.json" --summary "$out/hzp-$mode.run.json" | tee "$out/hzp-$mode.run.txt"
+    --trace "$out/hzp-$mode.measured.json" --summary "$out/hzp-$mode.run.json" --force | tee "$out/hzp-$mode.run.txt"
   "$build/bin/hzp" validate compare "$out/hzp-$mode.predicted.json" "$out/hzp-$mode.measured.json" --json \
     > "$out/hzp-$mode.compare.json"
   "$build/bin/hzp" validate compare "$out/hzp-$mode.predicted.json" "$out/hzp-$mode.measured.json" \
@@ -48,13 +48,13 @@ for mode in async sync; do
 done
 
 log "microbenchmarks"
-"$build/bin/hzp-run" bench gemm --schedule "$out/hzp-async.schedule.json" --out "$out/bench-gemm.json"
-"$build/bin/hzp-run" bench overlap --out "$out/bench-overlap.json"
+"$build/bin/hzp-run" bench gemm --schedule "$out/hzp-async.schedule.json" --out "$out/bench-gemm.json" --force
+"$build/bin/hzp-run" bench overlap --out "$out/bench-overlap.json" --force
 results=("$out/bench-gemm.json" "$out/bench-overlap.json")
 if [ "$gpus" -ge 2 ] && command -v mpirun > /dev/null; then
   rm -rf "$out/rendezvous" && mkdir -p "$out/rendezvous"
   mpirun --allow-run-as-root -np "$gpus" "$build/bin/hzp-run" bench collectives --ranks-per-node "$gpus" \
-    --rendezvous "$out/rendezvous" --out "$out/bench-collectives.json"
+    --rendezvous "$out/rendezvous" --out "$out/bench-collectives.json" --force
   results+=("$out/bench-collectives.json")
 fi
 "$build/bin/hzp" calibrate --cluster dgx-h200 "${results[@]}" --out "$out/calibration-h200.json" --force \

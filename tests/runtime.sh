@@ -49,4 +49,7 @@ done
 expect_error "--step-seconds: expected a finite number in [0.001, 86400], got 'inf'" s.json --step-seconds inf
 expect_error "--step-seconds: expected a finite number in [0.001, 86400], got '1e-9'" s.json --step-seconds 1e-9
 expect_error "--trace: expected a non-empty string, got nothing" s.json --trace ""
+# An existing output is replaced only with --force, checked before the run (issue 19, item 7).
+expect_error "measured.json: already exists; pass --force to overwrite it" s.json --trace measured.json
+expect_error "summary.json: already exists; pass --force to overwrite it" s.json --summary summary.json
 exit $fail
