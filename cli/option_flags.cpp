@@ -152,9 +152,7 @@ std::string flag_for_field(const std::string& field) {
 void apply_values(const std::vector<std::pair<std::string, nlohmann::json>>& values, explore::Scenario& sc) {
   for (const auto& [key, value] : values) {
     // Values come checked from OptionFlags::values; a problem here is a bug.
-    const std::optional<core::Problem> p = explore::find_scenario_option(key)
-                                               ? explore::set_scenario_option(sc, key, value)
-                                               : plan::set_plan_option(sc.plan, key, value);
+    const std::optional<core::Problem> p = explore::set_input(sc, key, value);
     if (p) throw std::logic_error(fmt::format("option {}: {}", p->field, p->message));
   }
 }

@@ -6,6 +6,7 @@
 
 #include "core/io.hpp"
 #include "core/sha256.hpp"
+#include "plan/options.hpp"
 #include "sim/engine.hpp"
 
 namespace hzp::explore {
@@ -102,6 +103,10 @@ const ScenarioOption* find_scenario_option(std::string_view key) {
 
 std::optional<core::Problem> set_scenario_option(Scenario& sc, std::string_view key, const json& value) {
   return core::set_row(scenario_option_table(), sc, key, value, "scenario option");
+}
+
+std::optional<core::Problem> set_input(Scenario& sc, std::string_view key, const json& value) {
+  return find_scenario_option(key) ? set_scenario_option(sc, key, value) : plan::set_plan_option(sc.plan, key, value);
 }
 
 Inputs resolve_inputs(const Scenario& sc) {

@@ -64,6 +64,8 @@ struct ScenarioOption {
 /// Checks `value` for scenario option `key` and sets it.
 [[nodiscard]] std::optional<core::Problem> set_scenario_option(Scenario& sc, std::string_view key,
                                                                const nlohmann::json& value);
+/// Sets `key` of either table: a scenario option on `sc`, any other on its plan.
+[[nodiscard]] std::optional<core::Problem> set_input(Scenario& sc, std::string_view key, const nlohmann::json& value);
 
 /// The inputs a scenario names, loaded: the model (catalog, file or a case's
 /// JSON) and the cluster with the calibration and what-if overlay applied,

@@ -28,8 +28,7 @@ Scenario scenario_of(const json& in, const std::string& file) {
   Scenario sc;
   std::vector<core::Problem> problems;
   for (const auto& [key, value] : in.items()) {
-    std::optional<core::Problem> p =
-        find_scenario_option(key) ? set_scenario_option(sc, key, value) : plan::set_plan_option(sc.plan, key, value);
+    std::optional<core::Problem> p = set_input(sc, key, value);
     if (p) problems.push_back(*p);
   }
   if (!problems.empty()) {
