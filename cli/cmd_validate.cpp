@@ -19,6 +19,7 @@
 #include "traces/bench_results.hpp"
 #include "traces/timeline.hpp"
 #include "validation/calibrate.hpp"
+#include "validation/collective_cases.hpp"
 #include "validation/compare.hpp"
 
 namespace hzp::cli {
@@ -44,6 +45,26 @@ int cmd_validate_cases(const ValidateArgs& a) {
   int missed = 0;
   for (const auto& s : scored) missed += s.within() ? 0 : 1;
   if (missed > 0) std::cerr << fmt::format("hzp: {} of {} cases outside their tolerance\n", missed, scored.size());
+  return missed > 0 ? 1 : 0;
+}
+
+struct CollectivesArgs {
+  std::string dir = "validation/collectives";
+  std::string filter;
+  bool rows = false;
+  bool check = false;
+};
+
+int cmd_validate_collectives(const CollectivesArgs& a) {
+  const auto cases = validation::load_collective_cases(a.dir, a.filter);
+  if (cases.empty()) throw core::InputError(a.dir, "--filter", fmt::format("expected cases matching '{}'", a.filter));
+  std::vector<validation::ScoredCollective> scored;
+  for (const auto& c : cases) scored.push_back(validation::score_collective_case(c));
+  std::cout << validation::collectives_table(scored, a.rows);
+  if (!a.check) return 0;
+  int missed = 0;
+  for (const auto& f : validation::summarize_collectives(scored)) missed += f.within() ? 0 : 1;
+  if (missed > 0) std::cerr << fmt::format("hzp: {} fabric(s) outside 15 % (busbw) / 25 % (time)\n", missed);
   return missed > 0 ? 1 : 0;
 }
 
@@ -137,6 +158,7 @@ int cmd_validate_compare(const CompareArgs& a) {
 
 int run_cases(ValidateArgs& a) { return cmd_validate_cases(a); }
 int run_calibrate(CalibrateArgs& a) { return cmd_calibrate(a); }
+int run_collectives(CollectivesArgs& a) { return cmd_validate_collectives(a); }
 int run_compare(CompareArgs& a) { return cmd_validate_compare(a); }
 
 class PlotCommand : public Command {
@@ -176,6 +198,15 @@ void add_validate_commands(CLI::App& app, Commands& out) {
   cases->add_flag("--check", va.check, "exit 1 when a case is outside its tolerance");
   cases->add_option("-j,--jobs", va.jobs, "processes (default: the core count)")->check(jobs());
   out.push_back(std::move(vc));
+
+  auto* coll =
+      validate->add_subcommand("collectives", "the collective model against nccl-tests in validation/collectives");
+  auto kv = std::make_unique<SimpleCommand<CollectivesArgs>>(coll, run_collectives);
+  coll->add_option("--dir", kv->args.dir, "directory of collective cases")->capture_default_str();
+  coll->add_option("--filter", kv->args.filter, "only cases whose id contains this");
+  coll->add_flag("--rows", kv->args.rows, "every measured row beside its prediction");
+  coll->add_flag("--check", kv->args.check, "exit 1 when a fabric's mean error is outside 15 % / 25 %");
+  out.push_back(std::move(kv));
 
   auto* compare = validate->add_subcommand("compare", "two traces of the same Schedule: predicted against measured");
   auto cc = std::make_unique<SimpleCommand<CompareArgs>>(compare, run_compare);

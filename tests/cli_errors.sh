@@ -30,12 +30,16 @@ cat > "$work/typo.json" <<'JSON'
  "max_seq_len": 4096, "moe": null, "mla": null, "hiden_size": 3}
 JSON
 cat > "$work/badcluster.json" <<'JSON'
+{"schema_version": 2, "name": "x"}
+JSON
+cat > "$work/oldcluster.json" <<'JSON'
 {"schema_version": 1, "name": "x"}
 JSON
 
 expect_error "--model: unknown model 'llama9'" simulate --model llama9
 expect_error "typo.json: hiden_size: unknown key" simulate --model "$work/typo.json" --gpus 8
 expect_error "badcluster.json: source: missing required key" simulate --cluster "$work/badcluster.json"
+expect_error "oldcluster.json: schema_version: expected 2, got 1: version 2 costs collectives as NCCL does" simulate --cluster "$work/oldcluster.json"
 expect_error "--global-batch-tokens: expected a positive multiple of the sequence length 8192" simulate --global-batch-tokens 1000
 expect_error "expected a multiple of 2048 sequences" simulate --global-batch-tokens 8M --micro-batch 2 --gpus 1024
 expect_error "--gpus: dgx-h100 has 8 devices per node: expected a multiple of 8, got 12" simulate --gpus 12

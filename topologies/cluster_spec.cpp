@@ -34,6 +34,92 @@ EfficiencyCurve read_curve(StrictObject& o, const std::string& key, double max_e
   return c;
 }
 
+DeviceProfile read_device(StrictObject d) {
+  DeviceProfile dev;
+  dev.name = d.name("name");
+  dev.compute_capability = d.number("compute_capability", 1, 20);
+  StrictObject peak = d.object("peak_tflops");
+  // bf16 is required; a dtype the device lacks (fp8 on A100) is null.
+  dev.peak_tflops[core::Dtype::Bf16] = peak.number("bf16", 1e-3, 1e6);
+  for (auto [dt, key] :
+       {std::pair{core::Dtype::Fp16, "fp16"}, {core::Dtype::Fp8, "fp8"}, {core::Dtype::Fp32, "fp32"}}) {
+    if (!peak.raw(key).is_null()) dev.peak_tflops[dt] = peak.number(key, 1e-3, 1e6);
+  }
+  peak.finish();
+  dev.hbm_GiB = d.number("hbm_GiB", 1e-3, 1e5);
+  dev.hbm_GBps = d.number("hbm_GBps", 1e-3, 1e6);
+  dev.launch_latency_us = d.number("launch_latency_us", 0, 1e4);
+  dev.collective_launch_latency_us = d.number("collective_launch_latency_us", 0, 1e4);
+  dev.gemm = read_curve(d, "gemm_efficiency", 1.0);
+  dev.attention_efficiency = d.number("attention_efficiency", 1e-3, 1);
+  dev.hbm_efficiency = d.number("hbm_efficiency", 1e-3, 1);
+  if (d.has("comm_compute_slowdown")) dev.comm_compute_slowdown = d.number("comm_compute_slowdown", 1, 10);
+  d.finish();
+
+  return dev;
+}
+
+ScaleUp read_scale_up(StrictObject up, int devices_per_node) {
+  ScaleUp u;
+  std::string kind = up.str("kind");
+  if (kind == "nvswitch") {
+    u.kind = ScaleUpKind::NvSwitch;
+  } else if (kind == "full_mesh") {
+    u.kind = ScaleUpKind::FullMesh;
+  } else {
+    up.fail("kind", fmt::format("expected nvswitch|full_mesh, got \"{}\"", kind));
+  }
+  u.domain_devices = static_cast<int>(up.integer("domain_devices", 1, devices_per_node));
+  if (devices_per_node % u.domain_devices != 0) {
+    up.fail("domain_devices", fmt::format("expected a divisor of node.devices ({})", devices_per_node));
+  }
+  u.bw_GBps = up.number("bw_GBps", 1e-3, 1e6);
+  const std::string link = up.str("link");
+  if (link == "nvlink") {
+    u.link = LinkClass::NvLink;
+  } else if (link == "pcie") {
+    u.link = LinkClass::Pci;
+  } else {
+    up.fail("link", fmt::format("expected nvlink|pcie, got \"{}\"", link));
+  }
+  u.ring_efficiency = up.number("ring_efficiency", 1e-3, 1);
+  // NVLink SHARP reduces in the switch: all-reduce bus bandwidth may exceed the link rate.
+  if (up.has("nvls_efficiency") && !up.raw("nvls_efficiency").is_null()) {
+    if (u.kind != ScaleUpKind::NvSwitch) up.fail("nvls_efficiency", "expected null: only an NVSwitch has NVLS");
+    u.nvls_efficiency = up.number("nvls_efficiency", 1e-3, 1.5);
+  }
+  if (up.has("step_latency_us") && !up.raw("step_latency_us").is_null()) {
+    u.step_latency_us = up.number("step_latency_us", 0, 1e4);
+  }
+  up.finish();
+  return u;
+}
+
+ScaleOut read_scale_out(StrictObject out) {
+  ScaleOut so;
+  so.nics_per_node = static_cast<int>(out.integer("nics_per_node", 1, 1 << 12));
+  so.nic_Gbps = out.number("nic_Gbps", 1e-3, 1e7);
+  so.rail_optimized = out.boolean("rail_optimized");
+  so.ring_efficiency = out.number("ring_efficiency", 1e-3, 1);
+  if (out.has("step_latency_us") && !out.raw("step_latency_us").is_null()) {
+    so.step_latency_us = out.number("step_latency_us", 0, 1e4);
+  }
+  const auto& tiers = out.array("tiers");
+  if (tiers.empty() || tiers.size() > 6) out.fail("tiers", "expected one to six fabric tiers");
+  for (std::size_t i = 0; i < tiers.size(); ++i) {
+    StrictObject t = out.element("tiers", i);
+    FabricTier tier;
+    tier.name = t.str("name");
+    tier.radix = static_cast<int>(t.integer("radix", 2, 1 << 12));
+    tier.oversubscription = t.number("oversubscription", 1, 64);
+    tier.hop_latency_us = t.number("hop_latency_us", 0, 1e4);
+    t.finish();
+    so.tiers.push_back(tier);
+  }
+  out.finish();
+  return so;
+}
+
 }  // namespace
 
 double EfficiencyCurve::at(double size) const {
@@ -49,73 +135,25 @@ double EfficiencyCurve::at(double size) const {
 ClusterSpec cluster_from_json(const std::string& text, const std::string& file) {
   nlohmann::json j = core::parse_json(text, file);
   StrictObject o(j, file);
+  if (o.has("schema_version") && o.raw("schema_version") == 1) {
+    o.fail("schema_version",
+           "expected 2, got 1: version 2 costs collectives as NCCL does and replaced scale_up.latency_us and "
+           "efficiency by link and ring_efficiency (nvls_efficiency where the switch has NVLS), and "
+           "scale_out.nic_latency_us and efficiency by ring_efficiency (see docs/REFERENCE.md)");
+  }
   core::require_schema_version(o, kClusterSchemaVersion);
   ClusterSpec c;
   c.name = o.name("name");
   c.source = o.str("source");
 
-  StrictObject d = o.object("device");
-  c.device.name = d.name("name");
-  StrictObject peak = d.object("peak_tflops");
-  // bf16 is required; a dtype the device lacks (fp8 on A100) is null.
-  c.device.peak_tflops[core::Dtype::Bf16] = peak.number("bf16", 1e-3, 1e6);
-  for (auto [dt, key] :
-       {std::pair{core::Dtype::Fp16, "fp16"}, {core::Dtype::Fp8, "fp8"}, {core::Dtype::Fp32, "fp32"}}) {
-    if (!peak.raw(key).is_null()) c.device.peak_tflops[dt] = peak.number(key, 1e-3, 1e6);
-  }
-  peak.finish();
-  c.device.hbm_GiB = d.number("hbm_GiB", 1e-3, 1e5);
-  c.device.hbm_GBps = d.number("hbm_GBps", 1e-3, 1e6);
-  c.device.launch_latency_us = d.number("launch_latency_us", 0, 1e4);
-  c.device.collective_launch_latency_us = d.number("collective_launch_latency_us", 0, 1e4);
-  c.device.gemm = read_curve(d, "gemm_efficiency", 1.0);
-  c.device.attention_efficiency = d.number("attention_efficiency", 1e-3, 1);
-  c.device.hbm_efficiency = d.number("hbm_efficiency", 1e-3, 1);
-  if (d.has("comm_compute_slowdown")) c.device.comm_compute_slowdown = d.number("comm_compute_slowdown", 1, 10);
-  d.finish();
+  c.device = read_device(o.object("device"));
 
   StrictObject n = o.object("node");
   c.devices_per_node = static_cast<int>(n.integer("devices", 1, 1 << 12));
-  StrictObject up = n.object("scale_up");
-  std::string kind = up.str("kind");
-  if (kind == "nvswitch") {
-    c.scale_up.kind = ScaleUpKind::NvSwitch;
-  } else if (kind == "full_mesh") {
-    c.scale_up.kind = ScaleUpKind::FullMesh;
-  } else {
-    up.fail("kind", fmt::format("expected nvswitch|full_mesh, got \"{}\"", kind));
-  }
-  c.scale_up.domain_devices = static_cast<int>(up.integer("domain_devices", 1, c.devices_per_node));
-  if (c.devices_per_node % c.scale_up.domain_devices != 0) {
-    up.fail("domain_devices", fmt::format("expected a divisor of node.devices ({})", c.devices_per_node));
-  }
-  c.scale_up.bw_GBps = up.number("bw_GBps", 1e-3, 1e6);
-  c.scale_up.latency_us = up.number("latency_us", 0, 1e4);
-  // Efficiencies above 1 are allowed up to 1.1: NVLink SHARP (NVLS) reduces in
-  // the switch, so all-reduce bus bandwidth can exceed the link rate.
-  c.scale_up.efficiency = read_curve(up, "efficiency", 1.1);
-  up.finish();
+  c.scale_up = read_scale_up(n.object("scale_up"), c.devices_per_node);
   n.finish();
 
-  StrictObject out = o.object("scale_out");
-  c.scale_out.nics_per_node = static_cast<int>(out.integer("nics_per_node", 1, 1 << 12));
-  c.scale_out.nic_Gbps = out.number("nic_Gbps", 1e-3, 1e7);
-  c.scale_out.rail_optimized = out.boolean("rail_optimized");
-  c.scale_out.nic_latency_us = out.number("nic_latency_us", 0, 1e4);
-  const auto& tiers = out.array("tiers");
-  if (tiers.empty() || tiers.size() > 6) out.fail("tiers", "expected one to six fabric tiers");
-  for (std::size_t i = 0; i < tiers.size(); ++i) {
-    StrictObject t = out.element("tiers", i);
-    FabricTier tier;
-    tier.name = t.str("name");
-    tier.radix = static_cast<int>(t.integer("radix", 2, 1 << 12));
-    tier.oversubscription = t.number("oversubscription", 1, 64);
-    tier.hop_latency_us = t.number("hop_latency_us", 0, 1e4);
-    t.finish();
-    c.scale_out.tiers.push_back(tier);
-  }
-  c.scale_out.efficiency = read_curve(out, "efficiency", 1.0);
-  out.finish();
+  c.scale_out = read_scale_out(o.object("scale_out"));
 
   const auto& price = o.raw("price_per_device_hour");
   if (!price.is_null()) c.price_per_device_hour = o.number("price_per_device_hour", 0, 1e6);

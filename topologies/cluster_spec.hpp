@@ -14,7 +14,7 @@
 
 namespace hzp::topologies {
 
-inline constexpr int kClusterSchemaVersion = 1;
+inline constexpr int kClusterSchemaVersion = 2;
 
 /// Efficiency as a function of a size, interpolated linearly in log(size) and
 /// clamped at the ends. Points are (size, efficiency), sizes ascending.
@@ -25,6 +25,9 @@ struct EfficiencyCurve {
 
 struct DeviceProfile {
   std::string name;
+  /// CUDA compute capability (8.0 A100, 9.0 H100/H200, 10.0 B200/GB200):
+  /// which generation's caps NCCL's tuning applies.
+  double compute_capability = 9.0;
   std::map<core::Dtype, double> peak_tflops;  // dense, per dtype
   double hbm_GiB = 0;
   double hbm_GBps = 0;
@@ -39,6 +42,8 @@ struct DeviceProfile {
 };
 
 enum class ScaleUpKind { NvSwitch, FullMesh };
+/// The link classes NCCL's latency table distinguishes.
+enum class LinkClass { NvLink, Pci, Net };
 
 /// Devices joined by NVLink-class links. NVSwitch: any-to-any at `bw_GBps` per
 /// device and direction. Full mesh: one link per device pair, the device's
@@ -46,10 +51,18 @@ enum class ScaleUpKind { NvSwitch, FullMesh };
 /// (direct all-gather, all-to-all) see the whole `bw_GBps`.
 struct ScaleUp {
   ScaleUpKind kind = ScaleUpKind::NvSwitch;
+  LinkClass link = LinkClass::NvLink;  // which of NCCL's latency classes its steps pay
   int domain_devices = 0;
-  double bw_GBps = 0;          // per device, per direction
-  double latency_us = 0;       // per ring step
-  EfficiencyCurve efficiency;  // achievable fraction of bw_GBps vs message bytes
+  double bw_GBps = 0;  // per device, per direction
+  /// The fraction of bw_GBps a Simple-protocol ring all-gather or
+  /// reduce-scatter reaches at large sizes (its measured plateau).
+  double ring_efficiency = 1;
+  /// NVLink SHARP all-reduce bus bandwidth as a fraction of bw_GBps (it
+  /// reduces in the switch, so it may exceed 1); 0 where the switch lacks it.
+  double nvls_efficiency = 0;
+  /// A measured Simple ring step latency replacing NCCL's table entry for
+  /// this link class (the other protocols scale with it); unset: NCCL's.
+  std::optional<double> step_latency_us;
 };
 
 struct FabricTier {
@@ -62,10 +75,14 @@ struct FabricTier {
 struct ScaleOut {
   int nics_per_node = 0;
   double nic_Gbps = 0;
-  bool rail_optimized = true;     // NIC i of every node on rail i's leaf switches
-  double nic_latency_us = 0;      // NIC plus NCCL proxy, per ring step
+  bool rail_optimized = true;  // NIC i of every node on rail i's leaf switches
+  /// The fraction of the NIC bandwidth a Simple-protocol ring reaches at
+  /// large sizes (its measured plateau).
+  double ring_efficiency = 1;
+  /// A measured Simple ring step latency across the leaf replacing NCCL's NET
+  /// entry (the other protocols scale with it); unset: NCCL's.
+  std::optional<double> step_latency_us;
   std::vector<FabricTier> tiers;  // leaf first
-  EfficiencyCurve efficiency;     // achievable fraction of NIC bandwidth vs message bytes
 };
 
 struct ClusterSpec {

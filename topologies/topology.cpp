@@ -1,17 +1,9 @@
 // Topology sizing and the uncontended performance model (see topology.hpp).
-//
-// Collective formulas, for a group of P ranks and a message of N bytes
-// (nccl-tests' size), with busbw the ring's bus bandwidth and α one step's
-// latency (doc/PERFORMANCE.md of nccl-tests for the bus-bandwidth factors):
-//   all-gather, reduce-scatter (ring):  t = Σα(pass) + (P−1)/P · N / busbw
-//   all-reduce (ring):                  t = 2·Σα(pass) + 2(P−1)/P · N / busbw
-//   all-reduce (tree, across domains):  t = 2·(⌈log2 D⌉·α_out + (k−1)·α_up) + 2·N / busbw
-//   broadcast (pipelined ring):         t = Σα(pass) + N / busbw
-//   all-to-all (direct pairwise):       t = α_out + max(N·(k−1)/P / up, N·(P−k)/P / nic)
-// A ring crosses each scale-up domain boundary once per channel, so across
-// domains its bus bandwidth is bounded by the NICs of the group's k devices
-// in a domain (k · NIC per device, divided by the oversubscription of every
-// tier it climbs) and, inside, by the scale-up links.
+// Collectives cost what NCCL's own model says (nccl.hpp, nccl.cpp); a ring
+// crosses each scale-up domain boundary once per channel, so across domains
+// its bus bandwidth is bounded by the NICs of the group's k devices in a
+// domain (k · NIC per device, divided by the oversubscription of every tier
+// it climbs) and, inside, by the scale-up links.
 #include "topologies/topology.hpp"
 
 #include <fmt/format.h>
@@ -111,122 +103,62 @@ GroupSpan PerfModel::span(const std::vector<int>& ranks) const {
   return g;
 }
 
-// Bandwidths are summed and scaled in the catalog's GB/s and latencies in its
-// µs, and converted once at the end: the same floating-point operations in the
-// same order as ever, so that no result moves by an ulp.
-double PerfModel::scale_out_GBps(int top_tier) const {
-  double over = 1;
-  const auto& tiers = topo_.spec().scale_out.tiers;
-  for (int i = 0; i < top_tier && i < static_cast<int>(tiers.size()); ++i) {
-    over = std::max(over, tiers[static_cast<std::size_t>(i)].oversubscription);
-  }
-  return topo_.spec().nic_GBps_per_device() / over;
-}
-
-double PerfModel::scale_out_latency_us(int top_tier) const {
-  const auto& so = topo_.spec().scale_out;
-  double lat = so.nic_latency_us;
-  // Up through tiers 0..top and down again: 2·top + 1 switches.
-  for (int i = 0; i <= top_tier && i < static_cast<int>(so.tiers.size()); ++i) {
-    lat += so.tiers[static_cast<std::size_t>(i)].hop_latency_us * (i == top_tier ? 1 : 2);
-  }
-  return lat;
-}
-
-Bandwidth PerfModel::ring_busbw(const GroupSpan& g, Bytes bytes) const {
-  const auto& spec = topo_.spec();
-  const double n = static_cast<double>(bytes.count());
-  const double up = spec.scale_up.bw_GBps * spec.scale_up.efficiency.at(n);
-  if (g.domains <= 1) return Bandwidth::from_GBps(up);
-  const double out = g.min_ranks_per_domain * scale_out_GBps(g.top_tier) * spec.scale_out.efficiency.at(n);
-  return Bandwidth::from_GBps(g.max_ranks_per_domain > 1 ? std::min(up, out) : out);
-}
-
-double PerfModel::ring_pass_latency_s(const GroupSpan& g) const {
-  // One pass visits P−1 edges: D of them leave a domain, the rest are scale-up links.
-  const double up = topo_.spec().scale_up.latency_us;
-  if (g.domains <= 1) return us_to_seconds((g.ranks - 1) * up);
-  return us_to_seconds(g.domains * scale_out_latency_us(g.top_tier) + (g.ranks - g.domains) * up);
-}
-
-double PerfModel::scale_up_efficiency(Bytes bytes) const {
-  return topo_.spec().scale_up.efficiency.at(static_cast<double>(bytes.count()));
-}
-
-double PerfModel::scale_out_efficiency(Bytes bytes) const {
-  return topo_.spec().scale_out.efficiency.at(static_cast<double>(bytes.count()));
-}
-
 Duration PerfModel::collective(core::CollectiveKind kind, Bytes bytes, const GroupSpan& g) const {
-  CollectiveCost c = collective_cost(kind, bytes, g);
-  return Duration::seconds(c.latency_s + c.transfer_s);
+  return Duration::seconds(collective_cost(kind, bytes, g).seconds());
 }
 
 CollectiveCost PerfModel::collective_cost(core::CollectiveKind kind, Bytes bytes, const GroupSpan& g) const {
   CollectiveCost c;
-  if (kind == core::CollectiveKind::AllToAll) c.algorithm = Algorithm::Pairwise;
-  if (g.ranks <= 1 || bytes.count() == 0) return c;
-  const double P = g.ranks, N = static_cast<double>(bytes.count());
-  const Bandwidth busbw = ring_busbw(g, bytes);
-  const double pass = ring_pass_latency_s(g);
-  switch (kind) {
-    case core::CollectiveKind::AllGather:
-    case core::CollectiveKind::ReduceScatter:
-      c.latency_s = pass;
-      c.transfer_s = transfer_seconds((P - 1) / P * N, busbw);
-      break;
-    case core::CollectiveKind::AllReduce: {
-      c.latency_s = 2 * pass;
-      c.transfer_s = transfer_seconds(2 * (P - 1) / P * N, busbw);
-      if (g.domains > 1) {
-        const double up = us_to_seconds(topo_.spec().scale_up.latency_us);
-        const double out = us_to_seconds(scale_out_latency_us(g.top_tier));
-        const double tree_latency = 2 * (std::ceil(std::log2(g.domains)) * out + (g.max_ranks_per_domain - 1) * up);
-        const double tree_transfer = transfer_seconds(2 * N, busbw);
-        if (tree_latency + tree_transfer < c.latency_s + c.transfer_s) {
-          c = CollectiveCost{Algorithm::Tree, tree_latency, tree_transfer};
-        }
-      }
-      break;
-    }
-    case core::CollectiveKind::Broadcast:
-      c.latency_s = pass;
-      c.transfer_s = transfer_seconds(N, busbw);
-      break;
-    case core::CollectiveKind::AllToAll: {
-      const auto& spec = topo_.spec();
-      const double k = std::min<double>(g.max_ranks_per_domain, P);
-      const Bandwidth up = Bandwidth::from_GBps(spec.scale_up.bw_GBps * scale_up_efficiency(bytes));
-      const double t_up = transfer_seconds(N * (k - 1) / P, up);
-      double t_out = 0;
-      c.latency_s = us_to_seconds(spec.scale_up.latency_us);
-      if (g.domains > 1) {
-        const Bandwidth nic = Bandwidth::from_GBps(scale_out_GBps(g.top_tier) * scale_out_efficiency(bytes));
-        t_out = transfer_seconds(N * (P - k) / P, nic);
-        c.latency_s = us_to_seconds(scale_out_latency_us(g.top_tier));
-      }
-      c.transfer_s = std::max(t_up, t_out);
-      break;
-    }
+  if (kind == core::CollectiveKind::AllToAll) {
+    c.algorithm = Algorithm::Pairwise;
+    c.nccl = NcclAlgorithm::Pairwise;
   }
+  c.scale_up_efficiency = topo_.spec().scale_up.ring_efficiency;
+  c.scale_out_efficiency = topo_.spec().scale_out.ring_efficiency;
+  if (g.ranks <= 1 || bytes.count() <= 0) return c;
+  const double P = g.ranks, N = static_cast<double>(bytes.count());
+  if (kind == core::CollectiveKind::AllToAll) {
+    // Every rank sends N/P to each peer at once: k−1 peers over the scale-up
+    // links, P−k over the NIC (NCCL runs it as grouped send/recv).
+    const double k = std::min<double>(g.max_ranks_per_domain, P);
+    const double t_up = N * (k - 1) / P / (nccl_.scale_up_GBps() * 1e9);
+    const double t_out = g.domains > 1 ? N * (P - k) / P / (nccl_.nic_GBps(g.top_tier) * 1e9) : 0;
+    c.latency_s = us_to_seconds(nccl_.p2p_latency_us(g.domains > 1 ? g.top_tier : -1));
+    c.transfer_s = std::max(t_up, t_out);
+    c.channels = 1;
+    return c;
+  }
+  const CollectiveChoice choice = nccl_.choose(kind, N, g);
+  c.nccl = choice.algorithm;
+  c.protocol = choice.protocol;
+  c.channels = choice.channels;
+  c.algorithm = choice.algorithm == NcclAlgorithm::Tree ? Algorithm::Tree : Algorithm::Ring;
+  c.latency_s = choice.latency_s;
+  c.transfer_s = choice.transfer_s;
+  // The protocol's and the channels' share of the Simple ring's bandwidth.
+  const double ring = nccl_.ring_GBps(g);
+  const double share = ring > 0 ? choice.bus_GBps / ring : 1;
+  // Across domains the ring's scale-up links run at their raw rate (nccl.cpp, ring_GBps).
+  if (g.domains > 1) c.scale_up_efficiency = 1;
+  c.scale_up_efficiency *= share;
+  c.scale_out_efficiency *= share;
   return c;
 }
 
 double PerfModel::p2p_latency_s(int src, int dst) const {
-  if (topo_.domain_of(src) == topo_.domain_of(dst)) return us_to_seconds(topo_.spec().scale_up.latency_us);
-  int tier = std::max(0, topo_.tier_between(topo_.node_of(src), topo_.node_of(dst)));
-  return us_to_seconds(scale_out_latency_us(tier));
+  if (topo_.domain_of(src) == topo_.domain_of(dst)) return us_to_seconds(nccl_.p2p_latency_us(-1));
+  const int tier = std::max(0, topo_.tier_between(topo_.node_of(src), topo_.node_of(dst)));
+  return us_to_seconds(nccl_.p2p_latency_us(tier));
 }
 
 Duration PerfModel::p2p(Bytes bytes, int src, int dst) const {
-  const auto& spec = topo_.spec();
   if (topo_.domain_of(src) == topo_.domain_of(dst)) {
-    const Bandwidth up = Bandwidth::from_GBps(spec.scale_up.bw_GBps * scale_up_efficiency(bytes));
-    return Duration::seconds(p2p_latency_s(src, dst) + transfer_seconds(bytes, up));
+    return Duration::seconds(p2p_latency_s(src, dst) +
+                             transfer_seconds(bytes, Bandwidth::from_GBps(nccl_.scale_up_GBps())));
   }
-  int tier = std::max(0, topo_.tier_between(topo_.node_of(src), topo_.node_of(dst)));
-  const Bandwidth nic = Bandwidth::from_GBps(scale_out_GBps(tier) * scale_out_efficiency(bytes));
-  return Duration::seconds(p2p_latency_s(src, dst) + transfer_seconds(bytes, nic));
+  const int tier = std::max(0, topo_.tier_between(topo_.node_of(src), topo_.node_of(dst)));
+  return Duration::seconds(p2p_latency_s(src, dst) +
+                           transfer_seconds(bytes, Bandwidth::from_GBps(nccl_.nic_GBps(tier))));
 }
 
 Duration PerfModel::compute(const core::Op& op) const {

@@ -8,6 +8,7 @@
 #include "core/schedule.hpp"
 #include "core/units.hpp"
 #include "topologies/cluster_spec.hpp"
+#include "topologies/nccl.hpp"
 
 namespace hzp::topologies {
 
@@ -55,48 +56,50 @@ struct GroupSpan {
 /// How a collective moves its data (what the SimGrid engine lowers to flows).
 enum class Algorithm { Ring, Tree, Pairwise };
 
-/// A collective's uncontended cost split into its closed-form step latencies
-/// and its bandwidth term, seconds.
+/// A collective's uncontended cost as NCCL would run it: the algorithm and
+/// protocol chosen, its closed-form latency and its bandwidth term, seconds.
 struct CollectiveCost {
-  Algorithm algorithm = Algorithm::Ring;
+  Algorithm algorithm = Algorithm::Ring;  // the flow shape
+  NcclAlgorithm nccl = NcclAlgorithm::Ring;
+  NcclProtocol protocol = NcclProtocol::Simple;
+  int channels = 0;
   double latency_s = 0;
   double transfer_s = 0;
+  /// The fraction of each link's raw bandwidth this choice reaches (the
+  /// Simple ring's efficiency on it, times the protocol's and the channels'
+  /// share); what the SimGrid engine inflates flow bytes by.
+  double scale_up_efficiency = 1;
+  double scale_out_efficiency = 1;
+  [[nodiscard]] double seconds() const { return latency_s + transfer_s; }
 };
 
 /// Uncontended costs of ops on a Topology (the analytic engine's cost model;
 /// the SimGrid engine uses the same compute costs and these as its α terms).
 class PerfModel {
  public:
-  explicit PerfModel(Topology topo) : topo_(std::move(topo)) {}
+  explicit PerfModel(Topology topo) : topo_(std::move(topo)), nccl_(topo_.spec()) {}
   [[nodiscard]] const Topology& topology() const { return topo_; }
+  [[nodiscard]] const NcclModel& nccl() const { return nccl_; }
 
   /// Roofline: max(FLOPs / (peak · efficiency), bytes / (HBM · efficiency)).
   /// GEMM efficiency from the device's table by the cube root of m·n·k.
   [[nodiscard]] core::Duration compute(const core::Op& op) const;
 
   [[nodiscard]] GroupSpan span(const std::vector<int>& ranks) const;
-  /// Collective time by algorithm (ring; tree for all-reduce when faster;
-  /// direct pairwise for all-to-all) over the slowest tier the group spans.
+  /// Collective time as NCCL would run it (nccl.hpp); all-to-all as direct
+  /// pairwise transfers.
   [[nodiscard]] core::Duration collective(core::CollectiveKind kind, core::Bytes bytes, const GroupSpan& g) const;
   [[nodiscard]] CollectiveCost collective_cost(core::CollectiveKind kind, core::Bytes bytes, const GroupSpan& g) const;
   [[nodiscard]] core::Duration p2p(core::Bytes bytes, int src, int dst) const;
   /// The latency part of `p2p`, seconds.
   [[nodiscard]] double p2p_latency_s(int src, int dst) const;
-
-  /// Achievable fraction of the scale-up / NIC bandwidth for a message of `bytes`.
-  [[nodiscard]] double scale_up_efficiency(core::Bytes bytes) const;
-  [[nodiscard]] double scale_out_efficiency(core::Bytes bytes) const;
-
-  /// Bus bandwidth a ring over this group achieves for a message of `bytes`,
-  /// and the latency of one pass around the ring, seconds (unrounded).
-  [[nodiscard]] core::Bandwidth ring_busbw(const GroupSpan& g, core::Bytes bytes) const;
-  [[nodiscard]] double ring_pass_latency_s(const GroupSpan& g) const;
+  /// The link efficiencies of a point-to-point transfer (one device's link).
+  [[nodiscard]] double scale_up_efficiency() const { return topo_.spec().scale_up.ring_efficiency; }
+  [[nodiscard]] double scale_out_efficiency() const { return topo_.spec().scale_out.ring_efficiency; }
 
  private:
-  // In the catalog's units (see topology.cpp on why).
-  [[nodiscard]] double scale_out_GBps(int top_tier) const;
-  [[nodiscard]] double scale_out_latency_us(int top_tier) const;
   Topology topo_;
+  NcclModel nccl_;
 };
 
 }  // namespace hzp::topologies

@@ -18,8 +18,23 @@ std::vector<int> iota(int n, int start = 0) {
 
 TEST(ClusterCatalog, AllEntriesLoad) {
   auto names = cluster_catalog_names();
-  EXPECT_EQ(names, (std::vector<std::string>{"dgx-a100", "dgx-h100", "dgx-h200", "gb200-nvl72", "mesh16-roce200"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"dgx-a100", "dgx-b200", "dgx-h100", "dgx-h200", "gb200-nvl72",
+                                             "mesh16-roce200"}));
   for (const auto& n : names) EXPECT_EQ(load_cluster(n).name, n);
+}
+
+TEST(ClusterSpec, VersionOneNamesWhatChanged) {
+  auto [text, file] = cluster_text("dgx-h100");
+  const std::size_t at = text.find("\"schema_version\": 2");
+  ASSERT_NE(at, std::string::npos);
+  text.replace(at, 19, "\"schema_version\": 1");
+  try {
+    (void)cluster_from_json(text, "old.json");
+    FAIL();
+  } catch (const core::InputError& e) {
+    EXPECT_EQ(e.key(), "schema_version");
+    EXPECT_NE(std::string(e.what()).find("ring_efficiency"), std::string::npos);
+  }
 }
 
 TEST(EfficiencyCurve, LogLinearAndClamped) {
@@ -67,46 +82,39 @@ TEST(Topology, TiersAndSpans) {
   EXPECT_EQ(both.top_tier, 0);
 }
 
-TEST(PerfModel, AllGatherInsideNode) {
-  PerfModel pm(Topology(load_cluster("dgx-h100"), 8));
-  const double N = 1073741824.0;  // 1 GiB, on the efficiency table's point 1.04
-  double expect = 7 * 1.0e-6 + 7.0 / 8.0 * N / (450e9 * 1.04);
-  auto t = pm.collective(core::CollectiveKind::AllGather, core::Bytes(1073741824), pm.span(iota(8)));
-  EXPECT_NEAR(t.to_seconds(), expect, 1e-9);
-}
-
-TEST(PerfModel, ReduceScatterAcrossNodesIsNicBound) {
+TEST(PerfModel, RingAcrossNodesIsNicBound) {
   // 16 nodes x 8 ranks: the ring leaves each node once per channel, so its bus
-  // bandwidth is the node's 8 NICs (8 x 50 GB/s x 0.93 at 1 GiB), below NVLink.
-  PerfModel pm(Topology(load_cluster("dgx-h100"), 128));
-  GroupSpan g = pm.span(iota(128));
-  const double N = 1073741824.0;
-  EXPECT_NEAR(pm.ring_busbw(g, core::Bytes(1073741824)).GBps(), 8 * 50 * 0.93, 1e-9);
-  double pass = 16 * (2.0 + 0.3) * 1e-6 + (128 - 16) * 1.0e-6;  // 16 NIC crossings at the leaf, 112 NVLink steps
-  double expect = pass + 127.0 / 128.0 * N / (8 * 50e9 * 0.93);
-  auto t = pm.collective(core::CollectiveKind::ReduceScatter, core::Bytes(1073741824), g);
-  EXPECT_NEAR(t.to_seconds(), expect, 1e-9);
+  // bandwidth is the node's 8 NICs (8 x 50 GB/s at the Simple ring's
+  // efficiency), below NVLink's 450 GB/s at its own.
+  ClusterSpec spec = load_cluster("dgx-h100");
+  spec.scale_up.ring_efficiency = 0.9;
+  spec.scale_out.ring_efficiency = 0.8;
+  PerfModel pm(Topology(spec, 128));
+  EXPECT_NEAR(pm.nccl().ring_GBps(pm.span(iota(128))), 8 * 50 * 0.8, 1e-9);
+  EXPECT_NEAR(pm.nccl().ring_GBps(pm.span(iota(8))), 450 * 0.9, 1e-9);
+  // Large transfers are bandwidth-bound: Simple, every channel.
+  const CollectiveCost c =
+      pm.collective_cost(core::CollectiveKind::ReduceScatter, core::Bytes(1LL << 32), pm.span(iota(128)));
+  EXPECT_EQ(c.protocol, NcclProtocol::Simple);
+  EXPECT_NEAR(c.transfer_s, 127.0 / 128.0 * (1LL << 32) / (320e9), 1e-12);
 }
 
 TEST(PerfModel, OneRankPerNodeUsesOneNic) {
-  PerfModel pm(Topology(load_cluster("dgx-h100"), 64));
+  ClusterSpec spec = load_cluster("dgx-h100");
+  spec.scale_out.ring_efficiency = 0.8;
+  PerfModel pm(Topology(spec, 64));
   std::vector<int> ranks;
   for (int n = 0; n < 8; ++n) ranks.push_back(8 * n);
-  EXPECT_NEAR(pm.ring_busbw(pm.span(ranks), core::Bytes(1073741824)).GBps(), 50 * 0.93, 1e-9);
+  EXPECT_NEAR(pm.nccl().ring_GBps(pm.span(ranks)), 50 * 0.8, 1e-9);
 }
 
-TEST(PerfModel, SmallAllReducePrefersTree) {
-  PerfModel pm(Topology(load_cluster("dgx-h100"), 1024));
-  GroupSpan g = pm.span(iota(1024));
-  core::Bytes n(1 << 20);
-  double busbw = pm.ring_busbw(g, n).bytes_per_s();
-  double ring = 2 * pm.ring_pass_latency_s(g) + 2 * 1023.0 / 1024.0 * (1 << 20) / busbw;
-  // log2(128) = 7 tree levels across nodes, each NIC 2.0 + leaf 2·0.3 + spine 0.3 µs;
-  // 7 NVLink steps inside a node.
-  double tree = 2 * (7 * 2.9e-6 + 7 * 1.0e-6) + 2.0 * (1 << 20) / busbw;
-  auto t = pm.collective(core::CollectiveKind::AllReduce, n, g);
-  EXPECT_LT(tree, ring);
-  EXPECT_NEAR(t.to_seconds(), tree, 1e-9);
+TEST(PerfModel, OversubscriptionDividesTheNicAboveTheLeaf) {
+  ClusterSpec spec = load_cluster("dgx-h100");
+  spec.scale_out.ring_efficiency = 1.0;
+  spec.scale_out.tiers[0].oversubscription = 4;
+  PerfModel pm(Topology(spec, 1024));
+  EXPECT_NEAR(pm.nccl().nic_GBps(0), 50, 1e-9);        // inside one leaf
+  EXPECT_NEAR(pm.nccl().nic_GBps(1), 50 / 4.0, 1e-9);  // through the spine
 }
 
 TEST(PerfModel, GemmRoofline) {

@@ -4,11 +4,14 @@
 #include <fmt/format.h>
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
 #include "core/units.hpp"
+#include "topologies/nccl.hpp"
+#include "topologies/topology.hpp"
 
 namespace hzp::validation {
 namespace {
@@ -26,55 +29,71 @@ Points curve(const std::map<double, std::vector<double>>& by_size) {
   return p;
 }
 
-// Ring steps (latency terms) and the bytes each rank moves per byte of buffer
-// (nccl-tests' bus-bandwidth factor) of a ring collective over P ranks.
-std::pair<double, double> ring_terms(core::CollectiveKind kind, int P) {
-  const double steps = P - 1, share = static_cast<double>(P - 1) / P;
-  switch (kind) {
-    case core::CollectiveKind::AllReduce: return {2 * steps, 2 * share};
-    case core::CollectiveKind::Broadcast: return {steps, 1.0};
-    default: return {steps, share};  // all-gather, reduce-scatter (all-to-all: pairwise, not fitted here)
-  }
-}
-
 struct LinkFit {
-  double latency_us = 0;
-  Points efficiency;
+  double step_latency_us = 0;  // NCCL's Simple ring step on this link, as fitted
+  double ring_efficiency = 0;
   double median_error = 0;
   std::size_t used = 0;
 };
 
-// t = steps·ℓ + factor·N / (bw·eff(N)): ℓ from the smallest messages (where
-// the transfer term is least), then eff(N) from the rest of each time.
-LinkFit fit_link(const std::vector<traces::CollectiveResult>& rs, core::Bandwidth bw) {
-  LinkFit f;
-  std::vector<double> per_step;
-  const std::int64_t smallest =
-      std::min_element(rs.begin(), rs.end(), [](auto& a, auto& b) { return a.bytes < b.bytes; })->bytes;
-  for (const auto& r : rs) {
-    if (r.bytes == smallest) per_step.push_back(r.seconds / ring_terms(r.collective, r.ranks).first);
+enum class Link { ScaleUp, ScaleOut };
+
+// The cluster with one link's figures replaced.
+topologies::ClusterSpec with_link(topologies::ClusterSpec c, Link link, double step_us, double efficiency) {
+  if (link == Link::ScaleUp) {
+    c.scale_up.step_latency_us = step_us;
+    c.scale_up.ring_efficiency = efficiency;
+  } else {
+    c.scale_out.step_latency_us = step_us;
+    c.scale_out.ring_efficiency = efficiency;
   }
-  const double latency_s = *std::min_element(per_step.begin(), per_step.end());
-  f.latency_us = core::seconds_to_us(latency_s);
-  std::map<double, std::vector<double>> eff;
-  for (const auto& r : rs) {
-    const auto [steps, factor] = ring_terms(r.collective, r.ranks);
-    const double transfer = r.seconds - steps * latency_s;
-    if (transfer <= 0) continue;  // latency-bound: says nothing about bandwidth
-    eff[static_cast<double>(r.bytes)].push_back(factor * static_cast<double>(r.bytes) / (transfer * bw.bytes_per_s()));
+  return c;
+}
+
+topologies::GroupSpan measured_span(const traces::CollectiveResult& r) {
+  const int per_node = std::max(1, r.ranks_per_node);
+  return topologies::GroupSpan{r.ranks, std::max(1, r.ranks / per_node), per_node, per_node,
+                               r.ranks > per_node ? 0 : -1};
+}
+
+// NCCL's model with two free figures per link: the Simple ring step latency
+// (the other protocols' steps scale with it) and the Simple ring's
+// efficiency. For each step latency on a log grid the efficiency is the
+// median the largest ring messages imply once the model's latency is taken out;
+// the pair with the least median |error| over every measurement wins.
+LinkFit fit_link(const topologies::ClusterSpec& cluster, Link link, const std::vector<traces::CollectiveResult>& rs) {
+  const auto link_class = link == Link::ScaleUp ? cluster.scale_up.link : topologies::LinkClass::Net;
+  const double nccl_step =
+      topologies::nccl_tuning().step_latency_us[static_cast<std::size_t>(link_class)][static_cast<std::size_t>(
+          topologies::NcclAlgorithm::Ring)][static_cast<std::size_t>(topologies::NcclProtocol::Simple)];
+  const std::int64_t largest =
+      std::max_element(rs.begin(), rs.end(), [](auto& a, auto& b) { return a.bytes < b.bytes; })->bytes;
+  LinkFit best;
+  best.median_error = std::numeric_limits<double>::infinity();
+  for (int i = 0; i <= 240; ++i) {
+    const double step_us = nccl_step * std::pow(10.0, -1.0 + i / 120.0);  // NCCL's figure ÷10 to ×10
+    std::vector<double> effs;
+    for (const auto& r : rs) {
+      if (r.bytes != largest) continue;
+      const topologies::NcclModel m(with_link(cluster, link, step_us, 1.0));
+      const auto c = m.choose(r.collective, static_cast<double>(r.bytes), measured_span(r));
+      if (c.algorithm != topologies::NcclAlgorithm::Ring) continue;  // NVLS, tree, PAT: not the ring's figure
+      const double transfer = r.seconds - c.latency_s;
+      if (transfer > 0) effs.push_back(std::clamp(c.transfer_s / transfer, 1e-3, 1.0));
+    }
+    if (effs.empty()) continue;
+    const double eff = median(effs);
+    const topologies::NcclModel m(with_link(cluster, link, step_us, eff));
+    std::vector<double> errors;
+    for (const auto& r : rs) {
+      const double model = m.choose(r.collective, static_cast<double>(r.bytes), measured_span(r)).seconds();
+      errors.push_back(std::abs(model - r.seconds) / r.seconds);
+    }
+    const double err = median(errors);
+    if (err < best.median_error) best = LinkFit{step_us, eff, err, rs.size()};
   }
-  f.efficiency = curve(eff);
-  topologies::EfficiencyCurve c{f.efficiency};
-  std::vector<double> errors;
-  for (const auto& r : rs) {
-    const auto [steps, factor] = ring_terms(r.collective, r.ranks);
-    const double n = static_cast<double>(r.bytes);
-    const double model = steps * latency_s + core::transfer_seconds(factor * n, bw * c.at(n));
-    errors.push_back(std::abs(model - r.seconds) / r.seconds);
-  }
-  f.median_error = median(errors);
-  f.used = rs.size();
-  return f;
+  if (!std::isfinite(best.median_error)) best = LinkFit{nccl_step, 1.0, 1.0, rs.size()};
+  return best;
 }
 
 nlohmann::ordered_json points_json(const Points& p) {
@@ -129,28 +148,29 @@ CalibrationFit fit_calibration(const topologies::ClusterSpec& cluster,
     fit.notes.push_back(fmt::format("GEMM efficiency: {} shapes at {} sizes", gemm_count, gemm.size()));
   }
   if (!up.empty()) {
-    const LinkFit f = fit_link(up, cluster.scale_up_bandwidth());
-    fit.scale_up_latency_us = f.latency_us;
-    fit.scale_up_efficiency = f.efficiency;
-    fit.notes.push_back(fmt::format("scale-up: {} collectives, {:.2f} us per ring step, median |error| {:.1f}%", f.used,
-                                    f.latency_us, 100 * f.median_error));
+    const LinkFit f = fit_link(cluster, Link::ScaleUp, up);
+    fit.scale_up_step_latency_us = f.step_latency_us;
+    fit.scale_up_ring_efficiency = f.ring_efficiency;
+    fit.notes.push_back(fmt::format(
+        "scale-up: {} ring collectives, NCCL's Simple ring step {:.2f} us, ring efficiency {:.3f}, median |error| "
+        "{:.1f}%",
+        f.used, f.step_latency_us, f.ring_efficiency, 100 * f.median_error));
   }
   if (!rails.empty()) {
-    const LinkFit f = fit_link(rails, cluster.nic_bandwidth_per_device());
-    const double leaf_hop = cluster.scale_out.tiers.empty() ? 0.0 : cluster.scale_out.tiers.front().hop_latency_us;
-    fit.nic_latency_us = std::max(0.0, f.latency_us - leaf_hop);
-    fit.scale_out_efficiency = f.efficiency;
-    fit.notes.push_back(
-        fmt::format("scale-out (rail groups): {} collectives, {:.2f} us per ring step (NIC {:.2f} + leaf hop {:.2f}), "
-                    "median |error| {:.1f}%",
-                    f.used, f.latency_us, *fit.nic_latency_us, leaf_hop, 100 * f.median_error));
+    const LinkFit f = fit_link(cluster, Link::ScaleOut, rails);
+    fit.net_step_latency_us = f.step_latency_us;
+    fit.scale_out_ring_efficiency = f.ring_efficiency;
+    fit.notes.push_back(fmt::format(
+        "scale-out (rail groups): {} ring collectives, NCCL's Simple NET step {:.2f} us, ring efficiency {:.3f}, "
+        "median |error| {:.1f}%",
+        f.used, f.step_latency_us, f.ring_efficiency, 100 * f.median_error));
   }
   if (!slowdowns.empty()) {
     fit.comm_compute_slowdown = std::max(1.0, median(slowdowns));
     fit.notes.push_back(fmt::format("compute slowdown under collectives: median of {} pairs", slowdowns.size()));
   }
   if (skipped > 0) fit.notes.push_back(fmt::format("{} collectives not fitted (all-to-all or mixed groups)", skipped));
-  if (!fit.gemm_efficiency && !fit.scale_up_latency_us && !fit.nic_latency_us && !fit.comm_compute_slowdown) {
+  if (!fit.gemm_efficiency && !fit.scale_up_step_latency_us && !fit.net_step_latency_us && !fit.comm_compute_slowdown) {
     throw core::InputError(inputs.empty() ? "calibrate" : inputs.front().first, "results",
                            "expected measurements to fit (GEMMs, ring collectives or overlap pairs)");
   }
@@ -169,13 +189,13 @@ std::string calibration_json(const CalibrationFit& fit, const std::string& sourc
   if (fit.comm_compute_slowdown) {
     j["device_profile"]["comm_compute_slowdown"] = std::round(*fit.comm_compute_slowdown * 1e4) / 1e4;
   }
-  if (fit.scale_up_latency_us) {
-    j["scale_up"] = {{"latency_us", std::round(*fit.scale_up_latency_us * 1e3) / 1e3},
-                     {"efficiency", points_json(*fit.scale_up_efficiency)}};
+  if (fit.scale_up_step_latency_us) {
+    j["scale_up"] = {{"step_latency_us", std::round(*fit.scale_up_step_latency_us * 1e3) / 1e3},
+                     {"ring_efficiency", std::round(*fit.scale_up_ring_efficiency * 1e4) / 1e4}};
   }
-  if (fit.nic_latency_us) {
-    j["scale_out"] = {{"nic_latency_us", std::round(*fit.nic_latency_us * 1e3) / 1e3},
-                      {"efficiency", points_json(*fit.scale_out_efficiency)}};
+  if (fit.net_step_latency_us) {
+    j["scale_out"] = {{"step_latency_us", std::round(*fit.net_step_latency_us * 1e3) / 1e3},
+                      {"ring_efficiency", std::round(*fit.scale_out_ring_efficiency * 1e4) / 1e4}};
   }
   return j.dump(2) + "\n";
 }

@@ -21,15 +21,14 @@ struct CalibrationFit {
   /// the shapes at each size (the roofline's byte term still bounds small
   /// shapes from below).
   std::optional<Points> gemm_efficiency;
-  /// Collectives inside one scale-up domain (ranks_per_node == ranks): the
-  /// latency per ring step, then the fraction of the link bandwidth against
-  /// message bytes once that latency is taken out.
-  std::optional<double> scale_up_latency_us;
-  std::optional<Points> scale_up_efficiency;
-  /// Rail groups (one rank per node): the NIC latency per ring step (less the
-  /// leaf switch's hop) and the fraction of the NIC bandwidth against bytes.
-  std::optional<double> nic_latency_us;
-  std::optional<Points> scale_out_efficiency;
+  /// Collectives inside one scale-up domain (ranks_per_node == ranks) and
+  /// rail groups (one rank per node), each fitted to NCCL's model
+  /// (topologies/nccl.hpp): the Simple ring step latency on the link (the
+  /// other protocols' steps scale with it) and the Simple ring's efficiency.
+  std::optional<double> scale_up_step_latency_us;
+  std::optional<double> scale_up_ring_efficiency;
+  std::optional<double> net_step_latency_us;
+  std::optional<double> scale_out_ring_efficiency;
   /// Median slowdown of a GEMM while a collective runs beside it.
   std::optional<double> comm_compute_slowdown;
   /// One line per fitted quantity: from how many measurements, and the

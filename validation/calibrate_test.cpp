@@ -7,6 +7,8 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
+#include "topologies/nccl.hpp"
+#include "topologies/topology.hpp"
 
 namespace hzp::validation {
 namespace {
@@ -34,44 +36,50 @@ TEST(Calibrate, GemmEfficiencyIsTheMedianAtEachSize) {
   EXPECT_DOUBLE_EQ((*f.gemm_efficiency)[0].first, 4096);
   EXPECT_NEAR((*f.gemm_efficiency)[0].second, 0.7, 1e-12);
   EXPECT_NEAR((*f.gemm_efficiency)[1].second, 0.8, 1e-12);
-  EXPECT_FALSE(f.scale_up_latency_us);
+  EXPECT_FALSE(f.scale_up_step_latency_us);
   const auto j = nlohmann::json::parse(calibration_json(f, "test"));
   EXPECT_EQ(j["device_profile"]["gemm_efficiency"][1][1], 0.8);
   EXPECT_FALSE(j.contains("scale_up"));
 }
 
-TEST(Calibrate, LinkLatencyAndEfficiencyFromRingCollectives) {
-  // All-gathers over one node of 8: 2 us per ring step, efficiency 0.05 at
-  // 1 KiB, 0.3 at 1 MiB, 0.8 at 1 GiB of 450 GB/s; all-reduces on the same
-  // curve (2 passes). t = steps·ℓ + factor·N / (bw·eff).
+TEST(Calibrate, LinkStepLatencyAndRingEfficiencyFromRingCollectives) {
+  // Measurements made by NCCL's own model with known link figures: NVLink
+  // Simple ring step 2.0 us at a ring efficiency of 0.7; NET step 20 us at
+  // 0.85. The fit must give them back (its grid has 120 points a decade:
+  // within 1 %).
+  topologies::ClusterSpec truth = h100();
+  truth.scale_up.step_latency_us = 2.0;
+  truth.scale_up.ring_efficiency = 0.7;
+  truth.scale_out.step_latency_us = 20.0;
+  truth.scale_out.ring_efficiency = 0.85;
+  const topologies::NcclModel model(truth);
   traces::BenchResults r;
   r.kind = "collectives";
   r.device = h100().device.name;
-  for (auto [bytes, eff] : {std::pair{1024.0, 0.05}, {1048576.0, 0.3}, {1073741824.0, 0.8}}) {
-    r.collectives.push_back({core::CollectiveKind::AllGather, static_cast<std::int64_t>(bytes), 8, 8,
-                             7 * 2e-6 + 7.0 / 8 * bytes / (450e9 * eff)});
-    r.collectives.push_back({core::CollectiveKind::AllReduce, static_cast<std::int64_t>(bytes), 8, 8,
-                             14 * 2e-6 + 14.0 / 8 * bytes / (450e9 * eff)});
-  }
-  // Rails: 4 nodes, one rank each, 50 GB/s NIC per device: 5 us per step (NIC 4.7 + leaf hop 0.3), 0.9 at 1 GiB.
-  for (auto [bytes, eff] : {std::pair{8.0, 0.01}, {4096.0, 0.1}, {1073741824.0, 0.9}}) {
-    r.collectives.push_back({core::CollectiveKind::ReduceScatter, static_cast<std::int64_t>(bytes), 4, 1,
-                             3 * 5e-6 + 3.0 / 4 * bytes / (50e9 * eff)});
+  auto measure = [&](core::CollectiveKind kind, double bytes, int ranks, int per_node) {
+    const int nodes = ranks / per_node;
+    const topologies::GroupSpan g{ranks, nodes, per_node, per_node, nodes > 1 ? 0 : -1};
+    r.collectives.push_back(
+        {kind, static_cast<std::int64_t>(bytes), ranks, per_node, model.choose(kind, bytes, g).seconds()});
+  };
+  for (double bytes : {1024.0, 65536.0, 1048576.0, 16777216.0, 1073741824.0}) {
+    measure(core::CollectiveKind::AllGather, bytes, 8, 8);
+    measure(core::CollectiveKind::AllReduce, bytes, 8, 8);
+    measure(core::CollectiveKind::ReduceScatter, bytes, 4, 1);  // rails: 4 nodes, one rank each
   }
   r.collectives.push_back({core::CollectiveKind::AllToAll, 1 << 20, 8, 8, 1e-3});  // not a ring: skipped
   const CalibrationFit f = fit_calibration(h100(), {{"c.json", r}});
-  ASSERT_TRUE(f.scale_up_latency_us);
-  EXPECT_NEAR(*f.scale_up_latency_us, 2.0, 0.01);  // the 1 KiB transfer adds ~6 ns per step
-  // The smallest messages set the latency: they say nothing about bandwidth.
-  ASSERT_EQ(f.scale_up_efficiency->size(), 2U);
-  EXPECT_NEAR((*f.scale_up_efficiency)[0].second, 0.3, 2e-3);
-  EXPECT_NEAR((*f.scale_up_efficiency)[1].second, 0.8, 1e-4);
-  ASSERT_TRUE(f.nic_latency_us);
-  EXPECT_NEAR(*f.nic_latency_us, 4.7, 0.01);
-  ASSERT_EQ(f.scale_out_efficiency->size(), 2U);
-  EXPECT_NEAR(f.scale_out_efficiency->front().second, 0.1, 3e-3);
-  EXPECT_NEAR(f.scale_out_efficiency->back().second, 0.9, 1e-4);
+  ASSERT_TRUE(f.scale_up_step_latency_us);
+  EXPECT_NEAR(*f.scale_up_step_latency_us, 2.0, 0.02);
+  EXPECT_NEAR(*f.scale_up_ring_efficiency, 0.7, 0.005);
+  ASSERT_TRUE(f.net_step_latency_us);
+  EXPECT_NEAR(*f.net_step_latency_us, 20.0, 0.2);
+  EXPECT_NEAR(*f.scale_out_ring_efficiency, 0.85, 0.005);
   EXPECT_NE(f.notes.back().find("1 collectives not fitted"), std::string::npos) << f.notes.back();
+  // The overlay names the cluster file's keys.
+  const auto j = nlohmann::json::parse(calibration_json(f, "test"));
+  EXPECT_NEAR(j["scale_up"]["step_latency_us"].get<double>(), 2.0, 0.02);
+  EXPECT_NEAR(j["scale_out"]["ring_efficiency"].get<double>(), 0.85, 0.005);
 }
 
 TEST(Calibrate, SlowdownAndRefusals) {

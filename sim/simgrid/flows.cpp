@@ -48,8 +48,8 @@ FlowSet lower_collective(const topologies::PerfModel& pm, CollectiveKind kind, c
   const bool full_mesh = topo.spec().scale_up.kind == topologies::ScaleUpKind::FullMesh;
   const double P = static_cast<double>(ranks.size());
   const double N = static_cast<double>(bytes.count());
-  const double eff_up = pm.scale_up_efficiency(bytes);
-  const double eff_out = pm.scale_out_efficiency(bytes);
+  const double eff_up = cost.scale_up_efficiency;
+  const double eff_out = cost.scale_out_efficiency;
   std::map<std::pair<int, int>, double> wire;
 
   if (kind == CollectiveKind::AllToAll) {
@@ -111,7 +111,7 @@ FlowSet lower_p2p(const topologies::PerfModel& pm, core::Bytes bytes, int src, i
   fs.latency_s = pm.p2p_latency_s(src, dst);
   if (bytes.count() == 0 || src == dst) return fs;
   const bool inside = pm.topology().domain_of(src) == pm.topology().domain_of(dst);
-  const double eff = inside ? pm.scale_up_efficiency(bytes) : pm.scale_out_efficiency(bytes);
+  const double eff = inside ? pm.scale_up_efficiency() : pm.scale_out_efficiency();
   fs.flows.push_back(Flow{src, dst, static_cast<double>(bytes.count()) / eff});
   return fs;
 }

@@ -39,7 +39,9 @@ TEST(Flows, RingInsideOneNodeSendsToTheNextMember) {
   const Bytes n(1 << 30);
   FlowSet fs = lower_collective(pm, CollectiveKind::AllGather, n, iota(0, 8), 16);
   ASSERT_EQ(fs.flows.size(), 8u);
-  const double expect = 7.0 / 8.0 * (1 << 30) / pm.scale_up_efficiency(n);
+  const double eff = pm.collective_cost(CollectiveKind::AllGather, n, pm.span(iota(0, 8))).scale_up_efficiency;
+  EXPECT_DOUBLE_EQ(eff, pm.topology().spec().scale_up.ring_efficiency);  // Simple, every channel
+  const double expect = 7.0 / 8.0 * (1 << 30) / eff;
   for (int j = 0; j < 8; ++j) EXPECT_DOUBLE_EQ(bytes_between(fs, j, (j + 1) % 8), expect);
   EXPECT_DOUBLE_EQ(fs.latency_s, pm.collective_cost(CollectiveKind::AllGather, n, pm.span(iota(0, 8))).latency_s);
   // Uncontended, the busiest link (450 GB/s) carries exactly the α-β bandwidth term.
@@ -51,17 +53,19 @@ TEST(Flows, RingAcrossNodesUsesEveryNicRailAligned) {
   const Bytes n(1 << 30);
   FlowSet fs = lower_collective(pm, CollectiveKind::ReduceScatter, n, iota(0, 16), 16);
   const double B = 15.0 / 16.0 * (1 << 30);
+  auto cost = pm.collective_cost(CollectiveKind::ReduceScatter, n, pm.span(iota(0, 16)));
   // 16 scale-up flows (each member to the next in its node, PXN hop included)
   // and 16 NIC flows: 2 channels per local index, B/16 each, node 0 <-> node 1 on the same rail.
   ASSERT_EQ(fs.flows.size(), 32u);
   for (int j = 0; j < 8; ++j) {
-    EXPECT_DOUBLE_EQ(bytes_between(fs, j, (j + 1) % 8), B / pm.scale_up_efficiency(n));
-    EXPECT_DOUBLE_EQ(bytes_between(fs, j, 8 + j), 2 * B / 16 / pm.scale_out_efficiency(n));
-    EXPECT_DOUBLE_EQ(bytes_between(fs, 8 + j, j), 2 * B / 16 / pm.scale_out_efficiency(n));
+    EXPECT_DOUBLE_EQ(bytes_between(fs, j, (j + 1) % 8), B / cost.scale_up_efficiency);
+    EXPECT_DOUBLE_EQ(bytes_between(fs, j, 8 + j), 2 * B / 16 / cost.scale_out_efficiency);
+    EXPECT_DOUBLE_EQ(bytes_between(fs, 8 + j, j), 2 * B / 16 / cost.scale_out_efficiency);
   }
-  // Each NIC carries B/8: at 50 GB/s that is the α-β transfer time (NIC-bound: 8 × 50 < 450).
-  auto cost = pm.collective_cost(CollectiveKind::ReduceScatter, n, pm.span(iota(0, 16)));
-  EXPECT_NEAR(B / 8 / pm.scale_out_efficiency(n) / 50e9, cost.transfer_s, 1e-12);
+  // Each NIC carries B/8 and each NVLink B: the slower of the two at their
+  // rates is the α-β transfer time.
+  EXPECT_NEAR(std::max(B / 8 / cost.scale_out_efficiency / 50e9, B / cost.scale_up_efficiency / 450e9), cost.transfer_s,
+              1e-12);
 }
 
 TEST(Flows, OneMemberPerNodeIsANicRing) {
@@ -69,10 +73,11 @@ TEST(Flows, OneMemberPerNodeIsANicRing) {
   const Bytes n(64 << 20);
   FlowSet fs = lower_collective(pm, CollectiveKind::AllReduce, n, iota(0, 4, 8), 4);
   ASSERT_EQ(fs.algorithm, topologies::Algorithm::Ring);
+  const double eff = pm.collective_cost(CollectiveKind::AllReduce, n, pm.span(iota(0, 4, 8))).scale_out_efficiency;
   ASSERT_EQ(fs.flows.size(), 4u);
   const double B = 2.0 * 3.0 / 4.0 * (64 << 20);
   for (int d = 0; d < 4; ++d) {
-    EXPECT_DOUBLE_EQ(bytes_between(fs, 8 * d, 8 * ((d + 1) % 4)), B / pm.scale_out_efficiency(n));
+    EXPECT_DOUBLE_EQ(bytes_between(fs, 8 * d, 8 * ((d + 1) % 4)), B / eff);
   }
 }
 
@@ -83,8 +88,8 @@ TEST(Flows, AllToAllIsDirectPairwise) {
   FlowSet fs = lower_collective(pm, CollectiveKind::AllToAll, n, ranks, 16);
   EXPECT_EQ(fs.algorithm, topologies::Algorithm::Pairwise);
   ASSERT_EQ(fs.flows.size(), 12u);
-  EXPECT_DOUBLE_EQ(bytes_between(fs, 0, 1), (8 << 20) / 4.0 / pm.scale_up_efficiency(n));
-  EXPECT_DOUBLE_EQ(bytes_between(fs, 0, 9), (8 << 20) / 4.0 / pm.scale_out_efficiency(n));
+  EXPECT_DOUBLE_EQ(bytes_between(fs, 0, 1), (8 << 20) / 4.0 / pm.scale_up_efficiency());
+  EXPECT_DOUBLE_EQ(bytes_between(fs, 0, 9), (8 << 20) / 4.0 / pm.scale_out_efficiency());
 }
 
 TEST(Flows, SmallAllReduceAcrossManyNodesTakesTheTree) {
@@ -93,15 +98,18 @@ TEST(Flows, SmallAllReduceAcrossManyNodesTakesTheTree) {
   auto ranks = iota(0, 64, 8);
   FlowSet fs = lower_collective(pm, CollectiveKind::AllReduce, n, ranks, 16);
   ASSERT_EQ(fs.algorithm, topologies::Algorithm::Tree);
-  // Tree: the same rail-aligned links, 2N per member.
-  EXPECT_DOUBLE_EQ(bytes_between(fs, 0, 8), 2.0 * (64 << 10) / pm.scale_out_efficiency(n));
+  // Tree: the same rail-aligned links, 2N per member, at the chosen protocol's share.
+  const double eff = pm.collective_cost(CollectiveKind::AllReduce, n, pm.span(ranks)).scale_out_efficiency;
+  EXPECT_LT(eff, pm.scale_out_efficiency());
+  EXPECT_DOUBLE_EQ(bytes_between(fs, 0, 8), 2.0 * (64 << 10) / eff);
 }
 
 TEST(Flows, BroadcastCarriesTheWholeMessage) {
   auto pm = h100(8);
   const Bytes n(1 << 20);
   FlowSet fs = lower_collective(pm, CollectiveKind::Broadcast, n, iota(0, 4), 16);
-  EXPECT_DOUBLE_EQ(bytes_between(fs, 3, 0), (1 << 20) / pm.scale_up_efficiency(n));
+  const double eff = pm.collective_cost(CollectiveKind::Broadcast, n, pm.span(iota(0, 4))).scale_up_efficiency;
+  EXPECT_DOUBLE_EQ(bytes_between(fs, 3, 0), (1 << 20) / eff);
 }
 
 TEST(Flows, PointToPointIsOneFlowWithThePathLatency) {
@@ -109,7 +117,7 @@ TEST(Flows, PointToPointIsOneFlowWithThePathLatency) {
   const Bytes n(1 << 20);
   FlowSet fs = lower_p2p(pm, n, 3, 11);
   ASSERT_EQ(fs.flows.size(), 1u);
-  EXPECT_DOUBLE_EQ(fs.flows[0].wire_bytes, (1 << 20) / pm.scale_out_efficiency(n));
+  EXPECT_DOUBLE_EQ(fs.flows[0].wire_bytes, (1 << 20) / pm.scale_out_efficiency());
   EXPECT_NEAR(fs.latency_s + fs.flows[0].wire_bytes / 50e9, pm.p2p(n, 3, 11).to_seconds(), 1e-9);
 }
 

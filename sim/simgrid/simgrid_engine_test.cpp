@@ -111,7 +111,7 @@ class Modes : public ::testing::TestWithParam<std::string> {};
 TEST_P(Modes, TwoAllGathersSharingOneNicEachTakeTwiceAsLong) {
   auto pm = h100(16);
   const std::int64_t n = 1LL << 30;
-  const double bw = 50e9 * pm.scale_out_efficiency(Bytes(n));
+  const double bw = 50e9 * pm.scale_out_efficiency();  // 1 GiB: Simple, every channel
   const auto cost = pm.collective_cost(CollectiveKind::AllGather, Bytes(n), pm.span({0, 8}));
   ASSERT_NEAR(cost.transfer_s, n / 2.0 / bw, 1e-9);
 
@@ -162,8 +162,9 @@ double cross_pod_transfer(double o, const std::string& ranks) {
 TEST_P(Modes, TwoToOneOversubscribedSpineHalvesCrossPodAllGatherBandwidth) {
   const double full = cross_pod_transfer(1.0, GetParam());
   const double over = cross_pod_transfer(2.0, GetParam());
-  const double bw = 50e9 * topologies::PerfModel(topologies::Topology(topologies::load_cluster("dgx-h100"), 8))
-                               .scale_out_efficiency(Bytes(1LL << 30));
+  const double bw =
+      50e9 *
+      topologies::PerfModel(topologies::Topology(topologies::load_cluster("dgx-h100"), 8)).scale_out_efficiency();
   EXPECT_NEAR(full, (1LL << 29) / bw, 1e-6);  // full bisection: N/2 at the NIC's rate
   EXPECT_NEAR(over / full, 2.0, 0.01);
 }
@@ -174,8 +175,8 @@ TEST_P(Modes, TwoToOneOversubscribedSpineHalvesCrossPodAllGatherBandwidth) {
 TEST_P(Modes, AllToAllOverlappingReduceScatterSlowsBothByTheMaxMinShare) {
   auto pm = h100(16);
   const std::int64_t na = 256LL << 20, nr = 1LL << 30;
-  const double wa = na / 2.0 / pm.scale_out_efficiency(Bytes(na));  // wire bytes each way
-  const double wr = nr / 2.0 / pm.scale_out_efficiency(Bytes(nr));
+  const double wa = na / 2.0 / pm.scale_out_efficiency();  // wire bytes each way (Simple, every channel)
+  const double wr = nr / 2.0 / pm.scale_out_efficiency();
   const double bw = 50e9;
   const double la = pm.collective_cost(CollectiveKind::AllToAll, Bytes(na), pm.span({0, 8})).latency_s;
   const double lr = pm.collective_cost(CollectiveKind::ReduceScatter, Bytes(nr), pm.span({0, 8})).latency_s;

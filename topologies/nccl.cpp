@@ -1,0 +1,355 @@
+// The NCCL collective cost model (see nccl.hpp).
+//
+// For a group of P ranks over D scale-up domains (NCCL's nodes) with at most
+// k ranks in one, a collective of N bytes (nccl-tests' size) costs, per
+// algorithm a and protocol p,
+//   t = base[a][p] + Σ steps × step[link][a][p] + bytes moved / bw[a][p]
+// with, for the algorithms NCCL has for each collective:
+//   ring all-gather / reduce-scatter:  P−1 steps, D−1 of them across the fabric; (P−1)/P·N
+//   ring all-reduce:                   2(P−1) steps, 2(D−1) across;            2(P−1)/P·N
+//   tree all-reduce (D > 1):           2((k−1) + log2 D) steps;                2N
+//   NVLS all-reduce (one NVSwitch domain with SHARP): one NVLS step;         2(P−1)/P·N
+//   PAT all-gather / reduce-scatter (one rank per node): log2 P steps;       (P−1)/P·N
+//   ring broadcast:                    P−1 steps;                              N
+// bw[a][p] is the Simple ring's bus bandwidth (the scale-up link, or the
+// NICs of the k devices a ring leaves a domain through) scaled by the
+// protocol's factor and capped per channel, and spread over only as many
+// channels as the message fills (enqueue.cc: a channel per so many bytes per
+// thread), so a small collective's efficiency depends on its per-rank,
+// per-channel chunk, not on N. The least time wins, as in NCCL's tuner.
+#include "topologies/nccl.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "topologies/topology.hpp"
+
+namespace hzp::topologies {
+
+using core::CollectiveKind;
+
+std::string_view to_string(NcclAlgorithm a) {
+  switch (a) {
+    case NcclAlgorithm::Tree: return "tree";
+    case NcclAlgorithm::Ring: return "ring";
+    case NcclAlgorithm::CollNetDirect: return "collnet_direct";
+    case NcclAlgorithm::CollNetChain: return "collnet_chain";
+    case NcclAlgorithm::Nvls: return "nvls";
+    case NcclAlgorithm::NvlsTree: return "nvls_tree";
+    case NcclAlgorithm::Pat: return "pat";
+    case NcclAlgorithm::Pairwise: return "pairwise";
+  }
+  return "?";
+}
+
+std::string_view to_string(NcclProtocol p) {
+  switch (p) {
+    case NcclProtocol::LL: return "LL";
+    case NcclProtocol::LL128: return "LL128";
+    case NcclProtocol::Simple: return "Simple";
+  }
+  return "?";
+}
+
+namespace {
+
+constexpr std::size_t idx(NcclAlgorithm a) { return static_cast<std::size_t>(a); }
+constexpr std::size_t idx(NcclProtocol p) { return static_cast<std::size_t>(p); }
+constexpr std::size_t idx(LinkClass l) { return static_cast<std::size_t>(l); }
+
+NcclTuning make_tuning() {
+  NcclTuning t;
+  t.version = "2.28.9";
+  t.source =
+      "NVIDIA/nccl v2.28.9-1 (dbc86fd0): src/graph/tuning.cc (base and per-step latencies, the net overhead, "
+      "protocol factors, llMaxBws, perChMaxRingLL128Bws, perChMaxTreeLL128Bws, perChMaxTreeBws, "
+      "treeCorrectionFactor, the ring plateau, PAT), src/enqueue.cc and src/include/comm.h (channels and threads "
+      "per message); NVIDIA/nccl-tests doc/PERFORMANCE.md (bus-bandwidth factors)";
+  using A = NcclAlgorithm;
+  using P = NcclProtocol;
+  auto set = [](auto& row, double ll, double ll128, double simple) {
+    row[idx(P::LL)] = ll;
+    row[idx(P::LL128)] = ll128;
+    row[idx(P::Simple)] = simple;
+  };
+  set(t.base_latency_us[idx(A::Tree)], 6.8, 14.0, 8.4);
+  set(t.base_latency_us[idx(A::Ring)], 6.6, 14.0, 8.4);
+  set(t.base_latency_us[idx(A::Pat)], 8.0, 8.0, 8.0);
+  auto& nv = t.step_latency_us[idx(LinkClass::NvLink)];
+  set(nv[idx(A::Tree)], 0.6, 1.25, 4.0);
+  set(nv[idx(A::Ring)], 0.6, 1.9, 3.4);
+  set(nv[idx(A::CollNetDirect)], 0, 0, 3.7);
+  set(nv[idx(A::CollNetChain)], 0, 0, 2.8);
+  set(nv[idx(A::Nvls)], 0, 0, 25);
+  set(nv[idx(A::NvlsTree)], 0, 0, 25);
+  set(nv[idx(A::Pat)], 0, 0, 4.0);
+  auto& pci = t.step_latency_us[idx(LinkClass::Pci)];
+  set(pci[idx(A::Tree)], 1.0, 1.9, 4.0);
+  set(pci[idx(A::Ring)], 1.0, 2.5, 5.7);
+  set(pci[idx(A::CollNetDirect)], 0, 0, 3.7);
+  set(pci[idx(A::CollNetChain)], 0, 0, 2.8);
+  set(pci[idx(A::Pat)], 0, 0, 4.0);
+  auto& net = t.step_latency_us[idx(LinkClass::Net)];
+  set(net[idx(A::Tree)], 5.0, 8.5, 14);
+  set(net[idx(A::Ring)], 2.7, 4.0, 14.0);
+  set(net[idx(A::CollNetDirect)], 0, 0, 31);
+  set(net[idx(A::CollNetChain)], 0, 0, 30);
+  set(net[idx(A::Nvls)], 0, 0, 18);
+  set(net[idx(A::NvlsTree)], 0, 0, 20.9);
+  set(net[idx(A::Pat)], 0, 0, 14);
+  t.net_overhead_us = 1.0;
+  t.ll_ring_factor = 0.5;
+  t.ll128_ring_factor = 0.92;
+  t.tree_factor = 0.92;
+  t.ll_tree_factor = 1.0 / 3.8;
+  t.ll128_tree_factor_one_node = 7.0 / 9.0;
+  t.ll128_tree_factor = 120.0 / 128.0;
+  t.pat_factor = 0.75;
+  // Rows: Volta, Ampere, Hopper, Blackwell; columns: one node, two, three or more.
+  t.ll_max_one_node_GBps = {39.0, 87.7, 141.0, 282.0};
+  t.ll_max_GBps = {39.0, 20.4};
+  t.ring_ll128_per_channel_GBps = {{{20, 20, 20}, {20, 20, 20}, {36.7, 36.7, 36.7}, {73.4, 34.6, 73.4}}};
+  t.tree_ll128_per_channel_GBps = {{{20, 20, 20}, {20, 20, 20}, {36.7, 36.7, 29.0}, {55.6, 31.67, 20.0}}};
+  t.tree_per_channel_GBps = {{{26.5, 18.5, 10.0}, {24.0, 23.6, 17.8}, {38.7, 41.4, 36.0}, {70.0, 42.8, 24.0}}};
+  t.ring_plateau_factor = 1.4;
+  t.ring_plateau_factor_pre_ampere = 1.9;
+  t.tree_correction[idx(P::LL)] = {1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7,  .7,  .7,  .6, .5,
+                                   .4,  .4,  .5,  .6,  .7, .8, .9, 1.0, 1.0, 1.0, 1.0};
+  t.tree_correction[idx(P::LL128)] = {1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7,  .6, .6,
+                                      .6,  .6,  .6,  .6,  .8,  .9, .9, .9, .9, 1.0, 1.0};
+  t.tree_correction[idx(P::Simple)] = {.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5,
+                                       .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9};
+  t.pat_net_divisor = 3.5;
+  t.pat_per_rank_us = 2.8;
+  t.channel_threshold_bytes = {8, 8, 64};
+  t.threads_per_channel = {512, 640, 512};
+  return t;
+}
+
+double log2_floor(double x) { return x >= 1 ? std::floor(std::log2(x)) : 0; }
+
+// NCCL's node-count column: one node, two, three or more.
+std::size_t node_column(int domains) { return static_cast<std::size_t>(std::clamp(domains, 1, 3) - 1); }
+
+}  // namespace
+
+NcclArch nccl_arch(double compute_capability) {
+  if (compute_capability >= 10) return NcclArch::Blackwell;
+  if (compute_capability >= 9) return NcclArch::Hopper;
+  if (compute_capability >= 8) return NcclArch::Ampere;
+  return NcclArch::Volta;
+}
+
+const NcclTuning& nccl_tuning() {
+  static const NcclTuning t = make_tuning();
+  return t;
+}
+
+NcclModel::NcclModel(const ClusterSpec& spec, const NcclTuning& tuning) : t_(&tuning) {
+  using A = NcclAlgorithm;
+  using P = NcclProtocol;
+  arch_ = nccl_arch(spec.device.compute_capability);
+  ampere_or_later_ = spec.device.compute_capability >= 8;
+  up_link_ = spec.scale_up.link;
+  up_GBps_ = spec.scale_up.bw_GBps;
+  up_ring_efficiency_ = spec.scale_up.ring_efficiency;
+  nvls_efficiency_ = spec.scale_up.kind == ScaleUpKind::NvSwitch ? spec.scale_up.nvls_efficiency : 0;
+  const double nccl_up = tuning.step_latency_us[idx(up_link_)][idx(A::Ring)][idx(P::Simple)];
+  if (spec.scale_up.step_latency_us && nccl_up > 0) up_step_scale_ = *spec.scale_up.step_latency_us / nccl_up;
+  nic_GBps_ = spec.nic_GBps_per_device();
+  nic_ring_efficiency_ = spec.scale_out.ring_efficiency;
+  const double nccl_net = tuning.step_latency_us[idx(LinkClass::Net)][idx(A::Ring)][idx(P::Simple)];
+  if (spec.scale_out.step_latency_us && nccl_net > 0) net_step_scale_ = *spec.scale_out.step_latency_us / nccl_net;
+  nics_per_device_ = static_cast<double>(spec.scale_out.nics_per_node) / spec.devices_per_node;
+  for (const auto& tier : spec.scale_out.tiers) {
+    tier_oversubscription_.push_back(tier.oversubscription);
+    tier_hop_us_.push_back(tier.hop_latency_us);
+  }
+}
+
+double NcclModel::nic_GBps(int top_tier) const {
+  double over = 1;
+  for (int i = 0; i < top_tier && i < static_cast<int>(tier_oversubscription_.size()); ++i) {
+    over = std::max(over, tier_oversubscription_[static_cast<std::size_t>(i)]);
+  }
+  return nic_GBps_ / over * nic_ring_efficiency_;
+}
+
+double NcclModel::intra_step_us(NcclAlgorithm a, NcclProtocol p) const {
+  return t_->step_latency_us[idx(up_link_)][idx(a)][idx(p)] * up_step_scale_;
+}
+
+double NcclModel::net_step_us(NcclAlgorithm a, NcclProtocol p, int top_tier) const {
+  // NCCL's NET step includes the leaf; a path to tier t climbs 2t more switches.
+  double hops = 0;
+  for (int i = 1; i <= top_tier && i < static_cast<int>(tier_hop_us_.size()); ++i) {
+    hops += tier_hop_us_[static_cast<std::size_t>(i)] * 2;
+  }
+  return t_->step_latency_us[idx(LinkClass::Net)][idx(a)][idx(p)] * net_step_scale_ + hops;
+}
+
+double NcclModel::p2p_latency_us(int top_tier) const {
+  const double base = t_->base_latency_us[idx(NcclAlgorithm::Ring)][idx(NcclProtocol::Simple)];
+  if (top_tier < 0) return base + intra_step_us(NcclAlgorithm::Ring, NcclProtocol::Simple);
+  return base + net_step_us(NcclAlgorithm::Ring, NcclProtocol::Simple, top_tier);
+}
+
+int NcclModel::channels(const GroupSpan& g) const {
+  // Inside one NVSwitch domain NCCL runs 32 channels on Hopper and later (16
+  // rings doubled), 16 elsewhere. Across domains, two channels per NIC the
+  // ring leaves a domain through, at most 16: a ring crossing a domain
+  // boundary uses one NIC per channel, so 8 NICs a crossing at most (GB200
+  // NVL72 racks, 72 NICs each, reach 406 GB/s across racks: 8 x 50 GB/s;
+  // CoreWeave's nccl-tests README).
+  if (g.domains <= 1) return up_link_ == LinkClass::NvLink && arch_ >= NcclArch::Hopper ? 32 : 16;
+  const double nics = g.min_ranks_per_domain * nics_per_device_;
+  return static_cast<int>(std::clamp(std::round(2 * nics), 2.0, 16.0));
+}
+
+double NcclModel::ring_GBps(const GroupSpan& g) const {
+  if (g.domains <= 1) return scale_up_GBps();
+  // Across domains the scale-up plateau of a ring inside one domain does not
+  // bind: two- and eight-node H100 rings reach 391-393 GB/s bus bandwidth
+  // over 8 NICs of 400 Gb/s (nccl-tests issue #309) where the one-node ring
+  // stops at 359 (0.80 of 450). The NICs the channels use bound it, and the
+  // raw link.
+  const double nics = std::min(g.min_ranks_per_domain * nics_per_device_, channels(g) / 2.0);
+  const double out = nics / nics_per_device_ * nic_GBps(g.top_tier);
+  return g.max_ranks_per_domain > 1 ? std::min(up_GBps_, out) : out;
+}
+
+int NcclModel::channels_used(NcclProtocol p, double bytes, int channels) const {
+  const double per_channel = t_->threads_per_channel[idx(p)] * t_->channel_threshold_bytes[idx(p)];
+  const double fill = per_channel > 0 ? std::floor(bytes / per_channel) : channels;
+  return static_cast<int>(std::clamp(fill, 1.0, static_cast<double>(channels)));
+}
+
+CollectiveChoice NcclModel::cost(NcclAlgorithm a, NcclProtocol p, CollectiveKind kind, double N,
+                                 const GroupSpan& g) const {
+  using A = NcclAlgorithm;
+  using P = NcclProtocol;
+  const NcclTuning& t = *t_;
+  const double n = g.ranks;
+  const int D = g.domains;
+  const int ppn = std::max(1, g.ranks / std::max(1, D));
+  const int ch = channels(g);
+  const auto arch = static_cast<std::size_t>(arch_);
+  const std::size_t col = node_column(D);
+
+  CollectiveChoice c;
+  c.algorithm = a;
+  c.protocol = p;
+
+  // Bus bandwidth with every channel busy.
+  double bw = ring_GBps(g);
+  if (a == A::Nvls) bw = up_GBps_ * nvls_efficiency_;
+  if (a == A::NvlsTree) {
+    // NVLS inside each domain, a tree across: on two domains each NIC carries
+    // half the data both ways (NCCL doubles the inter-node bandwidth there).
+    const double inter = (D <= 2 ? 2 : 1) * g.min_ranks_per_domain * nic_GBps(g.top_tier);
+    bw = std::min(up_GBps_ * nvls_efficiency_, inter);
+  }
+  const double ll_max = D == 1 ? t.ll_max_one_node_GBps[arch] : t.ll_max_GBps[std::min<std::size_t>(col, 2) - 1];
+  if (a == A::Ring && p == P::LL) bw = std::min(ll_max, bw * t.ll_ring_factor);
+  if (a == A::Ring && p == P::LL128)
+    bw = std::min(bw * t.ll128_ring_factor, ch * t.ring_ll128_per_channel_GBps[arch][col]);
+  if (a == A::Tree) {
+    bw = std::min(bw * t.tree_factor, ch * t.tree_per_channel_GBps[arch][col]);
+    if (p == P::LL) bw = std::min(bw * t.ll_tree_factor, ll_max);
+    if (p == P::LL128) {
+      bw = std::min(bw * (D == 1 ? t.ll128_tree_factor_one_node : t.ll128_tree_factor),
+                    ch * t.tree_ll128_per_channel_GBps[arch][col]);
+    }
+    const double k = log2_floor(N / 64);  // NCCL's measured correction for tree all-reduce
+    if (k < 23) bw *= t.tree_correction[idx(p)][static_cast<std::size_t>(k)];
+  }
+  if (a == A::Pat) bw *= t.pat_factor;
+
+  // Steps: inside a domain at the link's latency, across at the NET one
+  // (with one rank per node, NCCL charges the tree's NET step).
+  const double base = t.base_latency_us[idx(a)][idx(p)];
+  double intra = intra_step_us(a, p);
+  const double inter = net_step_us(ppn == 1 ? A::Tree : a, p, g.top_tier);
+  double latency_us = base;
+  double moved = 0;
+  switch (a) {
+    case A::Ring: {
+      const bool all_reduce = kind == CollectiveKind::AllReduce;
+      if (D > 1) intra = std::max(intra, t.net_overhead_us * (p == P::Simple ? 3 : 1));
+      if (kind == CollectiveKind::Broadcast) {
+        // A chain over every rank, each hop at the slowest link's step (Simple: the tree's).
+        const A step_algo = p == P::Simple ? A::Tree : A::Ring;
+        latency_us += n * (D > 1 ? net_step_us(step_algo, p, g.top_tier) : intra_step_us(step_algo, p));
+        moved = N;
+        break;
+      }
+      const double steps = (all_reduce ? 2 : 1) * (n - 1);
+      const double inter_steps = D > 1 ? (all_reduce ? 2 : 1) * (D - 1) : 0;
+      latency_us += (steps - inter_steps) * intra + inter_steps * inter;
+      if (all_reduce && p == P::Simple && D > 1 && N / (ch * n) >= 64) {
+        latency_us *= ampere_or_later_ ? t.ring_plateau_factor : t.ring_plateau_factor_pre_ampere;
+      }
+      moved = (all_reduce ? 2 : 1) * (n - 1) / n * N;
+      break;
+    }
+    case A::Tree:
+      latency_us += 2 * ((ppn - 1) * intra + log2_floor(D) * inter);
+      moved = 2 * N;
+      break;
+    case A::Nvls:
+      latency_us = intra;  // NCCL's NVLS latency replaces the base
+      moved = 2 * (n - 1) / n * N;
+      break;
+    case A::NvlsTree:
+      latency_us += intra + 2 * log2_floor(D) * inter;
+      moved = 2 * (n - 1) / n * N;
+      break;
+    case A::Pat:
+      latency_us += log2_floor(D) * inter / t.pat_net_divisor + t.pat_per_rank_us * n;
+      moved = (n - 1) / n * N;
+      break;
+    default: break;
+  }
+  c.latency_s = latency_us * 1e-6;
+  c.estimate_s = bw > 0 ? c.latency_s + moved / (bw * 1e9) : std::numeric_limits<double>::infinity();
+
+  // What runs: a message that fills fewer channels runs on fewer.
+  const double threshold_ranks = (a == A::Ring && p == P::LL) ? n : 1;
+  c.channels = (a == A::Nvls || a == A::NvlsTree) ? ch : channels_used(p, N / threshold_ranks, ch);
+  c.bus_GBps = bw * c.channels / ch;
+  c.transfer_s = c.bus_GBps > 0 ? moved / (c.bus_GBps * 1e9) : std::numeric_limits<double>::infinity();
+  return c;
+}
+
+std::vector<CollectiveChoice> NcclModel::candidates(CollectiveKind kind, double bytes, const GroupSpan& g) const {
+  using A = NcclAlgorithm;
+  std::vector<CollectiveChoice> out;
+  if (g.ranks <= 1 || bytes <= 0 || kind == CollectiveKind::AllToAll) return out;
+  std::vector<A> algorithms{A::Ring};
+  if (kind == CollectiveKind::AllReduce && g.domains > 1) algorithms.push_back(A::Tree);
+  if (kind == CollectiveKind::AllReduce && nvls_efficiency_ > 0 && arch_ >= NcclArch::Hopper &&
+      g.max_ranks_per_domain > 1) {
+    algorithms.push_back(g.domains == 1 ? A::Nvls : A::NvlsTree);
+  }
+  if ((kind == CollectiveKind::AllGather || kind == CollectiveKind::ReduceScatter) && g.domains > 1 &&
+      g.max_ranks_per_domain == 1) {
+    algorithms.push_back(A::Pat);
+  }
+  for (A a : algorithms) {
+    for (NcclProtocol p : {NcclProtocol::LL, NcclProtocol::LL128, NcclProtocol::Simple}) {
+      if ((a == A::Nvls || a == A::NvlsTree || a == A::Pat) && p != NcclProtocol::Simple) continue;  // Simple only
+      out.push_back(cost(a, p, kind, bytes, g));
+    }
+  }
+  return out;
+}
+
+CollectiveChoice NcclModel::choose(CollectiveKind kind, double bytes, const GroupSpan& g) const {
+  const std::vector<CollectiveChoice> all = candidates(kind, bytes, g);
+  if (all.empty()) return CollectiveChoice{};
+  return *std::min_element(all.begin(), all.end(),
+                           [](const auto& x, const auto& y) { return x.estimate_s < y.estimate_s; });
+}
+
+}  // namespace hzp::topologies

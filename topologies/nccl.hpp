@@ -1,0 +1,149 @@
+// Collectives as NCCL runs them: the algorithms and protocols NCCL's tuner
+// considers for a group's shape, each costed the way NCCL's own model costs
+// it (a base latency, a latency per ring or tree step by the link it
+// crosses, a bus bandwidth per protocol), and the cheapest chosen as NCCL's
+// tuner chooses. The constants are NCCL's (a versioned table, see
+// nccl_tuning()); the bandwidths are the cluster's.
+#pragma once
+
+#include <array>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/schedule.hpp"
+#include "topologies/cluster_spec.hpp"
+
+namespace hzp::topologies {
+
+struct GroupSpan;
+
+/// NCCL's algorithms, in its order; Pairwise is all-to-all as grouped
+/// send/recv (which NCCL's tuner does not cost).
+enum class NcclAlgorithm { Tree, Ring, CollNetDirect, CollNetChain, Nvls, NvlsTree, Pat, Pairwise };
+enum class NcclProtocol { LL, LL128, Simple };
+
+inline constexpr int kNcclAlgorithms = 7;  // without Pairwise
+inline constexpr int kNcclProtocols = 3;
+
+[[nodiscard]] std::string_view to_string(NcclAlgorithm);
+[[nodiscard]] std::string_view to_string(NcclProtocol);
+
+/// GPU generations NCCL's bandwidth caps distinguish (by compute capability).
+enum class NcclArch { Volta, Ampere, Hopper, Blackwell };
+[[nodiscard]] NcclArch nccl_arch(double compute_capability);
+
+/// NCCL's tuning constants for one NCCL version (src/graph/tuning.cc and
+/// src/enqueue.cc of that version), µs and GB/s as NCCL states them.
+struct NcclTuning {
+  std::string version;
+  std::string source;
+  /// Base latency per algorithm and protocol.
+  std::array<std::array<double, kNcclProtocols>, kNcclAlgorithms> base_latency_us{};
+  /// Latency of one step across a link of each class.
+  std::array<std::array<std::array<double, kNcclProtocols>, kNcclAlgorithms>, 3> step_latency_us{};
+  /// Host cost of a network step (an x86 Intel host); a ring across nodes
+  /// pays at least it (three times for Simple) on every step inside a node.
+  double net_overhead_us = 0;
+  /// Protocol factors on Simple's bus bandwidth: LL moves 8-byte lines of
+  /// which 4 are data, LL128 120 of 128.
+  double ll_ring_factor = 0;
+  double ll128_ring_factor = 0;
+  double tree_factor = 0;  // Simple tree vs ring
+  double ll_tree_factor = 0;
+  double ll128_tree_factor_one_node = 0;
+  double ll128_tree_factor = 0;
+  double pat_factor = 0;
+  /// Caps by GPU generation and node count (one node, two, three or more).
+  std::array<double, 4> ll_max_one_node_GBps{};  // by generation, one node
+  std::array<double, 2> ll_max_GBps{};           // two nodes, three or more (an Intel host)
+  std::array<std::array<double, 3>, 4> ring_ll128_per_channel_GBps{};
+  std::array<std::array<double, 3>, 4> tree_ll128_per_channel_GBps{};
+  std::array<std::array<double, 3>, 4> tree_per_channel_GBps{};
+  /// Simple all-reduce rings across nodes pay their latency this many times
+  /// once each rank's per-channel share reaches 64 bytes (compute capability
+  /// 8.0 and up, and below).
+  double ring_plateau_factor = 0;
+  double ring_plateau_factor_pre_ampere = 0;
+  /// Tree all-reduce bandwidth against floor(log2(bytes / 64)), per protocol.
+  std::array<std::array<double, 23>, kNcclProtocols> tree_correction{};
+  /// PAT latency: base + floor(log2 nodes) · NET step / divisor + per rank · ranks.
+  double pat_net_divisor = 0;
+  double pat_per_rank_us = 0;
+  /// After choosing, enqueue.cc spreads a collective over fewer channels
+  /// while bytes < channels · threads · threshold (LL rings: threshold × ranks).
+  std::array<double, kNcclProtocols> channel_threshold_bytes{};
+  std::array<int, kNcclProtocols> threads_per_channel{};
+};
+
+/// The table hzp follows (one NCCL version; see nccl.cpp for its sources).
+[[nodiscard]] const NcclTuning& nccl_tuning();
+
+/// One (algorithm, protocol) NCCL would consider, costed.
+struct CollectiveChoice {
+  NcclAlgorithm algorithm = NcclAlgorithm::Ring;
+  NcclProtocol protocol = NcclProtocol::Simple;
+  int channels = 1;       // channels the message is spread over
+  double latency_s = 0;   // base + steps
+  double transfer_s = 0;  // bytes on the busiest link / bandwidth, over the channels used
+  double bus_GBps = 0;    // the bus bandwidth it runs at, over the channels used
+  /// NCCL's own estimate (every channel busy): what the choice is made on.
+  double estimate_s = 0;
+  [[nodiscard]] double seconds() const { return latency_s + transfer_s; }
+};
+
+/// The collective cost model (see the file comment). Bandwidth bounds come
+/// from the cluster: the scale-up link, and the NICs of the group's devices
+/// in a domain (less the oversubscription of the tiers the group climbs),
+/// each at the fraction a Simple ring reaches on it. A value type: it keeps
+/// the few figures it needs, so a copy of its owner never dangles.
+class NcclModel {
+ public:
+  explicit NcclModel(const ClusterSpec& spec, const NcclTuning& tuning = nccl_tuning());
+
+  /// Every (algorithm, protocol) NCCL would consider for this collective and
+  /// group, costed; empty for a group of one or zero bytes.
+  [[nodiscard]] std::vector<CollectiveChoice> candidates(core::CollectiveKind kind, double bytes,
+                                                         const GroupSpan& g) const;
+  /// The least-time candidate, as NCCL's tuner picks (a zero-cost Ring
+  /// Simple choice for a group of one or zero bytes).
+  [[nodiscard]] CollectiveChoice choose(core::CollectiveKind kind, double bytes, const GroupSpan& g) const;
+
+  /// Channels NCCL builds for this group (rings or trees side by side).
+  [[nodiscard]] int channels(const GroupSpan& g) const;
+  /// Simple ring bus bandwidth over this group at large sizes, GB/s.
+  [[nodiscard]] double ring_GBps(const GroupSpan& g) const;
+  /// A scale-up link's and a NIC's achievable bandwidth for one device, GB/s
+  /// (the NIC's through the tiers up to `top_tier`).
+  [[nodiscard]] double scale_up_GBps() const { return up_GBps_ * up_ring_efficiency_; }
+  [[nodiscard]] double nic_GBps(int top_tier) const;
+  /// Latency of one step within a scale-up domain and across the fabric up to
+  /// `top_tier` (NCCL's NET step plus two switch hops per tier above the leaf), µs.
+  [[nodiscard]] double intra_step_us(NcclAlgorithm a, NcclProtocol p) const;
+  [[nodiscard]] double net_step_us(NcclAlgorithm a, NcclProtocol p, int top_tier) const;
+  /// A send/recv's latency within a domain or across tiers, µs.
+  [[nodiscard]] double p2p_latency_us(int top_tier) const;
+  [[nodiscard]] const NcclTuning& tuning() const { return *t_; }
+
+ private:
+  [[nodiscard]] CollectiveChoice cost(NcclAlgorithm a, NcclProtocol p, core::CollectiveKind kind, double bytes,
+                                      const GroupSpan& g) const;
+  [[nodiscard]] int channels_used(NcclProtocol p, double bytes, int channels) const;
+
+  const NcclTuning* t_;
+  NcclArch arch_ = NcclArch::Hopper;
+  bool ampere_or_later_ = true;
+  LinkClass up_link_ = LinkClass::NvLink;
+  double up_GBps_ = 0;
+  double up_ring_efficiency_ = 1;
+  double nvls_efficiency_ = 0;  // 0: no NVLink SHARP
+  double up_step_scale_ = 1;    // a calibrated step latency over NCCL's Simple ring step
+  double nic_GBps_ = 0;         // per device, before oversubscription
+  double nic_ring_efficiency_ = 1;
+  double net_step_scale_ = 1;
+  double nics_per_device_ = 1;
+  std::vector<double> tier_oversubscription_;
+  std::vector<double> tier_hop_us_;
+};
+
+}  // namespace hzp::topologies

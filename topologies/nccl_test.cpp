@@ -1,0 +1,153 @@
+// The NCCL cost model's closed forms, derived by hand from NCCL 2.28.9's
+// tuning constants (nccl.cpp) on a DGX H100-like cluster whose link figures
+// the tests set themselves.
+#include "topologies/nccl.hpp"
+
+#include <gtest/gtest.h>
+#include <numeric>
+
+#include "topologies/topology.hpp"
+
+namespace hzp::topologies {
+namespace {
+
+using core::CollectiveKind;
+
+// dgx-h100 with round link figures: a Simple ring reaches 0.8 · 450 = 360 GB/s
+// over NVLink and 0.9 · 50 = 45 GB/s per 400 Gb/s NIC.
+ClusterSpec h100() {
+  ClusterSpec c = load_cluster("dgx-h100");
+  c.scale_up.ring_efficiency = 0.8;
+  c.scale_up.nvls_efficiency = 1.0;
+  c.scale_up.step_latency_us.reset();
+  c.scale_out.ring_efficiency = 0.9;
+  c.scale_out.step_latency_us.reset();
+  return c;
+}
+
+std::vector<int> iota(int n) {
+  std::vector<int> v(static_cast<std::size_t>(n));
+  std::iota(v.begin(), v.end(), 0);
+  return v;
+}
+
+CollectiveChoice pick(const std::vector<CollectiveChoice>& all, NcclAlgorithm a, NcclProtocol p) {
+  for (const auto& c : all) {
+    if (c.algorithm == a && c.protocol == p) return c;
+  }
+  ADD_FAILURE() << "no candidate " << to_string(a) << "/" << to_string(p);
+  return {};
+}
+
+TEST(NcclModel, RingLatencyGrowsWithTheGroup) {
+  // Ring all-gather, Simple, 8 ranks a node. 64 ranks (8 nodes under one
+  // leaf): 8.4 + 56 NVLink steps at max(3.4, 3 × 1.0 host overhead) = 3.4
+  // + 7 NET steps at 14 = 296.8 µs. 1,024 ranks (128 nodes, through the
+  // spine: two more hops of 0.3 µs a NET step): 8.4 + 896 · 3.4 + 127 · 14.6
+  // = 4,909.0 µs. Bandwidth: 8 NICs · 45 = 360 GB/s, NVLink 360 GB/s.
+  const double N = 1 << 30;
+  PerfModel small(Topology(h100(), 64)), large(Topology(h100(), 1024));
+  const GroupSpan g64 = small.span(iota(64)), g1024 = large.span(iota(1024));
+  const auto c64 =
+      pick(small.nccl().candidates(CollectiveKind::AllGather, N, g64), NcclAlgorithm::Ring, NcclProtocol::Simple);
+  const auto c1024 =
+      pick(large.nccl().candidates(CollectiveKind::AllGather, N, g1024), NcclAlgorithm::Ring, NcclProtocol::Simple);
+  EXPECT_NEAR(c64.latency_s * 1e6, 296.8, 1e-9);
+  EXPECT_NEAR(c1024.latency_s * 1e6, 4909.0, 1e-9);
+  EXPECT_NEAR(c64.transfer_s, 63.0 / 64 * N / 360e9, 1e-12);
+  EXPECT_NEAR(c1024.transfer_s, 1023.0 / 1024 * N / 360e9, 1e-12);
+  // The larger group costs more by the step-latency term (and a sliver of bytes).
+  EXPECT_NEAR(c1024.seconds() - c64.seconds(), (4909.0 - 296.8) * 1e-6 + (1023.0 / 1024 - 63.0 / 64) * N / 360e9,
+              1e-12);
+}
+
+TEST(NcclModel, ProtocolCrossoversInsideANode) {
+  // 8 ranks on one NVSwitch, all-gather of N bytes, NCCL's estimate in µs
+  // (moved = 7/8 N; bandwidth in GB/s = 1e3 bytes/µs):
+  //   LL     6.6 + 7 · 0.6 = 10.8,  min(141 (Hopper, one node), 0.5 · 360) = 141
+  //   LL128  14 + 7 · 1.9 = 27.3,   min(0.92 · 360, 32 channels · 36.7) = 331.2
+  //   Simple 8.4 + 7 · 3.4 = 32.2,  360
+  // LL = LL128 at 7/8 N (1/141 − 1/331.2) / 1e3 = 16.5   → N = 4,629,934 bytes
+  // LL128 = Simple at 7/8 N (1/331.2 − 1/360) / 1e3 = 4.9 → N = 23,184,000 bytes
+  PerfModel pm(Topology(h100(), 8));
+  const GroupSpan g = pm.span(iota(8));
+  const double ll_ll128 = 16.5e3 / (7.0 / 8 * (1 / 141.0 - 1 / 331.2));
+  const double ll128_simple = 4.9e3 / (7.0 / 8 * (1 / 331.2 - 1 / 360.0));
+  EXPECT_NEAR(ll_ll128, 4629934, 1);
+  EXPECT_NEAR(ll128_simple, 23184000, 1);
+  auto chosen = [&](double n) { return pm.nccl().choose(CollectiveKind::AllGather, n, g).protocol; };
+  EXPECT_EQ(chosen(0.99 * ll_ll128), NcclProtocol::LL);
+  EXPECT_EQ(chosen(1.01 * ll_ll128), NcclProtocol::LL128);
+  EXPECT_EQ(chosen(0.99 * ll128_simple), NcclProtocol::LL128);
+  EXPECT_EQ(chosen(1.01 * ll128_simple), NcclProtocol::Simple);
+  const auto ll =
+      pick(pm.nccl().candidates(CollectiveKind::AllGather, 1 << 20, g), NcclAlgorithm::Ring, NcclProtocol::LL);
+  EXPECT_NEAR(ll.estimate_s * 1e6, 10.8 + 7.0 / 8 * (1 << 20) / 141e3, 1e-9);
+}
+
+TEST(NcclModel, SmallMessagesFillFewerChannels) {
+  // Simple: a channel per 512 threads · 64 bytes = 32 KiB of the buffer; LL
+  // rings: 512 · 8 bytes per rank. 64 KiB over 8 ranks as Simple would use 2
+  // of 32 channels; as LL, 65536 / (4096 · 8) = 2.
+  PerfModel pm(Topology(h100(), 8));
+  const GroupSpan g = pm.span(iota(8));
+  const auto all = pm.nccl().candidates(CollectiveKind::AllGather, 65536, g);
+  const auto simple = pick(all, NcclAlgorithm::Ring, NcclProtocol::Simple);
+  EXPECT_EQ(simple.channels, 2);
+  EXPECT_NEAR(simple.bus_GBps, 360.0 * 2 / 32, 1e-12);
+  EXPECT_EQ(pick(all, NcclAlgorithm::Ring, NcclProtocol::LL).channels, 2);
+  EXPECT_EQ(pick(pm.nccl().candidates(CollectiveKind::AllGather, 1 << 30, g), NcclAlgorithm::Ring, NcclProtocol::Simple)
+                .channels,
+            32);
+}
+
+TEST(NcclModel, TreeAllReduceAcrossNodes) {
+  // 16 nodes × 8: Tree Simple latency 8.4 + 2 · (7 · 4.0 + 4 · 14) = 176.4 µs
+  // (all within one leaf). Bandwidth min(0.92 · 360, 16 channels · 36.0) =
+  // 331.2 GB/s, times the correction 0.9 at 256 MiB (log2(2^28 / 64) = 22); 2N bytes.
+  PerfModel pm(Topology(h100(), 128));
+  const GroupSpan g = pm.span(iota(128));
+  const double N = 1 << 28;
+  const auto tree =
+      pick(pm.nccl().candidates(CollectiveKind::AllReduce, N, g), NcclAlgorithm::Tree, NcclProtocol::Simple);
+  EXPECT_NEAR(tree.latency_s * 1e6, 176.4, 1e-9);
+  EXPECT_NEAR(tree.transfer_s, 2 * N / (331.2 * 0.9 * 1e9), 1e-12);
+  // Ring Simple all-reduce: 8.4 + 224 · 3.4 + 30 · 14 = 1190 µs, × 1.4 (plateau) = 1666.
+  const auto ring =
+      pick(pm.nccl().candidates(CollectiveKind::AllReduce, N, g), NcclAlgorithm::Ring, NcclProtocol::Simple);
+  EXPECT_NEAR(ring.latency_s * 1e6, 1666.0, 1e-9);
+}
+
+TEST(NcclModel, PatWithOneRankPerNode) {
+  // 16 nodes × 1 rank, all-gather: PAT latency 8 + floor(log2 16) · 14 / 3.5
+  // + 2.8 · 16 = 68.8 µs, bandwidth 0.75 · 45; ring Simple 8.4 + 15 · 14 = 218.4 µs.
+  PerfModel pm(Topology(h100(), 128));
+  std::vector<int> rail;
+  for (int node = 0; node < 16; ++node) rail.push_back(8 * node);
+  const GroupSpan g = pm.span(rail);
+  const auto all = pm.nccl().candidates(CollectiveKind::AllGather, 1 << 20, g);
+  const auto pat = pick(all, NcclAlgorithm::Pat, NcclProtocol::Simple);
+  EXPECT_NEAR(pat.latency_s * 1e6, 68.8, 1e-9);
+  EXPECT_NEAR(pat.estimate_s, 68.8e-6 + 15.0 / 16 * (1 << 20) / (0.75 * 45e9), 1e-12);
+  EXPECT_NEAR(pick(all, NcclAlgorithm::Ring, NcclProtocol::Simple).latency_s * 1e6, 218.4, 1e-9);
+}
+
+TEST(NcclModel, NvlsAllReduceOnlyWhereTheSwitchHasIt) {
+  ClusterSpec a100 = load_cluster("dgx-a100");
+  PerfModel pa(Topology(a100, 8)), ph(Topology(h100(), 8));
+  auto has_nvls = [](const PerfModel& pm) {
+    for (const auto& c : pm.nccl().candidates(CollectiveKind::AllReduce, 1 << 30, pm.span(iota(8)))) {
+      if (c.algorithm == NcclAlgorithm::Nvls) return true;
+    }
+    return false;
+  };
+  EXPECT_FALSE(has_nvls(pa));
+  EXPECT_TRUE(has_nvls(ph));
+  // NVLS: 25 µs, 2 · 7/8 · N at 450 GB/s (efficiency 1.0 here).
+  const auto nvls = pick(ph.nccl().candidates(CollectiveKind::AllReduce, 1 << 30, ph.span(iota(8))),
+                         NcclAlgorithm::Nvls, NcclProtocol::Simple);
+  EXPECT_NEAR(nvls.seconds(), 25e-6 + 2 * 7.0 / 8 * (1 << 30) / 450e9, 1e-12);
+}
+
+}  // namespace
+}  // namespace hzp::topologies
