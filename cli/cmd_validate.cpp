@@ -12,6 +12,7 @@
 #include "cli/plot.hpp"
 #include "core/error.hpp"
 #include "core/io.hpp"
+#include "core/json_reader.hpp"
 #include "core/sha256.hpp"
 #include "core/subprocess.hpp"
 #include "explore/cases.hpp"
@@ -21,6 +22,7 @@
 #include "validation/calibrate.hpp"
 #include "validation/collective_cases.hpp"
 #include "validation/compare.hpp"
+#include "validation/nccl_tests_log.hpp"
 
 namespace hzp::cli {
 namespace {
@@ -52,6 +54,7 @@ struct CollectivesArgs {
   std::string dir = "validation/collectives";
   std::string filter;
   bool rows = false;
+  bool json = false;
   bool check = false;
 };
 
@@ -60,7 +63,7 @@ int cmd_validate_collectives(const CollectivesArgs& a) {
   if (cases.empty()) throw core::InputError(a.dir, "--filter", fmt::format("expected cases matching '{}'", a.filter));
   std::vector<validation::ScoredCollective> scored;
   for (const auto& c : cases) scored.push_back(validation::score_collective_case(c));
-  std::cout << validation::collectives_table(scored, a.rows);
+  std::cout << (a.json ? validation::collectives_json(scored) : validation::collectives_table(scored, a.rows));
   if (!a.check) return 0;
   int missed = 0;
   for (const auto& f : validation::summarize_collectives(scored)) missed += f.within() ? 0 : 1;
@@ -75,6 +78,23 @@ struct CalibrateArgs {
   bool force = false;
 };
 
+// What `hzp calibrate` reads: hzp-run bench results, a collective validation
+// case (a transcribed nccl-tests curve), or a raw nccl-tests log.
+traces::BenchResults read_measurements(const std::string& text, const std::string& file,
+                                       const topologies::ClusterSpec& cluster) {
+  const std::size_t first = text.find_first_not_of(" \t\r\n");
+  if (first == std::string::npos || text[first] != '{') {
+    return validation::bench_results_from_nccl_tests(text, file, cluster.device.name);
+  }
+  const nlohmann::json j = core::parse_json(text, file);
+  if (j.is_object() && j.contains("rows") && j.contains("op")) {
+    const validation::CollectiveCase c = validation::collective_case_from_json(text, file);
+    const double host_floor_us = c.gpus_per_process * cluster.device.collective_launch_latency_us;
+    return validation::bench_results_from_case(c, cluster.device.name, host_floor_us);
+  }
+  return traces::bench_results_from_json(text, file);
+}
+
 int cmd_calibrate(const CalibrateArgs& a) {
   const topologies::ClusterSpec cluster = topologies::load_cluster(a.cluster);
   if (!a.force && std::filesystem::exists(a.out)) {
@@ -84,10 +104,10 @@ int cmd_calibrate(const CalibrateArgs& a) {
   std::string measured;
   for (const auto& f : a.results) {
     const std::string text = core::read_file(f);
-    inputs.emplace_back(f, traces::bench_results_from_json(text, f));
+    inputs.emplace_back(f, read_measurements(text, f, cluster));
     const auto& p = inputs.back().second.provenance;
     std::string on;
-    for (const char* k : {"gpu", "driver", "cuda", "cublas", "nccl", "host", "date"}) {
+    for (const char* k : {"source", "gpu", "driver", "cuda", "cublas", "nccl", "host", "date"}) {
       if (p.contains(k)) on += fmt::format("{}{} {}", on.empty() ? "" : ", ", k, p.at(k));
     }
     measured += fmt::format(" {} ({} results, sha256 {}; {})", f, inputs.back().second.kind,
@@ -205,6 +225,7 @@ void add_validate_commands(CLI::App& app, Commands& out) {
   coll->add_option("--dir", kv->args.dir, "directory of collective cases")->capture_default_str();
   coll->add_option("--filter", kv->args.filter, "only cases whose id contains this");
   coll->add_flag("--rows", kv->args.rows, "every measured row beside its prediction");
+  coll->add_flag("--json", kv->args.json, "cases and the per-fabric summary as JSON");
   coll->add_flag("--check", kv->args.check, "exit 1 when a fabric's mean error is outside 15 % / 25 %");
   out.push_back(std::move(kv));
 
@@ -218,12 +239,16 @@ void add_validate_commands(CLI::App& app, Commands& out) {
   compare->add_flag("--force", cc->args.force, "replace the report and its picture if they exist");
   out.push_back(std::move(cc));
 
-  auto* calibrate = app.add_subcommand("calibrate", "fit a calibration overlay from hzp-run microbenchmark results");
+  auto* calibrate =
+      app.add_subcommand("calibrate", "fit a calibration overlay from hzp-run microbenchmarks or nccl-tests results");
   auto kc = std::make_unique<SimpleCommand<CalibrateArgs>>(calibrate, run_calibrate);
   CalibrateArgs& cal = kc->args;
   calibrate->add_option("--cluster", cal.cluster, "the cluster the measurements were taken on (catalog or .json)")
       ->capture_default_str();
-  calibrate->add_option("results", cal.results, "results of hzp-run bench gemm|collectives|overlap (.json)")
+  calibrate
+      ->add_option("results", cal.results,
+                   "results of hzp-run bench gemm|collectives|overlap (.json), nccl-tests logs, or collective cases "
+                   "(validation/collectives/*.json)")
       ->required();
   calibrate->add_option("--out", cal.out, "the calibration overlay to write")->required()->check(file_name());
   calibrate->add_flag("--force", cal.force, "replace --out if it exists");

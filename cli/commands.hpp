@@ -43,7 +43,8 @@ void add_scenario_commands(CLI::App& app, const std::string& command_line, Comma
 void add_catalog_commands(CLI::App& app, Commands& out);                                    // models, clusters, schema
 void add_sweep_commands(CLI::App& app, Commands& out);     // sweep merge, sweep export, sweep
 void add_plan_command(CLI::App& app, Commands& out);       // plan
-void add_validate_commands(CLI::App& app, Commands& out);  // validate cases|compare, calibrate, plot
+void add_validate_commands(CLI::App& app, Commands& out);  // validate cases|collectives|compare, calibrate, plot
+void add_collectives_command(CLI::App& app, Commands& out);  // collectives
 
 /// Where the plan's problems came from: "command line" (named by flag) or a
 /// plan file (named by its keys).

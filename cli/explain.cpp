@@ -73,6 +73,7 @@ std::string explain(const core::Schedule& s, const plan::ResolvedPlan& plan, con
     std::int64_t buffer = 0;
     double sent = 0;
     double seconds = 0;
+    std::map<std::string, int> choices;  // NCCL algorithm/protocol -> calls
   };
   std::map<std::pair<std::string, int>, Row> rows;
   for (const auto& st : prog.streams) {
@@ -87,17 +88,24 @@ std::string explain(const core::Schedule& s, const plan::ResolvedPlan& plan, con
                       : op.collective == core::CollectiveKind::Broadcast ? 1.0
                                                                          : (P - 1) / P;
       r.sent += factor * static_cast<double>(op.bytes.count());
-      r.seconds += pm.collective(op.collective, op.bytes, pm.span(g.ranks)).to_seconds();
+      const topologies::CollectiveCost c = pm.collective_cost(op.collective, op.bytes, pm.span(g.ranks));
+      r.seconds += c.seconds();
+      ++r.choices[fmt::format("{}/{}", topologies::to_string(c.nccl), topologies::to_string(c.protocol))];
     }
   }
-  out +=
-      "\ncommunication per rank per step (sent: bytes each rank puts on the wire; time: uncontended, one at a time):\n";
-  out += fmt::format("  {:<15} {:<12} {:>6} {:>12} {:>10} {:>10}\n", "collective", "group", "calls", "buffer GiB",
-                     "sent GiB", "time (s)");
+  out += fmt::format(
+      "\ncommunication per rank per step (sent: bytes each rank puts on the wire; time: uncontended, one at a time; "
+      "NCCL {}'s algorithm/protocol per call):\n",
+      topologies::nccl_tuning().version);
+  out += fmt::format("  {:<15} {:<12} {:>6} {:>12} {:>10} {:>10}  {}\n", "collective", "group", "calls", "buffer GiB",
+                     "sent GiB", "time (s)", "NCCL choice");
   for (const auto& [key, r] : rows) {
-    out += fmt::format("  {:<15} {:<12} {:>6} {:>12.3f} {:>10.3f} {:>10.4f}\n", key.first,
+    std::string choice;
+    for (const auto& [name, calls] : r.choices)
+      choice += fmt::format("{}{} x{}", choice.empty() ? "" : ", ", name, calls);
+    out += fmt::format("  {:<15} {:<12} {:>6} {:>12.3f} {:>10.3f} {:>10.4f}  {}\n", key.first,
                        core::to_string(s.group(key.second).kind), r.calls, static_cast<double>(r.buffer) / (1 << 30),
-                       r.sent / (1 << 30), r.seconds);
+                       r.sent / (1 << 30), r.seconds, choice);
   }
   return out;
 }

@@ -66,6 +66,7 @@ int main(int argc, char** argv) {
   cli::add_sweep_commands(app, commands);
   cli::add_plan_command(app, commands);
   cli::add_validate_commands(app, commands);
+  cli::add_collectives_command(app, commands);
 
   try {
     app.parse(argc, argv);

@@ -237,7 +237,10 @@ class Replay {
   bool run_op(Cursor c, const Op& op, TimePoint ready) {
     switch (op.kind) {
       case OpKind::Compute: {
-        Duration d = costs_.compute ? costs_.compute(s_.programs[c.program], op) : Duration{};
+        const Program& prog = s_.programs[c.program];
+        Duration d = costs_.compute_at ? costs_.compute_at(prog, op, ready)
+                     : costs_.compute  ? costs_.compute(prog, op)
+                                       : Duration{};
         finish(c, ready, ready + d);
         --remaining_;
         return true;

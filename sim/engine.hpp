@@ -23,7 +23,7 @@ class Engine {
   virtual void run(const core::Schedule& s, traces::TraceHeader header, traces::TraceSink& sink) = 0;
 };
 
-/// Settings of the SimGrid engine (the analytic engine has none).
+/// Settings of the SimGrid engine (the analytic engine takes only `interference`).
 struct EngineOptions {
   /// "all": every rank in detail; "classes": one representative per rank
   /// class, the other ranks' traffic as background flows.

@@ -250,6 +250,7 @@ CollectiveChoice NcclModel::cost(NcclAlgorithm a, NcclProtocol p, CollectiveKind
     const double inter = (D <= 2 ? 2 : 1) * g.min_ranks_per_domain * nic_GBps(g.top_tier);
     bw = std::min(up_GBps_ * nvls_efficiency_, inter);
   }
+  const double links = bw;  // what every channel together can carry
   const double ll_max = D == 1 ? t.ll_max_one_node_GBps[arch] : t.ll_max_GBps[std::min<std::size_t>(col, 2) - 1];
   if (a == A::Ring && p == P::LL) bw = std::min(ll_max, bw * t.ll_ring_factor);
   if (a == A::Ring && p == P::LL128)
@@ -314,10 +315,12 @@ CollectiveChoice NcclModel::cost(NcclAlgorithm a, NcclProtocol p, CollectiveKind
   c.latency_s = latency_us * 1e-6;
   c.estimate_s = bw > 0 ? c.latency_s + moved / (bw * 1e9) : std::numeric_limits<double>::infinity();
 
-  // What runs: a message that fills fewer channels runs on fewer.
+  // What runs: a message that fills fewer channels runs on fewer (after the
+  // choice, as in enqueue.cc).
   const double threshold_ranks = (a == A::Ring && p == P::LL) ? n : 1;
   c.channels = (a == A::Nvls || a == A::NvlsTree) ? ch : channels_used(p, N / threshold_ranks, ch);
-  c.bus_GBps = bw * c.channels / ch;
+  // A channel carries its share of the links; the protocol's own caps stay.
+  c.bus_GBps = std::min(bw, links * c.channels / ch);
   c.transfer_s = c.bus_GBps > 0 ? moved / (c.bus_GBps * 1e9) : std::numeric_limits<double>::infinity();
   return c;
 }

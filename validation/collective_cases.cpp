@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <map>
 
+#include <nlohmann/json.hpp>
 #include "core/error.hpp"
 #include "core/io.hpp"
 #include "core/json_reader.hpp"
@@ -30,6 +31,60 @@ std::optional<double> mean_abs(const std::vector<ScoredRow>& rows, bool large) {
   }
   if (n == 0) return std::nullopt;
   return sum / n;
+}
+
+// How hzp models the run: cluster, group shape, what it forced.
+void read_model(core::StrictObject m, CollectiveCase& c) {
+  c.cluster = m.str("cluster");
+  if (!m.raw("nic_gbps").is_null()) c.nic_gbps = m.number("nic_gbps", 0, 1e6, true);
+  c.gpus = static_cast<int>(m.integer("gpus", 2, 1 << 20));
+  c.ranks_per_node = static_cast<int>(m.integer("ranks_per_node", 1, 1 << 12));
+  c.gpus_per_process = static_cast<int>(m.integer("gpus_per_process", 1, 1 << 12));
+  if (c.gpus % c.ranks_per_node != 0) m.fail("ranks_per_node", fmt::format("expected a divisor of gpus ({})", c.gpus));
+  if (!m.raw("algorithms").is_null()) {
+    const auto& algos = m.array("algorithms");
+    for (const auto& a : algos) {
+      const std::string name = a.is_string() ? a.get<std::string>() : "";
+      bool ok = false;
+      for (auto k : {topologies::NcclAlgorithm::Ring, topologies::NcclAlgorithm::Tree, topologies::NcclAlgorithm::Nvls,
+                     topologies::NcclAlgorithm::NvlsTree, topologies::NcclAlgorithm::Pat}) {
+        ok = ok || name == topologies::to_string(k);
+      }
+      if (!ok) m.fail("algorithms", "expected names among ring, tree, nvls, nvls_tree, pat");
+      c.algorithms.push_back(name);
+    }
+  }
+  if (!m.raw("protocol").is_null()) {
+    c.protocol = m.str("protocol");
+    if (c.protocol != "LL" && c.protocol != "LL128" && c.protocol != "Simple") {
+      m.fail("protocol", fmt::format("expected LL|LL128|Simple or null, got \"{}\"", c.protocol));
+    }
+  }
+  m.finish();
+}
+
+// Rows: [size bytes, time µs or null, busbw GB/s], sizes ascending.
+void read_rows(core::StrictObject& o, CollectiveCase& c) {
+  const auto& rows = o.array("rows");
+  if (rows.empty()) o.fail("rows", "expected [size_bytes, time_us|null, busbw_GBps] rows");
+  for (const auto& r : rows) {
+    if (!r.is_array() || r.size() != 3 || !r[0].is_number() || !(r[1].is_number() || r[1].is_null()) ||
+        !r[2].is_number()) {
+      o.fail("rows", "expected [size_bytes, time_us|null, busbw_GBps] rows");
+    }
+    CollectiveRow row{r[0].get<double>(), r[1].is_null() ? 0.0 : r[1].get<double>(), r[2].get<double>()};
+    if (!(row.bytes >= 1) || !(row.busbw_GBps >= 0) || !(row.time_us >= 0) ||
+        !(row.time_us > 0 || row.busbw_GBps > 0) || !std::isfinite(row.bytes) || !std::isfinite(row.time_us) ||
+        !std::isfinite(row.busbw_GBps)) {
+      o.fail("rows", "expected sizes >= 1 and a time or a bus bandwidth > 0");
+    }
+    if (!c.rows.empty() && row.bytes <= c.rows.back().bytes) o.fail("rows", "expected sizes in ascending order");
+    // What nccl-tests prints is rounded: derive the missing one from the other.
+    const double factor = busbw_factor(c.op, c.gpus);
+    if (row.time_us == 0) row.time_us = row.bytes * factor / row.busbw_GBps / 1e3;
+    if (row.busbw_GBps == 0) row.busbw_GBps = row.bytes * factor / row.time_us / 1e3;
+    c.rows.push_back(row);
+  }
 }
 
 }  // namespace
@@ -75,33 +130,7 @@ CollectiveCase collective_case_from_json(const std::string& text, const std::str
   c.reason = o.str("reason");
   if (c.use != CollectiveUse::Score && c.reason.empty()) o.fail("reason", "expected why the case is not scored");
 
-  core::StrictObject m = o.object("model");
-  c.cluster = m.str("cluster");
-  if (!m.raw("nic_gbps").is_null()) c.nic_gbps = m.number("nic_gbps", 0, 1e6, true);
-  c.gpus = static_cast<int>(m.integer("gpus", 2, 1 << 20));
-  c.ranks_per_node = static_cast<int>(m.integer("ranks_per_node", 1, 1 << 12));
-  c.gpus_per_process = static_cast<int>(m.integer("gpus_per_process", 1, 1 << 12));
-  if (c.gpus % c.ranks_per_node != 0) m.fail("ranks_per_node", fmt::format("expected a divisor of gpus ({})", c.gpus));
-  if (!m.raw("algorithms").is_null()) {
-    const auto& algos = m.array("algorithms");
-    for (const auto& a : algos) {
-      const std::string name = a.is_string() ? a.get<std::string>() : "";
-      bool ok = false;
-      for (auto k : {topologies::NcclAlgorithm::Ring, topologies::NcclAlgorithm::Tree, topologies::NcclAlgorithm::Nvls,
-                     topologies::NcclAlgorithm::NvlsTree, topologies::NcclAlgorithm::Pat}) {
-        ok = ok || name == topologies::to_string(k);
-      }
-      if (!ok) m.fail("algorithms", "expected names among ring, tree, nvls, nvls_tree, pat");
-      c.algorithms.push_back(name);
-    }
-  }
-  if (!m.raw("protocol").is_null()) {
-    c.protocol = m.str("protocol");
-    if (c.protocol != "LL" && c.protocol != "LL128" && c.protocol != "Simple") {
-      m.fail("protocol", fmt::format("expected LL|LL128|Simple or null, got \"{}\"", c.protocol));
-    }
-  }
-  m.finish();
+  read_model(o.object("model"), c);
 
   const std::string op = o.str("op");
   bool known = false;
@@ -113,27 +142,7 @@ CollectiveCase collective_case_from_json(const std::string& text, const std::str
   }
   if (!known) o.fail("op", fmt::format("expected all_gather|reduce_scatter|all_reduce|broadcast, got \"{}\"", op));
 
-  // Rows: [size bytes, time µs or null, busbw GB/s], sizes ascending.
-  const auto& rows = o.array("rows");
-  if (rows.empty()) o.fail("rows", "expected [size_bytes, time_us|null, busbw_GBps] rows");
-  for (const auto& r : rows) {
-    if (!r.is_array() || r.size() != 3 || !r[0].is_number() || !(r[1].is_number() || r[1].is_null()) ||
-        !r[2].is_number()) {
-      o.fail("rows", "expected [size_bytes, time_us|null, busbw_GBps] rows");
-    }
-    CollectiveRow row{r[0].get<double>(), r[1].is_null() ? 0.0 : r[1].get<double>(), r[2].get<double>()};
-    if (!(row.bytes >= 1) || !(row.busbw_GBps >= 0) || !(row.time_us >= 0) ||
-        !(row.time_us > 0 || row.busbw_GBps > 0) || !std::isfinite(row.bytes) || !std::isfinite(row.time_us) ||
-        !std::isfinite(row.busbw_GBps)) {
-      o.fail("rows", "expected sizes >= 1 and a time or a bus bandwidth > 0");
-    }
-    if (!c.rows.empty() && row.bytes <= c.rows.back().bytes) o.fail("rows", "expected sizes in ascending order");
-    // What nccl-tests prints is rounded: derive the missing one from the other.
-    const double factor = busbw_factor(c.op, c.gpus);
-    if (row.time_us == 0) row.time_us = row.bytes * factor / row.busbw_GBps / 1e3;
-    if (row.busbw_GBps == 0) row.busbw_GBps = row.bytes * factor / row.time_us / 1e3;
-    c.rows.push_back(row);
-  }
+  read_rows(o, c);
   o.finish();
   return c;
 }
@@ -223,6 +232,35 @@ std::vector<FabricSummary> summarize_collectives(const std::vector<ScoredCollect
     out.push_back(FabricSummary{fabric, f.cases, f.nl, f.ns, f.nl > 0 ? f.el / f.nl : 0, f.ns > 0 ? f.es / f.ns : 0});
   }
   return out;
+}
+
+std::string collectives_json(const std::vector<ScoredCollective>& scored) {
+  nlohmann::ordered_json j;
+  auto opt = [](std::optional<double> e) { return e ? nlohmann::ordered_json(*e) : nlohmann::ordered_json(); };
+  j["cases"] = nlohmann::ordered_json::array();
+  for (const auto& s : scored) {
+    const char* use = s.c->use == CollectiveUse::Score    ? "score"
+                      : s.c->use == CollectiveUse::Figure ? "figure"
+                                                          : "context";
+    j["cases"].push_back({{"id", s.c->id},
+                          {"fabric", s.c->fabric},
+                          {"gpus", s.c->gpus},
+                          {"op", core::to_string(s.c->op)},
+                          {"use", use},
+                          {"busbw_error_from_1MiB", opt(s.large_error())},
+                          {"time_error_below_1MiB", opt(s.small_error())}});
+  }
+  j["fabrics"] = nlohmann::ordered_json::array();
+  for (const auto& f : summarize_collectives(scored)) {
+    j["fabrics"].push_back({{"fabric", f.fabric},
+                            {"cases", f.cases},
+                            {"rows_from_1MiB", f.large_rows},
+                            {"busbw_mean_abs_error", f.large_error},
+                            {"rows_below_1MiB", f.small_rows},
+                            {"time_mean_abs_error", f.small_error},
+                            {"within", f.within()}});
+  }
+  return j.dump(2) + "\n";
 }
 
 std::string collectives_table(const std::vector<ScoredCollective>& scored, bool rows) {

@@ -96,6 +96,9 @@ struct FabricSummary {
 /// The scored cases' summary per fabric, fabrics sorted.
 [[nodiscard]] std::vector<FabricSummary> summarize_collectives(const std::vector<ScoredCollective>& scored);
 
+/// Every case (its use, mean errors) and the summary per fabric, as JSON.
+[[nodiscard]] std::string collectives_json(const std::vector<ScoredCollective>& scored);
+
 /// Every case and row, then the summary per fabric (Markdown).
 [[nodiscard]] std::string collectives_table(const std::vector<ScoredCollective>& scored, bool rows);
 

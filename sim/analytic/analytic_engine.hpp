@@ -1,6 +1,8 @@
 // The analytic engine: a dependency-order walk over the Schedule with
-// uncontended costs from the performance model. One rank per class;
-// milliseconds per configuration, which is what sweeps and planning use.
+// uncontended costs from the performance model, then compute slowed where
+// collectives share its device (walked again with the busy intervals of the
+// walk before). One rank per class; milliseconds per configuration, which is
+// what sweeps and planning use.
 #pragma once
 
 #include <functional>
@@ -22,7 +24,11 @@ struct StepEstimate {
 
 class AnalyticEngine final : public Engine {
  public:
-  explicit AnalyticEngine(const topologies::PerfModel& pm) : pm_(pm) {}
+  /// With `interference`, compute runs slower by the device profile's
+  /// comm_compute_slowdown while a collective or transfer runs on the same
+  /// device, as in the SimGrid engine.
+  explicit AnalyticEngine(const topologies::PerfModel& pm, bool interference = true)
+      : pm_(pm), interference_(interference) {}
   [[nodiscard]] std::string name() const override { return "analytic"; }
   void run(const core::Schedule& s, traces::TraceHeader header, traces::TraceSink& sink) override;
   /// Ops a what-if walk treats as taking no time (collectives included).
@@ -34,6 +40,7 @@ class AnalyticEngine final : public Engine {
  private:
   [[nodiscard]] core::ReplayResult walk(const core::Schedule& s, const FreeOps& free = {}) const;
   const topologies::PerfModel& pm_;
+  bool interference_ = true;
 };
 
 }  // namespace hzp::sim

@@ -2,6 +2,7 @@
 #include "sim/analytic/analytic_engine.hpp"
 
 #include <gtest/gtest.h>
+#include <map>
 
 #include "core/error.hpp"
 #include "sim/metrics.hpp"
@@ -64,7 +65,7 @@ core::Schedule overlap_schedule() {
 TEST(AnalyticEngine, OverlapAndExposedCommunication) {
   topologies::PerfModel pm(topologies::Topology(topologies::load_cluster("dgx-h100"), 8));
   core::Schedule s = overlap_schedule();
-  AnalyticEngine engine(pm);
+  AnalyticEngine engine(pm, /*interference=*/false);
   traces::TimelineRecorder rec;
   engine.run(s, {}, rec);
   const traces::Timeline& t = rec.timeline();
@@ -81,6 +82,36 @@ TEST(AnalyticEngine, OverlapAndExposedCommunication) {
   EXPECT_EQ(t.header.engine, "analytic");
   EXPECT_EQ(t.header.schedule_sha256, core::schedule_hash(s));
   EXPECT_NEAR(m.mfu, (s.step.model_flops.count() / (a + g) / 8 / 1e12) / 989, 1e-6);  // step rounded to ns
+}
+
+TEST(AnalyticEngine, ComputeSlowsUnderACollectiveOnItsDevice) {
+  // The first GEMM runs wholly under the all-gather (g · 1.189 < a), so it
+  // takes g · 1.189; the second starts after the gather, alone, and takes g.
+  // The step is still a + g; the GEMM model time stays uncontended (2g).
+  topologies::PerfModel pm(topologies::Topology(topologies::load_cluster("dgx-h100"), 8));
+  const double slow = pm.topology().spec().device.comm_compute_slowdown;
+  ASSERT_DOUBLE_EQ(slow, 1.189);
+  const core::Schedule s = overlap_schedule();
+  AnalyticEngine engine(pm);
+  traces::TimelineRecorder rec;
+  engine.run(s, {}, rec);
+  const double g = 2.0 * 8192.0 * 8192 * 8192 / (989e12 * 0.79);
+  const double a = 32.2e-6 + 7.0 / 8.0 * 1073741824.0 / (450e9 * pm.topology().spec().scale_up.ring_efficiency);
+  ASSERT_LT(g * slow, a);
+  std::map<int, double> took;
+  for (const auto& op : rec.timeline().ops) took[op.op_id] = (op.end - op.start).to_seconds();
+  EXPECT_NEAR(took.at(2), g * slow, 2e-9);
+  EXPECT_NEAR(took.at(4), g, 2e-9);
+  EXPECT_NEAR(engine.estimate(s).step.to_seconds(), a + g, 2e-9);
+  EXPECT_NEAR(engine.estimate(s).model_compute.to_seconds(), 2 * g, 2e-9);
+  // Without interference the first GEMM takes g.
+  traces::TimelineRecorder plain;
+  AnalyticEngine(pm, /*interference=*/false).run(s, {}, plain);
+  for (const auto& op : plain.timeline().ops) {
+    if (op.op_id == 2) {
+      EXPECT_NEAR((op.end - op.start).to_seconds(), g, 2e-9);
+    }
+  }
 }
 
 TEST(AnalyticEngine, EstimateWithFreeOps) {
