@@ -5,6 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 hzp=${1:-build/bin/hzp}
 [ -x "$hzp" ] || make build >/dev/null
+tmp_dir=$(mktemp -d)
+trap 'rm -rf "$tmp_dir"' EXIT
 
 # The revision line changes with every commit; the rest is deterministic.
 run() {
@@ -63,3 +65,36 @@ run "$out" simulate --model llama3-70b --cluster dgx-h100 --gpus 1024 --strategy
 run "$out" simulate --model llama3-70b --cluster dgx-h100 --gpus 1024 --strategy hzp --tp 4 --recompute full \
   --global-batch-tokens 16M --explain
 echo "wrote examples/async_vs_sync.txt examples/group_grid_mesh16.txt examples/hzp_vs_megatron.txt"
+
+# 4. What one layer's collectives cost as the group grows, and what that does
+# to the step. Llama-3 70B's layer is 855,654,400 parameters (attention
+# 4 x 8192^2 with 8 KV heads of 128: 151.0 M; SwiGLU 3 x 8192 x 28672:
+# 704.6 M; two norms), 1,711,308,800 bytes in bf16: the size of its parameter
+# all-gather and of its gradient reduce-scatter (nccl-tests' convention: the
+# whole gathered buffer). Over the first 8, 16, ..., 1,024 ranks of each cluster.
+out=examples/collectives_vs_group.txt
+: > "$out"
+for cluster in dgx-h100 mesh16-roce200; do
+  for group in 8 16 32 64 128 256 512 1024; do
+    run "$out" collectives --cluster "$cluster" --gpus 1024 --group "$group" --op all_gather -b 1711308800 -e 1711308800
+  done
+done
+# The curves behind the table (every size from 64 KiB to 4 GiB), drawn.
+logs=()
+for group in 8 64 1024; do
+  "$hzp" collectives --cluster dgx-h100 --gpus 1024 --group "$group" --op all_gather -b 64K -e 4G > "$tmp_dir/h100-$group.log"
+  logs+=("$tmp_dir/h100-$group.log")
+done
+"$hzp" plot collectives "${logs[@]}" --mark 1711308800 --out examples/collectives_vs_group.png --force > /dev/null
+# The same group sizes as sharding plans: hzp's parameter and gradient groups
+# of g ranks (optimizer states over all 1,024) against FSDP's full group.
+out=examples/step_vs_group.txt
+: > "$out"
+for cluster in dgx-h100 mesh16-roce200; do
+  run "$out" simulate --model llama3-70b --cluster "$cluster" --gpus 1024 --strategy fsdp --recompute full \
+    --global-batch-tokens 16M
+  for g in 8 64 1024; do
+    run "$out" simulate --model llama3-70b --cluster "$cluster" --gpus 1024 --strategy hzp --recompute full \
+      --global-batch-tokens 16M --param-shard "$g" --grad-shard "$g" --optim-shard 1024
+  done
+done

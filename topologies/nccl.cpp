@@ -343,6 +343,13 @@ std::vector<CollectiveChoice> NcclModel::candidates(CollectiveKind kind, double 
     for (NcclProtocol p : {NcclProtocol::LL, NcclProtocol::LL128, NcclProtocol::Simple}) {
       if ((a == A::Nvls || a == A::NvlsTree || a == A::Pat) && p != NcclProtocol::Simple) continue;  // Simple only
       out.push_back(cost(a, p, kind, bytes, g));
+      // A ring's LL128 across domains runs well below what NCCL's model
+      // gives it: on a 2-node H100 ring all-reduce (nccl-tests #309, NCCL_ALGO
+      // =Ring) 1-16 MiB take 157-199 us where LL128 would take 81-170 and
+      // Simple 189-264. NCCL can run it (a run may force it); hzp's tuner
+      // does not pick it (validation/collectives: the development case and
+      // the held-out RoCE and EFA curves all move closer, docs/VALIDATION.md).
+      if (a == A::Ring && p == NcclProtocol::LL128 && g.domains > 1) out.back().preferred = false;
     }
   }
   return out;
@@ -351,8 +358,11 @@ std::vector<CollectiveChoice> NcclModel::candidates(CollectiveKind kind, double 
 CollectiveChoice NcclModel::choose(CollectiveKind kind, double bytes, const GroupSpan& g) const {
   const std::vector<CollectiveChoice> all = candidates(kind, bytes, g);
   if (all.empty()) return CollectiveChoice{};
-  return *std::min_element(all.begin(), all.end(),
-                           [](const auto& x, const auto& y) { return x.estimate_s < y.estimate_s; });
+  const CollectiveChoice* best = nullptr;
+  for (const auto& c : all) {
+    if (c.preferred && (!best || c.estimate_s < best->estimate_s)) best = &c;
+  }
+  return best ? *best : all.front();
 }
 
 }  // namespace hzp::topologies

@@ -89,6 +89,9 @@ struct CollectiveChoice {
   double bus_GBps = 0;    // the bus bandwidth it runs at, over the channels used
   /// NCCL's own estimate (every channel busy): what the choice is made on.
   double estimate_s = 0;
+  /// Whether hzp's tuner picks it when it is cheapest (a run may still force
+  /// one that is not, e.g. NCCL_PROTO=LL128).
+  bool preferred = true;
   [[nodiscard]] double seconds() const { return latency_s + transfer_s; }
 };
 
@@ -105,8 +108,8 @@ class NcclModel {
   /// group, costed; empty for a group of one or zero bytes.
   [[nodiscard]] std::vector<CollectiveChoice> candidates(core::CollectiveKind kind, double bytes,
                                                          const GroupSpan& g) const;
-  /// The least-time candidate, as NCCL's tuner picks (a zero-cost Ring
-  /// Simple choice for a group of one or zero bytes).
+  /// The least-estimate preferred candidate, as NCCL's tuner picks (a
+  /// zero-cost Ring Simple choice for a group of one or zero bytes).
   [[nodiscard]] CollectiveChoice choose(core::CollectiveKind kind, double bytes, const GroupSpan& g) const;
 
   /// Channels NCCL builds for this group (rings or trees side by side).

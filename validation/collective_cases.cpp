@@ -193,7 +193,8 @@ ScoredCollective score_collective_case(const CollectiveCase& c) {
       const bool algo_ok = c.algorithms.empty() ||
                            std::find(c.algorithms.begin(), c.algorithms.end(), topologies::to_string(cand.algorithm)) !=
                                c.algorithms.end();
-      const bool proto_ok = c.protocol.empty() || c.protocol == topologies::to_string(cand.protocol);
+      // A forced protocol runs even where hzp's tuner would not pick it.
+      const bool proto_ok = c.protocol.empty() ? cand.preferred : c.protocol == topologies::to_string(cand.protocol);
       if (algo_ok && proto_ok && (!best || cand.estimate_s < best->estimate_s)) best = cand;
     }
     if (!best) {

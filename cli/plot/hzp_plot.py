@@ -5,6 +5,8 @@
   scaling  DB [--x gpus] --out FILE                    tokens/s and MFU against GPU count
   timeline TRACE --out FILE [--program N]              one bar per op, one row per stream
   memory   TRACE --out FILE                            allocated and reserved memory over time
+  collectives LOG... --out FILE [--mark BYTES]          bus bandwidth and time against size, one curve per
+                                                        nccl-tests log (a real one or `hzp collectives` output)
 FILE ends in .png or .svg. Exit status 2 with one line on bad input.
 """
 import argparse
@@ -257,6 +259,47 @@ def human(v):
     return f"{v:.3g}"
 
 
+def read_nccl_tests(path):
+    """(label, [(size, time us, busbw)]) of an nccl-tests-format log: out-of-place columns."""
+    if not os.path.isfile(path):
+        fail(path, "", "no such log")
+    label, pts = os.path.splitext(os.path.basename(path))[0], []
+    with open(path, errors="replace") as f:
+        for line in f:
+            t = line.split()
+            if line.startswith("# hzp collectives:"):
+                label = line[len("# hzp collectives:"):].split(" of ")[0].strip()
+            if not t or t[0].startswith("#") or len(t) < 8:
+                continue
+            try:
+                pts.append((float(t[0]), float(t[5]), float(t[7])))
+            except ValueError:
+                continue
+    if not pts:
+        fail(path, "", "expected nccl-tests data rows (size count type redop root time algbw busbw ...)")
+    return label, pts
+
+
+def collectives(a):
+    plt = plt_for(a.out)
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
+    for path in a.logs:
+        label, pts = read_nccl_tests(path)
+        ax1.plot([p[0] for p in pts], [p[2] for p in pts], marker=".", label=label)
+        ax2.plot([p[0] for p in pts], [p[1] for p in pts], marker=".", label=label)
+    for ax in (ax1, ax2):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("size (bytes, nccl-tests' convention)")
+        if a.mark:
+            ax.axvline(a.mark, color="grey", linestyle="--", linewidth=0.8)
+    ax2.set_yscale("log")
+    ax1.set_ylabel("bus bandwidth (GB/s)")
+    ax2.set_ylabel("time (us)")
+    ax1.legend(fontsize=7)
+    fig.suptitle("collectives: bus bandwidth and time against size")
+    save(fig, a.out)
+
+
 def title(data, what):
     r = data[0]
     return f"{r.get('model', '')}: {what}"
@@ -294,13 +337,18 @@ def main():
     m = sub.add_parser("memory")
     m.add_argument("trace")
     m.add_argument("--out", required=True)
-    for sp in (h, s, tl, c, m):
+    co = sub.add_parser("collectives")
+    co.add_argument("logs", nargs="+")
+    co.add_argument("--mark", type=float, default=None)
+    co.add_argument("--out", required=True)
+    for sp in (h, s, tl, c, m, co):
         sp.add_argument("--force", action="store_true", help="replace --out if it exists")
     a = p.parse_args()
     global FORCE
     FORCE = a.force
     check_out(a.out)
-    {"heatmap": heatmap, "scaling": scaling, "timeline": timeline, "memory": memory, "compare": compare}[a.kind](a)
+    {"heatmap": heatmap, "scaling": scaling, "timeline": timeline, "memory": memory, "compare": compare,
+     "collectives": collectives}[a.kind](a)
 
 
 if __name__ == "__main__":
