@@ -156,6 +156,13 @@ plot_fails "adir.png: expected a regular file" plot heatmap full.db --x grad_sha
 plot_fails "expected an existing folder" plot heatmap full.db --x grad_shard --y optim_shard --out nodir/h.png
 plot_fails "nokey: expected one of" plot scaling full.db --x nokey --out s.png
 plot_fails "command line: plot:" plot heatmap full.db --out h.png
+# Collectives: hzp's prediction in nccl-tests columns, drawn; a file without rows is one line.
+"$hzp" collectives --gpus 16 --op all_gather -b 1K -e 64M > coll.log && grep -q "ring/" coll.log &&
+  "$hzp" plot collectives coll.log --mark 1048576 --out coll.png > /dev/null && test -s coll.png ||
+  { echo "FAIL: hzp collectives | hzp plot collectives"; fail=1; }
+echo "# nothing" > empty.log
+plot_fails "empty.log: expected nccl-tests data rows" plot collectives empty.log --out e.png
+plot_fails "--group: expected all, node, rail or 2 to 16 ranks" collectives --gpus 16 --group 17
 plot_fails "cmp.md: already exists; pass --force" validate compare t.json ts.json --report cmp.md
 check "no temporary picture left behind" test -z "$(find . -name '*.tmp*')"
 
