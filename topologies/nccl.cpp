@@ -1,22 +1,28 @@
 // The NCCL collective cost model (see nccl.hpp).
 //
-// For a group of P ranks over D scale-up domains (NCCL's nodes) with at most
-// k ranks in one, a collective of N bytes (nccl-tests' size) costs, per
-// algorithm a and protocol p,
+// For a group of P ranks over D scale-up domains (NCCL's nodes) with k ranks
+// in each, a collective of N bytes (nccl-tests' size) costs, per algorithm a
+// and protocol p,
 //   t = base[a][p] + Σ steps × step[link][a][p] + bytes moved / bw[a][p]
-// with, for the algorithms NCCL has for each collective:
-//   ring all-gather / reduce-scatter:  P−1 steps, D−1 of them across the fabric; (P−1)/P·N
-//   ring all-reduce:                   2(P−1) steps, 2(D−1) across;            2(P−1)/P·N
-//   tree all-reduce (D > 1):           2((k−1) + log2 D) steps;                2N
-//   NVLS all-reduce (one NVSwitch domain with SHARP): one NVLS step;         2(P−1)/P·N
-//   PAT all-gather / reduce-scatter (one rank per node): log2 P steps;       (P−1)/P·N
-//   ring broadcast:                    P−1 steps;                              N
-// bw[a][p] is the Simple ring's bus bandwidth (the scale-up link, or the
-// NICs of the k devices a ring leaves a domain through) scaled by the
-// protocol's factor and capped per channel, and spread over only as many
-// channels as the message fills (enqueue.cc: a channel per so many bytes per
-// thread), so a small collective's efficiency depends on its per-rank,
-// per-channel chunk, not on N. The least time wins, as in NCCL's tuner.
+// with, for the algorithms NCCL has for each collective (steps across the
+// fabric at the NET latency, the others at the scale-up link's):
+//   ring all-gather / reduce-scatter:  P−1 steps, D−1 of them across;        (P−1)/P·N
+//   ring all-reduce:                   2(P−1) steps, 2(D−1) across, × 1.4
+//                                      for Simple once it plateaus;          2(P−1)/P·N
+//   tree all-reduce (D > 1):           2((k−1) + ⌊log2 D⌋) steps;            2N
+//   NVLS all-reduce (one NVSwitch domain with SHARP): NCCL's NVLS latency;  2(P−1)/P·N
+//   NVLSTree all-reduce (D > 1):       NVLS + 2⌊log2 D⌋ steps across;       2(P−1)/P·N
+//   PAT all-gather / reduce-scatter (one rank per node):
+//                                      ⌊log2 D⌋ steps / 3.5 + 2.8 µs × P;    (P−1)/P·N
+//   ring broadcast:                    P steps;                              N
+// bw[a][p] starts from the Simple ring's bus bandwidth (inside a domain the
+// scale-up link at its measured ring plateau; across, the NICs the ring's
+// channels leave a domain through, and the raw link), scaled and capped by
+// the protocol (NCCL's factors and per-generation caps). NCCL chooses on the
+// estimate with every channel busy; what runs is spread over only the
+// channels the message fills (enqueue.cc: a channel per threads × bytes per
+// thread), so a small collective's speed depends on its per-channel chunk,
+// not on N alone.
 #include "topologies/nccl.hpp"
 
 #include <algorithm>
