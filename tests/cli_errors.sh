@@ -11,7 +11,7 @@ fail=0
 expect_error() {
   local want=$1
   shift
-  "$hzp" "$@" --summary "$work/out.json" > "$work/stdout" 2> "$work/stderr"
+  timeout 120 "$hzp" "$@" --summary "$work/out.json" > "$work/stdout" 2> "$work/stderr"
   local rc=$?
   local lines
   lines=$(wc -l < "$work/stderr")
@@ -66,7 +66,7 @@ expect_error "command line: --optim-shard: expected a divisor of the data-parall
 expect_fail() {
   local want=$1
   shift
-  "$hzp" "$@" > "$work/stdout" 2> "$work/stderr"
+  timeout 120 "$hzp" "$@" > "$work/stdout" 2> "$work/stderr"
   local rc=$?
   if [ "$rc" -ne 2 ] || [ "$(wc -l < "$work/stderr")" -ne 1 ] || ! grep -qF -- "$want" "$work/stderr"; then
     echo "FAIL: hzp $* -> rc=$rc, expected rc=2 and one line containing: $want"
@@ -105,6 +105,35 @@ expect_error "dup.json: schema_version: duplicate key" simulate --cluster "$work
 expect_error "dup.json: schema_version: duplicate key" simulate --gpus 8 --calibration "$work/dup.json"
 expect_fail "dup.json: schema_version: duplicate key" sweep --spec "$work/dup.json" --db "$work/d.db"
 expect_fail "dup.json: schema_version: duplicate key" validate compare "$work/dup.json" "$work/dup.json"
+
+# Every input file is read through one function: a regular file (or - for
+# standard input) of at most HZP_MAX_INPUT_BYTES, 256 MiB by default; a
+# device, a FIFO or a folder is one error line naming it (issue 19, item 4).
+ln -s /dev/zero "$work/zero.json"
+mkfifo "$work/fifo.json"
+mkdir "$work/dir.json"
+expect_error "zero.json: expected a regular file (it is a character device)" simulate --model "$work/zero.json"
+expect_error "fifo.json: expected a regular file (it is a FIFO)" simulate --cluster "$work/fifo.json"
+expect_error "dir.json: expected a regular file (it is a folder)" simulate --plan "$work/dir.json"
+expect_error "zero.json: expected a regular file" simulate --gpus 8 --calibration "$work/zero.json"
+expect_fail "fifo.json: expected a regular file (it is a FIFO)" sweep --spec "$work/fifo.json" --db "$work/f.db"
+expect_fail "zero.json: expected a regular file" validate compare "$work/zero.json" "$work/typo.json"
+expect_fail "fifo.json: expected a regular file" calibrate "$work/fifo.json" --out "$work/cal.json"
+size=$(wc -c < "$work/typo.json")
+HZP_MAX_INPUT_BYTES=100 expect_error "typo.json: expected at most 100 bytes (HZP_MAX_INPUT_BYTES), got $size" \
+  simulate --model "$work/typo.json"
+expect_fail "zero.json: expected a regular file (it is a character device)" plot timeline "$work/zero.json" --out "$work/t.png"
+expect_fail "fifo.json: expected a regular file (it is a FIFO)" plot memory "$work/fifo.json" --out "$work/m.png"
+HZP_MAX_INPUT_BYTES=lots expect_error "environment: HZP_MAX_INPUT_BYTES: expected a whole number of bytes" \
+  simulate --model "$work/typo.json"
+head -c 300 /dev/zero | tr '\0' ' ' > "$work/blank.json"
+HZP_MAX_INPUT_BYTES=1K expect_error "blank.json: not valid JSON" simulate --model "$work/blank.json"
+# A sweep database is opened by SQLite itself: checked first (SQLite blocks on a FIFO).
+expect_fail "fifo.json: expected a regular file (it is a FIFO)" sweep export "$work/fifo.json" --csv "$work/o.csv"
+expect_fail "fifo.json: expected a regular file (it is a FIFO)" sweep --set gpus=16 --db "$work/fifo.json"
+expect_fail "dir.json: expected a regular file (it is a folder)" sweep --set gpus=16 --db "$work/dir.json"
+expect_fail "zero.json: expected a regular file (it is a character device)" sweep merge "$work/m.db" "$work/zero.json"
+[ ! -e "$work/f.db" ] && [ ! -e "$work/cal.json" ] && [ ! -e "$work/o.csv" ] && [ ! -e "$work/m.db" ] || { echo "FAIL: a refused input left an output behind"; fail=1; }
 
 # A name from an input is one path component in output file names, and never printed raw.
 sed 's/"name": "typo"/"name": "..\/..\/esc_model"/; s/, "hiden_size": 3//' "$work/typo.json" > "$work/esc.json"

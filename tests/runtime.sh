@@ -90,7 +90,7 @@ rc=$?
 expect_error() {  # expect_error "<stderr substring>" args...
   local want=$1
   shift
-  "$run" "$@" > /dev/null 2> err
+  timeout 120 "$run" "$@" > /dev/null 2> err
   local rc=$?
   if [ "$rc" -ne 2 ] || [ "$(wc -l < err)" -ne 1 ] || ! grep -qF -- "$want" err; then
     echo "FAIL: hzp-run $* -> rc=$rc: $(cat err)"
@@ -98,6 +98,13 @@ expect_error() {  # expect_error "<stderr substring>" args...
   fi
 }
 expect_error "nope.json: cannot open file" nope.json
+# A Schedule is read as every input is: a regular file within HZP_MAX_INPUT_BYTES
+# (/dev/zero used to grow until the process aborted, exit 134; a FIFO blocked).
+ln -s /dev/zero zero.json && mkfifo fifo.json && mkdir dir.json
+expect_error "zero.json: expected a regular file (it is a character device)" zero.json
+expect_error "fifo.json: expected a regular file (it is a FIFO)" fifo.json
+expect_error "dir.json: expected a regular file (it is a folder)" dir.json
+HZP_MAX_INPUT_BYTES=1K expect_error "s.json: expected at most 1024 bytes (HZP_MAX_INPUT_BYTES), got" s.json
 expect_error "--backend: expected host or cuda, got 'tpu'" s.json --backend tpu
 expect_error "--backend: expected" s.json --backend cuda  # no GPU here (or no CUDA in the build)
 expect_error "--clock: " s.json --clock lamport
