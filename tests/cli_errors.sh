@@ -135,6 +135,42 @@ expect_fail "dir.json: expected a regular file (it is a folder)" sweep --set gpu
 expect_fail "zero.json: expected a regular file (it is a character device)" sweep merge "$work/m.db" "$work/zero.json"
 [ ! -e "$work/f.db" ] && [ ! -e "$work/cal.json" ] && [ ! -e "$work/o.csv" ] && [ ! -e "$work/m.db" ] || { echo "FAIL: a refused input left an output behind"; fail=1; }
 
+# Work estimated before it starts (issue 19, item 8): a plan whose Schedule
+# would hold more than --max-ops ops (4,000,000), or a SimGrid simulation of
+# more than --max-flows flows (10,000,000), is one line naming the flag that
+# raises the limit, at once (these took minutes and gigabytes, or never ended).
+SECONDS=0
+expect_error "command line: --max-ops: this plan's Schedule would hold about" simulate --gpus 16 --global-batch-seqs 65536
+expect_fail "command line: --max-ops: this plan's Schedule would hold about" \
+  schedule --gpus 16 --global-batch-seqs 65536 --strategy fsdp --out "$work/big.json"
+expect_error "command line: --max-ops: this plan's Schedule would hold about" simulate --model llama3.1-405b --cp 16
+expect_error "command line: --max-flows: the SimGrid simulation of llama3-70b/dgx-h100x65536/" \
+  simulate --gpus 65536 --global-batch-seqs 131072 --engine simgrid --ranks classes
+expect_error "--max-ops: expected an integer in [1, 1000000000000], got 0" simulate --max-ops 0
+expect_fail "command line: --max-ops: this plan's Schedule would hold about" \
+  schedule --model llama3-8b --gpus 16 --strategy fsdp --global-batch-tokens 128K --max-ops 100 --out "$work/small.json"
+[ "$SECONDS" -lt 60 ] || { echo "FAIL: the refusals took ${SECONDS}s"; fail=1; }
+[ ! -e "$work/big.json" ] && [ ! -e "$work/small.json" ] || { echo "FAIL: a refused Schedule was written"; fail=1; }
+"$hzp" sweep --set model=llama3-8b --set gpus=16 --set global_batch_sequences=65536 --set strategy=fsdp \
+  --db "$work/limit.db" > /dev/null 2>&1 || { echo "FAIL: a sweep with a point over --max-ops"; fail=1; }
+python3 -c "
+import sqlite3, sys; r = sqlite3.connect(sys.argv[1]).execute('select status, error from points').fetchall()
+assert len(r) == 1 and r[0][0] == 'error' and '--max-ops' in r[0][1], r" "$work/limit.db" ||
+  { echo "FAIL: the sweep point over --max-ops is not an error row naming it"; fail=1; }
+# SimGrid settings are checked before the simulation: one line each (a
+# malformed one was a 14-line SimGrid backtrace; stack-size 1 crashed the
+# child; surf/precision 1e300 ran for minutes).
+sg=(simulate --model llama3-8b --gpus 16 --strategy fsdp --global-batch-tokens 128K --engine simgrid)
+expect_error "command line: --simgrid-cfg: expected KEY:VALUE, got 'nokey'" "${sg[@]}" --simgrid-cfg nokey
+expect_error "command line: --simgrid-cfg: contexts/stack-size: expected an integer in [64, 1048576], got 1" \
+  "${sg[@]}" --simgrid-cfg contexts/stack-size:1
+expect_error "command line: --simgrid-cfg: surf/precision: expected a finite number in [1e-15, 0.001], got '1e300'" \
+  "${sg[@]}" --simgrid-cfg surf/precision:1e300
+expect_error "command line: --simgrid-cfg: network/model: expected CM02|LV08|SMPI|IB, got 'Constant'" \
+  "${sg[@]}" --simgrid-cfg network/model:Constant
+expect_error "command line: --simgrid-cfg: expected one of the SimGrid settings hzp passes on" \
+  "${sg[@]}" --simgrid-cfg precision/timing:1e-9
+
 # A name from an input is one path component in output file names, and never printed raw.
 sed 's/"name": "typo"/"name": "..\/..\/esc_model"/; s/, "hiden_size": 3//' "$work/typo.json" > "$work/esc.json"
 sed -i 's/"name": "x"/"name": "..\/..\/esc_model"/' "$work/esc.json"
