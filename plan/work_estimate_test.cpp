@@ -109,7 +109,7 @@ TEST(WorkLimit, RefusesBeforeBuildingAnything) {
       ADD_FAILURE() << model << " was lowered";
     } catch (const core::InputError& e) {
       EXPECT_EQ(e.key(), "--max-ops") << e.what();
-      EXPECT_NE(std::string(e.what()).find("over the limit of 4000000: raise --max-ops"), std::string::npos)
+      EXPECT_NE(std::string(e.what()).find("over the limit of 8000000: raise --max-ops"), std::string::npos)
           << e.what();
     }
     EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0) << model;

@@ -136,7 +136,7 @@ expect_fail "zero.json: expected a regular file (it is a character device)" swee
 [ ! -e "$work/f.db" ] && [ ! -e "$work/cal.json" ] && [ ! -e "$work/o.csv" ] && [ ! -e "$work/m.db" ] || { echo "FAIL: a refused input left an output behind"; fail=1; }
 
 # Work estimated before it starts (issue 19, item 8): a plan whose Schedule
-# would hold more than --max-ops ops (4,000,000), or a SimGrid simulation of
+# would hold more than --max-ops ops (8,000,000), or a SimGrid simulation of
 # more than --max-flows flows (10,000,000), is one line naming the flag that
 # raises the limit, at once (these took minutes and gigabytes, or never ended).
 SECONDS=0
@@ -151,7 +151,7 @@ expect_fail "command line: --max-ops: this plan's Schedule would hold about" \
   schedule --model llama3-8b --gpus 16 --strategy fsdp --global-batch-tokens 128K --max-ops 100 --out "$work/small.json"
 [ "$SECONDS" -lt 60 ] || { echo "FAIL: the refusals took ${SECONDS}s"; fail=1; }
 [ ! -e "$work/big.json" ] && [ ! -e "$work/small.json" ] || { echo "FAIL: a refused Schedule was written"; fail=1; }
-"$hzp" sweep --set model=llama3-8b --set gpus=16 --set global_batch_sequences=65536 --set strategy=fsdp \
+"$hzp" sweep --set model=llama3-8b --set gpus=16 --set global_batch_tokens=128K --set strategy=fsdp --max-ops 100 \
   --db "$work/limit.db" > /dev/null 2>&1 || { echo "FAIL: a sweep with a point over --max-ops"; fail=1; }
 python3 -c "
 import sqlite3, sys; r = sqlite3.connect(sys.argv[1]).execute('select status, error from points').fetchall()
