@@ -90,7 +90,10 @@ void OutputSet::add(const std::string& path, std::string content) {
   if (path.empty()) throw InputError("command line", "", "expected an output file name, got nothing");
   for (const auto& [p, c] : files_) {
     std::error_code e1, e2;
-    if (path != "-" && fs::weakly_canonical(p, e1) == fs::weakly_canonical(path, e2) && !e1 && !e2) {
+    // Absolute first: weakly_canonical leaves "x.json" relative while it
+    // resolves "./x.json", so the two would differ.
+    if (path != "-" && fs::weakly_canonical(fs::absolute(p), e1) == fs::weakly_canonical(fs::absolute(path), e2) &&
+        !e1 && !e2) {
       throw InputError(path, "", "expected each output once (two outputs would be written to this file)");
     }
   }

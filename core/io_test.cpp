@@ -111,6 +111,13 @@ TEST(OutputSet, AllOrNoneEachOnceRegularFilesOnly) {
   OutputSet twice;
   twice.add((dir / "x").string(), "a");
   EXPECT_THROW(twice.add((dir / "." / "x").string(), "b"), InputError);
+  // Relative names of one file, one through "./" (found by tests/probe.sh).
+  const fs::path cwd = fs::current_path();
+  fs::current_path(dir);
+  OutputSet relative;
+  relative.add("y.json", "a");
+  EXPECT_THROW(relative.add("./y.json", "b"), InputError);
+  fs::current_path(cwd);
   OutputSet device;
   EXPECT_THROW(device.add("/dev/null", "x"), InputError);
   OutputSet good;

@@ -168,14 +168,16 @@ def read_input(path):
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError:
         fail(path, "", "cannot open file")
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        kind = ("a folder" if stat.S_ISDIR(st.st_mode) else "a character device" if stat.S_ISCHR(st.st_mode)
+                else "a FIFO" if stat.S_ISFIFO(st.st_mode) else "not a regular file")
+        fail(path, "", f"expected a regular file (it is {kind})")
+    if st.st_size > limit:
+        os.close(fd)
+        fail(path, "", f"expected at most {limit} bytes (HZP_MAX_INPUT_BYTES), got {st.st_size}")
     with os.fdopen(fd, "rb") as f:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            kind = ("a folder" if stat.S_ISDIR(mode) else "a character device" if stat.S_ISCHR(mode)
-                    else "a FIFO" if stat.S_ISFIFO(mode) else "not a regular file")
-            fail(path, "", f"expected a regular file (it is {kind})")
-        if os.fstat(fd).st_size > limit:
-            fail(path, "", f"expected at most {limit} bytes (HZP_MAX_INPUT_BYTES), got {os.fstat(fd).st_size}")
         data = f.read(limit + 1)
         if len(data) > limit:
             fail(path, "", f"expected at most {limit} bytes (HZP_MAX_INPUT_BYTES), got more")
