@@ -404,7 +404,7 @@ void add_run_options(CLI::App& app, Args& a) {
   app.add_option("--steps", a.steps, "timed steps (the median is reported)")->capture_default_str();
   app.add_option("--trace", a.trace, "write the median step's Timeline (Chrome trace JSON)")->check(file_name());
   app.add_option("--summary", a.summary, "write the steps, the median and the peak memory as JSON")->check(file_name());
-  app.add_option("--watchdog-s", a.watchdog_s, "abort when no op finishes for this long")
+  app.add_option("--watchdog-s", a.watchdog_s, "abort (exit 3) when no op is issued or finishes for this long")
       ->capture_default_str()
       ->check(number_in(0.1, 604800));
   app.add_flag("--skip-check", a.skip_check, "run without checking the Schedule first (to debug hangs)");
