@@ -124,11 +124,24 @@ next(op for op in ops if op["kind"] == "compute" and "gemm" in op)["flops"] = 1e
 next(op for op in ops if op["kind"] == "collective" and op["op"] == "all_gather")["bytes"] = 2**50
 json.dump(s, open(sys.argv[2], "w"))
 EOF
-want=$("$run" "$in/huge.json" --clock virtual 2>&1 | sed -n 's/.*content hash \([0-9a-f]*\) does not match.*/\1/p')
-python3 -c "import json,sys; s=json.load(open(sys.argv[1])); s['sha256']=sys.argv[2]; json.dump(s, open(sys.argv[1],'w'))" \
-  "$in/huge.json" "$want"
-probe ok "" -- "$run" "$in/huge.json" --clock virtual --steps 1
-probe ok "" -- "$run" "$in/huge.json" --steps 1 --step-seconds 1
+# And one whose every kernel has 1e300 FLOPs (each saturates at 146 years:
+# their sums overflowed int64 before durations saturated).
+python3 - "$in/s.json" "$in/saturated.json" <<'EOF'
+import json, sys
+s = json.load(open(sys.argv[1]))
+for st in s["programs"][0]["streams"]:
+    for op in st["ops"]:
+        if op["kind"] == "compute":
+            op["flops"] = 1e300
+json.dump(s, open(sys.argv[2], "w"))
+EOF
+for f in huge saturated; do
+  want=$("$run" "$in/$f.json" --clock virtual 2>&1 | sed -n 's/.*content hash \([0-9a-f]*\) does not match.*/\1/p')
+  python3 -c "import json,sys; s=json.load(open(sys.argv[1])); s['sha256']=sys.argv[2]; json.dump(s, open(sys.argv[1],'w'))" \
+    "$in/$f.json" "$want"
+  probe ok "" -- "$run" "$in/$f.json" --clock virtual --steps 1
+  probe ok "" -- "$run" "$in/$f.json" --steps 1 --step-seconds 1
+done
 
 # --- /dev/zero, FIFOs and folders as inputs
 for f in zero fifo dir; do
