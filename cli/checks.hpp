@@ -8,7 +8,10 @@
 #include <string>
 #include <thread>
 
+#include <CLI/CLI.hpp>
+
 #include "core/options.hpp"
+#include "explore/scenario.hpp"
 
 namespace hzp::cli {
 
@@ -30,6 +33,20 @@ inline std::function<std::string(const std::string&)> integer_in(double min, dou
 /// Worker processes: 1 to 4 x the cores (more only queue for the same cores).
 inline std::function<std::string(const std::string&)> jobs() {
   return integer_in(1, 4.0 * std::max(1u, std::thread::hardware_concurrency()));
+}
+
+/// --max-ops (and, for commands that simulate, --max-flows): the work limits
+/// a scenario is checked against before it is lowered or simulated.
+inline void add_work_limits(CLI::App* app, explore::WorkLimits& limits, bool flows) {
+  app->add_option("--max-ops", limits.max_ops,
+                  "refuse a plan whose Schedule would hold more ops than this (estimated before lowering)")
+      ->capture_default_str()
+      ->check(integer_in(1, 1e12));
+  if (!flows) return;
+  app->add_option("--max-flows", limits.max_flows,
+                  "simgrid: refuse a simulation that would put more flows on the network (estimated first)")
+      ->capture_default_str()
+      ->check(integer_in(1, 1e12));
 }
 
 }  // namespace hzp::cli

@@ -29,6 +29,7 @@ struct PlanArgs {
   int jobs = 0;
   bool json = false;
   bool exhaustive = false;
+  explore::WorkLimits limits;
 };
 
 int cmd_plan(const PlanArgs& a) {
@@ -43,6 +44,7 @@ int cmd_plan(const PlanArgs& a) {
   if (!problems.empty()) throw core::ProblemError(std::move(problems));
   explore::Scenario sc;
   cli::apply_values(values, sc);
+  a.limits.apply(sc);
   q.base = sc.plan;
   q.overlay = sc.overlay();
   q.memory_limit_GiB = a.memory_limit_GiB;
@@ -127,6 +129,7 @@ void add_plan_command(CLI::App& app, Commands& out) {
   cmd->add_option("--objective", pa.objective, "throughput | cost")->capture_default_str();
   cmd->add_option("--top", pa.top, "how many plans to print")->capture_default_str()->check(integer_in(1, 10000));
   cmd->add_option("-j,--jobs", pa.jobs, "screening processes (default: the core count)")->check(jobs());
+  add_work_limits(cmd, pa.limits, /*flows=*/false);
   cmd->add_flag("--json", pa.json, "as JSON");
   cmd->add_flag("--exhaustive", pa.exhaustive, "screen every plan that passes the memory bound (no pruning)");
   out.push_back(std::move(c));

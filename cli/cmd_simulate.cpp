@@ -32,6 +32,7 @@ struct Options {
   bool force = false;
   bool adaptive = false;
   double memory_limit_GiB = 0;
+  explore::WorkLimits limits;
 };
 
 // Where the plan's problems are reported: the plan file's keys, or the flags.
@@ -50,9 +51,18 @@ void add_scenario_options(CLI::App* app, Options& o, bool engine) {
                   "plan options from a JSON file (see examples/plans/) instead of the plan flags")
       ->check(file_name());
   app->add_flag("--force", o.force, "overwrite output files that already exist");
+  add_work_limits(app, o.limits, engine);
 }
 
+void finish_plan(Options& o, const std::string& command_line);
+
+// The scenario from the flags or the plan file, with the work limits.
 void finish_scenario(Options& o, const std::string& command_line) {
+  finish_plan(o, command_line);
+  o.limits.apply(o.sc);
+}
+
+void finish_plan(Options& o, const std::string& command_line) {
   o.sc.command_line = command_line;
   std::vector<std::pair<std::string, nlohmann::json>> values;
   std::vector<core::Problem> problems = o.scenario_flags.values(values);
@@ -99,6 +109,7 @@ int cmd_simulate(Options& o, const std::string& command_line) {
     explore::AdaptiveChoice choice = explore::choose_shards(o.sc, limit);
     if (!o.json) std::cout << choice.explanation << "\n";
     o.sc.plan = choice.plan;
+    o.limits.apply(o.sc);
     o.sc.strategies = {plan::Strategy::Hzp};
   }
   for (const auto* path : {&o.trace, &o.csv, &o.summary}) check_writable(o, *path);

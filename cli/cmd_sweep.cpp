@@ -22,6 +22,7 @@ struct SweepArgs {
   std::vector<std::string> sets, where, shards;
   int jobs = 0;
   bool force = false;
+  explore::WorkLimits limits;
 };
 
 int cmd_sweep(const SweepArgs& a) {
@@ -35,6 +36,7 @@ int cmd_sweep(const SweepArgs& a) {
   for (const auto& w : a.where) spec.where.push_back(w);
   if (a.db.empty()) throw core::InputError("command line", "--db", "expected the sweep database to write");
   explore::SweepOptions o;
+  o.limits = a.limits;
   auto [rank, ranks] = explore::launcher_rank();
   o.rank = rank;
   o.ranks = ranks;
@@ -132,6 +134,7 @@ void add_sweep_commands(CLI::App& app, Commands& out) {
   sweep->add_option("--db", a->db, "the SQLite database (under mpirun: one shard per rank, see `sweep merge`)")
       ->check(file_name());
   sweep->add_option("-j,--jobs", a->jobs, "worker processes (default: the core count)")->check(jobs());
+  add_work_limits(sweep, a->limits, /*flows=*/true);
   sweep->require_subcommand(0, 1);
   auto* merge = sweep->add_subcommand("merge", "join the shards of an mpirun sweep into one database");
   merge->add_option("out", a->out, "the merged database")->required();

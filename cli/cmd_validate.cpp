@@ -126,16 +126,31 @@ struct CompareArgs {
   std::string predicted, measured, report;
   bool json = false;
   bool force = false;
+  bool accept_unreliable = false;  // compare a trace its run marked unreliable
 };
+
+// A trace whose run marked it unreliable (hzp-run on the wall clock, its
+// host behind the Schedule) measures the host: refused unless asked for.
+void check_reliable(const CompareArgs& a, const std::string& file, const traces::Timeline& t) {
+  if (t.header.unreliable.empty() || a.accept_unreliable) return;
+  throw core::InputError(file, "otherData.unreliable",
+                         fmt::format("the run that wrote this trace marked it unreliable ({}); rerun it (hzp-run "
+                                     "--clock virtual, or on an idle machine) or pass --accept-unreliable",
+                                     t.header.unreliable));
+}
 
 int cmd_validate_compare(const CompareArgs& a) {
   const traces::Timeline p = traces::from_chrome_trace(core::read_file(a.predicted), a.predicted);
   const traces::Timeline m = traces::from_chrome_trace(core::read_file(a.measured), a.measured);
+  check_reliable(a, a.predicted, p);
+  check_reliable(a, a.measured, m);
   const validation::Comparison c = validation::compare(p, m);
   if (a.json) {
     nlohmann::ordered_json j;
     j["hzp_version"] = core::version();
     j["schedule_sha256"] = p.header.schedule_sha256;
+    if (!p.header.unreliable.empty()) j["unreliable"]["predicted"] = p.header.unreliable;
+    if (!m.header.unreliable.empty()) j["unreliable"]["measured"] = m.header.unreliable;
     j["step_s"] = {{"predicted", c.predicted_step.to_seconds()},
                    {"measured", c.measured_step.to_seconds()},
                    {"error", c.step_error()}};
@@ -237,6 +252,8 @@ void add_validate_commands(CLI::App& app, Commands& out) {
       ->check(file_name());
   compare->add_flag("--json", cc->args.json, "as JSON");
   compare->add_flag("--force", cc->args.force, "replace the report and its picture if they exist");
+  compare->add_flag("--accept-unreliable", cc->args.accept_unreliable,
+                    "compare a trace its run marked unreliable (hzp-run's host fell behind), flagged in the output");
   out.push_back(std::move(cc));
 
   auto* calibrate =

@@ -4,17 +4,18 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <vector>
 
 #include "core/error.hpp"
+#include "core/subprocess.hpp"
 #include "hzp_git_revision.hpp"
 
 namespace hzp::core {
@@ -89,7 +90,10 @@ void OutputSet::add(const std::string& path, std::string content) {
   if (path.empty()) throw InputError("command line", "", "expected an output file name, got nothing");
   for (const auto& [p, c] : files_) {
     std::error_code e1, e2;
-    if (path != "-" && fs::weakly_canonical(p, e1) == fs::weakly_canonical(path, e2) && !e1 && !e2) {
+    // Absolute first: weakly_canonical leaves "x.json" relative while it
+    // resolves "./x.json", so the two would differ.
+    if (path != "-" && fs::weakly_canonical(fs::absolute(p), e1) == fs::weakly_canonical(fs::absolute(path), e2) &&
+        !e1 && !e2) {
       throw InputError(path, "", "expected each output once (two outputs would be written to this file)");
     }
   }
@@ -128,12 +132,83 @@ void OutputSet::commit() {
   files_.clear();
 }
 
+namespace {
+
+// What a non-regular file is, for the error line.
+std::string file_kind(mode_t mode) {
+  if (S_ISDIR(mode)) return "a folder";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+
+// Reads at most `limit` + 1 bytes of `fd`: more means over the limit.
+std::string read_bounded(int fd, const std::string& path, std::int64_t limit) {
+  std::string data;
+  char buf[1 << 16];
+  while (true) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw InputError(path, "", fmt::format("cannot read it ({})", std::strerror(errno)));
+    if (n == 0) return data;
+    data.append(buf, static_cast<std::size_t>(n));
+    if (static_cast<std::int64_t>(data.size()) > limit) {
+      throw InputError(path, "", fmt::format("expected at most {} bytes (HZP_MAX_INPUT_BYTES), got more", limit));
+    }
+  }
+}
+
+}  // namespace
+
+std::int64_t max_input_bytes() {
+  const char* env = std::getenv("HZP_MAX_INPUT_BYTES");
+  if (env == nullptr || *env == '\0') return kDefaultMaxInputBytes;
+  const std::string text = env;
+  std::size_t digits = 0;
+  while (digits < text.size() && text[digits] >= '0' && text[digits] <= '9') ++digits;
+  const std::string suffix = text.substr(digits);
+  const int shift = suffix.empty() ? 0 : suffix == "K" ? 10 : suffix == "M" ? 20 : suffix == "G" ? 30 : -1;
+  std::int64_t n = 0;
+  const bool ok = digits > 0 && digits <= 12 && shift >= 0 && (n = std::stoll(text.substr(0, digits))) > 0 &&
+                  n <= (std::int64_t{1} << 40) >> shift;
+  if (!ok) {
+    throw InputError("environment", "HZP_MAX_INPUT_BYTES",
+                     fmt::format("expected a whole number of bytes in [1, 2^40] (K, M, G suffixes: powers of two), "
+                                 "got '{}'",
+                                 text));
+  }
+  return n << shift;
+}
+
+void require_regular_file(const std::string& path, bool may_be_missing) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    if (may_be_missing && errno == ENOENT) return;
+    throw InputError(path, "", "cannot open file");
+  }
+  if (!S_ISREG(st.st_mode)) {
+    throw InputError(path, "", fmt::format("expected a regular file (it is {})", file_kind(st.st_mode)));
+  }
+}
+
 std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(path, "", "cannot open file");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  const std::int64_t limit = max_input_bytes();
+  if (path == "-") return read_bounded(STDIN_FILENO, "standard input", limit);
+  // O_NONBLOCK: opening a FIFO must not wait for a writer.
+  const Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
+  if (!fd.valid()) throw InputError(path, "", "cannot open file");
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) throw InputError(path, "", fmt::format("cannot read it ({})", std::strerror(errno)));
+  if (!S_ISREG(st.st_mode)) {
+    throw InputError(path, "", fmt::format("expected a regular file (it is {})", file_kind(st.st_mode)));
+  }
+  if (st.st_size > limit) {
+    throw InputError(path, "",
+                     fmt::format("expected at most {} bytes (HZP_MAX_INPUT_BYTES), got {}", limit, st.st_size));
+  }
+  return read_bounded(fd.get(), path, limit);
 }
 
 std::string version() { return HZP_VERSION; }

@@ -1,6 +1,7 @@
 // Output files: written whole or not at all, and stamped with provenance.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
@@ -27,8 +28,23 @@ class OutputSet {
   std::vector<std::pair<std::string, std::string>> files_;
 };
 
-/// Reads a whole file; InputError when it cannot be opened.
+/// The most bytes one input file may hold: 256 MiB, or the environment's
+/// HZP_MAX_INPUT_BYTES (a whole number, K/M/G suffixes as powers of two).
+/// InputError("environment", "HZP_MAX_INPUT_BYTES", ...) for a bad value.
+inline constexpr std::int64_t kDefaultMaxInputBytes = 256LL << 20;
+[[nodiscard]] std::int64_t max_input_bytes();
+
+/// Reads a whole input file: the one way hzp reads models, clusters, plans,
+/// calibrations, sweep specs, Schedules, traces and measurements. A regular
+/// file (symbolic links followed) of at most max_input_bytes(), or "-" for
+/// standard input (the same limit). InputError naming the file when it
+/// cannot be opened, is a folder, a device or a FIFO (never blocks on one),
+/// or is larger than the limit.
 [[nodiscard]] std::string read_file(const std::string& path);
+/// InputError naming `path` unless it is a regular file (symbolic links
+/// followed) or, with `may_be_missing`, does not exist: what a database
+/// (SQLite opens it itself) is checked with before it is opened.
+void require_regular_file(const std::string& path, bool may_be_missing);
 
 /// Writes all of `data` to a file descriptor (a pipe between hzp's
 /// processes), retrying on EINTR; false if the other end is gone.

@@ -2,9 +2,11 @@
 #include "core/io.hpp"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <csignal>
+#include <cstdlib>
 #include <filesystem>
 
 #include <fmt/format.h>
@@ -109,6 +111,13 @@ TEST(OutputSet, AllOrNoneEachOnceRegularFilesOnly) {
   OutputSet twice;
   twice.add((dir / "x").string(), "a");
   EXPECT_THROW(twice.add((dir / "." / "x").string(), "b"), InputError);
+  // Relative names of one file, one through "./" (found by tests/probe.sh).
+  const fs::path cwd = fs::current_path();
+  fs::current_path(dir);
+  OutputSet relative;
+  relative.add("y.json", "a");
+  EXPECT_THROW(relative.add("./y.json", "b"), InputError);
+  fs::current_path(cwd);
   OutputSet device;
   EXPECT_THROW(device.add("/dev/null", "x"), InputError);
   OutputSet good;
@@ -117,6 +126,59 @@ TEST(OutputSet, AllOrNoneEachOnceRegularFilesOnly) {
   good.commit();
   EXPECT_EQ(slurp(dir / "a") + slurp(dir / "b"), "12");
   fs::remove_all(dir);
+}
+
+// Inputs (issue 19, item 4): a regular file of at most HZP_MAX_INPUT_BYTES;
+// a folder, a device or a FIFO is an InputError naming it, at once (a FIFO
+// without a writer must not block, /dev/zero must not be read forever).
+TEST(ReadFile, RegularFilesOnlyAndBounded) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / fmt::format("hzp_io_read_{}", ::getpid());
+  fs::create_directories(dir);
+  write_file_atomic((dir / "in.json").string(), std::string(100, 'x'));
+  EXPECT_EQ(read_file((dir / "in.json").string()), std::string(100, 'x'));
+  auto refused = [](const std::string& path, const std::string& want) {
+    try {
+      (void)read_file(path);
+      ADD_FAILURE() << path << " was read";
+    } catch (const InputError& e) {
+      EXPECT_EQ(e.file(), path);
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
+  };
+  refused(dir.string(), "expected a regular file (it is a folder)");
+  refused("/dev/zero", "expected a regular file (it is a character device)");
+  fs::create_symlink("/dev/zero", dir / "zero.json");
+  refused((dir / "zero.json").string(), "expected a regular file (it is a character device)");
+  ASSERT_EQ(::mkfifo((dir / "fifo.json").c_str(), 0600), 0);
+  refused((dir / "fifo.json").string(), "expected a regular file (it is a FIFO)");
+  refused((dir / "missing.json").string(), "cannot open file");
+  ::setenv("HZP_MAX_INPUT_BYTES", "99", 1);
+  refused((dir / "in.json").string(), "expected at most 99 bytes (HZP_MAX_INPUT_BYTES), got 100");
+  ::setenv("HZP_MAX_INPUT_BYTES", "1K", 1);
+  EXPECT_EQ(max_input_bytes(), 1024);
+  EXPECT_EQ(read_file((dir / "in.json").string()).size(), 100U);
+  for (const char* bad : {"0", "-1", "1.5", "lots", "1T", "99999999999999"}) {
+    ::setenv("HZP_MAX_INPUT_BYTES", bad, 1);
+    EXPECT_THROW((void)max_input_bytes(), InputError) << bad;
+  }
+  ::unsetenv("HZP_MAX_INPUT_BYTES");
+  EXPECT_EQ(max_input_bytes(), kDefaultMaxInputBytes);
+  fs::remove_all(dir);
+}
+
+// "-" is standard input, under the same limit.
+TEST(ReadFile, DashIsStandardInput) {
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  const int saved = ::dup(STDIN_FILENO);
+  ASSERT_EQ(::dup2(fds[0], STDIN_FILENO), STDIN_FILENO);
+  ::close(fds[0]);
+  ASSERT_EQ(::write(fds[1], "{\"a\": 1}", 8), 8);
+  ::close(fds[1]);
+  EXPECT_EQ(read_file("-"), "{\"a\": 1}");
+  ::dup2(saved, STDIN_FILENO);
+  ::close(saved);
 }
 
 }  // namespace

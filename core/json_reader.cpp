@@ -4,9 +4,8 @@
 #include <fmt/format.h>
 #include <algorithm>
 #include <cmath>
-#include <fstream>
-#include <sstream>
 
+#include "core/io.hpp"
 #include "core/options.hpp"
 
 namespace hzp::core {
@@ -274,13 +273,7 @@ nlohmann::ordered_json parse_ordered_json(const std::string& text, const std::st
   return parse_unique<nlohmann::ordered_json>(text, file);
 }
 
-nlohmann::json read_json_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(path, "", "cannot open file");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse_json(ss.str(), path);
-}
+nlohmann::json read_json_file(const std::string& path) { return parse_json(read_file(path), path); }
 
 void require_schema_version(StrictObject& o, std::int64_t expected) {
   auto v = o.integer("schema_version", 0);

@@ -94,14 +94,27 @@ class Duration {
   [[nodiscard]] constexpr double to_us() const { return static_cast<double>(ns_) / 1e3; }
 
   constexpr Duration& operator+=(Duration o) {
-    ns_ += o.ns_;
+    ns_ = add(ns_, o.ns_);
     return *this;
   }
-  friend constexpr Duration operator+(Duration a, Duration b) { return Duration(a.ns_ + b.ns_); }
-  friend constexpr Duration operator-(Duration a, Duration b) { return Duration(a.ns_ - b.ns_); }
+  friend constexpr Duration operator+(Duration a, Duration b) { return Duration(add(a.ns_, b.ns_)); }
+  friend constexpr Duration operator-(Duration a, Duration b) { return Duration(sub(a.ns_, b.ns_)); }
   friend constexpr auto operator<=>(Duration, Duration) = default;
 
  private:
+  // Sums and differences saturate at the int64 range (about 292 years)
+  // instead of overflowing: a Schedule of many ops that each saturate at
+  // kMaxSeconds (a GEMM of 1e300 FLOPs) still has defined times.
+  static constexpr std::int64_t add(std::int64_t a, std::int64_t b) {
+    std::int64_t r = 0;
+    if (__builtin_add_overflow(a, b, &r)) return b > 0 ? INT64_MAX : INT64_MIN;
+    return r;
+  }
+  static constexpr std::int64_t sub(std::int64_t a, std::int64_t b) {
+    std::int64_t r = 0;
+    if (__builtin_sub_overflow(a, b, &r)) return b < 0 ? INT64_MAX : INT64_MIN;
+    return r;
+  }
   static constexpr double kInfinity = std::numeric_limits<double>::infinity();
   constexpr explicit Duration(std::int64_t n) : ns_(n) {}
   std::int64_t ns_ = 0;

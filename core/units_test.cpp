@@ -67,6 +67,20 @@ TEST(Duration, SaturatesFiniteHugeCounts) {
   EXPECT_EQ(Duration::us(1e300), max);
 }
 
+// Sums of saturated durations saturate too (issue 19, found by the probe: a
+// Schedule of GEMMs of 1e300 FLOPs overflowed int64 in both engines and hzp-run).
+TEST(Duration, SumsAndDifferencesSaturateInsteadOfOverflowing) {
+  const Duration most = Duration::seconds(1e300);
+  Duration sum{};
+  for (int i = 0; i < 5; ++i) sum += most;
+  EXPECT_EQ(sum.count_ns(), INT64_MAX);
+  EXPECT_EQ((most + most + most).count_ns(), INT64_MAX);
+  EXPECT_EQ((Duration{} - most - most - most).count_ns(), INT64_MIN);
+  EXPECT_EQ((TimePoint{} + most + most + most).count_ns(), INT64_MAX);
+  EXPECT_EQ((Duration::ns(5) + Duration::ns(7)).count_ns(), 12);
+  EXPECT_EQ((Duration::ns(5) - Duration::ns(7)).count_ns(), -2);
+}
+
 TEST(Duration, NaNNegativeAndInfiniteAreErrors) {
   const double nan = std::numeric_limits<double>::quiet_NaN();
   const double inf = std::numeric_limits<double>::infinity();

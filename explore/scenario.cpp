@@ -144,6 +144,9 @@ ScenarioResult run_scenario(const Scenario& sc) {
   r.engine = engine->name();
 
   std::vector<plan::Strategy> strategies = sc.strategies.empty() ? plan::all_strategies() : sc.strategies;
+  // Every strategy lowered (each refused before it is built if it would be
+  // too large) and checked by the engine before any is simulated: a refusal
+  // comes first, not after the others ran.
   for (plan::Strategy strategy : strategies) {
     StrategyResult run;
     run.strategy = strategy;
@@ -153,6 +156,10 @@ ScenarioResult run_scenario(const Scenario& sc) {
     run.schedule = std::move(lowered.schedule);
     run.plan = std::move(lowered.plan);
     stamp_inputs(run.schedule, r.model_sha256, r.cluster_sha256);
+    engine->check(run.schedule);
+    r.runs.push_back(std::move(run));
+  }
+  for (StrategyResult& run : r.runs) {
     if (sc.hash_schedules) run.schedule_sha256 = core::schedule_hash(run.schedule);
     traces::TraceHeader header;
     header.schedule_sha256 = sc.hash_schedules ? run.schedule_sha256 : "(not hashed)";
@@ -164,7 +171,6 @@ ScenarioResult run_scenario(const Scenario& sc) {
     run.timeline = rec.take();
     r.engine_detail = run.timeline.header.engine_detail;
     run.metrics = sim::compute_metrics(run.schedule, run.timeline, r.cluster.device);
-    r.runs.push_back(std::move(run));
   }
   return r;
 }

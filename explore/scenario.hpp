@@ -49,6 +49,18 @@ struct Scenario {
   [[nodiscard]] topologies::ClusterOverlay overlay() const;
 };
 
+/// Limits on the work one scenario may ask for (--max-ops, --max-flows), each
+/// checked against an estimate before the work starts: not inputs, so
+/// neither sweep keys nor database columns nor provenance.
+struct WorkLimits {
+  std::int64_t max_ops = plan::kDefaultMaxOps;
+  std::int64_t max_flows = sim::kDefaultMaxFlows;
+  void apply(Scenario& sc) const {
+    sc.plan.max_ops = max_ops;
+    sc.engine_options.max_flows = max_flows;
+  }
+};
+
 /// One row of the scenario's option table: the inputs beside the plan
 /// (model, cluster, GPUs, calibration, what-if changes, engine settings).
 /// With plan::plan_option_table() it is every key a sweep or a command line

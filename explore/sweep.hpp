@@ -59,8 +59,8 @@ struct PointResult {
 /// of points that fail before they resolve.
 void copy_input_columns(const nlohmann::ordered_json& inputs, nlohmann::ordered_json& row);
 
-/// Simulates one point; never throws for bad input (status "error").
-[[nodiscard]] PointResult run_point(const SweepPoint& p);
+/// Simulates one point under `limits`; never throws for bad input (status "error").
+[[nodiscard]] PointResult run_point(const SweepPoint& p, const WorkLimits& limits = {});
 
 struct SweepOptions {
   std::string db;  // the database (or this rank's shard of it)
@@ -68,6 +68,7 @@ struct SweepOptions {
   int rank = 0, ranks = 1;  // MPI partition: this process runs points with index % ranks == rank
   bool progress_tty = false;
   std::function<void(const std::string&)> progress;  // where progress lines go
+  WorkLimits limits;                                 // every point's (--max-ops, --max-flows)
 };
 
 struct SweepSummary {

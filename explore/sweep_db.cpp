@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "core/error.hpp"
+#include "core/io.hpp"
 #include "explore/scenario.hpp"
 #include "plan/options.hpp"
 
@@ -86,6 +87,7 @@ const std::vector<std::pair<std::string, std::string>>& SweepDb::columns() {
 
 SweepDb::SweepDb(const std::string& path, const std::string& spec_hash, const std::string& spec_json)
     : path_(path), last_commit_(now_s()) {
+  core::require_regular_file(path, /*may_be_missing=*/true);  // SQLite would block on a FIFO
   if (sqlite3_open_v2(path.c_str(), &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr) != SQLITE_OK) {
     std::string msg = db_ ? sqlite3_errmsg(db_) : "out of memory";
     sqlite3_close(db_);
@@ -244,6 +246,7 @@ std::vector<nlohmann::ordered_json> SweepDb::rows() const {
 
 std::pair<std::string, std::string> sweep_db_meta(const std::string& path) {
   if (!std::filesystem::exists(path)) throw core::InputError(path, "", "no such sweep database");
+  core::require_regular_file(path, /*may_be_missing=*/false);  // SQLite would block on a FIFO
   sqlite3* db = nullptr;
   if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK) {
     sqlite3_close(db);

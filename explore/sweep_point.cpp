@@ -39,7 +39,7 @@ Scenario scenario_of(const json& in, const std::string& file) {
   return sc;
 }
 
-PointResult run_point(const SweepPoint& pt) {
+PointResult run_point(const SweepPoint& pt, const WorkLimits& limits) {
   PointResult res;
   json& row = res.row;
   row["point"] = pt.index;
@@ -51,6 +51,7 @@ PointResult run_point(const SweepPoint& pt) {
   const double t0 = now_s();
   try {
     Scenario sc = scenario_of(pt.inputs, "sweep point");
+    limits.apply(sc);
     ScenarioResult r = run_scenario(sc);
     const StrategyResult& run = r.runs.at(0);
     const sim::Metrics& m = run.metrics;

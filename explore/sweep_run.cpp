@@ -43,7 +43,7 @@ struct Worker {
   std::string buffer;
 };
 
-int worker_main(const std::vector<SweepPoint>& to_run, int in, int out) {
+int worker_main(const std::vector<SweepPoint>& to_run, const WorkLimits& limits, int in, int out) {
   std::signal(SIGINT, SIG_IGN);                        // the parent decides when to stop
   const char* fault = std::getenv("HZP_SWEEP_FAULT");  // fault injection for tests: "abort@<point>"
   std::string line;
@@ -59,12 +59,12 @@ int worker_main(const std::vector<SweepPoint>& to_run, int in, int out) {
     const auto& pt = to_run.at(static_cast<std::size_t>(std::stoll(line)));
     line.clear();
     if (fault && std::string(fault) == fmt::format("abort@{}", pt.index)) std::abort();
-    PointResult r = run_point(pt);
+    PointResult r = run_point(pt, limits);
     if (!core::write_all_fd(out, r.row.dump() + "\n")) return 1;
   }
 }
 
-Worker spawn(const std::vector<SweepPoint>& to_run, const std::vector<Worker>& others) {
+Worker spawn(const std::vector<SweepPoint>& to_run, const WorkLimits& limits, const std::vector<Worker>& others) {
   core::ChildOptions options;
   options.pipe_to_child = true;
   options.die_with_parent = true;  // never outlive the sweep
@@ -72,7 +72,10 @@ Worker spawn(const std::vector<SweepPoint>& to_run, const std::vector<Worker>& o
     options.close_in_child.push_back(w.child.to_child());
     options.close_in_child.push_back(w.child.from_child());
   }
-  return Worker{core::Child([&to_run](int in, int out) { return worker_main(to_run, in, out); }, options), -1, {}};
+  return Worker{
+      core::Child([&to_run, &limits](int in, int out) { return worker_main(to_run, limits, in, out); }, options),
+      -1,
+      {}};
 }
 
 void send(Worker& w, std::int64_t i) {
@@ -227,7 +230,7 @@ void Runner::replace_dead(std::size_t k) {
   }
   workers_.erase(workers_.begin() + static_cast<std::ptrdiff_t>(k));
   if (next_ < to_run_.size()) {
-    workers_.push_back(spawn(to_run_, workers_));
+    workers_.push_back(spawn(to_run_, o_.limits, workers_));
     send(workers_.back(), static_cast<std::int64_t>(next_++));
   }
 }
@@ -235,7 +238,7 @@ void Runner::replace_dead(std::size_t k) {
 void Runner::loop() {
   const int jobs = std::max(1, std::min<int>(o_.jobs, static_cast<int>(std::max<std::size_t>(1, to_run_.size()))));
   for (int j = 0; j < jobs && next_ < to_run_.size(); ++j) {
-    workers_.push_back(spawn(to_run_, workers_));
+    workers_.push_back(spawn(to_run_, o_.limits, workers_));
     send(workers_.back(), static_cast<std::int64_t>(next_++));
   }
   while (finished_ < to_run_.size() && !g_stop) {

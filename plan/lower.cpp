@@ -40,6 +40,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "core/error.hpp"
 #include "core/schedule_check.hpp"
 #include "plan/lowering.hpp"
 
@@ -250,6 +251,43 @@ models::StepGraph step_graph(const models::ModelSpec& m, const PlanOptions& o, c
   return models::build_step_graph(m, go);
 }
 
+// Ops one program builds, estimated: per micro-batch each unit's forward and
+// backward kernels and collectives (a ring-attention kernel: about six ops
+// per context-parallel step; an overlapped tensor-parallel pair: its chunks)
+// plus the bookkeeping around each use (allocs, frees, records, waits, the
+// sharding collectives); per unit the step-end reduction, update and gather.
+std::int64_t program_ops(const std::vector<detail::Unit>& units, std::int64_t micro_batches, const PlanOptions& o) {
+  constexpr std::int64_t kPerUse = 8, kPerUnit = 12;
+  auto ops = [&](const std::vector<models::GraphOp>& list) {
+    std::int64_t n = 0;
+    for (const auto& op : list) {
+      if (op.collective && o.tp_comm_overlap && op.comm_group == models::CommGroup::Tp) {
+        n += 3 * kTpOverlapChunks;
+      } else if (!op.collective && op.kind == ComputeKind::Attention && o.cp > 1) {
+        n += 6LL * o.cp;
+      } else {
+        n += 1;
+      }
+    }
+    return n;
+  };
+  std::int64_t per_micro_batch = 0;
+  for (const auto& u : units) per_micro_batch += ops(u.u->forward) + ops(u.u->backward) + 2 * kPerUse;
+  return micro_batches * per_micro_batch + kPerUnit * static_cast<std::int64_t>(units.size());
+}
+
+WorkEstimate estimate(const models::ModelSpec& m, const PlanOptions& o, const BatchSplit& batch,
+                      const models::StepGraph& graph, const detail::RankClasses& classes) {
+  WorkEstimate w;
+  const int per_chunk = m.layers / (o.pp * o.vpp);
+  for (int p = 0; p < o.pp; ++p) {
+    const std::vector<detail::Unit> units = detail::stage_units(graph, p, o.pp, o.vpp, per_chunk);
+    w.ops += classes.count() * program_ops(units, batch.micro_batches, o);
+  }
+  w.programs = static_cast<std::int64_t>(o.pp) * classes.count();
+  return w;
+}
+
 // What the engines need beside the programs: the name and the step.
 void describe_step(core::Schedule& s, const models::ModelSpec& m, const topologies::Topology& topo,
                    const PlanOptions& o, const BatchSplit& batch) {
@@ -282,6 +320,8 @@ class PlanLowering {
         classes_of_(dp_, o.cp, o.ep, skewed_, o.variability_classes) {}
 
   void run() {
+    // Refuse a Schedule too large to build before building any of it.
+    check_work(estimate(m_, o_, rp_.batch, graph_, classes_of_), o_);
     add_groups();
     // Virtual stage c·pp + p holds layers [(c·pp + p)·Lc, (c·pp + p + 1)·Lc); the
     // embedding rides with the first, the head with the last.
@@ -380,6 +420,21 @@ class PlanLowering {
 };
 
 }  // namespace
+
+WorkEstimate estimate_work(const models::ModelSpec& m, const PlanOptions& o, const ResolvedPlan& rp) {
+  const bool skewed = m.moe && o.ep > 1 && o.moe_skew > 0;
+  return estimate(m, o, rp.batch, step_graph(m, o, rp.batch),
+                  detail::RankClasses(rp.shard_ranks, o.cp, o.ep, skewed, o.variability_classes));
+}
+
+void check_work(const WorkEstimate& w, const PlanOptions& o) {
+  if (w.ops <= o.max_ops) return;
+  throw core::InputError(
+      "command line", "--max-ops",
+      fmt::format("this plan's Schedule would hold about {} ops ({} rank class{}; about {:.1f} GB to build), over "
+                  "the limit of {}: raise --max-ops to build it, or use fewer micro-batches per rank or rank classes",
+                  w.ops, w.programs, w.programs == 1 ? "" : "es", static_cast<double>(w.bytes()) / 1e9, o.max_ops));
+}
 
 core::Schedule lower(const models::ModelSpec& m, const topologies::Topology& topo, const PlanOptions& o, bool check) {
   return lower_plan(m, topo, o, check).schedule;

@@ -49,6 +49,16 @@ struct ShardSizes {
 /// The global batch when a plan names none: 16M tokens (2,048 sequences of 8,192).
 inline constexpr std::int64_t kDefaultGlobalBatchTokens = 16LL << 20;
 
+/// The most ops a lowered Schedule may hold unless raised (--max-ops): about
+/// 3.2 GB and under a minute of lowering on one core. The largest validation
+/// case (Korthikanti et al. 2022, 1T parameters, 64 stages: 4.2 M ops, 23 s,
+/// 2.7 GB) fits; Llama-3 70B on 1,024 GPUs has 10,115 ops.
+inline constexpr std::int64_t kDefaultMaxOps = 8'000'000;
+/// Bytes a lowered op holds in memory on average (the Op, its name and
+/// buffer strings, the vectors around it): measured, to state the memory an
+/// estimate of ops stands for.
+inline constexpr std::int64_t kBytesPerOp = 400;
+
 struct PlanOptions {
   Strategy strategy = Strategy::Hzp;
   std::int64_t seq_len = 0;  // 0: min(model max_seq_len, 8192)
@@ -132,6 +142,11 @@ struct PlanOptions {
   /// class: expert GEMMs and all-to-alls grow with the load of its experts.
   double moe_skew = 0;
   std::uint64_t seed = 1;
+
+  /// Not a plan option (no key, flag of the plan table, or provenance): the
+  /// most ops lowering may build, checked against estimate_work before any
+  /// op is built; set from --max-ops.
+  std::int64_t max_ops = kDefaultMaxOps;
 };
 
 /// The (g_p, g_g, g_o) a strategy uses on `dp` data-parallel ranks of this
@@ -225,6 +240,18 @@ struct ResolvedPlan {
 /// The resolved plan; core::ProblemError with every problem otherwise.
 [[nodiscard]] ResolvedPlan resolve_plan(const models::ModelSpec& m, const topologies::Topology& topo,
                                         const PlanOptions& o);
+
+/// What lowering a resolved plan will build, from the step graph and the
+/// layout alone (no op is built): programs (rank classes) and ops, within
+/// about a factor of two (plan/work_estimate_test.cpp holds it to that).
+struct WorkEstimate {
+  std::int64_t programs = 0;
+  std::int64_t ops = 0;
+  [[nodiscard]] std::int64_t bytes() const { return ops * kBytesPerOp; }
+};
+[[nodiscard]] WorkEstimate estimate_work(const models::ModelSpec& m, const PlanOptions& o, const ResolvedPlan& rp);
+/// InputError("command line", "--max-ops", ...) when the estimate exceeds o.max_ops.
+void check_work(const WorkEstimate& w, const PlanOptions& o);
 
 /// A lowered plan: the Schedule and the resolved plan beside it.
 struct LoweredPlan {

@@ -1,9 +1,13 @@
 // The executor's host side (see executor.hpp).
 #include "runtime/executor.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <exception>
+#include <functional>
 #include <mutex>
+#include <system_error>
 #include <thread>
 #include <tuple>
 
@@ -40,26 +44,32 @@ void execute(const core::Schedule& s, const std::vector<std::size_t>& programs, 
   std::exception_ptr error;
   std::mutex error_mutex;
   std::vector<std::thread> threads;
-  for (std::size_t p : programs) {
+  auto issue = [&](std::size_t p, const core::Thread& t) {
     const core::Program& prog = s.programs.at(p);
-    for (const core::Thread& t : prog.threads) {
-      threads.emplace_back([&, p, t] {
-        try {
-          for (const auto& [k, i] : issue_order(prog, t.id)) {
-            const core::Op& op = prog.streams[k].ops[i];
-            if (op.kind == core::OpKind::Sync) {
-              backend.host_wait(p, t, op.event);
-              continue;
-            }
-            backend.issue_cost(p, t, op);
-            backend.enqueue(p, k, i);
-          }
-        } catch (...) {
-          const std::lock_guard lock(error_mutex);
-          if (!error) error = std::current_exception();
+    try {
+      for (const auto& [k, i] : issue_order(prog, t.id)) {
+        const core::Op& op = prog.streams[k].ops[i];
+        if (op.kind == core::OpKind::Sync) {
+          backend.host_wait(p, t, op.event);
+          continue;
         }
-      });
+        backend.issue_cost(p, t, op);
+        backend.enqueue(p, k, i);
+      }
+    } catch (...) {
+      const std::lock_guard lock(error_mutex);
+      if (!error) error = std::current_exception();
     }
+  };
+  try {
+    for (std::size_t p : programs) {
+      for (const core::Thread& t : s.programs.at(p).threads) threads.emplace_back(issue, p, std::cref(t));
+    }
+  } catch (const std::system_error& e) {
+    // Too many threads for this machine: end the ones started, then report.
+    backend.abort(fmt::format("cannot start a host thread per Schedule thread ({})", e.what()));
+    for (auto& t : threads) t.join();
+    throw RunError(fmt::format("cannot start a host thread per Schedule thread ({})", e.what()));
   }
   for (auto& t : threads) t.join();
   try {

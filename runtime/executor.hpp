@@ -37,6 +37,10 @@ class Backend {
   virtual void issue_cost(std::size_t program, const core::Thread& thread, const core::Op& op) = 0;
   /// Blocks until every enqueued op has finished. Throws RunError when aborted.
   virtual void drain() = 0;
+  /// Ends the run early (a host thread could not start): waits in the
+  /// backend then throw RunError. Default: nothing (a device backend's
+  /// watchdog ends its own waits).
+  virtual void abort(const std::string& /*why*/) {}
 };
 
 /// The ops of one Schedule thread in issue order: (stream index, op index).

@@ -34,13 +34,19 @@
 
 namespace {
 
+// Exit codes (README): 0 ok, 1 internal error, 2 bad input, 3 aborted (the
+// watchdog, a device or NCCL failure), 4 unreliable (a wall-clock host run
+// with more than kMaxLateFraction of its timed ops late; outputs written and marked).
+constexpr int kExitInternal = 1;
 constexpr int kExitBadInput = 2;
 constexpr int kExitAborted = 3;
+constexpr int kExitUnreliable = 4;
 
 struct Args {
   std::string schedule;
   std::string backend = "host";
-  std::string cluster;  // default: the Schedule's
+  std::string clock = "wall";  // host backend: wall | virtual
+  std::string cluster;         // default: the Schedule's
   double step_seconds = 2.0;
   double late_ms = 2.0;  // host backend: wake-ups later than this count as real time
   int warmup = 1;
@@ -83,9 +89,10 @@ hzp::traces::TraceHeader header(const hzp::core::Schedule& s, const std::string&
   return h;
 }
 
-// The --summary JSON: median step, every timed step, and memory.
-void write_summary(const std::string& path, const hzp::core::Schedule& s, const std::string& backend,
-                   const std::vector<double>& steps, double median, double peak_reserved_GiB, double peak_used_GiB) {
+// The --summary JSON: median step, every timed step, memory, and how far it can be trusted.
+std::string summary_json(const hzp::core::Schedule& s, const std::string& backend, const std::vector<double>& steps,
+                         double median, double peak_reserved_GiB, double peak_used_GiB,
+                         const nlohmann::ordered_json& run) {
   nlohmann::ordered_json j;
   j["hzp_version"] = hzp::core::version();
   j["git_revision"] = hzp::core::git_revision();
@@ -96,7 +103,18 @@ void write_summary(const std::string& path, const hzp::core::Schedule& s, const 
   j["median_step_s"] = median;
   j["peak_reserved_GiB"] = peak_reserved_GiB;
   j["peak_used_GiB"] = peak_used_GiB;
-  hzp::core::write_file_atomic(path, j.dump(2) + "\n");
+  for (const auto& [k, v] : run.items()) j[k] = v;
+  return j.dump(2) + "\n";
+}
+
+// The step on the virtual clock: what sets the wall clock's time scale.
+double virtual_step(const hzp::core::Schedule& s, const hzp::topologies::PerfModel& pm, hzp::runtime::HostOptions o,
+                    const std::vector<std::size_t>& programs) {
+  o.clock = hzp::runtime::HostClock::Virtual;
+  o.time_scale = 1.0;
+  hzp::runtime::HostBackend backend(s, pm, o);
+  hzp::runtime::execute(s, programs, backend);
+  return hzp::runtime::measured_step(s, backend.times()).to_seconds();
 }
 
 int run_host(const Args& a, const hzp::core::Schedule& s, const std::string& command_line) {
@@ -105,51 +123,75 @@ int run_host(const Args& a, const hzp::core::Schedule& s, const std::string& com
   const topologies::PerfModel pm(topologies::Topology(cluster, s.step.world_size));
   std::vector<std::size_t> all(s.programs.size());
   std::iota(all.begin(), all.end(), 0);
-  // The first warm-up step runs in real time (scale 1) and sets the scale at
-  // which the others last about --step-seconds of wall time each.
   runtime::HostOptions o;
+  o.clock = *runtime::parse_host_clock(a.clock);
   o.watchdog = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::duration<double>(a.watchdog_s));
   o.late = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::duration<double, std::milli>(a.late_ms));
-  double scale = 1.0;
+  const bool wall = o.clock == runtime::HostClock::Wall;
+  // Wall clock: the step on the virtual clock sets the scale at which each
+  // step lasts about --step-seconds of wall time.
+  if (wall) {
+    const double step = virtual_step(s, pm, o, all);
+    o.time_scale = step > 0 ? a.step_seconds / step : 1.0;
+  }
   struct Step {
     double seconds;
-    std::size_t late;
     double peak_GiB;  // the most bytes the Schedule's buffers held at once (a rank class)
     traces::TimelineRecorder timeline;
   };
   std::vector<Step> measured;
+  std::size_t late = 0, timed = 0;
   for (int i = 0; i < a.warmup + a.steps; ++i) {
-    o.time_scale = scale;
     runtime::HostBackend backend(s, pm, o);
     runtime::execute(s, all, backend);
     const double step = runtime::measured_step(s, backend.times()).to_seconds();
-    if (i == 0 && step > 0) scale = a.step_seconds / step;
     std::cerr << fmt::format("hzp-run: step {} of {} ({}): {:.6f} s, {} late ops\n", i + 1, a.warmup + a.steps,
                              i < a.warmup ? "warm-up" : "timed", step, backend.late_ops());
     if (i < a.warmup) continue;
-    Step st{step, backend.late_ops(), backend.peak().gib(), {}};
-    backend.emit(header(s, "host",
-                        fmt::format("host backend, {} rank classes, time scale {:.4g}, {} late ops", s.programs.size(),
-                                    scale, backend.late_ops()),
-                        command_line),
-                 st.timeline);
+    late += backend.late_ops();
+    timed += backend.timed_ops();
+    Step st{step, backend.peak().gib(), {}};
+    const std::string detail =
+        wall ? fmt::format("host backend, {} rank classes, wall clock, time scale {:.4g}, {} late ops",
+                           s.programs.size(), o.time_scale, backend.late_ops())
+             : fmt::format("host backend, {} rank classes, virtual clock", s.programs.size());
+    backend.emit(header(s, "host", detail, command_line), st.timeline);
     measured.push_back(std::move(st));
   }
   std::vector<std::size_t> order(measured.size());
   std::iota(order.begin(), order.end(), 0);
   std::sort(order.begin(), order.end(), [&](auto x, auto y) { return measured[x].seconds < measured[y].seconds; });
-  const Step& median = measured[order[order.size() / 2]];
-  std::cout << fmt::format("{}: {} timed steps on the host backend: median {:.6f} s (min {:.6f}, max {:.6f})\n", s.name,
-                           measured.size(), median.seconds, measured[order.front()].seconds,
-                           measured[order.back()].seconds);
+  Step& median = measured[order[order.size() / 2]];
+  std::cout << fmt::format(
+      "{}: {} timed steps on the host backend ({} clock): median {:.6f} s (min {:.6f}, max {:.6f})\n", s.name,
+      measured.size(), a.clock, median.seconds, measured[order.front()].seconds, measured[order.back()].seconds);
+  // More late ops than kMaxLateFraction: the times measure the host, not the Schedule.
+  std::string unreliable;
+  if (timed > 0 && static_cast<double>(late) > runtime::kMaxLateFraction * static_cast<double>(timed)) {
+    unreliable = fmt::format(
+        "{} of {} timed ops ended late (over {:.0f} %): the host fell behind the wall clock, so the times measure "
+        "the host; use --clock virtual, or an idle machine, a longer --step-seconds or a larger --late-ms",
+        late, timed, 100 * runtime::kMaxLateFraction);
+  }
+  nlohmann::ordered_json run{
+      {"clock", a.clock}, {"late_ops", late}, {"timed_ops", timed}, {"reliable", unreliable.empty()}};
+  if (!unreliable.empty()) run["unreliable"] = unreliable;
+  core::OutputSet out;
   if (!a.trace.empty()) {
-    core::write_file_atomic(a.trace, traces::to_chrome_trace(median.timeline.timeline()));
-    std::cout << fmt::format("wrote {} (the median step)\n", a.trace);
+    traces::Timeline t = median.timeline.take();
+    t.header.unreliable = unreliable;
+    out.add(a.trace, traces::to_chrome_trace(t));
   }
   if (!a.summary.empty()) {
     std::vector<double> all_steps;
     for (const auto& m : measured) all_steps.push_back(m.seconds);
-    write_summary(a.summary, s, "host", all_steps, median.seconds, median.peak_GiB, median.peak_GiB);
+    out.add(a.summary, summary_json(s, "host", all_steps, median.seconds, median.peak_GiB, median.peak_GiB, run));
+  }
+  out.commit();
+  if (!a.trace.empty()) std::cout << fmt::format("wrote {} (the median step)\n", a.trace);
+  if (!unreliable.empty()) {
+    std::cerr << "hzp-run: warning: unreliable: " << unreliable << "\n";
+    return kExitUnreliable;
   }
   return 0;
 }
@@ -222,7 +264,9 @@ int run_cuda_rank(const Args& a, const hzp::core::Schedule& s, const hzp::runtim
     core::write_file_atomic(path, traces::to_chrome_trace(timelines[median].timeline()));
   }
   if (!a.summary.empty() && (launch.rank == 0 || a.emulate)) {
-    write_summary(a.summary, s, "cuda", steps, steps[median], backend.peak_reserved().gib(), backend.peak_used().gib());
+    core::write_file_atomic(a.summary,
+                            summary_json(s, "cuda", steps, steps[median], backend.peak_reserved().gib(),
+                                         backend.peak_used().gib(), {{"clock", "device"}, {"reliable", true}}));
   }
   return 0;
 }
@@ -343,7 +387,13 @@ void add_run_options(CLI::App& app, Args& a) {
   app.add_option("schedule", a.schedule, "Schedule JSON (hzp schedule --out)");
   app.add_option("--backend", a.backend, "host (CPU threads, model durations) | cuda (GPUs)")->capture_default_str();
   app.add_option("--cluster", a.cluster, "cluster for the performance model (default: the Schedule's)");
-  app.add_option("--step-seconds", a.step_seconds, "host backend: wall seconds a timed step should take")
+  app.add_option("--clock", a.clock,
+                 "host backend: wall (sleep each op's time, scaled to --step-seconds; a run with over 5 % of its "
+                 "timed ops late is unreliable, exit 4) | virtual (time advanced by the backend: deterministic, "
+                 "load-independent, equal to the analytic engine)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"wall", "virtual"}));
+  app.add_option("--step-seconds", a.step_seconds, "host backend, wall clock: wall seconds a timed step should take")
       ->capture_default_str()
       ->check(number_in(1e-3, 86400));
   app.add_option("--late-ms", a.late_ms,
@@ -354,7 +404,7 @@ void add_run_options(CLI::App& app, Args& a) {
   app.add_option("--steps", a.steps, "timed steps (the median is reported)")->capture_default_str();
   app.add_option("--trace", a.trace, "write the median step's Timeline (Chrome trace JSON)")->check(file_name());
   app.add_option("--summary", a.summary, "write the steps, the median and the peak memory as JSON")->check(file_name());
-  app.add_option("--watchdog-s", a.watchdog_s, "abort when no op finishes for this long")
+  app.add_option("--watchdog-s", a.watchdog_s, "abort (exit 3) when no op is issued or finishes for this long")
       ->capture_default_str()
       ->check(number_in(0.1, 604800));
   app.add_flag("--skip-check", a.skip_check, "run without checking the Schedule first (to debug hangs)");
@@ -408,6 +458,9 @@ int run_parsed(const Args& a, [[maybe_unused]] const BenchArgs& b, bool bench, c
   if (!(a.step_seconds > 0)) throw core::InputError("command line", "--step-seconds", "expected a positive number");
   const core::Schedule s = core::schedule_from_json(core::read_file(a.schedule), a.schedule);
   if (!a.skip_check) core::check_schedule(s);
+  if (a.backend != "host" && a.clock != "wall") {
+    throw core::InputError("command line", "--clock", "expected wall with --backend cuda (a GPU keeps its own time)");
+  }
   if (a.backend == "host") {
     const runtime::LaunchInfo launch = runtime::detect_launch([](const char* n) { return std::getenv(n); });
     if (launch.world > 1) {
@@ -453,7 +506,14 @@ int main(int argc, char** argv) {
     std::cerr << "hzp-run: error: " << a.schedule << ": " << e.what() << "\n";
     return kExitBadInput;
   } catch (const runtime::RunError& e) {
-    std::cerr << "hzp-run: aborted: " << e.what() << "\n";
+    std::string what = e.what();
+    while (!what.empty() && what.back() == '\n') what.pop_back();
+    std::cerr << "hzp-run: aborted: " << what << "\n";
     return kExitAborted;
+  } catch (const std::exception& e) {
+    std::cerr << fmt::format(
+        "hzp-run: internal error: {}\nThis is a bug in hzp {} ({}); please report it with the command line above.\n",
+        e.what(), core::version(), core::git_revision());
+    return kExitInternal;
   }
 }

@@ -19,7 +19,10 @@ std::unique_ptr<Engine> make_engine(const std::string& name, const topologies::P
                            fmt::format("expected 1 to 64 channels, got {}", options.nccl_channels));
   }
   if (name == "analytic") return std::make_unique<AnalyticEngine>(pm, options.interference);
-  if (name == "simgrid") return std::make_unique<simgrid::SimGridEngine>(pm, options);
+  if (name == "simgrid") {
+    simgrid::check_simgrid_settings(options.simgrid_config);
+    return std::make_unique<simgrid::SimGridEngine>(pm, options);
+  }
   throw core::InputError("command line", "--engine", fmt::format("expected analytic or simgrid, got '{}'", name));
 }
 

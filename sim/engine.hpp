@@ -3,6 +3,7 @@
 // never the model or the plan.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -21,7 +22,17 @@ class Engine {
   /// here, and the Schedule's hash unless the caller already computed it; the
   /// caller supplies version and command line.
   virtual void run(const core::Schedule& s, traces::TraceHeader header, traces::TraceSink& sink) = 0;
+  /// Refuses a Schedule this engine would take too long or too much memory
+  /// for, with an InputError naming the flag that raises the limit; callers
+  /// check every Schedule before running any. Default: nothing (the analytic
+  /// engine is linear in the ops, which lowering already bounded).
+  virtual void check(const core::Schedule& /*s*/) const {}
 };
+
+/// The most flows a SimGrid simulation may put on the network unless raised
+/// (--max-flows): about 13 minutes and 3 GB on one core (bench/results/
+/// simgrid-scale.txt: 5.4 M flows, 8,192 ranks in detail, 763 s, 2.8 GB).
+inline constexpr std::int64_t kDefaultMaxFlows = 10'000'000;
 
 /// Settings of the SimGrid engine (the analytic engine takes only `interference`).
 struct EngineOptions {
@@ -34,6 +45,9 @@ struct EngineOptions {
   bool interference = true;
   /// Extra SimGrid settings ("key:value"), applied after hzp's own.
   std::vector<std::string> simgrid_config;
+  /// Not an input (no sweep key): the most flows a simulation may launch,
+  /// checked against an estimate before it starts; --max-flows.
+  std::int64_t max_flows = kDefaultMaxFlows;
 };
 
 /// "analytic" or "simgrid"; InputError(--engine / --ranks / --nccl-channels) otherwise.

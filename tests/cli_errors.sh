@@ -11,7 +11,7 @@ fail=0
 expect_error() {
   local want=$1
   shift
-  "$hzp" "$@" --summary "$work/out.json" > "$work/stdout" 2> "$work/stderr"
+  timeout 120 "$hzp" "$@" --summary "$work/out.json" > "$work/stdout" 2> "$work/stderr"
   local rc=$?
   local lines
   lines=$(wc -l < "$work/stderr")
@@ -70,7 +70,7 @@ expect_error "command line: --optim-shard: expected a divisor of the data-parall
 expect_fail() {
   local want=$1
   shift
-  "$hzp" "$@" > "$work/stdout" 2> "$work/stderr"
+  timeout 120 "$hzp" "$@" > "$work/stdout" 2> "$work/stderr"
   local rc=$?
   if [ "$rc" -ne 2 ] || [ "$(wc -l < "$work/stderr")" -ne 1 ] || ! grep -qF -- "$want" "$work/stderr"; then
     echo "FAIL: hzp $* -> rc=$rc, expected rc=2 and one line containing: $want"
@@ -109,6 +109,71 @@ expect_error "dup.json: schema_version: duplicate key" simulate --cluster "$work
 expect_error "dup.json: schema_version: duplicate key" simulate --gpus 8 --calibration "$work/dup.json"
 expect_fail "dup.json: schema_version: duplicate key" sweep --spec "$work/dup.json" --db "$work/d.db"
 expect_fail "dup.json: schema_version: duplicate key" validate compare "$work/dup.json" "$work/dup.json"
+
+# Every input file is read through one function: a regular file (or - for
+# standard input) of at most HZP_MAX_INPUT_BYTES, 256 MiB by default; a
+# device, a FIFO or a folder is one error line naming it (issue 19, item 4).
+ln -s /dev/zero "$work/zero.json"
+mkfifo "$work/fifo.json"
+mkdir "$work/dir.json"
+expect_error "zero.json: expected a regular file (it is a character device)" simulate --model "$work/zero.json"
+expect_error "fifo.json: expected a regular file (it is a FIFO)" simulate --cluster "$work/fifo.json"
+expect_error "dir.json: expected a regular file (it is a folder)" simulate --plan "$work/dir.json"
+expect_error "zero.json: expected a regular file" simulate --gpus 8 --calibration "$work/zero.json"
+expect_fail "fifo.json: expected a regular file (it is a FIFO)" sweep --spec "$work/fifo.json" --db "$work/f.db"
+expect_fail "zero.json: expected a regular file" validate compare "$work/zero.json" "$work/typo.json"
+expect_fail "fifo.json: expected a regular file" calibrate "$work/fifo.json" --out "$work/cal.json"
+size=$(wc -c < "$work/typo.json")
+HZP_MAX_INPUT_BYTES=100 expect_error "typo.json: expected at most 100 bytes (HZP_MAX_INPUT_BYTES), got $size" \
+  simulate --model "$work/typo.json"
+expect_fail "zero.json: expected a regular file (it is a character device)" plot timeline "$work/zero.json" --out "$work/t.png"
+expect_fail "fifo.json: expected a regular file (it is a FIFO)" plot memory "$work/fifo.json" --out "$work/m.png"
+HZP_MAX_INPUT_BYTES=lots expect_error "environment: HZP_MAX_INPUT_BYTES: expected a whole number of bytes" \
+  simulate --model "$work/typo.json"
+head -c 300 /dev/zero | tr '\0' ' ' > "$work/blank.json"
+HZP_MAX_INPUT_BYTES=1K expect_error "blank.json: not valid JSON" simulate --model "$work/blank.json"
+# A sweep database is opened by SQLite itself: checked first (SQLite blocks on a FIFO).
+expect_fail "fifo.json: expected a regular file (it is a FIFO)" sweep export "$work/fifo.json" --csv "$work/o.csv"
+expect_fail "fifo.json: expected a regular file (it is a FIFO)" sweep --set gpus=16 --db "$work/fifo.json"
+expect_fail "dir.json: expected a regular file (it is a folder)" sweep --set gpus=16 --db "$work/dir.json"
+expect_fail "zero.json: expected a regular file (it is a character device)" sweep merge "$work/m.db" "$work/zero.json"
+[ ! -e "$work/f.db" ] && [ ! -e "$work/cal.json" ] && [ ! -e "$work/o.csv" ] && [ ! -e "$work/m.db" ] || { echo "FAIL: a refused input left an output behind"; fail=1; }
+
+# Work estimated before it starts (issue 19, item 8): a plan whose Schedule
+# would hold more than --max-ops ops (8,000,000), or a SimGrid simulation of
+# more than --max-flows flows (10,000,000), is one line naming the flag that
+# raises the limit, at once (these took minutes and gigabytes, or never ended).
+SECONDS=0
+expect_error "command line: --max-ops: this plan's Schedule would hold about" simulate --gpus 16 --global-batch-seqs 65536
+expect_fail "command line: --max-ops: this plan's Schedule would hold about" \
+  schedule --gpus 16 --global-batch-seqs 65536 --strategy fsdp --out "$work/big.json"
+expect_error "command line: --max-ops: this plan's Schedule would hold about" simulate --model llama3.1-405b --cp 16
+expect_error "command line: --max-flows: the SimGrid simulation of llama3-70b/dgx-h100x65536/" \
+  simulate --gpus 65536 --global-batch-seqs 131072 --engine simgrid --ranks classes
+expect_error "--max-ops: expected an integer in [1, 1000000000000], got 0" simulate --max-ops 0
+expect_fail "command line: --max-ops: this plan's Schedule would hold about" \
+  schedule --model llama3-8b --gpus 16 --strategy fsdp --global-batch-tokens 128K --max-ops 100 --out "$work/small.json"
+[ "$SECONDS" -lt 60 ] || { echo "FAIL: the refusals took ${SECONDS}s"; fail=1; }
+[ ! -e "$work/big.json" ] && [ ! -e "$work/small.json" ] || { echo "FAIL: a refused Schedule was written"; fail=1; }
+"$hzp" sweep --set model=llama3-8b --set gpus=16 --set global_batch_tokens=128K --set strategy=fsdp --max-ops 100 \
+  --db "$work/limit.db" > /dev/null 2>&1 || { echo "FAIL: a sweep with a point over --max-ops"; fail=1; }
+python3 -c "
+import sqlite3, sys; r = sqlite3.connect(sys.argv[1]).execute('select status, error from points').fetchall()
+assert len(r) == 1 and r[0][0] == 'error' and '--max-ops' in r[0][1], r" "$work/limit.db" ||
+  { echo "FAIL: the sweep point over --max-ops is not an error row naming it"; fail=1; }
+# SimGrid settings are checked before the simulation: one line each (a
+# malformed one was a 14-line SimGrid backtrace; stack-size 1 crashed the
+# child; surf/precision 1e300 ran for minutes).
+sg=(simulate --model llama3-8b --gpus 16 --strategy fsdp --global-batch-tokens 128K --engine simgrid)
+expect_error "command line: --simgrid-cfg: expected KEY:VALUE, got 'nokey'" "${sg[@]}" --simgrid-cfg nokey
+expect_error "command line: --simgrid-cfg: contexts/stack-size: expected an integer in [64, 1048576], got 1" \
+  "${sg[@]}" --simgrid-cfg contexts/stack-size:1
+expect_error "command line: --simgrid-cfg: surf/precision: expected a finite number in [1e-15, 0.001], got '1e300'" \
+  "${sg[@]}" --simgrid-cfg surf/precision:1e300
+expect_error "command line: --simgrid-cfg: network/model: expected CM02|LV08|SMPI|IB, got 'Constant'" \
+  "${sg[@]}" --simgrid-cfg network/model:Constant
+expect_error "command line: --simgrid-cfg: expected one of the SimGrid settings hzp passes on" \
+  "${sg[@]}" --simgrid-cfg precision/timing:1e-9
 
 # A name from an input is one path component in output file names, and never printed raw.
 sed 's/"name": "typo"/"name": "..\/..\/esc_model"/; s/, "hiden_size": 3//' "$work/typo.json" > "$work/esc.json"

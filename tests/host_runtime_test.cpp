@@ -1,7 +1,7 @@
 // The runtime's executor on the host backend against the analytic engine:
-// the same Schedule, run for real on threads with the performance model's
-// durations as sleeps, must take the step the engine predicts (within 3 %);
-// and a Schedule that deadlocks is reported, op by op, instead of hanging.
+// the same Schedule, run on threads with the backend's virtual clock, must
+// take the times the engine predicts, op by op; a Schedule that deadlocks is
+// reported, op by op, instead of hanging; and an abort ends every wait at once.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -49,34 +49,61 @@ std::vector<Case> cases() {
 
 class HostEquivalence : public ::testing::TestWithParam<Case> {};
 
-TEST_P(HostEquivalence, StepMatchesTheAnalyticEngineWithinThreePercent) {
+// The virtual clock: the executor's threads, streams, events and rendezvous
+// as on the wall clock, with time advanced by the backend instead of by
+// sleeping. Both sides then do the same integer-nanosecond max-plus
+// arithmetic on the same PerfModel costs, so the run must equal the analytic
+// engine op by op (not just the step to 1e-9), whatever the machine's load.
+TEST_P(HostEquivalence, VirtualClockRunEqualsTheAnalyticEngine) {
   models::ModelSpec m = models::load_model("llama3-8b");
   m.layers = 4;
   const topologies::PerfModel pm(topologies::Topology(topologies::load_cluster("dgx-h100"), 16));
   const core::Schedule s = plan::lower(m, pm.topology(), GetParam().o);
-  const double predicted = sim::AnalyticEngine(pm, /*interference=*/false).estimate(s).step.to_seconds();
+  // The host backend does not slow compute under collectives: neither does the reference.
+  sim::AnalyticEngine analytic(pm, /*interference=*/false);
+  const double predicted = analytic.estimate(s).step.to_seconds();
   ASSERT_GT(predicted, 0);
-  // About three wall seconds per step: sleeps of milliseconds; a wake-up up to
-  // 5 ms late is the host's jitter (a loaded 2-core CI machine), not the device's.
   runtime::HostOptions o;
-  o.time_scale = 3.0 / predicted;
-  o.late = std::chrono::milliseconds(5);
+  o.clock = runtime::HostClock::Virtual;
   runtime::HostBackend backend(s, pm, o);
   std::vector<std::size_t> all(s.programs.size());
   std::iota(all.begin(), all.end(), 0);
   runtime::execute(s, all, backend);
   const double measured = runtime::measured_step(s, backend.times()).to_seconds();
-  // The trace says when the host issued each op, never after it started.
-  traces::TimelineRecorder rec;
-  backend.emit({}, rec);
-  for (const auto& r : rec.timeline().ops) {
+  std::cout << GetParam().name << ": host (virtual clock) " << measured << " s, analytic " << predicted << " s\n";
+  EXPECT_NEAR(measured / predicted, 1.0, 1e-9) << GetParam().name << ": host " << measured << " s, analytic "
+                                               << predicted << " s, " << s.programs.size() << " rank classes";
+  EXPECT_EQ(backend.late_ops(), 0U);
+  // Op by op: the same start and end, to the nanosecond; the trace says when
+  // the host issued each op, never after it started; and the memory in use
+  // follows the analytic timeline's, point by point.
+  traces::TimelineRecorder host, engine;
+  backend.emit({}, host);
+  analytic.run(s, {}, engine);
+  ASSERT_EQ(host.timeline().ops.size(), engine.timeline().ops.size());
+  std::size_t differ = 0;
+  for (std::size_t j = 0; j < host.timeline().ops.size(); ++j) {
+    const auto& h = host.timeline().ops[j];
+    const auto& e = engine.timeline().ops[j];
+    ASSERT_EQ(h.op_id, e.op_id);
+    if ((h.start != e.start || h.end != e.end) && ++differ <= 5) {
+      ADD_FAILURE() << h.name << ": host [" << h.start.count_ns() << ", " << h.end.count_ns() << "] ns, analytic ["
+                    << e.start.count_ns() << ", " << e.end.count_ns() << "] ns";
+    }
+  }
+  EXPECT_EQ(differ, 0U);
+  for (const auto& r : host.timeline().ops) {
     ASSERT_TRUE(r.issued) << r.name;
     EXPECT_LE(r.issued->count_ns(), r.start.count_ns()) << r.name;
   }
-  std::cout << GetParam().name << ": host " << measured << " s, analytic " << predicted << " s, late ops "
-            << backend.late_ops() << "\n";
-  EXPECT_NEAR(measured / predicted, 1.0, 0.03) << GetParam().name << ": host " << measured << " s, analytic "
-                                               << predicted << " s, " << s.programs.size() << " rank classes";
+  ASSERT_EQ(host.timeline().memory.size(), engine.timeline().memory.size());
+  for (std::size_t j = 0; j < host.timeline().memory.size(); ++j) {
+    const auto& h = host.timeline().memory[j];
+    const auto& e = engine.timeline().memory[j];
+    ASSERT_EQ(h.time, e.time) << j;
+    ASSERT_EQ(h.buffer, e.buffer) << j;
+    ASSERT_EQ(h.in_use, e.in_use) << j << " " << h.buffer;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Schedules, HostEquivalence, ::testing::ValuesIn(cases()),
@@ -146,6 +173,74 @@ TEST(HostWatchdog, ReportsTheWaitingOpOfEveryRankInsteadOfHanging) {
               std::string::npos)
         << what;
   }
+}
+
+// One program, one thread and one stream of `ops` compute ops of `flops`
+// each; the thread's launch latency `launch`.
+core::Schedule one_stream(int ops, double flops, core::Duration launch) {
+  core::Schedule s;
+  s.name = "one_stream";
+  s.step.world_size = 1;
+  s.groups.push_back(core::Group{0, core::GroupKind::World, {0}});
+  core::Program prog;
+  prog.name = "only";
+  prog.ranks = {0};
+  prog.threads.push_back(core::Thread{0, "main", launch, launch});
+  core::Stream st{0, "compute", core::StreamKind::Compute, 0, {}};
+  for (int i = 0; i < ops; ++i) {
+    core::Op o;
+    o.id = i;
+    o.kind = core::OpKind::Compute;
+    o.compute = core::ComputeKind::Gemm;
+    o.name = fmt::format("gemm{}", i);
+    o.flops = core::Flops(flops);
+    st.ops.push_back(o);
+  }
+  prog.streams = {st};
+  s.programs.push_back(prog);
+  return s;
+}
+
+// Issue 19, item 1: the watchdog reported and the run then hung, because
+// workers (and issuing host threads) slept in sleep_until, which an abort
+// cannot interrupt. Each run below would sleep for days.
+double seconds_to_abort(const core::Schedule& s) {
+  const topologies::PerfModel pm(topologies::Topology(topologies::load_cluster("dgx-h100"), 8));
+  runtime::HostOptions o;
+  o.watchdog = std::chrono::milliseconds(300);
+  const auto t0 = std::chrono::steady_clock::now();
+  {
+    runtime::HostBackend backend(s, pm, o);
+    EXPECT_THROW(runtime::execute(s, {0}, backend), runtime::RunError);
+  }  // and the backend's threads are joined
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+TEST(HostWatchdog, AbortsPromptlyWhileAnOpSleeps) {
+  // A GEMM of 1e21 FLOPs: about 2e6 s on an H100.
+  EXPECT_LT(seconds_to_abort(one_stream(2, 1e21, core::Duration{})), 10.0);
+}
+
+TEST(HostWatchdog, AbortsPromptlyWhileTheHostIssues) {
+  // A launch latency of a day: the host thread waits to issue the second op.
+  EXPECT_LT(seconds_to_abort(one_stream(3, 1e9, core::Duration::seconds(86400))), 10.0);
+}
+
+// The wall clock still sleeps and counts the ops whose end the host missed:
+// with no tolerance at all (late = 0) every wake-up is late, so the run is
+// past the fraction that makes hzp-run call it unreliable.
+TEST(HostWallClock, CountsTheOpsTheHostWokeLateFor) {
+  const core::Schedule s = one_stream(20, 1e12, core::Duration::us(4));
+  const topologies::PerfModel pm(topologies::Topology(topologies::load_cluster("dgx-h100"), 8));
+  runtime::HostOptions o;
+  o.time_scale = 20;  // 20 GEMMs of ~1.4 ms: about 0.6 s of wall time; sleeps of milliseconds
+  o.late = std::chrono::microseconds(0);
+  runtime::HostBackend backend(s, pm, o);
+  runtime::execute(s, {0}, backend);
+  EXPECT_EQ(backend.timed_ops(), 20U);
+  EXPECT_GT(static_cast<double>(backend.late_ops()), runtime::kMaxLateFraction * 20);
+  const double step = runtime::measured_step(s, backend.times()).to_seconds();
+  EXPECT_GT(step, 0);
 }
 
 }  // namespace

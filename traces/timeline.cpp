@@ -75,6 +75,7 @@ std::string to_chrome_trace(const Timeline& t) {
                         {"git_revision", t.header.git_revision},
                         {"command_line", t.header.command_line},
                         {"schedule_provenance", nlohmann::json::parse(t.header.schedule_provenance_json)}};
+  if (!t.header.unreliable.empty()) header["unreliable"] = t.header.unreliable;
   out += header.dump();
   out += ",\"traceEvents\":[\n";
   bool first = true;
@@ -148,6 +149,7 @@ TraceHeader header_from(const nlohmann::json& h, const std::string& file) {
   header.git_revision = str("git_revision");
   header.command_line = str("command_line");
   header.schedule_provenance_json = h.value("schedule_provenance", nlohmann::json::object()).dump();
+  if (h.contains("unreliable")) header.unreliable = str("unreliable");
   return header;
 }
 

@@ -23,6 +23,10 @@ struct TraceHeader {
   std::string git_revision;
   std::string command_line;  // the arguments the run was given
   std::string schedule_provenance_json = "{}";
+  /// Empty for a trace that measures what it says; else why it does not (a
+  /// wall-clock host run whose host fell behind). Written as otherData's
+  /// "unreliable" only when set; `hzp validate compare` refuses such a trace.
+  std::string unreliable;
 };
 
 struct StreamInfo {

@@ -194,6 +194,12 @@ std::string markdown_report(const Comparison& c, const traces::Timeline& predict
                             const std::string& picture) {
   std::string md = fmt::format("# Predicted vs measured: {}\n\n", predicted.header.schedule_name);
   md += fmt::format("Schedule `{}`.\n\n", predicted.header.schedule_sha256);
+  for (const auto* t : {&predicted, &measured}) {
+    if (!t->header.unreliable.empty()) {
+      md += fmt::format("**Unreliable {} trace** (compared with --accept-unreliable): {}\n\n",
+                        t == &predicted ? "predicted" : "measured", t->header.unreliable);
+    }
+  }
   md += "| | engine | hzp | detail |\n|---|---|---|---|\n";
   md += fmt::format("| predicted | {} | {} ({}) | {} |\n", predicted.header.engine, predicted.header.hzp_version,
                     predicted.header.git_revision, predicted.header.engine_detail);

@@ -13,6 +13,7 @@ import argparse
 import json
 import os
 import sqlite3
+import stat
 import sys
 import tempfile
 
@@ -71,6 +72,8 @@ def save(fig, out):
 def rows(db, where="status = 'ok'"):
     if not os.path.exists(db):
         fail(db, "", "no such sweep database")
+    if not os.path.isfile(db):
+        fail(db, "", "expected an hzp sweep database (a regular file)")
     con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     con.row_factory = sqlite3.Row
     try:
@@ -146,11 +149,48 @@ def scaling(a):
     save(fig, a.out)
 
 
-def load_trace(path):
+def max_input_bytes():
+    """HZP_MAX_INPUT_BYTES as hzp reads it: a whole number, K/M/G powers of two; 256 MiB unset."""
+    text = os.environ.get("HZP_MAX_INPUT_BYTES", "")
+    if not text:
+        return 256 << 20
+    digits = len(text) - len(text.lstrip("0123456789"))
+    shift = {"": 0, "K": 10, "M": 20, "G": 30}.get(text[digits:])
+    n = int(text[:digits]) if 0 < digits <= 12 else 0
+    if shift is None or n < 1 or n > (1 << 40) >> shift:
+        fail("environment", "HZP_MAX_INPUT_BYTES",
+             f"expected a whole number of bytes in [1, 2^40] (K, M, G suffixes: powers of two), got '{text}'")
+    return n << shift
+
+
+def read_input(path):
+    """An input file as hzp reads one: a regular file of at most HZP_MAX_INPUT_BYTES (never blocks on a FIFO)."""
+    limit = max_input_bytes()
     try:
-        with open(path) as f:
-            t = json.load(f)
-    except (OSError, ValueError) as e:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        fail(path, "", "cannot open file")
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        kind = ("a folder" if stat.S_ISDIR(st.st_mode) else "a character device" if stat.S_ISCHR(st.st_mode)
+                else "a FIFO" if stat.S_ISFIFO(st.st_mode) else "not a regular file")
+        fail(path, "", f"expected a regular file (it is {kind})")
+    if st.st_size > limit:
+        os.close(fd)
+        fail(path, "", f"expected at most {limit} bytes (HZP_MAX_INPUT_BYTES), got {st.st_size}")
+    with os.fdopen(fd, "rb") as f:
+        data = f.read(limit + 1)
+        if len(data) > limit:
+            fail(path, "", f"expected at most {limit} bytes (HZP_MAX_INPUT_BYTES), got more")
+        return data
+
+
+def load_trace(path):
+    data = read_input(path)
+    try:
+        t = json.loads(data)
+    except ValueError as e:
         fail(path, "", f"expected an hzp Chrome trace ({e})")
     if "traceEvents" not in t:
         fail(path, "traceEvents", "expected an hzp Chrome trace")

@@ -254,6 +254,66 @@ TEST(SimGridEngine, PassesSimGridSettingsThroughAndNamesBadOnes) {
   }
 }
 
+// Issue 19, item 8: settings that make SimGrid die with a backtrace (a
+// malformed one), crash (contexts/stack-size:1), abort (maxmin/precision:1,
+// the Constant network model) or stall (surf/precision:1e300) are one
+// InputError each, before any simulation starts.
+TEST(SimGridEngine, RefusesSettingsThatCrashOrStallSimGridBeforeSimulating) {
+  auto pm = h100(16);
+  for (const char* bad :
+       {"nokey", "no/such-setting:1", "contexts/stack-size:1", "surf/precision:1e300", "maxmin/precision:1",
+        "network/model:Constant", "network/bandwidth-factor:1e-6", "surf/precision:nan", "network/TCP-gamma:-5"}) {
+    EngineOptions o = quiet();
+    o.simgrid_config = {bad};
+    try {
+      (void)make_engine("simgrid", pm, o);
+      ADD_FAILURE() << bad << " was accepted";
+    } catch (const core::InputError& e) {
+      EXPECT_EQ(e.key(), "--simgrid-cfg") << e.what();
+      EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
+    }
+  }
+  EngineOptions ok = quiet();
+  ok.simgrid_config = {"surf/precision:1e-9", "network/crosstraffic:0", "contexts/stack-size:8192",
+                       "network/model:LV08"};
+  EXPECT_NO_THROW((void)make_engine("simgrid", pm, ok));
+}
+
+// The flow estimate the engine refuses a simulation by (--max-flows) against
+// the flows a simulation reports: FSDP over two nodes (every group leaves
+// its domain) and hzp with node-local gathers, in both scale modes.
+TEST(SimGridEngine, EstimatesItsFlowsBeforeSimulating) {
+  auto m = models::load_model("llama3-8b");
+  m.layers = 4;
+  auto pm = h100(16);
+  for (plan::Strategy strategy : {plan::Strategy::Fsdp, plan::Strategy::Hzp}) {
+    plan::PlanOptions o;
+    o.strategy = strategy;
+    o.seq_len = 4096;
+    o.global_batch_sequences = 32;
+    const core::Schedule s = plan::lower(m, pm.topology(), o);
+    for (const std::string ranks : {"all", "classes"}) {
+      const traces::Timeline t = run(s, pm, quiet(ranks));
+      const std::string& detail = t.header.engine_detail;
+      const std::size_t at = detail.find(" flows");
+      ASSERT_NE(at, std::string::npos) << detail;
+      const std::size_t from = detail.rfind(' ', at - 1) + 1;
+      const double reported = std::stod(detail.substr(from, at - from));
+      const auto estimated = static_cast<double>(estimate_flows(s, pm, ranks == "all"));
+      EXPECT_GE(estimated, 0.5 * reported) << plan::to_string(strategy) << " " << ranks << ": " << detail;
+      EXPECT_LE(estimated, 16 * reported) << plan::to_string(strategy) << " " << ranks << ": " << detail;
+      EngineOptions tight = quiet(ranks);
+      tight.max_flows = static_cast<std::int64_t>(estimated) - 1;
+      try {
+        (void)run(s, pm, tight);
+        ADD_FAILURE() << "ran over --max-flows";
+      } catch (const core::InputError& e) {
+        EXPECT_EQ(e.key(), "--max-flows") << e.what();
+      }
+    }
+  }
+}
+
 TEST(SimGridEngine, RejectsRanksTheClusterLacksAndBrokenSchedules) {
   auto pm = h100(8);
   Builder b({0, 8}, 16);

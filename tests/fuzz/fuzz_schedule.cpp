@@ -17,7 +17,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     topologies::PerfModel pm(topologies::Topology(spec, devices));
     auto engine = sim::make_engine("analytic", pm);
     traces::TimelineRecorder rec;
-    engine->run(s, {}, rec);
+    traces::TraceHeader header;
+    header.schedule_sha256 = "fuzz";  // a given hash: the engine does not stream the Schedule through SHA-256
+    engine->run(s, header, rec);
     (void)sim::compute_metrics(s, rec.timeline(), spec.device);
     (void)traces::to_chrome_trace(rec.timeline());
   });
