@@ -147,23 +147,24 @@ CalibrationFit fit_calibration(const topologies::ClusterSpec& cluster,
     fit.gemm_efficiency = curve(gemm);
     fit.notes.push_back(fmt::format("GEMM efficiency: {} shapes at {} sizes", gemm_count, gemm.size()));
   }
+  // One line per link: what was fitted and how well.
+  auto link_note = [](const char* what, const char* step, const LinkFit& f) {
+    return fmt::format(
+        "{}: {} ring collectives, NCCL's Simple {} step {:.2f} us, ring efficiency {:.3f}, median "
+        "|error| {:.1f}%",
+        what, f.used, step, f.step_latency_us, f.ring_efficiency, 100 * f.median_error);
+  };
   if (!up.empty()) {
     const LinkFit f = fit_link(cluster, Link::ScaleUp, up);
     fit.scale_up_step_latency_us = f.step_latency_us;
     fit.scale_up_ring_efficiency = f.ring_efficiency;
-    fit.notes.push_back(fmt::format(
-        "scale-up: {} ring collectives, NCCL's Simple ring step {:.2f} us, ring efficiency {:.3f}, median |error| "
-        "{:.1f}%",
-        f.used, f.step_latency_us, f.ring_efficiency, 100 * f.median_error));
+    fit.notes.push_back(link_note("scale-up", "ring", f));
   }
   if (!rails.empty()) {
     const LinkFit f = fit_link(cluster, Link::ScaleOut, rails);
     fit.net_step_latency_us = f.step_latency_us;
     fit.scale_out_ring_efficiency = f.ring_efficiency;
-    fit.notes.push_back(fmt::format(
-        "scale-out (rail groups): {} ring collectives, NCCL's Simple NET step {:.2f} us, ring efficiency {:.3f}, "
-        "median |error| {:.1f}%",
-        f.used, f.step_latency_us, f.ring_efficiency, 100 * f.median_error));
+    fit.notes.push_back(link_note("scale-out (rail groups)", "NET", f));
   }
   if (!slowdowns.empty()) {
     fit.comm_compute_slowdown = std::max(1.0, median(slowdowns));

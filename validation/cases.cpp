@@ -81,14 +81,21 @@ Case case_from_json(const std::string& text, const std::string& file) {
   return c;
 }
 
-std::vector<Case> load_cases(const std::string& dir, const std::string& filter) {
+std::vector<std::string> case_files(const std::string& dir, const std::string& what) {
   namespace fs = std::filesystem;
   std::error_code ec;
-  if (!fs::is_directory(dir, ec)) throw core::InputError(dir, "", "expected a directory of validation cases");
-  std::vector<Case> out;
+  if (!fs::is_directory(dir, ec)) throw core::InputError(dir, "", "expected a directory of " + what);
+  std::vector<std::string> out;
   for (const auto& e : fs::directory_iterator(dir)) {
-    if (e.path().extension() != ".json") continue;
-    Case c = case_from_json(core::read_file(e.path().string()), e.path().string());
+    if (e.path().extension() == ".json") out.push_back(e.path().string());
+  }
+  return out;
+}
+
+std::vector<Case> load_cases(const std::string& dir, const std::string& filter) {
+  std::vector<Case> out;
+  for (const auto& file : case_files(dir, "validation cases")) {
+    Case c = case_from_json(core::read_file(file), file);
     if (filter.empty() || c.name.find(filter) != std::string::npos || c.group.find(filter) != std::string::npos) {
       out.push_back(std::move(c));
     }

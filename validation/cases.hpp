@@ -35,6 +35,10 @@ struct Case {
 
 /// Throws InputError naming the file and key for anything malformed.
 [[nodiscard]] Case case_from_json(const std::string& text, const std::string& file);
+/// The `*.json` files in `dir` (a case directory), paths as found; throws
+/// InputError when `dir` is not a directory of `what`.
+[[nodiscard]] std::vector<std::string> case_files(const std::string& dir, const std::string& what);
+
 /// Every `*.json` under `dir` whose name or group contains `filter` (all when
 /// empty), sorted by name.
 [[nodiscard]] std::vector<Case> load_cases(const std::string& dir, const std::string& filter = "");

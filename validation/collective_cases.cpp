@@ -1,6 +1,8 @@
 // Collective validation cases (see collective_cases.hpp).
 #include "validation/collective_cases.hpp"
 
+#include "validation/cases.hpp"
+
 #include <fmt/format.h>
 #include <algorithm>
 #include <cmath>
@@ -148,13 +150,9 @@ CollectiveCase collective_case_from_json(const std::string& text, const std::str
 }
 
 std::vector<CollectiveCase> load_collective_cases(const std::string& dir, const std::string& filter) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec)) throw core::InputError(dir, "", "expected a directory of collective cases");
   std::vector<CollectiveCase> out;
-  for (const auto& e : fs::directory_iterator(dir)) {
-    if (e.path().extension() != ".json") continue;
-    CollectiveCase c = collective_case_from_json(core::read_file(e.path().string()), e.path().string());
+  for (const auto& file : case_files(dir, "collective cases")) {
+    CollectiveCase c = collective_case_from_json(core::read_file(file), file);
     if (filter.empty() || c.id.find(filter) != std::string::npos) out.push_back(std::move(c));
   }
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
