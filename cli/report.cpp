@@ -43,8 +43,9 @@ std::string run_stem(const ScenarioResult& r, const StrategyResult& run) {
 
 std::string summary_text(const ScenarioResult& r) {
   std::string out;
-  out += fmt::format("hzp {} ({}) - {} engine{}\n", core::version(), core::git_revision(), r.engine,
-                     r.engine_detail.empty() ? "" : " (" + r.engine_detail + ")");
+  out += fmt::format("hzp {} ({}) - {} engine{}{}\n", core::version(), core::git_revision(), r.engine,
+                     r.engine_detail.empty() ? "" : " (" + r.engine_detail + ")",
+                     r.stack ? ", stack " + r.stack->spec.name : "");
   out += fmt::format(
       "{} on {} x {} ({}), global batch {} x {} tokens = {} tokens, {} data-parallel ranks, {} micro-batch(es) per "
       "rank\n",
@@ -106,6 +107,8 @@ std::string summary_json(const ScenarioResult& r, const std::string& command_lin
                  {"model_sha256", r.model_sha256},
                  {"cluster", r.cluster.name},
                  {"cluster_sha256", r.cluster_sha256},
+                 {"stack", r.stack ? r.stack->spec.name : ""},
+                 {"stack_sha256", r.stack ? r.stack->sha256 : ""},
                  {"gpus", r.gpus}};
   j["batch"] = {{"seq_len", r.batch.seq_len},
                 {"global_batch_sequences", r.batch.sequences},

@@ -4,11 +4,13 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 
 #include "core/error.hpp"
 
@@ -103,6 +105,18 @@ nlohmann::ordered_json parse_ordered_json(const std::string& text, const std::st
 
 /// Reads and parses a JSON file; a missing file is an InputError.
 nlohmann::json read_json_file(const std::string& path);
+
+/// The value of string `key` among named choices; anything else fails with the list.
+template <class E>
+E choose(StrictObject& o, const std::string& key, std::initializer_list<std::pair<const char*, E>> options) {
+  const std::string v = o.str(key);
+  std::string names;
+  for (const auto& [n, e] : options) {
+    if (v == n) return e;
+    names += (names.empty() ? "" : "|") + std::string(n);
+  }
+  o.fail(key, "expected one of " + names + ", got \"" + v + "\"");
+}
 
 /// Requires `schema_version` == `expected` and reads it.
 void require_schema_version(StrictObject& o, std::int64_t expected);

@@ -127,6 +127,11 @@ Op op_from_json(StrictObject o) {
         }
         op.gemm = GemmShape{v[0], v[1], v[2], v[3]};
       }
+      op.kernels = static_cast<int>(o.integer("kernels", 0, 1000000));
+      if (o.has("attention_kernel")) {
+        if (op.compute != ComputeKind::Attention) o.fail("attention_kernel", "expected only on attention ops");
+        op.attention_kernel = o.name("attention_kernel");
+      }
       break;
     case OpKind::Collective:
       op.collective = parse_enum(kCollectiveKind, o, "op");

@@ -15,7 +15,7 @@
 
 namespace hzp::core {
 
-inline constexpr int kScheduleSchemaVersion = 2;
+inline constexpr int kScheduleSchemaVersion = 3;
 /// The most ranks a Schedule may have (a million).
 inline constexpr int kMaxWorldSize = 1 << 20;
 
@@ -134,6 +134,13 @@ struct Op {
   Bytes bytes{};
   Dtype dtype = Dtype::Bf16;
   std::optional<GemmShape> gemm;
+  /// Compute: the kernels the op launches (a stack's eager norm is several);
+  /// each costs its thread one launch latency to issue.
+  int kernels = 1;
+  /// Compute, attention only: the fused kernel's family ("flash2", "flash3",
+  /// "cudnn"), whose efficiency the device profile gives; empty: the device's
+  /// generic attention efficiency.
+  std::string attention_kernel;
   int group = -1;
   int seq = -1;
   int peer = -1;
@@ -170,13 +177,14 @@ struct Thread {
   return k == OpKind::Compute || k == OpKind::Collective || k == OpKind::Send || k == OpKind::Recv;
 }
 
-/// The host time `thread` spends issuing an op of kind `k` — the one rule the
-/// engines and the runtime's backends share: a kernel its launch latency; a
-/// collective, send or receive its collective launch latency; anything else
-/// nothing.
-[[nodiscard]] constexpr Duration issue_latency(const Thread& thread, OpKind k) {
-  if (k == OpKind::Compute) return thread.launch_latency;
-  if (k == OpKind::Collective || k == OpKind::Send || k == OpKind::Recv) return thread.collective_launch_latency;
+/// The host time `thread` spends issuing `op` — the one rule the engines and
+/// the runtime's backends share: a compute op its launch latency per kernel;
+/// a collective, send or receive its collective launch latency; anything
+/// else nothing.
+[[nodiscard]] inline Duration issue_latency(const Thread& thread, const Op& op) {
+  if (op.kind == OpKind::Compute) return Duration::ns(thread.launch_latency.count_ns() * op.kernels);
+  if (op.kind == OpKind::Collective || op.kind == OpKind::Send || op.kind == OpKind::Recv)
+    return thread.collective_launch_latency;
   return Duration{};
 }
 

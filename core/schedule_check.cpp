@@ -35,8 +35,9 @@ std::string role_problem(const Schedule& s, const Op& op) {
   bool fits = r == R::Other;
   switch (op.kind) {
     case OpKind::Compute:
+      // A sharding collective's copies and (de)quantization are compute ops of its role.
       fits = fits || r == R::Forward || r == R::Backward || r == R::Recompute || r == R::GradAccumulate ||
-             r == R::Optimizer || r == R::ZeroGrads;
+             r == R::Optimizer || r == R::ZeroGrads || r == R::ParamGather || r == R::GradReduce;
       break;
     case OpKind::Collective:
       fits = fits || r == R::ModelParallel || r == R::Pipeline || r == R::ParamGather || r == R::GradReduce;

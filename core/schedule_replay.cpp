@@ -202,7 +202,7 @@ class Replay {
       }
       r_.issued[p][k][i] = t.clock;
       ++issued_count_[p][k];
-      t.clock += issue_latency(*t.thread, op.kind);
+      t.clock += issue_latency(*t.thread, op);
       ++t.next;
       push({p, k});
     }

@@ -156,16 +156,16 @@ TEST(Schedule, RolesAndClassesRoundTrip) {
 
 TEST(Schedule, OlderSchemaIsRejectedWithWhatToDo) {
   std::string text = to_canonical_json(two_rank_schedule());
-  const auto pos = text.find(R"("schema_version":2)");
+  const auto pos = text.find(R"("schema_version":3)");
   ASSERT_NE(pos, std::string::npos);
-  text.replace(pos, 18, R"("schema_version":1)");
+  text.replace(pos, 18, R"("schema_version":2)");
   try {
     (void)schedule_from_json(text, "old.json", false);
     FAIL();
   } catch (const InputError& e) {
     EXPECT_STREQ(e.what(),
-                 "old.json: schema_version: expected 2 (a Schedule written by an older hzp; lower it again with "
-                 "`hzp schedule`), got 1");
+                 "old.json: schema_version: expected 3 (a Schedule written by an older hzp; lower it again with "
+                 "`hzp schedule`), got 2");
   }
 }
 

@@ -162,6 +162,7 @@ AdaptiveChoice choose_shards(const Scenario& sc, double memory_limit_GiB) {
   const Evaluator evaluate(sc, in, core::gib(memory_limit_GiB));
   plan::PlanOptions base = sc.plan;
   base.strategy = plan::Strategy::Hzp;
+  base.stack = in.stack;
   const plan::BatchSplit batch = plan::split_batch(in.model, sc.gpus, base);
 
   AdaptiveChoice choice;

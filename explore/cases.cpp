@@ -57,6 +57,7 @@ validation::Scored run_case(const validation::Case& c, const std::string& calibr
   sc.calibration = calibration;
   sc.model_json = std::pair{c.model_json, c.file + " (model)"};
   sc.cluster = c.cluster;
+  sc.stack = c.stack;
   sc.nic_gbps = c.nic_gbps;
   sc.gpus = c.gpus;
   sc.plan = plan::plan_from_json(c.plan_json, c.file + " (plan)");
@@ -68,6 +69,9 @@ validation::Scored run_case(const validation::Case& c, const std::string& calibr
   const double step = m.step_time.to_seconds();
   switch (c.quantity) {
     case validation::Quantity::IterationTime: s.predicted = step; break;
+    case validation::Quantity::TokensPerGpu:
+      s.predicted = static_cast<double>(r.batch.sequences * r.batch.seq_len) / step / c.gpus;
+      break;
     case validation::Quantity::TflopsPerGpu: {
       const validation::GptShape g{static_cast<double>(r.batch.sequences), static_cast<double>(r.batch.seq_len),
                                    static_cast<double>(r.model.layers), static_cast<double>(r.model.hidden),

@@ -17,9 +17,10 @@ using core::ValueType;
 using json = nlohmann::json;
 
 // Adds the input hashes to the Schedule's provenance.
-void stamp_inputs(core::Schedule& s, const std::string& model_sha, const std::string& cluster_sha) {
+void stamp_inputs(core::Schedule& s, const std::string& model_sha, const std::string& cluster_sha,
+                  const stacks::Stack& stack) {
   json p = json::parse(s.provenance_json);
-  p["inputs"] = {{"model_sha256", model_sha}, {"cluster_sha256", cluster_sha}};
+  p["inputs"] = {{"model_sha256", model_sha}, {"cluster_sha256", cluster_sha}, {"stack_sha256", stack.sha256}};
   p["hzp_version"] = core::version();
   s.provenance_json = p.dump();
 }
@@ -41,6 +42,10 @@ std::vector<ScenarioOption> make_table() {
   t.push_back({spec("cluster", ValueType::Text, "catalog name (see `hzp clusters`) or a cluster .json file"),
                [](const Scenario& s) -> json { return s.cluster; },
                [](Scenario& s, const json& v) { s.cluster = v.get<std::string>(); }});
+  t.push_back({spec("stack", ValueType::Text,
+                    "the software stack that runs the plan: catalog name (see `hzp stacks`) or a stack .json file"),
+               [](const Scenario& s) -> json { return s.stack; },
+               [](Scenario& s, const json& v) { s.stack = v.get<std::string>(); }});
   t.push_back({spec("gpus", ValueType::Integer, "number of GPUs (a whole number of nodes)", 1, 1 << 20),
                [](const Scenario& s) -> json { return s.gpus; },
                [](Scenario& s, const json& v) { s.gpus = v.get<int>(); }});
@@ -117,6 +122,7 @@ Inputs resolve_inputs(const Scenario& sc) {
   in.model_sha256 = core::sha256_hex(mt.text);
   in.cluster = topologies::resolve_cluster(sc.cluster, sc.overlay());
   in.cluster_sha256 = core::sha256_hex(in.cluster.text);
+  in.stack = sc.stack == stacks::kDefaultStack ? stacks::default_stack() : stacks::resolve_stack(sc.stack);
   return in;
 }
 
@@ -125,8 +131,9 @@ core::Schedule build_schedule(const Scenario& sc, plan::Strategy strategy) {
   topologies::Topology topo(in.cluster.spec, sc.gpus);
   plan::PlanOptions o = sc.plan;
   o.strategy = strategy;
+  o.stack = in.stack;
   core::Schedule s = plan::lower(in.model, topo, o);
-  stamp_inputs(s, in.model_sha256, in.cluster_sha256);
+  stamp_inputs(s, in.model_sha256, in.cluster_sha256, *in.stack);
   return s;
 }
 
@@ -139,6 +146,7 @@ ScenarioResult run_scenario(const Scenario& sc) {
   r.cluster_sha256 = std::move(in.cluster_sha256);
   r.gpus = sc.gpus;
   topologies::PerfModel pm(topologies::Topology(r.cluster, sc.gpus));
+  r.stack = in.stack;
   r.batch = plan::split_batch(r.model, sc.gpus, sc.plan);
   auto engine = sim::make_engine(sc.engine, pm, sc.engine_options);
   r.engine = engine->name();
@@ -152,10 +160,11 @@ ScenarioResult run_scenario(const Scenario& sc) {
     run.strategy = strategy;
     plan::PlanOptions o = sc.plan;
     o.strategy = strategy;
+    o.stack = in.stack;
     plan::LoweredPlan lowered = plan::lower_plan(r.model, pm.topology(), o);
     run.schedule = std::move(lowered.schedule);
     run.plan = std::move(lowered.plan);
-    stamp_inputs(run.schedule, r.model_sha256, r.cluster_sha256);
+    stamp_inputs(run.schedule, r.model_sha256, r.cluster_sha256, *in.stack);
     engine->check(run.schedule);
     r.runs.push_back(std::move(run));
   }

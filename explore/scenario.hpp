@@ -3,6 +3,7 @@
 // running them through an engine. Every command resolves its inputs here.
 #pragma once
 
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -16,6 +17,7 @@
 #include "plan/plan.hpp"
 #include "sim/engine.hpp"
 #include "sim/metrics.hpp"
+#include "stacks/stack_spec.hpp"
 #include "topologies/overlay.hpp"
 #include "topologies/topology.hpp"
 #include "traces/timeline.hpp"
@@ -25,6 +27,9 @@ namespace hzp::explore {
 struct Scenario {
   std::string model = "llama3-70b";
   std::string cluster = "dgx-h100";
+  /// The software stack (catalog name or .json file): resolve_inputs loads
+  /// it and every Schedule the scenario lowers runs under it (plan.stack).
+  std::string stack = stacks::kDefaultStack;
   int gpus = 1024;
   std::vector<plan::Strategy> strategies;  // empty: every implemented strategy
   plan::PlanOptions plan;                  // strategy is set per run
@@ -87,6 +92,7 @@ struct Inputs {
   std::string model_sha256;
   topologies::ResolvedCluster cluster;
   std::string cluster_sha256;
+  std::shared_ptr<const stacks::Stack> stack;
 };
 [[nodiscard]] Inputs resolve_inputs(const Scenario& sc);
 
@@ -104,6 +110,7 @@ struct ScenarioResult {
   std::string model_sha256;
   std::string cluster_sha256;
   topologies::ClusterSpec cluster;
+  std::shared_ptr<const stacks::Stack> stack;
   int gpus = 0;
   plan::BatchSplit batch;
   std::string engine;

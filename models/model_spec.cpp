@@ -14,17 +14,7 @@ namespace hzp::models {
 namespace {
 
 using core::StrictObject;
-
-template <class E>
-E choose(StrictObject& o, const std::string& key, std::initializer_list<std::pair<const char*, E>> options) {
-  std::string v = o.str(key);
-  std::string names;
-  for (const auto& [n, e] : options) {
-    if (v == n) return e;
-    names += (names.empty() ? "" : "|") + std::string(n);
-  }
-  o.fail(key, fmt::format("expected one of {}, got \"{}\"", names, v));
-}
+using core::choose;
 
 std::int64_t norm_params(const ModelSpec& m, std::int64_t width) {
   return m.norm == NormKind::LayerNorm ? 2 * width : width;

@@ -1,4 +1,6 @@
 // Step graph construction (see step_graph.hpp).
+// long-file: one builder for every unit's forward, backward and recomputed ops and the activation
+// formulas they share; splitting it would scatter the conventions stated below.
 //
 // Conventions, stated once:
 //  - A GEMM C[m×n] = A[m×k]·B[k×n] costs 2·m·n·k·batch FLOPs and moves
@@ -32,9 +34,11 @@ struct Builder {
   std::int64_t e;  // bytes per element
   std::vector<GraphOp> ops;
   struct Flags {
-    bool forward = true;   // runs in the forward pass
-    bool backward = true;  // has a backward op
-    bool exact = false;    // backward-only op whose bytes are given as they are
+    bool forward = true;          // runs in the forward pass
+    bool backward = true;         // has a backward op
+    bool exact = false;           // backward-only op whose bytes are given as they are
+    std::int64_t bwd_bytes = -1;  // the backward's bytes when the stack gives them (-1: twice the forward's)
+    int bwd_kernels = 1;
   };
   std::vector<Flags> flags;  // per op
 
@@ -70,6 +74,21 @@ struct Builder {
     op.flops = Flops(4.0 * static_cast<double>(elements));
     op.bytes = Bytes(bytes);
     push(std::move(op));
+  }
+  /// A non-GEMM op over `elements` as the stack runs it (core::OpKernels),
+  /// plus `extra` bytes per element forward (twice that backward): a pass of
+  /// no kernels is no op.
+  void stack_op(const std::string& name, ComputeKind kind, const core::OpKernels& k, std::int64_t elements,
+                double extra = 0) {
+    const double n = static_cast<double>(elements), scale = static_cast<double>(e) / 2;
+    bandwidth(name, kind, std::llround(n * (k.forward.bytes_per_element * scale + extra)), elements);
+    ops.back().kernels = k.forward.kernels;
+    Flags& f = flags.back();
+    f.forward = k.forward.kernels > 0;
+    f.backward = k.backward.kernels > 0;
+    f.exact = !f.forward;
+    f.bwd_bytes = std::llround(n * (k.backward.bytes_per_element * scale + 2 * extra));
+    f.bwd_kernels = k.backward.kernels;
   }
   /// A kernel of the backward pass only, moving exactly `bytes`.
   void backward_bandwidth(const std::string& name, ComputeKind kind, std::int64_t bytes, std::int64_t elements) {
@@ -136,10 +155,16 @@ std::vector<GraphOp> backward_of(const Builder& fwd, double flash_bwd_ratio) {
       b.bytes = Bytes(f.bytes.count() * 2);
       out.push_back(std::move(b));
     } else {
+      const Builder::Flags& fl = fwd.flags[idx];
       GraphOp b = f;
-      b.name = fwd.flags[idx].exact ? f.name : f.name + ".bwd";
+      b.name = fl.exact ? f.name : f.name + ".bwd";
       b.phase = Phase::BackwardInput;
-      if (!fwd.flags[idx].exact) b.bytes = Bytes(f.bytes.count() * 2);
+      if (fl.bwd_bytes >= 0) {
+        b.bytes = Bytes(fl.bwd_bytes);
+        b.kernels = fl.bwd_kernels;
+      } else if (!fl.exact) {
+        b.bytes = Bytes(f.bytes.count() * 2);
+      }
       out.push_back(std::move(b));
     }
   }
@@ -203,14 +228,15 @@ void tp_leave(Builder& b, const Dims& d, const std::string& name) {
   }
 }
 
-void ffn_ops(Builder& b, const ModelSpec& m, const std::string& p, std::int64_t f, std::int64_t rows,
-             std::int64_t batch, const std::string& tag, core::ParamClass pc = core::ParamClass::Dense) {
-  const std::int64_t e = b.e, h = m.hidden;
+void ffn_ops(Builder& b, const ModelSpec& m, const GraphOptions& o, const std::string& p, std::int64_t f,
+             std::int64_t rows, std::int64_t batch, const std::string& tag,
+             core::ParamClass pc = core::ParamClass::Dense) {
+  const std::int64_t h = m.hidden;
   const bool glu = m.ffn_activation == FfnActivation::SwiGlu;
   b.gemm(p + tag + "up", rows, glu ? 2 * f : f, h, batch);
   b.ops.back().param_class = pc;
-  b.bandwidth(p + tag + (glu ? "swiglu" : "gelu"), ComputeKind::Elementwise, e * batch * rows * f * (glu ? 3 : 2),
-              batch * rows * f);
+  b.stack_op(p + tag + (glu ? "swiglu" : "gelu"), ComputeKind::Elementwise, glu ? o.kernels.swiglu : o.kernels.gelu,
+             batch * rows * f);
   b.ops.back().param_class = pc;
   b.gemm(p + tag + "down", rows, h, f, batch);
   b.ops.back().param_class = pc;
@@ -218,28 +244,29 @@ void ffn_ops(Builder& b, const ModelSpec& m, const std::string& p, std::int64_t 
 
 // Q, K and V: MLA's low-rank projections or one fused QKV GEMM, then the
 // optional QK norm and rotary embedding.
-void attention_projections(Builder& b, const ModelSpec& m, const Dims& d, const std::string& p) {
-  const std::int64_t e = d.e, T = d.T, h = d.h, H = d.H, G = d.G, dqk = d.dqk, dv = d.dv;
+void attention_projections(Builder& b, const ModelSpec& m, const GraphOptions& o, const Dims& d, const std::string& p) {
+  const std::int64_t T = d.T, h = d.h, H = d.H, G = d.G, dqk = d.dqk, dv = d.dv;
+  const core::OpKernels& norm = o.kernels.norm;
   if (m.mla) {
     // Down-projections replicated across tensor-parallel ranks, up-projections split by heads.
     const MlaSpec& a = *m.mla;
     if (a.q_lora_rank > 0) {
       b.gemm(p + "q_a", T, a.q_lora_rank, h);
-      b.bandwidth(p + "q_a_norm", ComputeKind::Norm, 2 * e * T * a.q_lora_rank, T * a.q_lora_rank);
+      b.stack_op(p + "q_a_norm", ComputeKind::Norm, norm, T * a.q_lora_rank);
       b.gemm(p + "q_b", T, H * dqk, a.q_lora_rank);
     } else {
       b.gemm(p + "q", T, H * dqk, h);
     }
     b.gemm(p + "kv_a", T, a.kv_lora_rank + a.qk_rope_head_dim, h);
-    b.bandwidth(p + "kv_a_norm", ComputeKind::Norm, 2 * e * T * a.kv_lora_rank, T * a.kv_lora_rank);
+    b.stack_op(p + "kv_a_norm", ComputeKind::Norm, norm, T * a.kv_lora_rank);
     b.gemm(p + "kv_b", T, H * (a.qk_nope_head_dim + dv), a.kv_lora_rank);
   } else {
     b.gemm(p + "qkv", T, (H + 2 * G) * dqk, h);
   }
-  if (m.qk_norm) b.bandwidth(p + "qk_norm", ComputeKind::Norm, 2 * e * T * (H + G) * dqk, T * (H + G) * dqk);
+  if (m.qk_norm) b.stack_op(p + "qk_norm", ComputeKind::Norm, norm, T * (H + G) * dqk);
   if (m.position_embedding == PositionEmbedding::Rope) {
     std::int64_t rope = m.mla ? m.mla->qk_rope_head_dim : dqk;
-    b.bandwidth(p + "rope", ComputeKind::Elementwise, 2 * e * T * (H + G) * rope, T * (H + G) * rope);
+    b.stack_op(p + "rope", ComputeKind::Elementwise, o.kernels.rope, T * (H + G) * rope);
   }
 }
 
@@ -280,7 +307,16 @@ void attention_core(Builder& b, const ModelSpec& m, const GraphOptions& o, const
   const double full_core =
       2.0 * static_cast<double>(bs * H) * static_cast<double>(s * d.s_local) * static_cast<double>(dqk + dv);
   if (o.flash_attention) {
+    // A stack that expands grouped K/V heads to every query head first (and
+    // sums their gradients back): K and V read, H heads of each written.
+    if (o.kernels.repeat_kv && G < H) {
+      const std::int64_t bytes = e * T * (G + H) * (dqk + dv);
+      b.stack_op(p + "repeat_kv", ComputeKind::Elementwise, {{2, 0}, {2, 0}}, 0);
+      b.ops.back().bytes = Bytes(bytes);
+      b.flags.back().bwd_bytes = bytes;
+    }
     b.attention(p + "attn_core", 0.5 * full_core, e * T * (H * dqk + G * dqk + G * dv + H * dv));
+    b.ops.back().attention_kernel = core::to_string(o.attention_kernel);
     return;
   }
   b.gemm(p + "attn_scores", s, s, dqk, bs * H);
@@ -310,7 +346,7 @@ void moe_ffn(Builder& b, const ModelSpec& m, const GraphOptions& o, const Dims& 
            CommGroup::Ep);
     b.ops.back().param_class = core::ParamClass::Expert;
   }
-  ffn_ops(b, m, p, x.expert_ffn_hidden / d.t, rows * ep, x.experts / ep, "experts.", core::ParamClass::Expert);
+  ffn_ops(b, m, o, p, x.expert_ffn_hidden / d.t, rows * ep, x.experts / ep, "experts.", core::ParamClass::Expert);
   if (ep > 1) {
     b.comm(p + "moe_combine_alltoall", core::CollectiveKind::AllToAll, e * rows * x.experts * h, true, true,
            CommGroup::Ep);
@@ -318,32 +354,33 @@ void moe_ffn(Builder& b, const ModelSpec& m, const GraphOptions& o, const Dims& 
   }
   b.bandwidth(p + "moe_combine", ComputeKind::Elementwise, 2 * e * T * x.top_k * h, T * x.top_k * h);
   if (x.shared_experts > 0) {
-    ffn_ops(b, m, p, x.shared_experts * x.shared_expert_ffn_hidden / d.t, T, 1, "shared.");
+    ffn_ops(b, m, o, p, x.shared_experts * x.shared_expert_ffn_hidden / d.t, T, 1, "shared.");
   }
 }
 
 Builder layer_forward(const ModelSpec& m, int layer, const GraphOptions& o) {
   const Dims d = dims(m, o);
   Builder b{d.e, {}, {}};
-  const std::int64_t e = d.e, T = d.T, h = d.h, Th = d.Th, H = d.H, dv = d.dv;
+  const std::int64_t T = d.T, h = d.h, Th = d.Th, H = d.H, dv = d.dv;
   const std::string p = fmt::format("l{}.", layer);
+  const double mask = m.dropout ? 1 : 0;  // the dropout mask's byte per element
 
-  b.bandwidth(p + "attn_norm", ComputeKind::Norm, 2 * e * Th * h, Th * h);
+  b.stack_op(p + "attn_norm", ComputeKind::Norm, o.kernels.norm, Th * h);
   tp_enter(b, d, p + "attn");
-  attention_projections(b, m, d, p);
+  attention_projections(b, m, o, d, p);
   attention_core(b, m, o, d, p);
   b.gemm(p + "attn_out", T, h, H * dv);
   tp_leave(b, d, p + "attn");
-  b.bandwidth(p + "attn_residual", ComputeKind::Elementwise, (m.dropout ? 3 * e + 1 : 3 * e) * Th * h, Th * h);
-  b.bandwidth(p + "ffn_norm", ComputeKind::Norm, 2 * e * Th * h, Th * h);
+  b.stack_op(p + "attn_residual", ComputeKind::Elementwise, o.kernels.residual, Th * h, mask);
+  b.stack_op(p + "ffn_norm", ComputeKind::Norm, o.kernels.norm, Th * h);
   tp_enter(b, d, p + "ffn");
   if (m.is_moe_layer(layer)) {
     moe_ffn(b, m, o, d, p);
   } else {
-    ffn_ops(b, m, p, m.ffn_hidden / d.t, T, 1, "ffn.");
+    ffn_ops(b, m, o, p, m.ffn_hidden / d.t, T, 1, "ffn.");
   }
   tp_leave(b, d, p + "ffn");
-  b.bandwidth(p + "ffn_residual", ComputeKind::Elementwise, (m.dropout ? 3 * e + 1 : 3 * e) * Th * h, Th * h);
+  b.stack_op(p + "ffn_residual", ComputeKind::Elementwise, o.kernels.residual, Th * h, mask);
   return b;
 }
 
@@ -352,10 +389,26 @@ std::int64_t ffn_expert_matmul(const ModelSpec& m) {
   return (m.ffn_activation == FfnActivation::SwiGlu ? 3 : 2) * m.hidden * m.moe->expert_ffn_hidden;
 }
 
-// What selective recomputation recomputes: unfused attention's s×s parts up to the context GEMM.
-bool is_core_attention(const GraphOp& op) {
-  return op.attention == AttentionPart::Scores || op.attention == AttentionPart::Softmax ||
-         op.attention == AttentionPart::Dropout;
+// The forward ops selective recomputation runs again before the backward:
+// the attention core (unfused: its s×s parts up to the context GEMM; fused:
+// the kernel), or every non-GEMM kernel and every second GEMM of the layer.
+std::vector<GraphOp> selectively_recomputed(const std::vector<GraphOp>& forward, core::SelectivePolicy policy) {
+  std::vector<GraphOp> out;
+  int gemms = 0;
+  for (const auto& op : forward) {
+    if (op.collective) continue;
+    bool again = false;
+    if (policy == core::SelectivePolicy::CoreAttention) {
+      again = op.attention == AttentionPart::Scores || op.attention == AttentionPart::Softmax ||
+              op.attention == AttentionPart::Dropout || op.kind == ComputeKind::Attention;
+    } else if (op.kind == ComputeKind::Gemm) {
+      again = ++gemms % 2 == 0;
+    } else {
+      again = op.kind != ComputeKind::Attention;
+    }
+    if (again) out.push_back(op);
+  }
+  return out;
 }
 
 std::vector<GraphOp> with_phase(std::vector<GraphOp> ops, Phase ph, const std::string& suffix) {
@@ -395,7 +448,11 @@ core::Bytes layer_activation_bytes(const ModelSpec& m, int layer, const GraphOpt
   }
   if (m.qk_norm) attn += e * T * (H + G) * dqk;
   if (o.flash_attention) {
-    attn += e * T * H * dv + 4 * bs * H * d.s_local;
+    // The kernel's output (the output projection keeps it as its input
+    // either way) and its log-sum-exp, unless the core is recomputed.
+    const bool core_recomputed =
+        o.recompute == Recompute::Selective && o.selective == core::SelectivePolicy::CoreAttention;
+    attn += e * T * H * dv + (core_recomputed ? 0 : 4 * bs * H * d.s_local);
   } else {
     attn += e * T * H * dv;
     // The softmax output is kept in fp32 on Megatron's eager fallback.
@@ -417,6 +474,10 @@ core::Bytes layer_activation_bytes(const ModelSpec& m, int layer, const GraphOpt
            + e * T * x.shared_experts * x.shared_expert_ffn_hidden / d.t * per_f;
   } else {
     ffn += e * T * m.ffn_hidden / d.t * per_f;
+    // An op-level policy recomputes the activation (it is a non-GEMM op), so
+    // its output, the down projection's input, is not kept.
+    if (o.recompute == Recompute::Selective && o.selective == core::SelectivePolicy::EveryOtherMatmul)
+      ffn -= e * T * m.ffn_hidden / d.t;
   }
   return Bytes(attn + ffn);
 }
@@ -440,9 +501,10 @@ Unit embedding_unit(const ModelSpec& m, const GraphOptions& o) {
   u.name = "embedding";
   u.kind = UnitKind::Embedding;
   u.params = u.weight_params = per_tp_rank(embedding_params(m), 0, t);
+  u.tensors = {u.params};
   Builder b{e, {}, {}};
   // Vocabulary-parallel lookup, then all-reduce (or reduce-scatter to sequence shards).
-  b.bandwidth("embedding.lookup", ComputeKind::Embedding, 2 * e * T * h, T * h);
+  b.stack_op("embedding.lookup", ComputeKind::Embedding, o.kernels.embedding, T * h);
   if (t > 1) {
     if (d.sp) {
       b.comm("embedding.tp_reducescatter", core::CollectiveKind::ReduceScatter, e * T * h);
@@ -459,6 +521,35 @@ Unit embedding_unit(const ModelSpec& m, const GraphOptions& o) {
   return u;
 }
 
+// A layer's dense parameter tensors on one TP rank: the two norms, Q, K, V
+// and the output projection, the FFN's (or the router's and shared experts')
+// matrices, and whatever else the layer holds (biases, QK and latent norms)
+// as one more.
+std::vector<std::int64_t> layer_tensors(const ModelSpec& m, int l, std::int64_t params, std::int64_t t) {
+  const std::int64_t h = m.hidden, dqk = m.qk_head_dim(), dv = m.v_head_dim();
+  const std::int64_t G = m.mla ? m.heads : m.kv_heads;
+  std::vector<std::int64_t> v{norm_params(m), norm_params(m)};
+  if (m.mla) {
+    v.push_back((attention_params(m) - norm_params(m)) / t);
+  } else {
+    for (std::int64_t x : {h * m.heads * dqk, h * G * dqk, h * G * dv, m.heads * dv * h}) v.push_back(x / t);
+  }
+  const int per_ffn = m.ffn_activation == FfnActivation::SwiGlu ? 3 : 2;
+  auto ffn = [&](std::int64_t f, std::int64_t count) {
+    for (std::int64_t i = 0; i < count * per_ffn; ++i) v.push_back(h * f / t);
+  };
+  if (!m.is_moe_layer(l)) {
+    ffn(m.ffn_hidden, 1);
+  } else {
+    v.push_back(m.moe->experts * h);  // the router, replicated
+    ffn(m.moe->shared_expert_ffn_hidden, m.moe->shared_experts);
+  }
+  std::int64_t sum = 0;
+  for (auto x : v) sum += x;
+  if (params > sum) v.push_back(params - sum);
+  return v;
+}
+
 Unit layer_unit(const ModelSpec& m, int l, const GraphOptions& o) {
   const std::int64_t t = o.tp;
   Unit u;
@@ -468,15 +559,14 @@ Unit layer_unit(const ModelSpec& m, int l, const GraphOptions& o) {
   const std::int64_t experts = m.is_moe_layer(l) ? m.moe->experts * ffn_expert_matmul(m) : 0;
   u.expert_params = experts / t / o.ep;
   u.params = u.weight_params = per_tp_rank(layer_params(m, l) - experts, 2 * norm_params(m), t);
+  u.tensors = layer_tensors(m, l, u.params, t);
   Builder b = layer_forward(m, l, o);
   u.forward = b.forward();
   std::vector<GraphOp> bwd = backward_of(b, flash_backward_ratio(o));
   if (o.recompute == Recompute::Full) {
     u.backward = with_phase(u.forward, Phase::Recompute, ".recompute");
-  } else if (o.recompute == Recompute::Selective && !o.flash_attention) {
-    for (const auto& op : u.forward) {
-      if (is_core_attention(op)) u.backward.push_back(with_phase({op}, Phase::Recompute, ".recompute")[0]);
-    }
+  } else if (o.recompute == Recompute::Selective) {
+    u.backward = with_phase(selectively_recomputed(u.forward, o.selective), Phase::Recompute, ".recompute");
   }
   u.backward.insert(u.backward.end(), bwd.begin(), bwd.end());
   u.activations = layer_activation_bytes(m, l, o);
@@ -491,9 +581,9 @@ Unit layer_unit(const ModelSpec& m, int l, const GraphOptions& o) {
 void loss_ops(Builder& b, const GraphOptions& o, std::int64_t logits) {
   const std::int64_t e = b.e;
   if (o.fused_loss) {
-    // Softmax cross-entropy in fp32 over the vocabulary shard, one kernel:
-    // read the logits, write fp32 probabilities.
-    b.bandwidth("head.loss", ComputeKind::Loss, (e + 4) * logits, logits);
+    // Softmax cross-entropy over the vocabulary shard as the stack runs it
+    // (by default one kernel: read the logits, write fp32 probabilities).
+    b.stack_op("head.loss", ComputeKind::Loss, o.kernels.loss, logits);
     return;
   }
   // Megatron's vocab-parallel cross-entropy in eager PyTorch, a kernel per
@@ -518,8 +608,10 @@ Unit head_unit(const ModelSpec& m, const GraphOptions& o) {
   u.kind = UnitKind::Head;
   u.params = per_tp_rank(head_params(m), norm_params(m), t);
   u.weight_params = u.params + (m.tied_embeddings ? m.vocab * h / t : 0);
+  u.tensors = {norm_params(m)};
+  if (u.params > norm_params(m)) u.tensors.push_back(u.params - norm_params(m));
   Builder b{e, {}, {}};
-  b.bandwidth("head.final_norm", ComputeKind::Norm, 2 * e * Th * h, Th * h);
+  b.stack_op("head.final_norm", ComputeKind::Norm, o.kernels.norm, Th * h);
   tp_enter(b, d, "head");
   b.gemm("head.lm_head", T, m.vocab / t, h);
   loss_ops(b, o, T * (m.vocab / t));

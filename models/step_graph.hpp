@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/schedule.hpp"
+#include "core/stack_kernels.hpp"
 #include "core/units.hpp"
 #include "models/model_spec.hpp"
 
@@ -29,6 +30,12 @@ struct GraphOptions {
   /// off: Megatron's vocab-parallel cross-entropy in eager PyTorch, six
   /// kernels over the fp32 logits forward and two backward.
   bool fused_loss = true;
+  /// The software stack's kernels: the decomposition of every non-GEMM op
+  /// (the fused loss included), the fused attention kernel's family and what
+  /// selective recomputation recomputes.
+  core::NonGemmKernels kernels{};
+  core::AttentionKernel attention_kernel = core::AttentionKernel::Flash2;
+  core::SelectivePolicy selective = core::SelectivePolicy::CoreAttention;
   core::Dtype dtype = core::Dtype::Bf16;
   /// Megatron tensor parallelism over `tp` ranks: attention heads, FFN and
   /// vocabulary split column/row-wise; with sequence parallelism the norms,
@@ -72,6 +79,8 @@ struct GraphOp {
   /// the expert load), Dense for everything else.
   core::ParamClass param_class = core::ParamClass::Dense;
   AttentionPart attention = AttentionPart::None;
+  int kernels = 1;                 // kernels launched (a stack's eager op is several)
+  std::string attention_kernel{};  // the fused attention kernel's family
 };
 
 enum class UnitKind { Embedding, Layer, Head };
@@ -89,6 +98,10 @@ struct Unit {
   /// Parameters its kernels read (a tied head reads the embedding table): what
   /// a sharded plan must gather before running it.
   std::int64_t weight_params = 0;
+  /// The dense parameters as the tensors a framework holds them in (one TP
+  /// rank's sizes, summing to `params`): what a stack that gathers and
+  /// reduces per parameter issues one collective for.
+  std::vector<std::int64_t> tensors{};
   std::vector<GraphOp> forward;
   std::vector<GraphOp> backward;  // in execution order; recomputation first
   /// Activation bytes stored between this unit's forward and backward.

@@ -198,6 +198,12 @@ std::vector<core::Problem> check_plan(const models::ModelSpec& m, const topologi
   r.shard_ranks = r.batch.data_parallel * o.cp;
   ps = check_shards(o, r.shard_ranks, topo.spec(), r.shards);
   model_problems(m, o, r.batch, ps);
+  const stacks::Stack& stack = stack_of(o);
+  if (o.async.value_or(false) && !stack.spec.overlap.background_threads) {
+    ps.push_back({"async", fmt::format("the stack {} issues collectives from the training loop's thread; expected "
+                                       "async false, or a stack with background threads (hzp-async)",
+                                       stack.spec.name)});
+  }
   if (!ps.empty()) return ps;
   std::optional<ShardSizes> expert;
   expert_problems(m, o, r.shard_ranks, r.shards, expert, ps);
@@ -231,6 +237,8 @@ nlohmann::json ResolvedPlan::provenance() const {
   plan["micro_batches"] = batch.micro_batches;
   plan["data_parallel"] = batch.data_parallel;
   plan["shard_ranks"] = shard_ranks;
+  const stacks::Stack& stack = stack_of(options);
+  plan["stack"] = {{"name", stack.spec.name}, {"file", stack.file}, {"sha256", stack.sha256}};
   return plan;
 }
 

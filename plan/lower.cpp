@@ -61,6 +61,7 @@ Lowering::Lowering(std::vector<Unit> units, const BatchSplit& batch, const PlanO
       layout_(layout),
       stage_(std::move(stage)),
       topo_(topo),
+      stack_(stack_of(opt).spec),
       b_(stage_.program, stage_.name, stage_.ranks),
       units_(std::move(units)) {
   for (const ShardedParams& c : classes) {
@@ -112,8 +113,14 @@ void Lowering::setup() {
 }
 
 void Lowering::add_streams() {
-  const core::Duration launch = core::Duration::us(topo_.spec().device.launch_latency_us);
-  const core::Duration coll = core::Duration::us(topo_.spec().device.collective_launch_latency_us);
+  // The host's cost to issue a kernel or a collective: the stack's (its
+  // framework's dispatch and hooks included) where it states one, else the
+  // device's launch latency.
+  const stacks::HostCosts& host = stack_of(opt_).spec.host;
+  const auto& dev = topo_.spec().device;
+  const core::Duration launch = core::Duration::us(host.kernel_us > 0 ? host.kernel_us : dev.launch_latency_us);
+  const core::Duration coll =
+      core::Duration::us(host.collective_us > 0 ? host.collective_us : dev.collective_launch_latency_us);
   int main = b_.add_thread("main", launch, coll);
   int param_thread = async_ ? b_.add_thread("param", launch, coll) : main;
   int grad_thread = async_ ? b_.add_thread("grad", launch, coll) : main;
@@ -189,7 +196,10 @@ void Lowering::forward(std::size_t j) {
   if (auto it = regathered_.find(use.unit); it != regathered_.end() && use.mb == 0) {
     b_.wait(comp_, it->second, fmt::format("wait {}.regathered", unit.name));
   }
-  if (use.gathers) b_.wait(comp_, ag_done_[j], fmt::format("wait {}.gathered", unit.name));
+  if (use.gathers) {
+    b_.wait(comp_, ag_done_[j], fmt::format("wait {}.gathered", unit.name));
+    after_gather(j);
+  }
   b_.alloc(comp_, fmt::format("act.u{}.mb{}", use.unit, use.mb), unit.activations, core::BufferClass::Activations);
   unit_ops(unit.forward, use.mb);
   use_done_[j] = b_.record(comp_, fmt::format("{}.fwd_done", unit.name));
@@ -205,6 +215,7 @@ void Lowering::backward(std::size_t j) {
   const int gathered = gathered_by(j);
   if (gathered >= 0) {
     b_.wait(comp_, ag_done_[static_cast<std::size_t>(gathered)], fmt::format("wait {}.gathered", unit.name));
+    if (use.gathers) after_gather(j);
   }
   take_grad_buffer(j);
   const std::string recomputed = fmt::format("recomputed.u{}.mb{}", use.unit, use.mb);
@@ -244,6 +255,10 @@ models::StepGraph step_graph(const models::ModelSpec& m, const PlanOptions& o, c
   go.recompute = o.recompute;
   go.flash_attention = o.flash_attention;
   go.fused_loss = o.fused_loss;
+  const stacks::StackSpec& stack = stack_of(o).spec;
+  go.kernels = stack.ops;
+  go.attention_kernel = stack.attention;
+  go.selective = stack.selective;
   go.tp = o.tp;
   go.sequence_parallel = o.sequence_parallel;
   go.ep = o.ep;

@@ -71,7 +71,7 @@ void Lowering::alloc_pools() {
 // Issues all-gathers ahead of compute: those of the next prefetch_depth
 // gathering uses after use j.
 void Lowering::prefetch_through(std::size_t j) {
-  const std::size_t depth = static_cast<std::size_t>(opt_.prefetch_depth);
+  const std::size_t depth = prefetch_depth();
   const std::size_t current =
       static_cast<std::size_t>(std::lower_bound(gather_uses_.begin(), gather_uses_.end(), j) - gather_uses_.begin());
   while (next_gather_ < gather_uses_.size() && next_gather_ <= current + depth) {
@@ -80,11 +80,86 @@ void Lowering::prefetch_through(std::size_t j) {
   }
 }
 
+// The plan's prefetch depth, capped by the stack's limit on all-gathers in
+// flight (FSDP1's limit_all_gathers: the current unit's and one more).
+std::size_t Lowering::prefetch_depth() const {
+  int depth = opt_.prefetch_depth;
+  if (stack_.overlap.max_inflight_gathers > 0) depth = std::min(depth, stack_.overlap.max_inflight_gathers - 1);
+  return static_cast<std::size_t>(std::max(depth, 0));
+}
+
+// The element counts of the collectives the stack cuts unit u's gather or
+// reduction of class c into: the whole padded unit, each dense parameter
+// tensor (in proportion to the unit's tensors), or buckets of bucket_MB of
+// bf16 values.
+std::vector<std::int64_t> Lowering::pieces(const Class& c, std::size_t u, stacks::Granularity g) const {
+  const std::int64_t total = c.padded[u];
+  if (g == stacks::Granularity::Unit || total == 0) return {total};
+  std::vector<std::int64_t> sizes;
+  if (g == stacks::Granularity::Bucket) {
+    const auto bucket = std::max<std::int64_t>(1, std::llround(stack_.collectives.bucket_MB * 1e6 / 2));
+    sizes.assign(static_cast<std::size_t>(ceil_div(total, bucket)), 0);
+  } else if (c.cls == core::ParamClass::Dense) {
+    sizes = units_[u].u->tensors;
+  } else {
+    return {total};  // expert parameters: one collective per unit (not cut per expert tensor)
+  }
+  // Split `total` (padding included) in proportion, each piece at least one element.
+  std::int64_t sum = 0;
+  for (auto s : sizes) sum += s;
+  std::vector<std::int64_t> out;
+  std::int64_t given = 0;
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    std::int64_t n = sum > 0 ? total * sizes[i] / sum : total / static_cast<std::int64_t>(sizes.size());
+    if (i + 1 == sizes.size()) n = total - given;
+    if (n <= 0) continue;
+    out.push_back(n);
+    given += n;
+  }
+  return out;
+}
+
+// One parameter all-gather of `elements` (the gathered count) over `group`,
+// cut as the stack cuts it, wrapped in its copy-in or int8 quantization.
+void Lowering::gather_pieces(const Class& c, std::size_t u, const std::string& name, int group, std::int64_t elements) {
+  const stacks::Collectives& sc = stack_.collectives;
+  const std::int64_t shard = elements / c.sh.param;
+  if (sc.copy_in) {
+    b_.compute(ag_, name + ".copy_in", ComputeKind::Elementwise, Flops(0), Bytes(4 * shard), Dtype::Bf16,
+               core::OpRole::ParamGather, c.cls);
+  }
+  if (sc.int8_weights) {
+    b_.compute(ag_, name + ".quantize", ComputeKind::Elementwise, Flops(static_cast<double>(shard)), Bytes(3 * shard),
+               Dtype::Bf16, core::OpRole::ParamGather, c.cls);
+  }
+  std::vector<std::int64_t> parts = elements == c.padded[u] ? pieces(c, u, sc.gather) : std::vector{elements};
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    const std::string piece = parts.size() > 1 ? fmt::format("{}.{}", name, i) : name;
+    b_.collective(ag_, piece, CollectiveKind::AllGather, group, Bytes((sc.int8_weights ? 1 : 2) * parts[i]),
+                  sc.int8_weights ? Dtype::Fp8 : Dtype::Bf16, core::OpRole::ParamGather, c.cls);
+  }
+}
+
+// On the compute stream once unit j's parameters are gathered: the stack's
+// copy-out into the parameters, or the dequantization of int8 weights.
+void Lowering::after_gather(std::size_t j) {
+  const stacks::Collectives& sc = stack_.collectives;
+  if (!sc.copy_out && !sc.int8_weights) return;
+  const auto& unit = *units_[uses_[j].unit].u;
+  for (const auto& c : classes_) {
+    if (!c.gathers(uses_[j].unit)) continue;
+    const std::int64_t n = c.padded[uses_[j].unit];
+    b_.compute(comp_, fmt::format("{}{}.{}", unit.name, c.tag, sc.int8_weights ? "dequantize" : "copy_out"),
+               ComputeKind::Elementwise, Flops(sc.int8_weights ? static_cast<double>(n) : 0.0),
+               Bytes((sc.int8_weights ? 3 : 4) * n), Dtype::Bf16, core::OpRole::ParamGather, c.cls);
+  }
+}
+
 void Lowering::issue_gather(std::size_t g, std::size_t j) {
   const Use& use = uses_[j];
   ensure_regathered(use.unit);
   const auto& unit = *units_[use.unit].u;
-  const std::size_t depth = static_cast<std::size_t>(opt_.prefetch_depth);
+  const std::size_t depth = prefetch_depth();
   // The slot this gather reuses was last used by gathering use g - depth - 1.
   if (g >= depth + 1) {
     int freed = use_done_[gather_uses_[g - depth - 1]];
@@ -97,9 +172,8 @@ void Lowering::issue_gather(std::size_t g, std::size_t j) {
   if (!pooled()) b_.alloc(ag_, buf("gathered", j), gathered_bytes(use.unit), core::BufferClass::Gathered);
   for (const auto& c : classes_) {
     if (!c.gathers(use.unit)) continue;
-    b_.collective(ag_, fmt::format("{}{}.allgather.{}", unit.name, c.tag, use.backward ? "bwd" : "fwd"),
-                  CollectiveKind::AllGather, c.groups.param, Bytes(2 * c.padded[use.unit]), Dtype::Bf16,
-                  core::OpRole::ParamGather, c.cls);
+    gather_pieces(c, use.unit, fmt::format("{}{}.allgather.{}", unit.name, c.tag, use.backward ? "bwd" : "fwd"),
+                  c.groups.param, c.padded[use.unit]);
   }
   ag_done_[j] = b_.record(ag_, fmt::format("{}.gathered", unit.name));
   if (!use.backward) forward_gather_[slot(use)] = static_cast<int>(j);
@@ -143,11 +217,34 @@ void Lowering::ensure_regathered(std::size_t u) {
 void Lowering::take_grad_buffer(std::size_t j) {
   if (!any_reduces(uses_[j].unit)) return;
   std::size_t k = reduce_index_++;
-  const std::size_t depth = static_cast<std::size_t>(opt_.prefetch_depth);
+  const std::size_t depth = prefetch_depth();
   if (async_) {
     if (k >= depth + 1) b_.wait(comp_, rs_done_[reduce_uses_[k - depth - 1]], "wait grad slot");
   } else {
     b_.alloc(comp_, buf("grad", j), full_grad_bytes(uses_[j].unit), core::BufferClass::Grad);
+  }
+}
+
+// The per-micro-batch gradient reduce-scatter of unit u's class c over g_g,
+// cut as the stack cuts it, after its copy-in or int4 quantization.
+void Lowering::reduce_pieces(const Class& c, std::size_t u, const std::string& name) {
+  const stacks::Collectives& sc = stack_.collectives;
+  const std::int64_t n = c.padded[u];
+  if (sc.grad_copy_in) {
+    b_.compute(rs_, name + ".copy_in", ComputeKind::Elementwise, Flops(0), Bytes(4 * n), Dtype::Bf16,
+               core::OpRole::GradReduce, c.cls);
+  }
+  if (sc.int4_gradients) {
+    // Read bf16, write 4-bit values: 2.5 bytes an element.
+    b_.compute(rs_, name + ".quantize", ComputeKind::Elementwise, Flops(static_cast<double>(n)), Bytes(5 * n / 2),
+               Dtype::Bf16, core::OpRole::GradReduce, c.cls);
+  }
+  const std::vector<std::int64_t> parts = pieces(c, u, sc.reduce);
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    const std::string piece = parts.size() > 1 ? fmt::format("{}.{}", name, i) : name;
+    b_.collective(rs_, piece, CollectiveKind::ReduceScatter, c.groups.grad,
+                  Bytes(sc.int4_gradients ? std::max<std::int64_t>(1, parts[i] / 2) : 2 * parts[i]),
+                  sc.int4_gradients ? Dtype::Fp8 : Dtype::Bf16, core::OpRole::GradReduce, c.cls);
   }
 }
 
@@ -160,8 +257,7 @@ bool Lowering::reduce_gradients(std::size_t j) {
   b_.wait(rs_, use_done_[j], fmt::format("wait {}.bwd_done", unit.name));
   for (const auto& c : classes_) {
     if (!c.reduces(use.unit)) continue;
-    b_.collective(rs_, fmt::format("{}{}.grad_reducescatter", unit.name, c.tag), CollectiveKind::ReduceScatter,
-                  c.groups.grad, Bytes(2 * c.padded[use.unit]), Dtype::Bf16, core::OpRole::GradReduce, c.cls);
+    reduce_pieces(c, use.unit, fmt::format("{}{}.grad_reducescatter", unit.name, c.tag));
     const std::int64_t shard = c.padded[use.unit] / c.sh.grad;
     b_.compute(rs_, fmt::format("{}{}.grad_accumulate", unit.name, c.tag), ComputeKind::Elementwise,
                Flops(static_cast<double>(shard)), Bytes((2 + 2 * acc_) * shard), opt_.grad_dtype,

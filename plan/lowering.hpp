@@ -180,6 +180,11 @@ class Lowering {
   void alloc_pools();
   void prefetch_through(std::size_t j);
   void issue_gather(std::size_t g, std::size_t j);
+  std::vector<std::int64_t> pieces(const Class& c, std::size_t u, stacks::Granularity g) const;
+  void gather_pieces(const Class& c, std::size_t u, const std::string& name, int group, std::int64_t elements);
+  void after_gather(std::size_t j);
+  void reduce_pieces(const Class& c, std::size_t u, const std::string& name);
+  std::size_t prefetch_depth() const;
   std::size_t slot(const Use& use) const;
   int gathered_by(std::size_t j) const;
   bool regathers(std::size_t u) const;
@@ -198,6 +203,7 @@ class Lowering {
   Layout layout_;
   Stage stage_;
   const topologies::Topology& topo_;
+  const stacks::StackSpec& stack_;
   ProgramBuilder b_;
   std::vector<Unit> units_;
   std::vector<Class> classes_;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -13,6 +14,7 @@
 #include "core/schedule.hpp"
 #include "models/model_spec.hpp"
 #include "models/step_graph.hpp"
+#include "stacks/stack_spec.hpp"
 #include "topologies/topology.hpp"
 
 namespace hzp::plan {
@@ -147,7 +149,15 @@ struct PlanOptions {
   /// most ops lowering may build, checked against estimate_work before any
   /// op is built; set from --max-ops.
   std::int64_t max_ops = kDefaultMaxOps;
+  /// Not a plan option either: the software stack that runs the plan, an
+  /// input beside model and cluster (the scenario's `stack`); null: the
+  /// default stack. Lowering takes its kernels, host costs, collective
+  /// granularity and copies from it; the provenance records it.
+  std::shared_ptr<const stacks::Stack> stack;
 };
+
+/// The stack `o` runs under (its own, or stacks::default_stack()).
+[[nodiscard]] const stacks::Stack& stack_of(const PlanOptions& o);
 
 /// The (g_p, g_g, g_o) a strategy uses on `dp` data-parallel ranks of this
 /// cluster; core::ProblemError naming param_shard/grad_shard/optim_shard when
@@ -156,6 +166,8 @@ struct PlanOptions {
 /// The same without throwing: the problems (empty: `out` holds the sizes).
 [[nodiscard]] std::vector<core::Problem> check_shards(const PlanOptions& o, int dp, const topologies::ClusterSpec& c,
                                                       ShardSizes& out);
+/// Whether collectives are issued asynchronously: the plan's `async`, unset:
+/// on for hzp when its stack issues from background threads.
 [[nodiscard]] bool resolve_async(const PlanOptions& o);
 
 /// Bytes per parameter of the Adam optimizer step: read the gradient (4),

@@ -41,6 +41,8 @@ void ProgramBuilder::compute(int stream, const models::GraphOp& g, core::Dtype d
   op.bytes = g.bytes;
   op.dtype = dtype;
   op.gemm = g.gemm;
+  op.kernels = g.kernels;
+  op.attention_kernel = g.attention_kernel;
   op.role = g.phase == models::Phase::Forward     ? core::OpRole::Forward
             : g.phase == models::Phase::Recompute ? core::OpRole::Recompute
                                                   : core::OpRole::Backward;

@@ -52,6 +52,16 @@ DeviceProfile read_device(StrictObject d) {
   dev.collective_launch_latency_us = d.number("collective_launch_latency_us", 0, 1e4);
   dev.gemm = read_curve(d, "gemm_efficiency", 1.0);
   dev.attention_efficiency = d.number("attention_efficiency", 1e-3, 1);
+  if (d.has("attention_kernels")) {
+    StrictObject k = d.object("attention_kernels");
+    for (const char* family : {"flash2", "flash3", "cudnn"}) {
+      if (!k.has(family)) continue;
+      StrictObject f = k.object(family);
+      dev.attention_kernels[family] = {f.number("forward", 1e-3, 1), f.number("backward", 1e-3, 1)};
+      f.finish();
+    }
+    k.finish();
+  }
   dev.hbm_efficiency = d.number("hbm_efficiency", 1e-3, 1);
   if (d.has("comm_compute_slowdown")) dev.comm_compute_slowdown = d.number("comm_compute_slowdown", 1, 10);
   d.finish();

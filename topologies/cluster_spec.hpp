@@ -35,7 +35,14 @@ struct DeviceProfile {
   double collective_launch_latency_us = 0;  // host cost to enqueue one NCCL collective or send/recv
   EfficiencyCurve gemm;                     // fraction of peak vs cube root of m·n·k
   double attention_efficiency = 0;          // fused attention kernels, fraction of peak
-  double hbm_efficiency = 0;                // achievable fraction of HBM bandwidth
+  /// Per fused-attention kernel family ("flash2", "flash3", "cudnn"): the
+  /// fraction of peak its forward and its backward reach on this device; a
+  /// family not listed runs at attention_efficiency both ways.
+  struct AttentionKernel {
+    double forward = 0, backward = 0;
+  };
+  std::map<std::string, AttentionKernel> attention_kernels;
+  double hbm_efficiency = 0;  // achievable fraction of HBM bandwidth
   /// How much longer a kernel runs while a collective's kernels share the
   /// device (SMs and HBM); 1 = no interference. Used by the SimGrid engine.
   double comm_compute_slowdown = 1;

@@ -161,6 +161,18 @@ Duration PerfModel::p2p(Bytes bytes, int src, int dst) const {
                            transfer_seconds(bytes, Bandwidth::from_GBps(nccl_.nic_GBps(tier))));
 }
 
+namespace {
+
+// The efficiency of a fused attention op: its kernel family's, forward or
+// backward (a recomputed forward is a forward), else the device's generic figure.
+double attention_efficiency(const DeviceProfile& d, const core::Op& op) {
+  auto it = d.attention_kernels.find(op.attention_kernel);
+  if (it == d.attention_kernels.end()) return d.attention_efficiency;
+  return op.role == core::OpRole::Backward ? it->second.backward : it->second.forward;
+}
+
+}  // namespace
+
 Duration PerfModel::compute(const core::Op& op) const {
   const DeviceProfile& d = topo_.spec().device;
   auto it = d.peak_tflops.find(op.dtype);
@@ -176,7 +188,7 @@ Duration PerfModel::compute(const core::Op& op) const {
       eff = d.gemm.at(size);
       break;
     }
-    case core::ComputeKind::Attention: eff = d.attention_efficiency; break;
+    case core::ComputeKind::Attention: eff = attention_efficiency(d, op); break;
     default:
       eff = 0;  // bandwidth-bound kernels: bytes only
       break;

@@ -19,6 +19,7 @@ constexpr std::pair<Quantity, std::string_view> kQuantities[] = {
     {Quantity::TflopsPerGpu, "tflops_per_gpu"},
     {Quantity::StatesGiB, "states_GiB"},
     {Quantity::ActivationsGiB, "activations_GiB"},
+    {Quantity::TokensPerGpu, "tokens_per_s_per_gpu"},
 };
 
 constexpr std::string_view kMegatron2021 = "megatron-2021";
@@ -49,6 +50,8 @@ Case case_from_json(const std::string& text, const std::string& file) {
   if (!model.is_object()) o.fail("model", "expected the full model object (the model catalog's schema)");
   c.model_json = model.dump();
   c.cluster = o.str("cluster");
+  c.stack = o.str("stack");
+  if (o.has("pair")) c.pair = o.name("pair");
   if (o.has("nic_gbps")) c.nic_gbps = o.number("nic_gbps", 0, 1e6, true);
   c.gpus = static_cast<int>(o.integer("gpus", 1, 1 << 20));
   const nlohmann::json& plan = o.raw("plan");
@@ -64,8 +67,9 @@ Case case_from_json(const std::string& text, const std::string& file) {
     }
   }
   if (!known) {
-    m.fail("quantity",
-           fmt::format("expected iteration_time_s, tflops_per_gpu, states_GiB or activations_GiB, got \"{}\"", q));
+    m.fail("quantity", fmt::format("expected iteration_time_s, tflops_per_gpu, states_GiB, activations_GiB or "
+                                   "tokens_per_s_per_gpu, got \"{}\"",
+                                   q));
   }
   c.measured = m.number("value", 0, 1e300, true);
   if (!m.raw("flops_convention").is_null()) c.flops_convention = m.str("flops_convention");

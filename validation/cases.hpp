@@ -16,14 +16,19 @@ enum class Quantity {
   StatesGiB,       // "states_GiB": parameters + gradients + optimizer state per GPU of the transformer
                    //   layers (Korthikanti's count: the rank class holding the least, a stage of layers only)
   ActivationsGiB,  // "activations_GiB": activations held per GPU at the peak
+  TokensPerGpu,    // "tokens_per_s_per_gpu": training tokens per second per GPU
 };
 [[nodiscard]] std::string_view to_string(Quantity q);
 
 struct Case {
   std::string file;  // where it was read from (errors name it)
   std::string name, group, source, notes;
-  std::string model_json;          // the model object, as JSON text (read by the model loader)
-  std::string cluster;             // catalog name or path
+  std::string model_json;  // the model object, as JSON text (read by the model loader)
+  std::string cluster;     // catalog name or path
+  std::string stack;       // the software stack that ran it (catalog name or path)
+  /// Cases that measure the same work under two data-parallel shardings
+  /// carry the same pair name: their ratio is scored as well.
+  std::optional<std::string> pair;
   std::optional<double> nic_gbps;  // what-if NIC speed per device, Gb/s
   int gpus = 0;
   std::string plan_json;  // the plan object, as JSON text (read by the plan loader)

@@ -19,6 +19,7 @@ nlohmann::json good_case() {
           {"notes", ""},
           {"model", {{"layers", 2}}},
           {"cluster", "dgx-a100"},
+          {"stack", "megatron-deepspeed"},
           {"gpus", 8},
           {"plan", {{"tp", 8}}},
           {"measured", {{"quantity", "tflops_per_gpu"}, {"value", 140.0}, {"flops_convention", "megatron-2021: ..."}}},

@@ -175,7 +175,7 @@ void HostBackend::issue_cost(std::size_t program, const core::Thread& thread, co
   const std::pair<std::size_t, int> key{program, thread.id};
   auto [it, fresh] = next_issue_.try_emplace(key, Time{});
   const Time issue = it->second;
-  it->second += core::issue_latency(thread, op.kind);
+  it->second += core::issue_latency(thread, op);
   issuing_[key] = op.id;
   std::optional<Time> woke;
   try {

@@ -95,9 +95,9 @@ ProgramInfo Simulation::program_info(const core::Program& prog) const {
       pi.position[k][i] = pi.thread_ops[t].size();
       pi.issue0[k][i] = clock;
       pi.thread_ops[t].emplace_back(k, i);
-      const OpKind kind = prog.streams[k].ops[i].kind;
-      if (kind == OpKind::Sync) pi.syncs[t] = 1;
-      clock += core::issue_latency(th, kind).count_ns();
+      const core::Op& op = prog.streams[k].ops[i];
+      if (op.kind == OpKind::Sync) pi.syncs[t] = 1;
+      clock += core::issue_latency(th, op).count_ns();
     }
   }
   return pi;

@@ -1,0 +1,57 @@
+// What a software stack's kernels are, in the terms the step graph needs: how
+// many kernels each non-GEMM op launches and the HBM bytes they move, which
+// fused attention kernel runs, and what selective recomputation recomputes.
+// `stacks/` reads them from a stack file; `models/` builds the step graph with
+// them. The defaults are one fused kernel per op.
+#pragma once
+
+namespace hzp::core {
+
+/// One pass of a non-GEMM op: the kernels it launches and the HBM bytes they
+/// move (reads + writes) per element of the op's tensor, with 2-byte
+/// (bf16/fp16) activations.
+struct KernelCost {
+  int kernels = 1;
+  double bytes_per_element = 0;
+};
+struct OpKernels {
+  KernelCost forward, backward;
+};
+
+/// The element-wise and normalisation ops of a transformer, each per element
+/// of the tensor it touches: norms and residual adds of the hidden state,
+/// rotary of Q and K, SwiGLU and GELU of the FFN's hidden width (one output
+/// element), the loss of the logits, the embedding lookup of its output. The
+/// defaults are one fused kernel reading its inputs and writing its output
+/// once, its backward twice that.
+struct NonGemmKernels {
+  OpKernels norm{{1, 4}, {1, 8}};
+  OpKernels rope{{1, 4}, {1, 8}};
+  OpKernels swiglu{{1, 6}, {1, 12}};
+  OpKernels gelu{{1, 4}, {1, 8}};
+  OpKernels residual{{1, 6}, {1, 12}};
+  OpKernels loss{{1, 6}, {1, 12}};
+  OpKernels embedding{{1, 4}, {1, 8}};
+  /// Grouped-query attention: K and V copied out to every query head before
+  /// the attention kernel, their gradients summed back after it.
+  bool repeat_kv = false;
+};
+
+/// The fused attention kernel family (the device profile gives each one's efficiency).
+enum class AttentionKernel { Flash2, Flash3, Cudnn };
+[[nodiscard]] constexpr const char* to_string(AttentionKernel k) {
+  return k == AttentionKernel::Flash2 ? "flash2" : k == AttentionKernel::Flash3 ? "flash3" : "cudnn";
+}
+
+/// What `recompute: selective` recomputes.
+///  - CoreAttention: the attention core (unfused: scores, softmax, dropout;
+///    fused: the attention kernel's forward) — Megatron-LM's policy.
+///  - EveryOtherMatmul: every non-GEMM op of a layer and every second GEMM,
+///    keeping the others' outputs — an op-level policy of PyTorch's selective
+///    activation checkpointing.
+enum class SelectivePolicy { CoreAttention, EveryOtherMatmul };
+[[nodiscard]] constexpr const char* to_string(SelectivePolicy p) {
+  return p == SelectivePolicy::CoreAttention ? "core_attention" : "every_other_matmul";
+}
+
+}  // namespace hzp::core

@@ -1,0 +1,149 @@
+// StackSpec reading and the stack catalog (see stack_spec.hpp).
+#include "stacks/stack_spec.hpp"
+
+#include <fmt/format.h>
+
+#include "core/io.hpp"
+#include "core/json_reader.hpp"
+#include "core/sha256.hpp"
+#include "stacks/catalog_data.hpp"
+
+namespace hzp::stacks {
+namespace {
+
+using core::choose;
+using core::StrictObject;
+
+core::KernelCost kernel_cost(StrictObject o) {
+  core::KernelCost k;
+  k.kernels = static_cast<int>(o.integer("kernels", 0, 1000));
+  k.bytes_per_element = o.number("bytes_per_element", 0, 1e4);
+  o.finish();
+  return k;
+}
+
+core::OpKernels op_kernels(StrictObject o) {
+  core::OpKernels k;
+  k.forward = kernel_cost(o.object("forward"));
+  k.backward = kernel_cost(o.object("backward"));
+  o.finish();
+  return k;
+}
+
+core::NonGemmKernels non_gemm_ops(StrictObject o) {
+  core::NonGemmKernels n;
+  n.norm = op_kernels(o.object("norm"));
+  n.rope = op_kernels(o.object("rope"));
+  n.swiglu = op_kernels(o.object("swiglu"));
+  n.gelu = op_kernels(o.object("gelu"));
+  n.residual = op_kernels(o.object("residual"));
+  n.loss = op_kernels(o.object("loss"));
+  n.embedding = op_kernels(o.object("embedding"));
+  n.repeat_kv = o.boolean("repeat_kv");
+  o.finish();
+  return n;
+}
+
+Granularity granularity(StrictObject& o, const std::string& key) {
+  return choose<Granularity>(
+      o, key, {{"unit", Granularity::Unit}, {"parameter", Granularity::Parameter}, {"bucket", Granularity::Bucket}});
+}
+
+Collectives collectives(StrictObject o) {
+  Collectives c;
+  c.gather = granularity(o, "gather");
+  c.reduce = granularity(o, "reduce");
+  c.bucket_MB = o.number("bucket_MB", 0, 1e6);
+  if ((c.gather == Granularity::Bucket || c.reduce == Granularity::Bucket) && c.bucket_MB <= 0)
+    o.fail("bucket_MB", "expected a positive bucket size when a granularity is \"bucket\"");
+  c.copy_in = o.boolean("copy_in");
+  c.copy_out = o.boolean("copy_out");
+  c.grad_copy_in = o.boolean("grad_copy_in");
+  c.int8_weights = o.boolean("int8_weights");
+  c.int4_gradients = o.boolean("int4_gradients");
+  o.finish();
+  return c;
+}
+
+}  // namespace
+
+const char* to_string(Granularity g) {
+  switch (g) {
+    case Granularity::Unit: return "unit";
+    case Granularity::Parameter: return "parameter";
+    case Granularity::Bucket: return "bucket";
+  }
+  return "?";
+}
+
+StackSpec stack_from_json(const std::string& text, const std::string& file) {
+  const nlohmann::json j = core::parse_json(text, file);
+  StrictObject o(j, file);
+  core::require_schema_version(o, kStackSchemaVersion);
+  StackSpec s;
+  s.name = o.name("name");
+  s.source = o.str("source");
+  s.ops = non_gemm_ops(o.object("ops"));
+  using core::AttentionKernel;
+  using core::SelectivePolicy;
+  s.attention = choose<AttentionKernel>(
+      o, "attention",
+      {{"flash2", AttentionKernel::Flash2}, {"flash3", AttentionKernel::Flash3}, {"cudnn", AttentionKernel::Cudnn}});
+  s.selective = choose<SelectivePolicy>(
+      o, "selective_recompute",
+      {{"core_attention", SelectivePolicy::CoreAttention}, {"every_other_matmul", SelectivePolicy::EveryOtherMatmul}});
+  s.collectives = collectives(o.object("collectives"));
+  {
+    StrictObject h = o.object("host");
+    s.host.kernel_us = h.number("kernel_us", 0, 1e6);
+    s.host.collective_us = h.number("collective_us", 0, 1e6);
+    h.finish();
+  }
+  {
+    StrictObject v = o.object("overlap");
+    s.overlap.background_threads = v.boolean("background_threads");
+    s.overlap.max_inflight_gathers = static_cast<int>(v.integer("max_inflight_gathers", 0, 64));
+    v.finish();
+  }
+  o.finish();
+  return s;
+}
+
+std::vector<std::string> stack_catalog_names() {
+  std::vector<std::string> names;
+  for (const auto& e : stack_catalog()) names.emplace_back(e.name);
+  return names;
+}
+
+std::pair<std::string, std::string> stack_text(const std::string& name_or_path) {
+  if (name_or_path.size() > 5 && name_or_path.ends_with(".json")) return {core::read_file(name_or_path), name_or_path};
+  for (const auto& e : stack_catalog()) {
+    if (e.name == name_or_path) return {std::string(e.json), fmt::format("stacks/catalog/{}.json", e.name)};
+  }
+  std::string known;
+  for (const auto& n : stack_catalog_names()) known += (known.empty() ? "" : ", ") + n;
+  throw core::InputError(
+      "command line", "--stack",
+      fmt::format("unknown stack '{}'; expected a catalog name ({}) or a .json file", name_or_path, known));
+}
+
+StackSpec load_stack(const std::string& name_or_path) {
+  auto [text, file] = stack_text(name_or_path);
+  return stack_from_json(text, file);
+}
+
+std::shared_ptr<const Stack> resolve_stack(const std::string& name_or_path) {
+  auto [text, file] = stack_text(name_or_path);
+  auto s = std::make_shared<Stack>();
+  s->spec = stack_from_json(text, file);
+  s->file = file;
+  s->sha256 = core::sha256_hex(text);
+  return s;
+}
+
+const std::shared_ptr<const Stack>& default_stack() {
+  static const std::shared_ptr<const Stack> s = resolve_stack(kDefaultStack);
+  return s;
+}
+
+}  // namespace hzp::stacks

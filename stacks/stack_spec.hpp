@@ -1,0 +1,90 @@
+// StackSpec: the software that runs a plan — how its kernels decompose the
+// model's non-GEMM ops, which attention kernel it runs, what its selective
+// recomputation recomputes, how it cuts and wraps the data-parallel
+// collectives, what its host spends per kernel and per collective, and how it
+// overlaps communication. The third input beside model and cluster, read
+// strictly from versioned JSON (catalog stacks/catalog/*.json); every figure
+// names its public source in the file.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/stack_kernels.hpp"
+
+namespace hzp::stacks {
+
+inline constexpr int kStackSchemaVersion = 1;
+
+/// How the data-parallel collectives of one unit are cut: one per unit (a
+/// flat buffer: FSDP, FSDP2, hzp), one per parameter tensor (DeepSpeed
+/// ZeRO-3's partitioned parameters), or buckets of `bucket_MB`.
+enum class Granularity { Unit, Parameter, Bucket };
+
+struct Collectives {
+  Granularity gather = Granularity::Unit;
+  Granularity reduce = Granularity::Unit;
+  double bucket_MB = 0;  // Bucket granularity: bytes of one bucket (MB = 1e6 bytes)
+  /// Copies around each parameter all-gather: `copy_in` gathers the
+  /// parameters' shards into the contiguous send buffer (on the gather
+  /// stream), `copy_out` splits the gathered buffer into the parameters (on
+  /// the compute stream, before the unit runs). Copies around each gradient
+  /// reduce-scatter: `grad_copy_in` packs the gradients into its send buffer.
+  bool copy_in = false, copy_out = false, grad_copy_in = false;
+  /// ZeRO++: parameters all-gathered as int8 with per-block scales (qwZ,
+  /// quantized before and dequantized after the gather) and gradients reduced
+  /// as int4 (qgZ: quantized, reduce-scattered, dequantized and summed).
+  bool int8_weights = false, int4_gradients = false;
+};
+
+struct HostCosts {
+  double kernel_us = 0;      // host time to launch one kernel (framework dispatch included)
+  double collective_us = 0;  // host time to issue one collective (hooks and bookkeeping included)
+};
+
+struct Overlap {
+  /// Collectives issued by background threads on their own streams (hzp's
+  /// runtime); otherwise by the training loop's thread.
+  bool background_threads = false;
+  /// At most this many parameter all-gathers in flight at once (FSDP1's
+  /// limit_all_gathers); 0: no limit beyond the plan's prefetch depth.
+  int max_inflight_gathers = 0;
+};
+
+struct StackSpec {
+  std::string name;
+  std::string source;
+  core::NonGemmKernels ops;
+  core::AttentionKernel attention = core::AttentionKernel::Flash2;
+  core::SelectivePolicy selective = core::SelectivePolicy::CoreAttention;
+  Collectives collectives;
+  HostCosts host;
+  Overlap overlap;
+};
+
+[[nodiscard]] const char* to_string(Granularity g);
+
+/// Parses a StackSpec; errors name `file` and the key.
+[[nodiscard]] StackSpec stack_from_json(const std::string& text, const std::string& file);
+/// The JSON text of a catalog name or a .json file, and the name errors are reported under.
+[[nodiscard]] std::pair<std::string, std::string> stack_text(const std::string& name_or_path);
+[[nodiscard]] StackSpec load_stack(const std::string& name_or_path);
+[[nodiscard]] std::vector<std::string> stack_catalog_names();
+
+/// The stack a scenario runs when none is named.
+inline constexpr const char* kDefaultStack = "hzp-async";
+
+/// A stack as an input: the spec, the file it came from and the SHA-256 of its text.
+struct Stack {
+  StackSpec spec;
+  std::string file;
+  std::string sha256;
+};
+/// Loads a catalog name or a .json file (InputError naming the file and key on bad input).
+[[nodiscard]] std::shared_ptr<const Stack> resolve_stack(const std::string& name_or_path);
+/// kDefaultStack, loaded once.
+[[nodiscard]] const std::shared_ptr<const Stack>& default_stack();
+
+}  // namespace hzp::stacks

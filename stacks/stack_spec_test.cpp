@@ -1,0 +1,84 @@
+#include "stacks/stack_spec.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <functional>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.hpp"
+
+namespace hzp::stacks {
+namespace {
+
+TEST(StackCatalog, EveryEntryLoadsUnderItsOwnName) {
+  const auto names = stack_catalog_names();
+  for (const char* want : {"deepspeed-zero", "deepspeed-zeropp", "hzp-async", "megatron-core-te", "megatron-deepspeed",
+                           "torch-fsdp1", "torch-fsdp2", "torch-fsdp2-compile"}) {
+    EXPECT_NE(std::find(names.begin(), names.end(), want), names.end()) << want;
+  }
+  for (const auto& n : names) {
+    const StackSpec s = load_stack(n);
+    EXPECT_EQ(s.name, n);
+    EXPECT_FALSE(s.source.empty()) << n;
+  }
+}
+
+TEST(StackCatalog, DefaultStackIsFusedAndAsynchronous) {
+  const StackSpec& s = default_stack()->spec;
+  EXPECT_EQ(s.name, kDefaultStack);
+  EXPECT_TRUE(s.overlap.background_threads);
+  // The defaults of core::NonGemmKernels: one kernel per op.
+  EXPECT_EQ(s.ops.norm.forward.kernels, 1);
+  EXPECT_EQ(s.ops.norm.forward.bytes_per_element, 4);
+  EXPECT_EQ(s.collectives.gather, Granularity::Unit);
+}
+
+TEST(StackCatalog, EagerStacksDecomposeTheirOps) {
+  const StackSpec s = load_stack("torch-fsdp2");
+  // RMSNorm in fp32, kernel by kernel: cast up (2+4), square (4+4), mean (4),
+  // scale (4+4), cast back (4+2), weight (2+2) = 36 bytes an element, plus the
+  // two per-row kernels (eps, rsqrt): 7 kernels.
+  EXPECT_EQ(s.ops.norm.forward.kernels, 7);
+  EXPECT_EQ(s.ops.norm.forward.bytes_per_element, 36);
+  EXPECT_TRUE(s.ops.repeat_kv);
+  EXPECT_TRUE(s.collectives.copy_in && s.collectives.copy_out && s.collectives.grad_copy_in);
+  EXPECT_EQ(s.selective, core::SelectivePolicy::EveryOtherMatmul);
+  const StackSpec ds = load_stack("deepspeed-zero");
+  EXPECT_EQ(ds.collectives.gather, Granularity::Parameter);
+  EXPECT_EQ(ds.collectives.reduce, Granularity::Bucket);
+}
+
+std::string bad_message(const std::function<void(nlohmann::json&)>& change) {
+  auto [text, file] = stack_text("torch-fsdp2");
+  nlohmann::json j = nlohmann::json::parse(text);
+  change(j);
+  try {
+    (void)stack_from_json(j.dump(), "mine.json");
+  } catch (const core::InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(StackSpec, BadInputNamesFileKeyAndExpectation) {
+  EXPECT_NE(bad_message([](auto& j) { j["attention"] = "flash9"; }).find("attention"), std::string::npos);
+  EXPECT_NE(bad_message([](auto& j) { j["ops"]["norm"]["forward"]["kernels"] = -1; }).find("ops.norm.forward.kernels"),
+            std::string::npos);
+  EXPECT_NE(bad_message([](auto& j) { j["collectives"]["gather"] = "bucket"; }).find("bucket_MB"), std::string::npos);
+  EXPECT_NE(bad_message([](auto& j) { j["extra"] = 1; }).find("mine.json"), std::string::npos);
+  EXPECT_NE(bad_message([](auto& j) { j["schema_version"] = 2; }).find("schema_version"), std::string::npos);
+}
+
+TEST(StackSpec, UnknownNameListsTheCatalog) {
+  try {
+    (void)load_stack("torch-fsdp3");
+    FAIL();
+  } catch (const core::InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("torch-fsdp2"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace hzp::stacks
