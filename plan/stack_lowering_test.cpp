@@ -1,0 +1,127 @@
+// The software stack in lowering, with values derived by hand for Llama-3 8B
+// (h 4,096, 32 query and 8 K/V heads of 128, FFN 14,336) at 8,192 tokens a
+// micro-batch, FSDP over one node of 8 H100.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "plan/plan.hpp"
+#include "plan/plan_test_util.hpp"
+#include "stacks/stack_spec.hpp"
+#include "topologies/topology.hpp"
+
+namespace hzp::plan {
+namespace {
+
+constexpr std::int64_t T = 8192, h = 4096, f = 14336;
+// One layer's dense parameters: Q and O (h x h), K and V (h x 1,024), three FFN matrices, two RMSNorm weights.
+constexpr std::int64_t kLayerParams = 2 * h * h + 2 * h * 1024 + 3 * h * f + 2 * h;
+
+core::Schedule lower_under(const std::string& stack, models::Recompute recompute = models::Recompute::None) {
+  const models::ModelSpec m = test_util::four_layers();
+  const topologies::Topology topo(topologies::load_cluster("dgx-h100"), 8);
+  PlanOptions o = test_util::options(Strategy::Fsdp, 8 * T);
+  o.seq_len = T;
+  o.recompute = recompute;
+  o.stack = stacks::resolve_stack(stack);
+  return lower(m, topo, o);
+}
+
+std::vector<core::Op> ops_named(const core::Schedule& s, const std::string& prefix) {
+  std::vector<core::Op> out;
+  for (const auto& st : s.programs.at(0).streams) {
+    for (const auto& op : st.ops) {
+      if (op.name.starts_with(prefix)) out.push_back(op);
+    }
+  }
+  return out;
+}
+
+const core::Op& only(const core::Schedule& s, const std::string& name) {
+  static core::Op none;
+  for (const auto& st : s.programs.at(0).streams) {
+    for (const auto& op : st.ops) {
+      if (op.name == name) return op;
+    }
+  }
+  ADD_FAILURE() << "no op " << name;
+  return none;
+}
+
+TEST(StackLowering, EagerRmsNormIsSevenKernelsForwardTwelveBackward) {
+  const core::Schedule eager = lower_under("torch-fsdp2");
+  EXPECT_EQ(only(eager, "l0.attn_norm").kernels, 7);
+  EXPECT_EQ(only(eager, "l0.attn_norm").bytes.count(), 36 * T * h);
+  EXPECT_EQ(only(eager, "l0.attn_norm.bwd").kernels, 12);
+  EXPECT_EQ(only(eager, "l0.attn_norm.bwd").bytes.count(), 64 * T * h);
+  // Unfused SwiGLU over the FFN width: silu and the product, 10 bytes an element.
+  EXPECT_EQ(only(eager, "l0.ffn.swiglu").bytes.count(), 10 * T * f);
+  // repeat_kv: K and V of 8 heads read, 32 heads of each written.
+  EXPECT_EQ(only(eager, "l0.repeat_kv").bytes.count(), 2 * T * (8 + 32) * 256);
+  const core::Schedule fused = lower_under("hzp-async");
+  EXPECT_EQ(only(fused, "l0.attn_norm").kernels, 1);
+  EXPECT_EQ(only(fused, "l0.attn_norm").bytes.count(), 4 * T * h);
+  EXPECT_TRUE(ops_named(fused, "l0.repeat_kv").empty());
+}
+
+TEST(StackLowering, Fsdp2CopiesInAndOutAroundEachAllGather) {
+  const core::Schedule s = lower_under("torch-fsdp2");
+  // Copy-in: each rank's 1/8 shard read and written once (bf16); copy-out:
+  // the gathered unit read and written once.
+  EXPECT_EQ(only(s, "layer0.allgather.fwd.copy_in").bytes.count(), 4 * kLayerParams / 8);
+  EXPECT_EQ(only(s, "layer0.copy_out").bytes.count(), 4 * kLayerParams);
+  EXPECT_EQ(only(s, "layer0.copy_out").role, core::OpRole::ParamGather);
+  EXPECT_EQ(only(s, "layer0.grad_reducescatter.copy_in").bytes.count(), 4 * kLayerParams);
+  EXPECT_TRUE(ops_named(lower_under("torch-fsdp1"), "layer0.copy_out").empty());
+}
+
+TEST(StackLowering, DeepSpeedZero3GathersEachParameterTensor) {
+  const core::Schedule s = lower_under("deepspeed-zero");
+  // Two norms, Q, K, V, O, gate, up, down: nine all-gathers per layer and pass.
+  std::int64_t bytes = 0, count = 0;
+  for (const auto& op : ops_named(s, "layer0.allgather.fwd.")) {
+    if (op.kind != core::OpKind::Collective) continue;
+    ++count;
+    bytes += op.bytes.count();
+  }
+  EXPECT_EQ(count, 9);
+  EXPECT_EQ(bytes, 2 * kLayerParams);
+  // One bucket of 1,000 MB holds the layer's 436 MB of bf16 gradients: one reduce-scatter.
+  EXPECT_EQ(only(s, "layer0.grad_reducescatter").bytes.count(), 2 * kLayerParams);
+}
+
+double recomputed_flops(const core::Schedule& s, core::ComputeKind kind) {
+  double sum = 0;
+  for (const auto& op : ops_named(s, "l0.")) {
+    if (op.role == core::OpRole::Recompute && op.compute == kind) sum += op.flops.count();
+  }
+  return sum;
+}
+
+TEST(StackLowering, SelectiveRecomputeFollowsTheStack) {
+  // Megatron's policy recomputes the attention core, with flash attention
+  // too: the causal half of 2 * 32 heads * T^2 * (128 + 128).
+  const core::Schedule mc = lower_under("megatron-core-te", models::Recompute::Selective);
+  EXPECT_DOUBLE_EQ(recomputed_flops(mc, core::ComputeKind::Attention), 0.5 * 2.0 * 32 * T * T * 256);
+  EXPECT_DOUBLE_EQ(recomputed_flops(mc, core::ComputeKind::Gemm), 0.0);
+  // The op-level policy recomputes every second GEMM of [qkv, attn_out, up,
+  // down] — the output and down projections — and no attention.
+  const core::Schedule pt = lower_under("torch-fsdp2", models::Recompute::Selective);
+  EXPECT_DOUBLE_EQ(recomputed_flops(pt, core::ComputeKind::Gemm), 2.0 * T * h * h + 2.0 * T * h * f);
+  EXPECT_DOUBLE_EQ(recomputed_flops(pt, core::ComputeKind::Attention), 0.0);
+}
+
+TEST(StackLowering, AsyncNeedsBackgroundThreads) {
+  const models::ModelSpec m = test_util::four_layers();
+  const topologies::Topology topo(topologies::load_cluster("dgx-h100"), 8);
+  PlanOptions o = test_util::options(Strategy::Hzp, 8 * T);
+  o.stack = stacks::resolve_stack("torch-fsdp2");
+  EXPECT_FALSE(resolve_async(o));  // hzp's default follows the stack
+  o.async = true;
+  const auto problems = check_plan(m, topo, o);
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_EQ(problems[0].field, "async");
+}
+
+}  // namespace
+}  // namespace hzp::plan
