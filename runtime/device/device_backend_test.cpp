@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <iostream>
 #include <map>
 #include <mutex>
 #include <numeric>
@@ -58,7 +59,7 @@ class FakeApi final : public DeviceApi {
   }
   void nccl(Call c) {
     if (in_nccl.fetch_add(1) > 0) ++overlaps;
-    for (int i = 0; i < 50; ++i) std::this_thread::yield();
+    for (int i = 0; i < 500; ++i) std::this_thread::yield();
     log(std::move(c));
     in_nccl.fetch_sub(1);
   }
@@ -243,11 +244,15 @@ TEST_P(EveryRank, AgreeOnCommunicatorsAndOrder) {
   std::map<Key, std::map<int, std::vector<std::string>>> collectives;   // comm -> rank -> ops
   std::map<Key, std::map<int, std::vector<std::size_t>>> sends, recvs;  // comm -> rank -> sizes
   std::vector<std::string> splits0;
+  std::map<std::size_t, std::vector<std::string>> device_order;  // rank class -> its first rank's NCCL calls
   for (int r = 0; r < world; ++r) {
     const auto api = run_rank(g.s, r, 1);
-    std::vector<std::string> splits;
+    std::vector<std::string> splits, order;
     for (const Call& c : api->calls) {
       if (c.name.rfind("comm_split", 0) == 0) splits.push_back(c.name);
+      if (c.a != nullptr && api->comm_id.contains(c.a) && c.name.rfind("comm_", 0) != 0) {
+        order.push_back(fmt::format("{} on split {} ({})", c.name, api->comm_id.at(c.a).first, c.count));
+      }
       if (c.a == nullptr || !api->comm_id.contains(c.a)) continue;
       const Key k = api->comm_id.at(c.a);
       const bool pair = api->p2p_splits.contains(k.first);
@@ -258,6 +263,9 @@ TEST_P(EveryRank, AgreeOnCommunicatorsAndOrder) {
       if (pair && c.name == "recv") recvs[k][r].push_back(c.count);
     }
     if (r == 0) splits0 = splits;
+    // One NCCL issue order per device, the same on every rank of a class.
+    const auto [first, fresh] = device_order.emplace(rank_plan(g.s, r).program, order);
+    EXPECT_TRUE(fresh || first->second == order) << g.name << ": rank " << r << " issues NCCL calls in another order";
     EXPECT_EQ(splits, splits0) << g.name << ": rank " << r << " splits differently from rank 0";
     EXPECT_EQ(api->overlaps.load(), 0) << g.name << ": rank " << r << ": NCCL calls overlapped on the device";
     std::map<Handle, bool> recorded;
@@ -354,6 +362,40 @@ TEST(DeviceBackend, PlansGemmsBeforeTheStep) {
     }
   }
   EXPECT_EQ(api->named("gemm_run").size(), 2U);
+}
+
+// Two host threads, each issuing collectives on its own group with nothing
+// between them: the device still calls NCCL one call at a time, in op id
+// order (the turn), whatever the threads' timing.
+TEST(DeviceBackend, IssuesNcclCallsInOpIdOrderFromTwoThreads) {
+  core::Schedule s;
+  s.name = "two-threads";
+  s.step.world_size = 2;
+  s.groups.push_back(core::Group{0, core::GroupKind::DpShard, {0, 1}});
+  s.groups.push_back(core::Group{1, core::GroupKind::DpReplica, {0, 1}});
+  core::Program p;
+  p.ranks = {0, 1};
+  p.threads = {core::Thread{0, "a", {}, {}}, core::Thread{1, "b", {}, {}}};
+  p.streams = {core::Stream{0, "a", core::StreamKind::ParamGather, 0, {}},
+               core::Stream{1, "b", core::StreamKind::GradReduce, 1, {}}};
+  const int n = 400;
+  for (int id = 0; id < n; ++id) {
+    core::Op op;
+    op.id = id;
+    op.kind = core::OpKind::Collective;
+    op.collective = core::CollectiveKind::AllReduce;
+    op.group = id < n / 2 ? 0 : 1;         // thread a's ops first in op id order, then thread b's
+    op.bytes = core::Bytes(2 * (id + 1));  // one element per op id + 1: names the op in the fake's log
+    p.streams[id < n / 2 ? 0U : 1U].ops.push_back(op);
+  }
+  s.programs.push_back(p);
+  const auto api = run_rank(s, 0, 1);
+  std::vector<std::size_t> order;
+  for (const Call& c : api->named("collective all_reduce")) order.push_back(c.count);
+  std::vector<std::size_t> ids(n);
+  std::iota(ids.begin(), ids.end(), 1);
+  EXPECT_EQ(order, ids);
+  EXPECT_EQ(api->overlaps.load(), 0);
 }
 
 // The watchdog: an op that never finishes fires it after the limit (on a
