@@ -478,6 +478,12 @@ int run_parsed(const Args& args, [[maybe_unused]] const BenchArgs& b, bool bench
   if (a.backend == "host") {
     if (host_mpi) {
       runtime::mpi_init();
+      if (runtime::mpi_size() != launch.world) {
+        throw core::InputError("environment", launch.launcher,
+                               fmt::format("expected one process, or {} MPI processes as the environment says (MPI "
+                                           "has {}): the host backend runs every rank class itself",
+                                           launch.world, runtime::mpi_size()));
+      }
       std::cerr << fmt::format(
           "hzp-run: process {} of {} (mpirun, MPI rank {} of {}): the host backend runs every rank class\n",
           launch.rank, launch.world, runtime::mpi_rank(), runtime::mpi_size());
