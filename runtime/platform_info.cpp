@@ -3,6 +3,10 @@
 
 #include <fmt/format.h>
 
+#include <cctype>
+
+#include "core/error.hpp"
+
 namespace hzp::runtime {
 
 std::string cuda_version_string(int v) { return fmt::format("{}.{}", v / 1000, (v % 1000) / 10); }
@@ -22,6 +26,20 @@ std::string describe(const PlatformInfo& p) {
                      g.multiprocessors, g.memory_GiB);
   }
   return s;
+}
+
+std::string bench_device_name(const std::string& gpu, const std::string& catalog) {
+  auto lower = [](std::string t) {
+    for (char& c : t) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return t;
+  };
+  const std::string model = lower(catalog.substr(0, catalog.find(' ')));
+  const std::string g = " " + lower(gpu) + " ";
+  if (model.empty() || g.find(" " + model + " ") == std::string::npos) {
+    throw core::InputError("command line", "--cluster",
+                           fmt::format("expected a cluster whose device is this GPU ('{}'), got '{}'", gpu, catalog));
+  }
+  return catalog;
 }
 
 }  // namespace hzp::runtime

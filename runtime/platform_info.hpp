@@ -33,6 +33,12 @@ struct PlatformInfo {
 /// "major.minor.patch" from NCCL's integer version code (≥ 2.9: 10000·major + 100·minor + patch).
 [[nodiscard]] std::string nccl_version_string(int v);
 
+/// The device name `hzp-run bench --cluster` writes into its results: the
+/// cluster catalog's (e.g. "H200 SXM 141GB", what `hzp calibrate` matches),
+/// once the GPU's own name (e.g. "NVIDIA H200") holds the catalog name's
+/// first word; throws InputError when it does not (the wrong cluster).
+[[nodiscard]] std::string bench_device_name(const std::string& gpu, const std::string& catalog);
+
 /// One readable paragraph.
 [[nodiscard]] std::string describe(const PlatformInfo& p);
 

@@ -4,8 +4,19 @@
 
 #include <gtest/gtest.h>
 
+#include "core/error.hpp"
+
 namespace hzp::runtime {
 namespace {
+
+// Issue 21, item 1: bench results carry the catalog's device name, which
+// hzp calibrate matches against the cluster (the GPU's own name never did).
+TEST(PlatformInfo, BenchDeviceNameIsTheCatalogs) {
+  EXPECT_EQ(bench_device_name("NVIDIA H200", "H200 SXM 141GB"), "H200 SXM 141GB");
+  EXPECT_EQ(bench_device_name("NVIDIA H100 80GB HBM3", "H100 SXM 80GB"), "H100 SXM 80GB");
+  EXPECT_THROW((void)bench_device_name("NVIDIA H100 80GB HBM3", "H200 SXM 141GB"), core::InputError);
+  EXPECT_THROW((void)bench_device_name("NVIDIA H200", ""), core::InputError);
+}
 
 TEST(PlatformInfo, VersionStrings) {
   EXPECT_EQ(cuda_version_string(13000), "13.0");

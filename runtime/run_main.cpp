@@ -22,6 +22,7 @@
 #include "runtime/executor.hpp"
 #include "runtime/host/host_backend.hpp"
 #include "runtime/launch.hpp"
+#include "runtime/mpi.hpp"
 #include "runtime/platform_info.hpp"
 #include "topologies/cluster_spec.hpp"
 #include "traces/bench_results.hpp"
@@ -72,7 +73,8 @@ struct BenchArgs {
   int ranks_per_node = 8;
   std::string rendezvous;
   std::vector<int> channels{1, 2, 4, 8, 16, 32};
-  bool force = false;  // replace --out if it exists
+  std::string cluster;  // names the results' device as the catalog does (hzp calibrate matches it)
+  bool force = false;   // replace --out if it exists
 };
 
 hzp::traces::TraceHeader header(const hzp::core::Schedule& s, const std::string& engine, const std::string& detail,
@@ -368,6 +370,9 @@ int run_bench(const BenchArgs& b) {
     throw core::InputError("command line", "bench",
                            fmt::format("expected gemm, collectives or overlap, got '{}'", b.kind));
   }
+  if (!b.cluster.empty()) {
+    r.device = runtime::bench_device_name(r.provenance["gpu"], topologies::load_cluster(b.cluster).device.name);
+  }
   core::write_file_atomic(b.out, traces::to_json(r));
   std::cout << fmt::format("wrote {} ({} results)\n", b.out, r.gemm.size() + r.collectives.size() + r.overlap.size());
   return 0;
@@ -427,6 +432,8 @@ CLI::App* add_bench_command(CLI::App& app, BenchArgs& b) {
   bench->add_option("--reps", b.reps, "timed repetitions (median)")->capture_default_str();
   bench->add_option("--ranks-per-node", b.ranks_per_node, "collectives: ranks per node")->capture_default_str();
   bench->add_option("--rendezvous", b.rendezvous, "collectives: shared directory for the NCCL id");
+  bench->add_option("--cluster", b.cluster,
+                    "name the results' device as this cluster's catalog device (what hzp calibrate expects)");
   bench->add_option("--channels", b.channels, "overlap: SM counts of the collective beside the GEMM")->delimiter(',');
   return bench;
 }
@@ -440,8 +447,15 @@ void check_new(const std::string& path, bool force) {
   }
 }
 
-int run_parsed(const Args& a, [[maybe_unused]] const BenchArgs& b, bool bench, const std::string& command_line) {
+int run_parsed(const Args& args, [[maybe_unused]] const BenchArgs& b, bool bench, const std::string& command_line) {
   using namespace hzp;
+  const runtime::LaunchInfo launch = runtime::detect_launch([](const char* n) { return std::getenv(n); });
+  // Host backend under mpirun (MPI): every process runs every rank class;
+  // process 0 alone writes the outputs.
+  const bool host_mpi =
+      args.backend == "host" && launch.world > 1 && launch.launcher == "mpirun" && runtime::mpi_built();
+  Args a = args;
+  if (host_mpi && launch.rank != 0) a.trace.clear(), a.summary.clear();
   if (bench) check_new(b.out, b.force);
   check_new(a.trace, a.force);
   check_new(a.summary, a.force);
@@ -462,10 +476,25 @@ int run_parsed(const Args& a, [[maybe_unused]] const BenchArgs& b, bool bench, c
     throw core::InputError("command line", "--clock", "expected wall with --backend cuda (a GPU keeps its own time)");
   }
   if (a.backend == "host") {
-    const runtime::LaunchInfo launch = runtime::detect_launch([](const char* n) { return std::getenv(n); });
+    if (host_mpi) {
+      runtime::mpi_init();
+      if (runtime::mpi_size() != launch.world) {
+        throw core::InputError("environment", launch.launcher,
+                               fmt::format("expected one process, or {} MPI processes as the environment says (MPI "
+                                           "has {}): the host backend runs every rank class itself",
+                                           launch.world, runtime::mpi_size()));
+      }
+      std::cerr << fmt::format(
+          "hzp-run: process {} of {} (mpirun, MPI rank {} of {}): the host backend runs every rank class\n",
+          launch.rank, launch.world, runtime::mpi_rank(), runtime::mpi_size());
+      const int rc = run_host(a, s, command_line);
+      runtime::mpi_barrier();
+      return rc;
+    }
     if (launch.world > 1) {
       throw core::InputError("environment", launch.launcher,
-                             "expected one process: the host backend runs every rank class itself");
+                             "expected one process (or mpirun with a build with MPI): the host backend runs every "
+                             "rank class itself");
     }
     return run_host(a, s, command_line);
   }
@@ -497,6 +526,10 @@ int main(int argc, char** argv) {
     std::cerr << "hzp-run: error: command line: " << e.what() << "\n";
     return kExitBadInput;
   }
+  // MPI_Finalize on every way out, once MPI was initialised (MPI requires it before exit).
+  struct Finalize {
+    ~Finalize() { runtime::mpi_finalize(); }
+  } finalize;
   try {
     return run_parsed(a, b, bench->parsed(), command_line);
   } catch (const core::InputError& e) {

@@ -11,7 +11,7 @@
 
 #include "core/units.hpp"
 #include "runtime/cuda/check.hpp"
-#include "runtime/cuda/comm_state.hpp"
+#include "runtime/cuda/cuda_backend.hpp"
 #include "runtime/cuda/gemm.hpp"
 #include "runtime/cuda/handles.hpp"
 #include "runtime/cuda/kernels.hpp"
@@ -92,7 +92,9 @@ std::map<std::string, std::string> device_provenance(int device) {
   if (::gethostname(host, sizeof host - 1) == 0) p["host"] = host;
   const std::time_t now = std::time(nullptr);
   char date[32] = {};
-  std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  std::tm utc{};
+  (void)gmtime_r(&now, &utc);  // gmtime's static result is shared by the local-rank threads
+  std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", &utc);
   p["date"] = date;
   return p;
 }
@@ -113,7 +115,6 @@ traces::BenchResults bench_collectives(Communicators& comms, const LaunchInfo& l
                                        const std::vector<std::int64_t>& sizes, int device, int reps) {
   check(cudaSetDevice(device), "cudaSetDevice");
   traces::BenchResults r = results("collectives", device);
-  auto& st = comms.state();
   const int P = launch.world;
   const int rpn = std::clamp(ranks_per_node, 1, P);
   // Group shapes: the world; inside one node (ranks of a node); across nodes
@@ -123,15 +124,17 @@ traces::BenchResults bench_collectives(Communicators& comms, const LaunchInfo& l
     ncclComm_t comm;
     int ranks, per_node;
   };
-  std::vector<Shape> shapes{{st.world_comm.get(), P, rpn}};
+  ncclComm_t world = static_cast<ncclComm_t>(comms.world());
+  std::vector<Shape> shapes{{world, P, rpn}};
   NcclComm node, rail;  // split here, destroyed on the way out
   if (P > rpn && P % rpn == 0) {
     if (rpn > 1) {
-      check(ncclCommSplit(st.world_comm.get(), launch.rank / rpn, launch.rank, node.out(), nullptr),
-            "node communicator");
+      const ncclResult_t split = ncclCommSplit(world, launch.rank / rpn, launch.rank, node.out(), nullptr);
+      check_on(node.get(), split, "node communicator");
       shapes.push_back({node.get(), rpn, rpn});
     }
-    check(ncclCommSplit(st.world_comm.get(), launch.rank % rpn, launch.rank, rail.out(), nullptr), "rail communicator");
+    const ncclResult_t split = ncclCommSplit(world, launch.rank % rpn, launch.rank, rail.out(), nullptr);
+    check_on(rail.get(), split, "rail communicator");
     shapes.push_back({rail.get(), P / rpn, 1});
   }
   const Stream owned_stream = make_stream(cudaStreamDefault, "stream");
@@ -148,14 +151,17 @@ traces::BenchResults bench_collectives(Communicators& comms, const LaunchInfo& l
         const double t = time_median(stream, reps, [&] {
           switch (kind) {
             case core::CollectiveKind::AllGather:
-              check(ncclAllGather(b, b + n, n / n_ranks / 2, ncclBfloat16, shape.comm, stream), "all-gather");
+              check_on(shape.comm, ncclAllGather(b, b + n, n / n_ranks / 2, ncclBfloat16, shape.comm, stream),
+                       "all-gather");
               break;
             case core::CollectiveKind::ReduceScatter:
-              check(ncclReduceScatter(b, b + n, n / n_ranks / 2, ncclBfloat16, ncclSum, shape.comm, stream),
-                    "reduce-scatter");
+              check_on(shape.comm,
+                       ncclReduceScatter(b, b + n, n / n_ranks / 2, ncclBfloat16, ncclSum, shape.comm, stream),
+                       "reduce-scatter");
               break;
             default:
-              check(ncclAllReduce(b, b + n, n / 2, ncclBfloat16, ncclSum, shape.comm, stream), "all-reduce");
+              check_on(shape.comm, ncclAllReduce(b, b + n, n / 2, ncclBfloat16, ncclSum, shape.comm, stream),
+                       "all-reduce");
               break;
           }
         });
@@ -185,8 +191,8 @@ traces::BenchResults bench_overlap(Communicators* comms, const core::GemmShape& 
       if (comms != nullptr) {
         auto* b = static_cast<char*>(buf);
         const std::size_t n = static_cast<std::size_t>(bytes);
-        check(ncclAllReduce(b, b + n / 2, n / 4, ncclBfloat16, ncclSum, comms->state().world_comm.get(), comm),
-              "all-reduce beside the GEMM");
+        auto* w = static_cast<ncclComm_t>(comms->world());
+        check_on(w, ncclAllReduce(b, b + n / 2, n / 4, ncclBfloat16, ncclSum, w, comm), "all-reduce beside the GEMM");
       } else {
         check(launch_emulated_collective(buf, static_cast<std::size_t>(bytes), ch, busy_ns, comm),
               "emulated collective beside the GEMM");

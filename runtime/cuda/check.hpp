@@ -25,4 +25,15 @@ inline void check(ncclResult_t e, const std::string& what) {
   if (e != ncclSuccess) throw RunError(fmt::format("{}: NCCL error: {}", what, ncclGetErrorString(e)));
 }
 
+/// A call on a non-blocking communicator (as Communicators makes them): a
+/// result of ncclInProgress is waited for through ncclCommGetAsyncError.
+inline void check_on(ncclComm_t comm, ncclResult_t r, const std::string& what) {
+  while (r == ncclInProgress && comm != nullptr) {
+    ncclResult_t state = ncclSuccess;
+    r = ncclCommGetAsyncError(comm, &state);
+    if (r == ncclSuccess) r = state;
+  }
+  if (r != ncclInProgress) check(r, what);
+}
+
 }  // namespace hzp::runtime::cuda

@@ -1,6 +1,5 @@
 // NCCL communicators of one rank and the NCCL id they share (see
-// cuda_backend.hpp): the world, one split per Schedule group, a clone per
-// stream that sends or receives.
+// cuda_backend.hpp): device::DeviceComms on CudaApi.
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
 #include <nccl.h>
@@ -12,15 +11,12 @@
 #include <fstream>
 #include <thread>
 
-#ifdef HZP_HAVE_MPI
-#include <mpi.h>
-#endif
-
 #include "core/io.hpp"
 #include "runtime/cuda/check.hpp"
-#include "runtime/cuda/comm_state.hpp"
+#include "runtime/cuda/cuda_api.hpp"
 #include "runtime/cuda/cuda_backend.hpp"
 #include "runtime/cuda/handles.hpp"
+#include "runtime/mpi.hpp"
 
 namespace hzp::runtime::cuda {
 
@@ -32,94 +28,51 @@ std::string new_nccl_id() {
   return {reinterpret_cast<const char*>(&id), sizeof id};
 }
 
-double world_max(Communicators& comms, double v) {
-  const DeviceBuffer buffer = device_alloc(sizeof v, "world max buffer");
-  auto* d = static_cast<double*>(buffer.get());
-  check(cudaMemcpy(d, &v, sizeof v, cudaMemcpyHostToDevice), "world max copy");
-  check(ncclAllReduce(d, d, 1, ncclFloat64, ncclMax, comms.state().world_comm.get(), nullptr), "world max all-reduce");
-  check(cudaMemcpy(&v, d, sizeof v, cudaMemcpyDeviceToHost), "world max copy back");
-  return v;
+double world_max(Communicators& comms, double v) { return comms.comms().world_max(v); }
+
+namespace {
+// The NCCL unique id every rank shares (see Communicators).
+std::string shared_nccl_id(const LaunchInfo& launch, const std::string& rendezvous_dir, const std::string& shared_id) {
+  ncclUniqueId id{};
+  if (!shared_id.empty()) return shared_id;
+  if (mpi_built() && launch.launcher == "mpirun") {
+    mpi_init();
+    if (launch.rank == 0) check(ncclGetUniqueId(&id), "ncclGetUniqueId");
+    mpi_broadcast(&id, sizeof id);
+    return {reinterpret_cast<const char*>(&id), sizeof id};
+  }
+  if (launch.world == 1) return new_nccl_id();
+  // File rendezvous: rank 0 writes the id (whole, by rename), the others poll.
+  if (rendezvous_dir.empty()) {
+    throw RunError("NCCL set-up: expected --rendezvous DIR (a path every rank sees) to share the NCCL id");
+  }
+  // (A fresh directory per run, as torchrun's file store wants: an old id
+  // there would be read before rank 0 replaces it.)
+  const std::string path = (std::filesystem::path(rendezvous_dir) / "nccl-id").string();
+  if (launch.rank == 0) {
+    const std::string bytes = new_nccl_id();
+    core::write_file_atomic(path, bytes);
+    return bytes;
+  }
+  for (int tries = 0;; ++tries) {
+    std::ifstream in(path, std::ios::binary);
+    if (in && in.read(reinterpret_cast<char*>(&id), sizeof id)) break;
+    if (tries > 6000) throw RunError(fmt::format("NCCL set-up: no id in {} after 60 s", path));
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return {reinterpret_cast<const char*>(&id), sizeof id};
 }
+}  // namespace
 
 Communicators::Communicators(const core::Schedule& s, const LaunchInfo& launch, const std::string& rendezvous_dir,
-                             const std::string& shared_id)
-    : state_(std::make_unique<State>()) {
-  State& st = *state_;
-  st.rank = launch.rank;
-  st.world = launch.world;
-  ncclUniqueId id{};
-  bool shared = false;
-  if (!shared_id.empty()) {
-    if (shared_id.size() != sizeof id) throw RunError("NCCL set-up: a shared id of the wrong size");
-    std::memcpy(&id, shared_id.data(), sizeof id);
-    shared = true;
-  }
-#ifdef HZP_HAVE_MPI
-  if (!shared && launch.launcher == "mpirun") {
-    int initialized = 0;
-    MPI_Initialized(&initialized);
-    if (!initialized) MPI_Init(nullptr, nullptr);
-    if (st.rank == 0) check(ncclGetUniqueId(&id), "ncclGetUniqueId");
-    MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD);
-    shared = true;
-  }
-#endif
-  if (!shared && st.world > 1) {
-    // File rendezvous: rank 0 writes the id (whole, by rename), the others poll.
-    if (rendezvous_dir.empty()) {
-      throw RunError("NCCL set-up: expected --rendezvous DIR (a path every rank sees) to share the NCCL id");
-    }
-    // (A fresh directory per run, as torchrun's file store wants: an old id
-    // there would be read before rank 0 replaces it.)
-    const std::string path = (std::filesystem::path(rendezvous_dir) / "nccl-id").string();
-    if (st.rank == 0) {
-      check(ncclGetUniqueId(&id), "ncclGetUniqueId");
-      core::write_file_atomic(path, std::string(reinterpret_cast<const char*>(&id), sizeof id));
-    } else {
-      for (int tries = 0;; ++tries) {
-        std::ifstream in(path, std::ios::binary);
-        if (in && in.read(reinterpret_cast<char*>(&id), sizeof id)) break;
-        if (tries > 6000) throw RunError(fmt::format("NCCL set-up: no id in {} after 60 s", path));
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
-      }
-    }
-  } else if (!shared) {
-    check(ncclGetUniqueId(&id), "ncclGetUniqueId");
-  }
-  check(ncclCommInitRank(st.world_comm.out(), st.world, id, st.rank), "ncclCommInitRank (world)");
-  // One split per round, every rank in every round, in the same order.
-  for (const SplitRound& round : comm_split_rounds(s)) {
-    const std::optional<int> colour = split_colour(s, round, st.rank);
-    NcclComm comm;
-    check(ncclCommSplit(st.world_comm.get(), colour ? *colour : NCCL_SPLIT_NOCOLOR, st.rank, comm.out(), nullptr),
-          fmt::format("ncclCommSplit ({} groups)", core::to_string(round.kind)));
-    if (colour) st.groups[*colour] = std::move(comm);
-  }
-  // A world clone per stream that sends or receives (NCCL forbids using one
-  // communicator from two host threads at once).
-  const RankPlan plan = rank_plan(s, st.rank);
-  const auto& prog = s.programs[plan.program];
-  for (std::size_t k = 0; k < prog.streams.size(); ++k) {
-    const bool p2p = std::any_of(prog.streams[k].ops.begin(), prog.streams[k].ops.end(), [](const core::Op& op) {
-      return op.kind == core::OpKind::Send || op.kind == core::OpKind::Recv;
-    });
-    if (!p2p) continue;
-    NcclComm comm;
-    check(ncclCommSplit(st.world_comm.get(), 0, st.rank, comm.out(), nullptr), "ncclCommSplit (send/recv clone)");
-    st.p2p[k] = std::move(comm);
-  }
+                             const std::string& shared_id, std::chrono::milliseconds timeout)
+    : api_(std::make_unique<CudaApi>()) {
+  const std::string id = shared_nccl_id(launch, rendezvous_dir, shared_id);
+  device::CommOptions o;
+  o.timeout = timeout;
+  comms_ = std::make_unique<device::DeviceComms>(*api_, s, launch.rank, launch.world, id, o);
 }
 
-Communicators::~Communicators() {
-  for (NcclComm* c : state_->all()) c->reset();
-}
-
-void Communicators::abort() {
-  for (NcclComm* c : state_->all()) {
-    if (*c) ncclCommAbort(c->release());
-  }
-  state_->groups.clear();
-  state_->p2p.clear();
-}
+Communicators::~Communicators() = default;
 
 }  // namespace hzp::runtime::cuda

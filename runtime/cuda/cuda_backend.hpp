@@ -8,7 +8,9 @@
 // one GPU, emulated by kernels that occupy the NCCL channels' SMs for the
 // model's time); alloc/free from a stream-ordered memory pool; CUDA events
 // for record/wait/sync and around every op for timing. Every CUDA, cuBLAS
-// and NCCL call is checked and names the op. Only this directory sees CUDA.
+// and NCCL call is checked and names the op. The decisions are in
+// runtime/device/ (tested without a GPU); this directory holds the real calls
+// (cuda_api.cpp) and is the only one that sees CUDA.
 #pragma once
 
 #include <chrono>
@@ -18,6 +20,7 @@
 #include <vector>
 
 #include "core/schedule_replay.hpp"
+#include "runtime/device/backend.hpp"
 #include "runtime/executor.hpp"
 #include "runtime/launch.hpp"
 #include "topologies/topology.hpp"
@@ -26,34 +29,36 @@
 
 namespace hzp::runtime::cuda {
 
-/// NCCL communicators of one rank: the world, one per Schedule group this
-/// rank belongs to (ncclCommSplit per round of comm_split_rounds), and one
-/// clone of the world per stream that sends or receives.
+class CudaApi;
+
+/// NCCL communicators of one rank (device::DeviceComms on the real API):
+/// the world and the splits of device::plan_comms.
 class Communicators {
  public:
   /// The NCCL unique id: `shared_id` when given (ranks that are threads of
   /// one process, from new_nccl_id), else over MPI when launched by mpirun
   /// and built with MPI, else through a file in `rendezvous_dir` (a path
-  /// every rank sees). Call on the rank's device.
+  /// every rank sees). Call on the rank's device. `timeout`: the longest
+  /// wait for a communicator or a barrier.
   Communicators(const core::Schedule& s, const LaunchInfo& launch, const std::string& rendezvous_dir,
-                const std::string& shared_id = "");
+                const std::string& shared_id = "", std::chrono::milliseconds timeout = std::chrono::seconds(60));
   ~Communicators();
   Communicators(const Communicators&) = delete;
   Communicators& operator=(const Communicators&) = delete;
-  struct State;
-  [[nodiscard]] State& state() { return *state_; }
-  /// Aborts every communicator (the watchdog's last act).
-  void abort();
+  [[nodiscard]] device::DeviceComms& comms() { return *comms_; }
+  /// The world communicator (an ncclComm_t).
+  [[nodiscard]] void* world() const { return comms_->world(); }
 
  private:
-  std::unique_ptr<State> state_;
+  std::unique_ptr<CudaApi> api_;
+  std::unique_ptr<device::DeviceComms> comms_;
 };
 
 /// Makes `device` the calling thread's GPU (throws RunError naming it).
 void use_device(int device);
 /// A fresh NCCL unique id, as bytes (for Communicators' `shared_id`).
 [[nodiscard]] std::string new_nccl_id();
-/// The max over the world of `v` (an all-reduce), on the rank's device.
+/// The max over the world of `v` (a barrier; see DeviceComms::world_max).
 [[nodiscard]] double world_max(Communicators& comms, double v);
 
 struct CudaOptions {
@@ -63,6 +68,7 @@ struct CudaOptions {
   std::chrono::milliseconds watchdog{60000};
 };
 
+/// device::DeviceBackend on the real API.
 class CudaBackend final : public Backend {
  public:
   /// Executes `plan.program` as rank `plan.rank` on `o.device`. `comms` is
@@ -73,25 +79,29 @@ class CudaBackend final : public Backend {
   CudaBackend(const CudaBackend&) = delete;
   CudaBackend& operator=(const CudaBackend&) = delete;
 
-  /// Before each step: fresh timing, the time origin recorded on the device.
-  void begin_step();
-  void enqueue(std::size_t program, std::size_t stream, std::size_t index) override;
-  void host_wait(std::size_t program, const core::Thread& thread, int event) override;
-  void issue_cost(std::size_t program, const core::Thread& thread, const core::Op& op) override;
-  void drain() override;
+  /// Before each step: fresh timing, the pool's high-water marks reset, the time origin recorded.
+  void begin_step() { b_->begin_step(); }
+  void enqueue(std::size_t program, std::size_t stream, std::size_t index) override {
+    b_->enqueue(program, stream, index);
+  }
+  void host_wait(std::size_t program, const core::Thread& thread, int event) override {
+    b_->host_wait(program, thread, event);
+  }
+  void issue_cost(std::size_t, const core::Thread&, const core::Op&) override {}
+  void drain() override { b_->drain(); }
+  void abort(const std::string& why) override { b_->abort(why); }
 
   /// This step's op times (from CUDA events), times[stream][op], from the origin.
-  [[nodiscard]] std::vector<std::vector<core::OpTime>> times() const;
+  [[nodiscard]] std::vector<std::vector<core::OpTime>> times() const { return b_->times(); }
   /// The step's Timeline: this rank's class, measured.
-  void emit(traces::TraceHeader header, traces::TraceSink& sink) const;
-  /// Peak bytes the pool held and handed out since the backend started.
-  [[nodiscard]] core::Bytes peak_reserved() const;
-  [[nodiscard]] core::Bytes peak_used() const;
-
-  struct State;
+  void emit(traces::TraceHeader header, traces::TraceSink& sink) const { b_->emit(std::move(header), sink); }
+  /// Peak bytes the pool held and handed out in the last step.
+  [[nodiscard]] core::Bytes peak_reserved() const { return b_->peak_reserved(); }
+  [[nodiscard]] core::Bytes peak_used() const { return b_->peak_used(); }
 
  private:
-  std::unique_ptr<State> st_;
+  std::unique_ptr<CudaApi> api_;
+  std::unique_ptr<device::DeviceBackend> b_;
 };
 
 /// Microbenchmarks for calibration, each written as traces::BenchResults.

@@ -28,6 +28,8 @@ class Gemms {
   /// Enqueues the GEMM on `stream`, A, B and C laid out one after the other
   /// from `buffer` (at least gemm_bytes). `what` names it in errors.
   void run(const core::GemmShape& s, core::Dtype dtype, void* buffer, cudaStream_t stream, const std::string& what);
+  /// Makes the shape's plan now (the heuristic is host work: keep it out of timed regions).
+  void prepare(const core::GemmShape& s, core::Dtype dtype, const std::string& what) { (void)plan(s, dtype, what); }
 
  private:
   struct Plan {

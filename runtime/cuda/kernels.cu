@@ -17,18 +17,33 @@ __global__ void copy_half(const float4* __restrict__ src, float4* __restrict__ d
   }
 }
 
+// Copies blockDim.x float4s at a time and looks at the clock between
+// chunks, so it ends within one chunk of `nanoseconds` (not after a whole
+// pass over the bytes). Thread 0 decides and shares the decision through
+// shared memory: the loop condition is the same for every thread of the
+// block, as __syncthreads() in a loop requires (CUDA: a barrier in divergent
+// code is undefined behaviour).
 __global__ void busy_copy(float4* buffer, std::size_t n, std::uint64_t nanoseconds) {
   __shared__ std::uint64_t start;
-  if (threadIdx.x == 0) start = global_ns();
+  __shared__ int done;
+  if (threadIdx.x == 0) {
+    start = global_ns();
+    done = nanoseconds == 0;
+  }
   __syncthreads();
   const std::size_t half = n / 2;
   const std::size_t per_block = (half + gridDim.x - 1) / gridDim.x;
   const std::size_t lo = blockIdx.x * per_block;
   const std::size_t hi = lo + per_block < half ? lo + per_block : half;
-  do {
-    for (std::size_t i = lo + threadIdx.x; i < hi; i += blockDim.x) buffer[half + i] = buffer[i];
+  std::size_t at = lo;
+  while (!done) {
+    const std::size_t i = at + threadIdx.x;
+    if (i < hi) buffer[half + i] = buffer[i];
+    at = at + blockDim.x < hi ? at + blockDim.x : lo;  // wrap around the block's share
     __syncthreads();
-  } while (global_ns() - start < nanoseconds);
+    if (threadIdx.x == 0 && global_ns() - start >= nanoseconds) done = 1;
+    __syncthreads();
+  }
 }
 
 }  // namespace
