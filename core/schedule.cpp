@@ -17,7 +17,7 @@ using Names = std::array<std::pair<E, std::string_view>, N>;
 
 constexpr Names<Dtype, 4> kDtype{
     {{Dtype::Bf16, "bf16"}, {Dtype::Fp16, "fp16"}, {Dtype::Fp32, "fp32"}, {Dtype::Fp8, "fp8"}}};
-constexpr Names<GroupKind, 15> kGroupKind{{{GroupKind::World, "world"},
+constexpr Names<GroupKind, 17> kGroupKind{{{GroupKind::World, "world"},
                                            {GroupKind::DpShard, "dp_shard"},
                                            {GroupKind::DpReplica, "dp_replica"},
                                            {GroupKind::Tp, "tp"},
@@ -31,7 +31,9 @@ constexpr Names<GroupKind, 15> kGroupKind{{{GroupKind::World, "world"},
                                            {GroupKind::EdpGrad, "edp_grad"},
                                            {GroupKind::EdpOptim, "edp_optim"},
                                            {GroupKind::EdpReplica, "edp_replica"},
-                                           {GroupKind::EdpRegather, "edp_regather"}}};
+                                           {GroupKind::EdpRegather, "edp_regather"},
+                                           {GroupKind::DpAll, "dp_all"},
+                                           {GroupKind::EdpAll, "edp_all"}}};
 constexpr Names<OpKind, 9> kOpKind{{{OpKind::Compute, "compute"},
                                     {OpKind::Collective, "collective"},
                                     {OpKind::Send, "send"},

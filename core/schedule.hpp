@@ -26,10 +26,12 @@ enum class Dtype { Bf16, Fp16, Fp32, Fp8 };
 /// g_p ranks), dp_grad (gradient reduce-scatter over g_g), dp_optim (1/g_g to
 /// 1/g_o reduce-scatter over the ranks holding the same 1/g_g shard),
 /// dp_replica (all-reduce across the DP/g_o optimizer replicas) and
-/// dp_regather (1/g_o back to 1/g_p all-gather).
-/// Expert parameters use the same five over the expert-data-parallel ranks:
-/// edp (g_p), edp_grad, edp_optim, edp_replica, edp_regather; ep is the
-/// expert-parallel all-to-all group.
+/// dp_regather (1/g_o back to 1/g_p all-gather); a stack that all-reduces
+/// the gradients over the whole data-parallel dimension at once uses a sixth,
+/// dp_all (every data-parallel rank of a tensor rank and stage).
+/// Expert parameters use the same over the expert-data-parallel ranks:
+/// edp (g_p), edp_grad, edp_optim, edp_replica, edp_regather, edp_all; ep is
+/// the expert-parallel all-to-all group.
 enum class GroupKind {
   World,
   DpShard,
@@ -45,7 +47,9 @@ enum class GroupKind {
   EdpGrad,
   EdpOptim,
   EdpReplica,
-  EdpRegather
+  EdpRegather,
+  DpAll,
+  EdpAll
 };
 
 /// A process group: the ranks of one NCCL communicator.

@@ -19,11 +19,11 @@ namespace {
 
 bool dense_dp(GroupKind k) {
   return k == GroupKind::DpShard || k == GroupKind::DpGrad || k == GroupKind::DpOptim || k == GroupKind::DpReplica ||
-         k == GroupKind::DpRegather;
+         k == GroupKind::DpRegather || k == GroupKind::DpAll;
 }
 bool expert_dp(GroupKind k) {
   return k == GroupKind::Edp || k == GroupKind::EdpGrad || k == GroupKind::EdpOptim || k == GroupKind::EdpReplica ||
-         k == GroupKind::EdpRegather;
+         k == GroupKind::EdpRegather || k == GroupKind::EdpAll;
 }
 
 // What is wrong with an op's role and parameter class given its kind (empty:

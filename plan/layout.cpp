@@ -55,7 +55,7 @@ std::vector<int> add_tp_groups(core::Schedule& s, const Layout& l) {
 /// A class of parameters sharded by one hierarchical ZeRO plan: the dense
 
 ShardedParams add_param_class(core::Schedule& s, const Layout& l, core::ParamClass cls, ShardSizes shards, int mult,
-                              int count) {
+                              int count, bool all_group) {
   using K = core::GroupKind;
   const bool expert = cls == core::ParamClass::Expert;
   ShardedParams c;
@@ -73,6 +73,7 @@ ShardedParams add_param_class(core::Schedule& s, const Layout& l, core::ParamCla
   c.optim_of = std::move(optim);
   c.replica_of = std::move(replica);
   c.regather_of = std::move(regather);
+  if (all_group) c.all_of = add_dp_groups(s, expert ? K::EdpAll : K::DpAll, l, mult, count, count, 1);
   return c;
 }
 

@@ -359,13 +359,16 @@ class PlanLowering {
   // already split ep ways).
   void add_groups() {
     tp_groups_ = detail::add_tp_groups(s_, layout_);
-    param_classes_.push_back(detail::add_param_class(s_, layout_, core::ParamClass::Dense, rp_.shards, 1, dp_));
+    // A stack that all-reduces gradients over every data-parallel rank needs that group.
+    const bool all = stack_of(o_).spec.collectives.step_reduction == stacks::StepReduction::AllReduce;
+    param_classes_.push_back(detail::add_param_class(s_, layout_, core::ParamClass::Dense, rp_.shards, 1, dp_, all));
     ep_groups_.assign(static_cast<std::size_t>(topo_.devices()), -1);
     if (m_.moe) {
       const int edp = dp_ / o_.ep;
       const ShardSizes expert_sh = *rp_.options.expert_shards;
       if (o_.ep > 1) ep_groups_ = detail::add_dp_groups(s_, core::GroupKind::Ep, layout_, 1, dp_, o_.ep, 1);
-      param_classes_.push_back(detail::add_param_class(s_, layout_, core::ParamClass::Expert, expert_sh, o_.ep, edp));
+      param_classes_.push_back(
+          detail::add_param_class(s_, layout_, core::ParamClass::Expert, expert_sh, o_.ep, edp, all));
     }
   }
 

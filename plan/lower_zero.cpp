@@ -287,6 +287,16 @@ void Lowering::reduce_for_optimizer(std::size_t u, std::size_t j, bool waited) {
       b_.wait(rs_, use_done_[j], fmt::format("wait {}.bwd_done", unit.name));
       waited = true;
     }
+    if (stack_.collectives.step_reduction == stacks::StepReduction::AllReduce && c.ranks / c.sh.grad > 1) {
+      // One all-reduce of the 1/g_g gradients over every data-parallel rank,
+      // cut as the stack cuts reductions; each rank then keeps its 1/g_o.
+      for (std::int64_t n : pieces(c, u, stack_.collectives.reduce)) {
+        b_.collective(rs_, fmt::format("{}{}.grad_allreduce.all", unit.name, c.tag), CollectiveKind::AllReduce,
+                      c.groups.all, Bytes(acc_ * n / c.sh.grad), opt_.grad_dtype, core::OpRole::GradReduce, c.cls);
+      }
+      any = true;
+      continue;
+    }
     if (c.sh.optim / c.sh.grad > 1) {
       b_.collective(rs_, fmt::format("{}{}.grad_reducescatter.optim", unit.name, c.tag), CollectiveKind::ReduceScatter,
                     c.groups.optim, Bytes(acc_ * c.padded[u] / c.sh.grad), opt_.grad_dtype, core::OpRole::GradReduce,
@@ -307,12 +317,36 @@ void Lowering::reduce_for_optimizer(std::size_t u, std::size_t j, bool waited) {
 // accumulated gradients are zeroed for the next step.
 void Lowering::step_end() {
   for (auto [u, ev] : reduced_) optimizer_step(u, ev);
+  broadcast_updated();
   std::int64_t grads = 0;
   for (const auto& c : classes_) {
     for (auto o : c.owned) grads += acc_ * o / c.sh.grad;
   }
   b_.compute(comp_, "zero_grads", ComputeKind::Elementwise, Flops(0), Bytes(grads), opt_.grad_dtype,
              core::OpRole::ZeroGrads, core::ParamClass::None);
+}
+
+// A stack that regathers by broadcast: once every unit is updated, each of
+// the g_o / g_p owners of a regather group broadcasts its whole updated shard
+// (every unit's 1/g_o) to the group, one after another.
+void Lowering::broadcast_updated() {
+  if (stack_.collectives.regather != stacks::Regather::Broadcast || opt_.overlap_param_gather) return;
+  bool waited = false;
+  for (const auto& c : classes_) {
+    const int owners = c.sh.optim / c.sh.param;
+    if (owners <= 1) continue;
+    std::int64_t owned = 0;
+    for (auto o : c.owned) owned += o;
+    if (owned == 0) continue;
+    if (!waited) {
+      b_.wait(ag_, b_.record(comp_, "updated"), "wait updated");
+      waited = true;
+    }
+    for (int r = 0; r < owners; ++r) {
+      b_.collective(ag_, fmt::format("params{}.broadcast.{}", c.tag, r), CollectiveKind::Broadcast, c.groups.regather,
+                    Bytes(2 * owned / c.sh.optim), Dtype::Bf16, core::OpRole::ParamGather, c.cls);
+    }
+  }
 }
 
 // Adam on unit u's 1/g_o shards once its final gradients (event `ev`, -1:
@@ -330,7 +364,7 @@ void Lowering::optimizer_step(std::size_t u, int ev) {
                core::OpRole::Optimizer, c.cls);
     regather = regather || c.sh.optim / c.sh.param > 1;
   }
-  if (!regather || opt_.overlap_param_gather) return;
+  if (!regather || opt_.overlap_param_gather || stack_.collectives.regather == stacks::Regather::Broadcast) return;
   int done = b_.record(comp_, fmt::format("{}.updated", unit.name));
   b_.wait(ag_, done, fmt::format("wait {}.updated", unit.name));
   for (const auto& c : classes_) {

@@ -39,12 +39,13 @@ struct ShardedParams {
   ShardSizes sh;
   int ranks = 1;  // data-parallel ranks of this class (DP or DP / ep)
   struct Groups {
-    int param = -1, grad = -1, optim = -1, replica = -1, regather = -1;
+    int param = -1, grad = -1, optim = -1, replica = -1, regather = -1, all = -1;
   };
   std::vector<int> param_of, grad_of, optim_of, replica_of, regather_of;  // group of every rank
+  std::vector<int> all_of;  // every data-parallel rank of the class (only for a stack that all-reduces over it)
   [[nodiscard]] Groups groups_of(int rank) const {
     const auto r = static_cast<std::size_t>(rank);
-    return {param_of[r], grad_of[r], optim_of[r], replica_of[r], regather_of[r]};
+    return {param_of[r], grad_of[r], optim_of[r], replica_of[r], regather_of[r], all_of.empty() ? -1 : all_of[r]};
   }
 };
 
@@ -63,7 +64,7 @@ std::vector<int> add_tp_groups(core::Schedule& s, const Layout& l);
 /// The five groups of one parameter class's (g_p, g_g, g_o) plan over `count`
 /// data-parallel indices `mult` apart (expert: the edp kinds).
 ShardedParams add_param_class(core::Schedule& s, const Layout& l, core::ParamClass cls, ShardSizes shards, int mult,
-                              int count);
+                              int count, bool all_group = false);
 /// The units of pipeline stage `p` with their chunks, in chunk order, each
 /// chunk from the embedding to the head.
 std::vector<Unit> stage_units(const models::StepGraph& graph, int p, int pp, int vpp, int per_chunk);
@@ -196,6 +197,7 @@ class Lowering {
   void reduce_for_optimizer(std::size_t u, std::size_t j, bool waited);
   void step_end();
   void optimizer_step(std::size_t u, int ev);
+  void broadcast_updated();
 
   const BatchSplit& batch_;
   const PlanOptions& opt_;

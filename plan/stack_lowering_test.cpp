@@ -111,6 +111,35 @@ TEST(StackLowering, SelectiveRecomputeFollowsTheStack) {
   EXPECT_DOUBLE_EQ(recomputed_flops(pt, core::ComputeKind::Attention), 0.0);
 }
 
+TEST(StackLowering, InternEvoAllReducesGradientsAndBroadcastsFromEachOwner) {
+  // ZeRO-1 over 8 of 16 data-parallel ranks: gradients all-reduced over all
+  // 16 per unit (one bucket of 512 Mi elements holds a layer), then each of
+  // the 8 owners broadcasts its 1/8 of the bf16 parameters to its group.
+  const models::ModelSpec m = test_util::four_layers();
+  const topologies::Topology topo(topologies::load_cluster("dgx-h100"), 16);
+  PlanOptions o = test_util::options(Strategy::Hzp, 16 * T);
+  o.seq_len = T;
+  o.param_shard = o.grad_shard = 1;
+  o.optim_shard = 8;
+  o.async = false;
+  o.stack = stacks::resolve_stack("internevo");
+  const core::Schedule s = lower(m, topo, o);
+  const core::Op& ar = only(s, "layer0.grad_allreduce.all");
+  EXPECT_EQ(s.group(ar.group).kind, core::GroupKind::DpAll);
+  EXPECT_EQ(s.group(ar.group).ranks.size(), 16u);
+  EXPECT_EQ(ar.bytes.count(), 4 * kLayerParams);  // fp32 accumulated gradients
+  const auto bcasts = ops_named(s, "params.broadcast.");
+  ASSERT_EQ(bcasts.size(), 8u);
+  // Every unit's parameters: four layers, the embedding, the final norm and the untied head.
+  const std::int64_t owned = 4 * kLayerParams + m.vocab * h + h + m.vocab * h;
+  for (const auto& b : bcasts) {
+    EXPECT_EQ(b.collective, core::CollectiveKind::Broadcast);
+    EXPECT_EQ(s.group(b.group).ranks.size(), 8u);
+    EXPECT_EQ(b.bytes.count(), 2 * owned / 8);
+  }
+  EXPECT_TRUE(ops_named(s, "layer0.param_allgather.optim").empty());
+}
+
 TEST(StackLowering, AsyncNeedsBackgroundThreads) {
   const models::ModelSpec m = test_util::four_layers();
   const topologies::Topology topo(topologies::load_cluster("dgx-h100"), 8);

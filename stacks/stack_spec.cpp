@@ -61,6 +61,10 @@ Collectives collectives(StrictObject o) {
   c.grad_copy_in = o.boolean("grad_copy_in");
   c.int8_weights = o.boolean("int8_weights");
   c.int4_gradients = o.boolean("int4_gradients");
+  c.step_reduction = choose<StepReduction>(
+      o, "step_reduction", {{"hierarchical", StepReduction::Hierarchical}, {"all_reduce", StepReduction::AllReduce}});
+  c.regather =
+      choose<Regather>(o, "regather", {{"all_gather", Regather::AllGather}, {"broadcast", Regather::Broadcast}});
   o.finish();
   return c;
 }

@@ -23,6 +23,18 @@ inline constexpr int kStackSchemaVersion = 1;
 /// ZeRO-3's partitioned parameters), or buckets of `bucket_MB`.
 enum class Granularity { Unit, Parameter, Bucket };
 
+/// How the once-per-step gradient reduction reaches the optimizer's shards:
+/// hierarchical (reduce-scatter over the g_o ranks of a shard group, then an
+/// all-reduce across its replicas: hzp's, and Megatron's distributed
+/// optimizer when g_o = DP) or one all-reduce over every data-parallel rank,
+/// each rank keeping its part (InternEvo's hybrid ZeRO).
+enum class StepReduction { Hierarchical, AllReduce };
+
+/// How updated 1/g_o shards return to every rank that needs them: one
+/// all-gather per unit over the regather group, or one broadcast per owner
+/// rank of its whole updated shard after the optimizer step (InternEvo).
+enum class Regather { AllGather, Broadcast };
+
 struct Collectives {
   Granularity gather = Granularity::Unit;
   Granularity reduce = Granularity::Unit;
@@ -37,6 +49,8 @@ struct Collectives {
   /// quantized before and dequantized after the gather) and gradients reduced
   /// as int4 (qgZ: quantized, reduce-scattered, dequantized and summed).
   bool int8_weights = false, int4_gradients = false;
+  StepReduction step_reduction = StepReduction::Hierarchical;
+  Regather regather = Regather::AllGather;
 };
 
 struct HostCosts {

@@ -211,7 +211,8 @@ def internevo_cases():
             gpus = 8 << i
             dp = gpus // tp
             optim = dp if zero1 == "all" else zero1
-            plan = megatron_plan(tp, 1, 1, mb, dp * mb * 4, 2048, "none", False, "fp32")
+            # InternEvo accumulates and reduces gradients in the model's dtype (bf16).
+            plan = megatron_plan(tp, 1, 1, mb, dp * mb * 4, 2048, "none", False, "bf16")
             plan.update({"strategy": "hzp", "param_shard": 1, "grad_shard": 1, "optim_shard": optim, "async": False,
                          "overlap_grad_reduce": True, "pipeline_p2p_sync": False, "flash_attention": True,
                          "fused_loss": True})
@@ -219,10 +220,9 @@ def internevo_cases():
             c = case(name, "internevo-sharded", INTERNEVO % ("tp %d, ZeRO-1 over %s, %d GPUs" % (
                          tp, "the whole data-parallel group" if zero1 == "all" else "%d ranks" % zero1, gpus)),
                      model, "dgx-a100", gpus, plan, "tokens_per_s_per_gpu", tgs, TOL_SHARDED,
-                     notes="InternEvo (hybrid ZeRO, FlashAttention-2, fused kernels) is not in the stack catalog: "
-                           "run under megatron-deepspeed's fused kernels. ffn_hidden 11008 (MLP ratio 8/3 rounded "
-                           "up to a multiple of 256, assumed). 4 x 100 Gb/s per node: nic_gbps 50 on dgx-a100's 8 NICs.",
-                     stack="megatron-deepspeed")
+                     notes="ffn_hidden 11008 (MLP ratio 8/3 rounded up to a multiple of 256, assumed). 4 x 100 "
+                           "Gb/s per node: nic_gbps 50 on dgx-a100's 8 NICs (RoCE run on the InfiniBand entry).",
+                     stack="internevo")
             c["nic_gbps"] = 50
             c["pair"] = "internevo-7b-tp%d-%dgpu" % (tp, gpus)
             write(c)
