@@ -107,7 +107,7 @@ std::vector<validation::Scored> run_cases(const std::vector<validation::Case>& c
     if (r.contains("error")) throw core::InputError(cases[i].file, "", r["error"].get<std::string>());
     const auto& c = cases[i];
     out.push_back(validation::Scored{c.name, c.group, c.quantity, c.measured, r["predicted"].get<double>(), c.tolerance,
-                                     r["fits"].get<bool>()});
+                                     r["fits"].get<bool>(), c.pair, c.pair_role});
   }
   return out;
 }
@@ -126,6 +126,19 @@ std::string cases_table(const std::vector<validation::Scored>& scored) {
     t += fmt::format("{:<24} {:>6} {:>7} {:>9.1f}% {:>8.1f}% {:>+11.1f}%  {}\n", g.group, g.cases, g.within,
                      100 * g.mean_abs, 100 * g.max_abs, 100 * g.mean_signed, g.worst);
   }
+  const auto pairs = validation::score_pairs(scored);
+  if (pairs.empty()) return t;
+  t += fmt::format("\n{:<34} {:>9} {:>9} {:>8}  {}\n", "pair (speedup of hierarchical over full)", "measured",
+                   "predicted", "error", "within 15 %, same sign");
+  int within = 0;
+  for (const auto& p : pairs) {
+    within += p.within() ? 1 : 0;
+    t += fmt::format("{:<34} {:>9.3f} {:>9.3f} {:>+7.1f}%  {}\n", p.pair, p.measured, p.predicted, 100 * p.error(),
+                     p.within()      ? "ok"
+                     : p.same_sign() ? "off"
+                                     : "WRONG SIGN");
+  }
+  t += fmt::format("{} of {} pairs within 15 % and of the same sign\n", within, pairs.size());
   return t;
 }
 
@@ -155,6 +168,15 @@ std::string cases_json(const std::vector<validation::Scored>& scored) {
                       {"max_abs_error", g.max_abs},
                       {"mean_signed_error", g.mean_signed},
                       {"worst", g.worst}});
+  }
+  auto& pairs = j["pairs"] = nlohmann::ordered_json::array();
+  for (const auto& p : validation::score_pairs(scored)) {
+    pairs.push_back({{"pair", p.pair},
+                     {"measured_speedup", p.measured},
+                     {"predicted_speedup", p.predicted},
+                     {"error", p.error()},
+                     {"same_sign", p.same_sign()},
+                     {"within", p.within()}});
   }
   return j.dump(2) + "\n";
 }

@@ -51,7 +51,12 @@ Case case_from_json(const std::string& text, const std::string& file) {
   c.model_json = model.dump();
   c.cluster = o.str("cluster");
   c.stack = o.str("stack");
-  if (o.has("pair")) c.pair = o.name("pair");
+  if (o.has("pair")) {
+    c.pair = o.name("pair");
+    c.pair_role = o.str("pair_role");
+    if (c.pair_role != "hierarchical" && c.pair_role != "full")
+      o.fail("pair_role", fmt::format("expected \"hierarchical\" or \"full\", got \"{}\"", c.pair_role));
+  }
   if (o.has("nic_gbps")) c.nic_gbps = o.number("nic_gbps", 0, 1e6, true);
   c.gpus = static_cast<int>(o.integer("gpus", 1, 1 << 20));
   const nlohmann::json& plan = o.raw("plan");
@@ -145,6 +150,27 @@ std::vector<Summary> summarize(const std::vector<Scored>& scored) {
   for (auto& g : out) {
     g.mean_abs /= g.cases;
     g.mean_signed /= g.cases;
+  }
+  return out;
+}
+
+std::vector<PairScore> score_pairs(const std::vector<Scored>& scored) {
+  std::vector<PairScore> out;
+  std::map<std::string, std::pair<const Scored*, const Scored*>> members;  // pair -> (hierarchical, full)
+  std::vector<std::string> order;
+  for (const auto& s : scored) {
+    if (s.pair.empty()) continue;
+    auto [it, fresh] = members.try_emplace(s.pair);
+    if (fresh) order.push_back(s.pair);
+    (s.pair_role == "hierarchical" ? it->second.first : it->second.second) = &s;
+  }
+  for (const auto& name : order) {
+    const auto [h, f] = members.at(name);
+    if (!h || !f || h->quantity != f->quantity) continue;
+    // Throughputs divide hierarchical by full; times full by hierarchical.
+    const bool time = h->quantity == Quantity::IterationTime;
+    auto speedup = [&](double hv, double fv) { return time ? fv / hv : hv / fv; };
+    out.push_back({name, speedup(h->measured, f->measured), speedup(h->predicted, f->predicted)});
   }
   return out;
 }

@@ -4,6 +4,7 @@
 // here; running a case through plan and engine is composed by the CLI.
 #pragma once
 
+#include <cmath>
 #include <optional>
 #include <string>
 #include <vector>
@@ -27,8 +28,10 @@ struct Case {
   std::string cluster;     // catalog name or path
   std::string stack;       // the software stack that ran it (catalog name or path)
   /// Cases that measure the same work under two data-parallel shardings
-  /// carry the same pair name: their ratio is scored as well.
-  std::optional<std::string> pair;
+  /// carry the same pair name and their role in it ("hierarchical": the
+  /// hierarchical or partial sharding; "full": the full-group one): the
+  /// speedup of one over the other is scored as well.
+  std::string pair, pair_role;
   std::optional<double> nic_gbps;  // what-if NIC speed per device, Gb/s
   int gpus = 0;
   std::string plan_json;  // the plan object, as JSON text (read by the plan loader)
@@ -64,10 +67,27 @@ struct Scored {
   Quantity quantity = Quantity::IterationTime;
   double measured = 0, predicted = 0;
   double tolerance = 0;
-  bool fits = true;  // the predicted plan fits in device memory
+  bool fits = true;                 // the predicted plan fits in device memory
+  std::string pair{}, pair_role{};  // as the case gives them
   [[nodiscard]] double error() const { return (predicted - measured) / measured; }  // signed, relative
   [[nodiscard]] bool within() const;
 };
+
+/// A hierarchical-vs-full pair: the speedup of the hierarchical plan over the
+/// full-group one (throughput ratio, or time ratio full / hierarchical),
+/// measured and predicted.
+struct PairScore {
+  std::string pair;
+  double measured = 0, predicted = 0;
+  [[nodiscard]] double error() const { return predicted / measured - 1; }
+  /// Both say the same plan is faster (a measured tie within 2 % agrees with anything).
+  [[nodiscard]] bool same_sign() const { return std::abs(measured - 1) < 0.02 || (measured - 1) * (predicted - 1) > 0; }
+  /// Within 15 % of the measured speedup and of the same sign: the target of
+  /// the sharded-data-parallel validation set.
+  [[nodiscard]] bool within() const { return same_sign() && std::abs(error()) <= 0.15; }
+};
+/// Every pair with one hierarchical and one full member among `scored`, in first-seen order.
+[[nodiscard]] std::vector<PairScore> score_pairs(const std::vector<Scored>& scored);
 
 struct Summary {
   std::string group;

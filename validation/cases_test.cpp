@@ -101,3 +101,31 @@ TEST(Cases, SummaryStatistics) {
 
 }  // namespace
 }  // namespace hzp::validation
+
+namespace hzp::validation {
+namespace {
+
+TEST(Cases, PairsScoreTheSpeedupOfHierarchicalOverFull) {
+  // Throughputs: 3,625 vs 2,271 tokens/s measured is a 1.596x speedup; a
+  // prediction of 4,000 vs 2,000 says 2.0x: +25 %, same sign, outside 15 %.
+  std::vector<Scored> s = {
+      {"h", "g", Quantity::TokensPerGpu, 3625, 4000, 0.5, true, "p", "hierarchical"},
+      {"f", "g", Quantity::TokensPerGpu, 2271, 2000, 0.5, true, "p", "full"},
+      // Times divide the other way: 10 s full, 8 s hierarchical = 1.25x; predicted 9 / 10 = 0.9x: wrong sign.
+      {"ht", "g", Quantity::IterationTime, 8, 10, 0.5, true, "q", "hierarchical"},
+      {"ft", "g", Quantity::IterationTime, 10, 9, 0.5, true, "q", "full"},
+      {"lone", "g", Quantity::TokensPerGpu, 1, 1, 0.5, true, "r", "full"},
+  };
+  const auto pairs = score_pairs(s);
+  ASSERT_EQ(pairs.size(), 2u);
+  EXPECT_NEAR(pairs[0].measured, 3625.0 / 2271.0, 1e-12);
+  EXPECT_NEAR(pairs[0].predicted, 2.0, 1e-12);
+  EXPECT_TRUE(pairs[0].same_sign());
+  EXPECT_FALSE(pairs[0].within());
+  EXPECT_NEAR(pairs[1].measured, 1.25, 1e-12);
+  EXPECT_NEAR(pairs[1].predicted, 0.9, 1e-12);
+  EXPECT_FALSE(pairs[1].same_sign());
+}
+
+}  // namespace
+}  // namespace hzp::validation

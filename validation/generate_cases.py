@@ -225,6 +225,7 @@ def internevo_cases():
                      stack="internevo")
             c["nic_gbps"] = 50
             c["pair"] = "internevo-7b-tp%d-%dgpu" % (tp, gpus)
+            c["pair_role"] = "full" if zero1 == "all" else "hierarchical"
             write(c)
 
 
