@@ -1,4 +1,4 @@
-// `hzp models`, `hzp clusters` (the catalogs, or one entry as a template to
+// `hzp models`, `hzp clusters`, `hzp stacks` (the catalogs, or one entry as a template to
 // copy) and `hzp schema` (every input's JSON Schema or field reference).
 #include <fmt/format.h>
 
@@ -9,6 +9,7 @@
 #include "cli/report.hpp"
 #include "explore/schemas.hpp"
 #include "models/model_spec.hpp"
+#include "stacks/stack_spec.hpp"
 #include "topologies/cluster_spec.hpp"
 
 namespace hzp::cli {
@@ -62,6 +63,39 @@ int cmd_clusters(bool json) {
   return 0;
 }
 
+int cmd_stacks(bool json) {
+  nlohmann::ordered_json j = nlohmann::ordered_json::array();
+  std::string text = fmt::format("{:<20} {:>8} {:>7} {:>10} {:>10} {:>9} {:>8}  {}\n", "name", "norm k", "attn",
+                                 "gather", "reduce", "host us", "threads", "around collectives");
+  for (const auto& name : stacks::stack_catalog_names()) {
+    const stacks::StackSpec s = stacks::load_stack(name);
+    const stacks::Collectives& c = s.collectives;
+    std::string copies;
+    for (auto [on, what] : {std::pair{c.copy_in, "param in"},
+                            {c.copy_out, "param out"},
+                            {c.grad_copy_in, "grad in"},
+                            {c.int8_weights, "int8 params"},
+                            {c.int4_gradients, "int4 grads"}}) {
+      if (on) copies += (copies.empty() ? "" : ", ") + std::string(what);
+    }
+    if (copies.empty()) copies = "none";
+    j.push_back({{"name", name},
+                 {"norm_kernels", s.ops.norm.forward.kernels},
+                 {"attention", core::to_string(s.attention)},
+                 {"selective_recompute", core::to_string(s.selective)},
+                 {"gather", stacks::to_string(c.gather)},
+                 {"reduce", stacks::to_string(c.reduce)},
+                 {"kernel_us", s.host.kernel_us},
+                 {"background_threads", s.overlap.background_threads},
+                 {"source", s.source}});
+    text += fmt::format("{:<20} {:>8} {:>7} {:>10} {:>10} {:>9.0f} {:>8}  {}\n", name, s.ops.norm.forward.kernels,
+                        core::to_string(s.attention), stacks::to_string(c.gather), stacks::to_string(c.reduce),
+                        s.host.kernel_us, s.overlap.background_threads ? "yes" : "no", copies);
+  }
+  std::cout << (json ? j.dump(2) + "\n" : text + "host us 0: the cluster's launch latency\n");
+  return 0;
+}
+
 struct CatalogArgs {
   bool json = false;
   std::string template_name;
@@ -70,6 +104,12 @@ struct CatalogArgs {
 int run_models(CatalogArgs& a) {
   if (a.template_name.empty()) return cmd_models(a.json);
   std::cout << models::model_text(a.template_name).text;
+  return 0;
+}
+
+int run_stacks(CatalogArgs& a) {
+  if (a.template_name.empty()) return cmd_stacks(a.json);
+  std::cout << stacks::stack_text(a.template_name).first;
   return 0;
 }
 
@@ -97,16 +137,21 @@ void add_catalog_commands(CLI::App& app, Commands& out) {
       std::make_unique<SimpleCommand<CatalogArgs>>(app.add_subcommand("models", "list the model catalog"), run_models);
   auto clusters_cmd = std::make_unique<SimpleCommand<CatalogArgs>>(
       app.add_subcommand("clusters", "list the cluster catalog"), run_clusters);
-  for (auto* c : {models_cmd.get(), clusters_cmd.get()}) {
-    CLI::App* sub = app.get_subcommand(c == models_cmd.get() ? "models" : "clusters");
+  auto stacks_cmd = std::make_unique<SimpleCommand<CatalogArgs>>(
+      app.add_subcommand("stacks", "list the software-stack catalog"), run_stacks);
+  for (auto* c : {models_cmd.get(), clusters_cmd.get(), stacks_cmd.get()}) {
+    CLI::App* sub = app.get_subcommand(c == models_cmd.get()     ? "models"
+                                       : c == clusters_cmd.get() ? "clusters"
+                                                                 : "stacks");
     sub->add_flag("--json", c->args.json, "as JSON");
     sub->add_option("--template", c->args.template_name, "print this catalog entry's JSON, to copy and edit");
   }
   out.push_back(std::move(models_cmd));
   out.push_back(std::move(clusters_cmd));
+  out.push_back(std::move(stacks_cmd));
   CLI::App* schema = app.add_subcommand("schema", "print the JSON Schema of an input (or its field reference)");
   auto schema_cmd = std::make_unique<SimpleCommand<SchemaArgs>>(schema, run_schema);
-  schema->add_option("name", schema_cmd->args.name, "plan | sweep | model | cluster | schedule")
+  schema->add_option("name", schema_cmd->args.name, "plan | sweep | model | cluster | stack | schedule")
       ->required()
       ->check(CLI::IsMember(explore::schema_names()));
   schema->add_flag("--markdown", schema_cmd->args.markdown, "as the field reference of docs/REFERENCE.md");

@@ -58,6 +58,7 @@ validation::Scored run_case(const validation::Case& c, const std::string& calibr
   sc.model_json = std::pair{c.model_json, c.file + " (model)"};
   sc.cluster = c.cluster;
   sc.stack = c.stack;
+  if (!c.stack_json.empty()) sc.stack_json = std::pair{c.stack_json, c.file + " (stack)"};
   sc.nic_gbps = c.nic_gbps;
   sc.gpus = c.gpus;
   sc.plan = plan::plan_from_json(c.plan_json, c.file + " (plan)");

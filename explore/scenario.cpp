@@ -122,7 +122,11 @@ Inputs resolve_inputs(const Scenario& sc) {
   in.model_sha256 = core::sha256_hex(mt.text);
   in.cluster = topologies::resolve_cluster(sc.cluster, sc.overlay());
   in.cluster_sha256 = core::sha256_hex(in.cluster.text);
-  in.stack = sc.stack == stacks::kDefaultStack ? stacks::default_stack() : stacks::resolve_stack(sc.stack);
+  if (sc.stack_json) {
+    in.stack = stacks::stack_from_text(sc.stack_json->first, sc.stack_json->second);
+  } else {
+    in.stack = sc.stack == stacks::kDefaultStack ? stacks::default_stack() : stacks::resolve_stack(sc.stack);
+  }
   return in;
 }
 

@@ -43,6 +43,8 @@ struct Scenario {
   /// A model given as JSON text instead of `model` (a validation case's), and
   /// the name its errors are reported under.
   std::optional<std::pair<std::string, std::string>> model_json;
+  /// A stack given as JSON text instead of `stack` (a validation case's), and its error name.
+  std::optional<std::pair<std::string, std::string>> stack_json;
   /// A calibration overlay (JSON file): device-profile values that replace
   /// the cluster file's, for the device it names (`--calibration`).
   std::string calibration;

@@ -8,6 +8,7 @@
 #include "explore/sweep.hpp"
 #include "models/model_spec.hpp"
 #include "plan/options.hpp"
+#include "stacks/stack_spec.hpp"
 #include "topologies/cluster_spec.hpp"
 
 namespace hzp::explore {
@@ -55,7 +56,7 @@ std::vector<core::Schedule> representative_schedules() {
 }  // namespace
 
 const std::vector<std::string>& schema_names() {
-  static const std::vector<std::string> names = {"plan", "sweep", "model", "cluster", "schedule"};
+  static const std::vector<std::string> names = {"plan", "sweep", "model", "cluster", "stack", "schedule"};
   return names;
 }
 
@@ -78,6 +79,13 @@ json input_schema(const std::string& name) {
       (void)topologies::cluster_from_json(text, file);
     }
     title = "hzp cluster (--cluster FILE; topologies/catalog/*.json)";
+  } else if (name == "stack") {
+    core::SchemaRecorder::Scope scope(rec);
+    for (const auto& n : stacks::stack_catalog_names()) {
+      const auto [text, file] = stacks::stack_text(n);
+      (void)stacks::stack_from_json(text, file);
+    }
+    title = "hzp software stack (--stack FILE; stacks/catalog/*.json)";
   } else if (name == "schedule") {
     const std::vector<core::Schedule> schedules = representative_schedules();  // lowered outside the recorder
     core::SchemaRecorder::Scope scope(rec);

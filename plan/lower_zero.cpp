@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 #include <algorithm>
+#include <cmath>
 
 namespace hzp::plan::detail {
 
@@ -81,10 +82,20 @@ void Lowering::prefetch_through(std::size_t j) {
 }
 
 // The plan's prefetch depth, capped by the stack's limit on all-gathers in
-// flight (FSDP1's limit_all_gathers: the current unit's and one more).
+// flight (FSDP1's limit_all_gathers: the current unit's and one more) and by
+// its prefetch budget (DeepSpeed's stage3_prefetch_bucket_size: whole units
+// of gathered parameters that fit in it; none when the largest does not).
 std::size_t Lowering::prefetch_depth() const {
   int depth = opt_.prefetch_depth;
   if (stack_.overlap.max_inflight_gathers > 0) depth = std::min(depth, stack_.overlap.max_inflight_gathers - 1);
+  if (stack_.overlap.prefetch_MB > 0) {
+    Bytes largest{};
+    for (std::size_t u = 0; u < units_.size(); ++u) largest = std::max(largest, gathered_bytes(u));
+    if (largest.count() > 0) {
+      const double fit = std::floor(stack_.overlap.prefetch_MB * 1e6 / static_cast<double>(largest.count()));
+      depth = std::min(depth, static_cast<int>(std::min(fit, 64.0)));
+    }
+  }
   return static_cast<std::size_t>(std::max(depth, 0));
 }
 

@@ -3,6 +3,8 @@
 // micro-batch, FSDP over one node of 8 H100.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <climits>
 #include <string>
 
 #include "plan/plan.hpp"
@@ -138,6 +140,21 @@ TEST(StackLowering, InternEvoAllReducesGradientsAndBroadcastsFromEachOwner) {
     EXPECT_EQ(b.bytes.count(), 2 * owned / 8);
   }
   EXPECT_TRUE(ops_named(s, "layer0.param_allgather.optim").empty());
+}
+
+TEST(StackLowering, DeepSpeedPrefetchesOnlyWhatItsBudgetHolds) {
+  // stage3_prefetch_bucket_size: 100 MB of 16-bit parameters, less than one
+  // layer's 436 MB: no layer is gathered ahead, so layer 1's first all-gather
+  // is issued after layer 0's kernels; FSDP2 prefetches the next layer first.
+  auto first_id = [](const core::Schedule& s, const std::string& prefix) {
+    int id = INT32_MAX;
+    for (const auto& op : ops_named(s, prefix)) id = std::min(id, op.id);
+    return id;
+  };
+  const core::Schedule ds = lower_under("deepspeed-zero");
+  EXPECT_GT(first_id(ds, "layer1.allgather.fwd"), first_id(ds, "l0.attn_norm"));
+  const core::Schedule fsdp2 = lower_under("torch-fsdp2");
+  EXPECT_LT(first_id(fsdp2, "layer1.allgather.fwd"), first_id(fsdp2, "l0.attn_norm"));
 }
 
 TEST(StackLowering, AsyncNeedsBackgroundThreads) {

@@ -107,6 +107,7 @@ StackSpec stack_from_json(const std::string& text, const std::string& file) {
     StrictObject v = o.object("overlap");
     s.overlap.background_threads = v.boolean("background_threads");
     s.overlap.max_inflight_gathers = static_cast<int>(v.integer("max_inflight_gathers", 0, 64));
+    s.overlap.prefetch_MB = v.number("prefetch_MB", 0, 1e9);
     v.finish();
   }
   o.finish();
@@ -138,6 +139,10 @@ StackSpec load_stack(const std::string& name_or_path) {
 
 std::shared_ptr<const Stack> resolve_stack(const std::string& name_or_path) {
   auto [text, file] = stack_text(name_or_path);
+  return stack_from_text(text, file);
+}
+
+std::shared_ptr<const Stack> stack_from_text(const std::string& text, const std::string& file) {
   auto s = std::make_shared<Stack>();
   s->spec = stack_from_json(text, file);
   s->file = file;

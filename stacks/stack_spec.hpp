@@ -65,6 +65,10 @@ struct Overlap {
   /// At most this many parameter all-gathers in flight at once (FSDP1's
   /// limit_all_gathers); 0: no limit beyond the plan's prefetch depth.
   int max_inflight_gathers = 0;
+  /// Gathered parameters that may be fetched ahead of their use, MB
+  /// (DeepSpeed's stage3_prefetch_bucket_size): whole units that fit in it
+  /// are prefetched; 0: no budget beyond the plan's prefetch depth.
+  double prefetch_MB = 0;
 };
 
 struct StackSpec {
@@ -98,6 +102,8 @@ struct Stack {
 };
 /// Loads a catalog name or a .json file (InputError naming the file and key on bad input).
 [[nodiscard]] std::shared_ptr<const Stack> resolve_stack(const std::string& name_or_path);
+/// A stack given as JSON text (a validation case's), errors reported under `file`.
+[[nodiscard]] std::shared_ptr<const Stack> stack_from_text(const std::string& text, const std::string& file);
 /// kDefaultStack, loaded once.
 [[nodiscard]] const std::shared_ptr<const Stack>& default_stack();
 

@@ -7,7 +7,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 fail=0
-for name in plan sweep model cluster schedule; do
+for name in plan sweep model cluster stack schedule; do
   "$hzp" schema "$name" > "$work/$name.schema.json"
   if ! diff -u "$root/docs/schemas/$name.schema.json" "$work/$name.schema.json"; then
     echo "FAIL: docs/schemas/$name.schema.json is not what the option table generates (run scripts/update-schemas)"

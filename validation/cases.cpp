@@ -50,7 +50,11 @@ Case case_from_json(const std::string& text, const std::string& file) {
   if (!model.is_object()) o.fail("model", "expected the full model object (the model catalog's schema)");
   c.model_json = model.dump();
   c.cluster = o.str("cluster");
-  c.stack = o.str("stack");
+  if (o.has("stack") && o.raw("stack").is_object()) {
+    c.stack_json = o.raw("stack").dump();
+  } else {
+    c.stack = o.str("stack");
+  }
   if (o.has("pair")) {
     c.pair = o.name("pair");
     c.pair_role = o.str("pair_role");

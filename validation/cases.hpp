@@ -26,7 +26,8 @@ struct Case {
   std::string name, group, source, notes;
   std::string model_json;  // the model object, as JSON text (read by the model loader)
   std::string cluster;     // catalog name or path
-  std::string stack;       // the software stack that ran it (catalog name or path)
+  std::string stack;       // the software stack that ran it: a catalog name, or
+  std::string stack_json;  // the stack object as JSON text when the case gives one (read by the stack loader)
   /// Cases that measure the same work under two data-parallel shardings
   /// carry the same pair name and their role in it ("hierarchical": the
   /// hierarchical or partial sharding; "full": the full-group one): the
