@@ -226,8 +226,9 @@ void add_validate_commands(CLI::App& app, Commands& out) {
   cases->add_option("--dir", va.dir, "directory of case files")->capture_default_str();
   cases->add_option("--filter", va.filter, "only cases whose name or group contains this");
   cases
-      ->add_option("--calibration-dir", va.calibration_dir,
-                   "one calibration per device: <dir>/<cluster's device name>.json, used when present")
+      ->add_option(
+          "--calibration-dir", va.calibration_dir,
+          "calibrations: <dir>/<device name>.<stack>.json (fitted under that stack), else <dir>/<device name>.json")
       ->capture_default_str();
   cases->add_flag("--json", va.json, "as JSON");
   cases->add_flag("--check", va.check, "exit 1 when a case is outside its tolerance");

@@ -48,8 +48,12 @@ std::string calibration_for(const validation::Case& c, const std::string& dir) {
   if (dir.empty()) return "";
   std::string device = topologies::load_cluster(c.cluster).device.name;
   std::replace(device.begin(), device.end(), ' ', '-');
-  const std::string path = (std::filesystem::path(dir) / (device + ".json")).string();
-  return std::filesystem::exists(path) ? path : "";
+  for (const std::string& name : {c.stack.empty() ? std::string() : device + "." + c.stack, device}) {
+    if (name.empty()) continue;
+    const std::string path = (std::filesystem::path(dir) / (name + ".json")).string();
+    if (std::filesystem::exists(path)) return path;
+  }
+  return "";
 }
 
 validation::Scored run_case(const validation::Case& c, const std::string& calibration) {
@@ -108,7 +112,7 @@ std::vector<validation::Scored> run_cases(const std::vector<validation::Case>& c
     if (r.contains("error")) throw core::InputError(cases[i].file, "", r["error"].get<std::string>());
     const auto& c = cases[i];
     out.push_back(validation::Scored{c.name, c.group, c.quantity, c.measured, r["predicted"].get<double>(), c.tolerance,
-                                     r["fits"].get<bool>(), c.pair, c.pair_role});
+                                     r["fits"].get<bool>(), c.pair, c.pair_role, c.inconsistent.empty()});
   }
   return out;
 }

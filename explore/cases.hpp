@@ -9,8 +9,11 @@
 
 namespace hzp::explore {
 
-/// The calibration for the device of a case's cluster: `<dir>/<device name
-/// with spaces as '-'>.json` when that file exists, else none ("").
+/// The calibration for the device of a case's cluster and the case's stack:
+/// `<dir>/<device name with spaces as '-'>.<stack>.json` (fitted under that
+/// stack: host costs and effective efficiencies hold for it only), else
+/// `<dir>/<device>.json` (hardware figures only, no "stack": every stack),
+/// else none ("").
 [[nodiscard]] std::string calibration_for(const validation::Case& c, const std::string& dir);
 
 /// Simulates one case with the analytic engine (and the calibration overlay,

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "core/error.hpp"
 #include "core/io.hpp"
 #include "core/sha256.hpp"
 #include "plan/options.hpp"
@@ -126,6 +127,15 @@ Inputs resolve_inputs(const Scenario& sc) {
     in.stack = stacks::stack_from_text(sc.stack_json->first, sc.stack_json->second);
   } else {
     in.stack = sc.stack == stacks::kDefaultStack ? stacks::default_stack() : stacks::resolve_stack(sc.stack);
+  }
+  // A calibration holds for the stack it was fitted under (one frozen
+  // calibration per device and stack).
+  const std::string& fitted = in.cluster.calibration_stack;
+  if (!fitted.empty() && fitted != in.stack->spec.name) {
+    throw core::InputError(sc.calibration, "stack",
+                           fmt::format("expected the scenario's stack \"{}\"; this calibration was fitted under "
+                                       "\"{}\" (run with --stack {})",
+                                       in.stack->spec.name, fitted, fitted));
   }
   return in;
 }

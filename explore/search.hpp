@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "plan/plan.hpp"
+#include "stacks/stack_spec.hpp"
 #include "topologies/overlay.hpp"
 
 namespace hzp::explore {
@@ -30,11 +31,12 @@ struct PlanQuery {
   std::string model = "llama3-70b";
   std::vector<std::string> clusters{"dgx-h100"};
   std::vector<int> gpus{1024};
-  plan::PlanOptions base;                    // batch, sequence length
-  topologies::ClusterOverlay overlay;        // calibration and what-if changes, applied to every cluster
-  double memory_limit_GiB = 0;               // 0: each cluster's HBM
-  std::optional<double> price_per_gpu_hour;  // else the cluster file's price
-  std::string objective = "throughput";      // or "cost"
+  plan::PlanOptions base;                     // batch, sequence length
+  std::string stack = stacks::kDefaultStack;  // the software stack every candidate runs under
+  topologies::ClusterOverlay overlay;         // calibration and what-if changes, applied to every cluster
+  double memory_limit_GiB = 0;                // 0: each cluster's HBM
+  std::optional<double> price_per_gpu_hour;   // else the cluster file's price
+  std::string objective = "throughput";       // or "cost"
   int top = 5;
   int jobs = 1;
   /// Screen every candidate that passes the closed-form memory bound (no

@@ -115,7 +115,7 @@ struct LayerCost {
 struct Search {
   explicit Search(const PlanQuery& query);
 
-  const PlanQuery& q;
+  PlanQuery q;  // a copy: its base carries the resolved stack
   models::ModelSpec m;
   std::vector<Setting> settings;
   std::optional<double> price;

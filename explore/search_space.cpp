@@ -79,9 +79,16 @@ void add_group(Search& s, std::size_t si, int tp, int pp, int vpp, int ep) {
 }  // namespace
 
 Search::Search(const PlanQuery& query) : q(query), m(models::load_model(query.model)), price(query.price_per_gpu_hour) {
+  q.base.stack = q.stack == stacks::kDefaultStack ? stacks::default_stack() : stacks::resolve_stack(q.stack);
   for (const auto& c : q.clusters) {
     // Each cluster as every other command resolves it: calibration and what-if changes applied.
-    const topologies::ClusterSpec spec = topologies::resolve_cluster(c, q.overlay).spec;
+    const topologies::ResolvedCluster resolved = topologies::resolve_cluster(c, q.overlay);
+    const topologies::ClusterSpec& spec = resolved.spec;
+    if (!resolved.calibration_stack.empty() && resolved.calibration_stack != q.base.stack->spec.name) {
+      throw core::InputError(q.overlay.calibration, "stack",
+                             fmt::format("expected the search's stack \"{}\"; this calibration was fitted under \"{}\"",
+                                         q.base.stack->spec.name, resolved.calibration_stack));
+    }
     for (int g : q.gpus) {
       Setting s;
       s.cluster_name = c;

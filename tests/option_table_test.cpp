@@ -10,6 +10,7 @@
 #include <cstdlib>
 
 #include "cli/option_flags.hpp"
+#include "core/error.hpp"
 #include "explore/adaptive.hpp"
 #include "explore/scenario.hpp"
 #include "explore/search.hpp"
@@ -142,7 +143,8 @@ TEST(InputResolver, AdaptiveAndPlanSearchSeeTheCalibration) {
   sc.model = "llama3-8b";
   sc.cluster = "dgx-a100";
   sc.gpus = 16;
-  sc.calibration = source_dir() + "/validation/calibration/A100-SXM-80GB.json";
+  sc.calibration = source_dir() + "/validation/calibration/A100-SXM-80GB.megatron-deepspeed.json";
+  sc.stack = "megatron-deepspeed";  // the stack the calibration was fitted under
   sc.plan.global_batch_sequences = 32;
   sc.plan.seq_len = 2048;
   sc.plan.recompute = models::Recompute::Full;
@@ -162,6 +164,7 @@ TEST(InputResolver, AdaptiveAndPlanSearchSeeTheCalibration) {
   q.clusters = {sc.cluster};
   q.gpus = {sc.gpus};
   q.base = sc.plan;
+  q.stack = sc.stack;
   q.overlay = sc.overlay();
   q.top = 1;
   const explore::PlanSearch found = explore::search_plans(q);
@@ -170,6 +173,24 @@ TEST(InputResolver, AdaptiveAndPlanSearchSeeTheCalibration) {
   best.plan = found.best.front().options;
   best.strategies = {best.plan.strategy};
   EXPECT_EQ(found.best.front().step_s, explore::run_scenario(best).runs.at(0).metrics.step_time.to_seconds());
+}
+
+// A calibration fitted under one stack does not hold for another: refused,
+// naming the calibration file and its key.
+TEST(InputResolver, CalibrationHoldsForItsStackOnly) {
+  explore::Scenario sc;
+  sc.cluster = "dgx-a100";
+  sc.calibration = source_dir() + "/validation/calibration/A100-SXM-80GB.megatron-deepspeed.json";
+  sc.stack = "torch-fsdp2";
+  try {
+    (void)explore::resolve_inputs(sc);
+    FAIL();
+  } catch (const core::InputError& e) {
+    EXPECT_EQ(e.key(), "stack");
+    EXPECT_NE(std::string(e.what()).find("megatron-deepspeed"), std::string::npos);
+  }
+  sc.stack = "megatron-deepspeed";
+  EXPECT_EQ(explore::resolve_inputs(sc).stack->spec.name, "megatron-deepspeed");
 }
 
 }  // namespace

@@ -9,7 +9,7 @@
 namespace hzp::topologies {
 namespace {
 
-void apply_calibration(nlohmann::ordered_json& j, const std::string& path) {
+std::string apply_calibration(nlohmann::ordered_json& j, const std::string& path) {
   const nlohmann::json cal = core::read_json_file(path);
   core::StrictObject o(cal, path);
   core::require_schema_version(o, 1);
@@ -18,6 +18,7 @@ void apply_calibration(nlohmann::ordered_json& j, const std::string& path) {
     o.fail("device",
            fmt::format("expected the cluster's device \"{}\", got \"{}\"", j["device"].value("name", ""), device));
   }
+  const std::string stack = o.has("stack") ? o.name("stack") : "";
   if (o.str("source").empty()) o.fail("source", "expected how the calibration was obtained");
   // Each section overlays the cluster file's object of the same meaning; only
   // keys that object has.
@@ -36,17 +37,20 @@ void apply_calibration(nlohmann::ordered_json& j, const std::string& path) {
   overlay("scale_up", j["node"]["scale_up"], false);
   overlay("scale_out", j["scale_out"], false);
   o.finish();
+  return stack;
 }
 
 }  // namespace
 
 std::pair<std::string, std::string> overlaid_cluster_text(const std::string& name_or_path,
-                                                          const ClusterOverlay& overlay) {
+                                                          const ClusterOverlay& overlay,
+                                                          std::string* calibration_stack) {
   auto [text, file] = cluster_text(name_or_path);
   if (overlay.empty()) return {text, file};
   nlohmann::ordered_json j = nlohmann::ordered_json::parse(text);
   if (!overlay.calibration.empty()) {
-    apply_calibration(j, overlay.calibration);
+    const std::string stack = apply_calibration(j, overlay.calibration);
+    if (calibration_stack) *calibration_stack = stack;
     file += " with calibration " + overlay.calibration;
   }
   if (overlay.nic_gbps) j["scale_out"]["nic_Gbps"] = *overlay.nic_gbps;
@@ -57,9 +61,10 @@ std::pair<std::string, std::string> overlaid_cluster_text(const std::string& nam
 }
 
 ResolvedCluster resolve_cluster(const std::string& name_or_path, const ClusterOverlay& overlay) {
-  auto [text, file] = overlaid_cluster_text(name_or_path, overlay);
+  std::string stack;
+  auto [text, file] = overlaid_cluster_text(name_or_path, overlay, &stack);
   ClusterSpec spec = cluster_from_json(text, file);
-  return ResolvedCluster{std::move(spec), std::move(text), std::move(file)};
+  return ResolvedCluster{std::move(spec), std::move(text), std::move(file), std::move(stack)};
 }
 
 }  // namespace hzp::topologies

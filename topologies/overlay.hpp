@@ -12,7 +12,8 @@ namespace hzp::topologies {
 
 struct ClusterOverlay {
   /// A calibration file (what `hzp calibrate` writes): {"schema_version": 1,
-  /// "device": NAME, "source": ..., "device_profile": {key: value}, optional
+  /// "device": NAME, optional "stack": the software stack it was fitted
+  /// under, "source": ..., "device_profile": {key: value}, optional
   /// "scale_up": {...}, "scale_out": {...}}; "" for none.
   std::string calibration;
   std::optional<double> nic_gbps;          // scale_out.nic_Gbps
@@ -24,12 +25,16 @@ struct ResolvedCluster {
   ClusterSpec spec;
   std::string text;  // the JSON the spec was parsed from (hashed into provenance)
   std::string file;  // the name errors are reported under
+  /// The stack the calibration was fitted under ("" when it names none or
+  /// there is no calibration): it holds for that stack only.
+  std::string calibration_stack;
 };
 
 /// The cluster file's text with the overlay applied, and the name errors are
 /// reported under. Errors in the calibration name its file and key.
 [[nodiscard]] std::pair<std::string, std::string> overlaid_cluster_text(const std::string& name_or_path,
-                                                                        const ClusterOverlay& overlay);
+                                                                        const ClusterOverlay& overlay,
+                                                                        std::string* calibration_stack = nullptr);
 /// The same, parsed.
 [[nodiscard]] ResolvedCluster resolve_cluster(const std::string& name_or_path, const ClusterOverlay& overlay);
 

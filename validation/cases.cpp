@@ -90,6 +90,7 @@ Case case_from_json(const std::string& text, const std::string& file) {
   }
   m.finish();
   c.tolerance = o.number("tolerance", 0, 10, true);
+  if (o.has("inconsistent")) c.inconsistent = o.str("inconsistent");
   o.finish();
   return c;
 }
@@ -150,7 +151,13 @@ std::vector<Summary> summarize(const std::vector<Scored>& scored) {
     }
   };
   for (const auto& s : scored) add(s.group, s);
+  for (const auto& s : scored) {
+    if (!memory_quantity(s.quantity)) add(s.group.ends_with("-sharded") ? "sharded-dp" : "megatron-era", s);
+  }
   for (const auto& s : scored) add(memory_quantity(s.quantity) ? "memory" : "all", s);
+  for (const auto& s : scored) {
+    if (!memory_quantity(s.quantity) && s.consistent) add("all consistent", s);
+  }
   for (auto& g : out) {
     g.mean_abs /= g.cases;
     g.mean_signed /= g.cases;

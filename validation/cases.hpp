@@ -33,6 +33,8 @@ struct Case {
   /// hierarchical or partial sharding; "full": the full-group one): the
   /// speedup of one over the other is scored as well.
   std::string pair, pair_role;
+  /// Why this measurement contradicts another of the set (validation/consistency.py); empty: it does not.
+  std::string inconsistent;
   std::optional<double> nic_gbps;  // what-if NIC speed per device, Gb/s
   int gpus = 0;
   std::string plan_json;  // the plan object, as JSON text (read by the plan loader)
@@ -70,6 +72,7 @@ struct Scored {
   double tolerance = 0;
   bool fits = true;                 // the predicted plan fits in device memory
   std::string pair{}, pair_role{};  // as the case gives them
+  bool consistent = true;           // no contradiction marked in the case
   [[nodiscard]] double error() const { return (predicted - measured) / measured; }  // signed, relative
   [[nodiscard]] bool within() const;
 };
@@ -96,8 +99,11 @@ struct Summary {
   double mean_abs = 0, max_abs = 0, mean_signed = 0;
   std::string worst;  // the case with the largest |error|
 };
-/// Per group (in first-seen order) and, last, "all" over the time-like
-/// quantities (iteration time and TFLOP/s) and "memory" when there are memory cases.
+/// Per group (in first-seen order) and, last, over the time-like quantities
+/// (iteration time, TFLOP/s, tokens/s): "megatron-era" (every group not
+/// ending in "-sharded"), "sharded-dp" (groups ending in "-sharded"), "all",
+/// "all consistent" (without the cases marked inconsistent); "memory" when
+/// there are memory cases.
 [[nodiscard]] std::vector<Summary> summarize(const std::vector<Scored>& scored);
 
 }  // namespace hzp::validation

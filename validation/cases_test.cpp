@@ -84,8 +84,19 @@ TEST(Cases, SummaryStatistics) {
                            {"a3", "a", Quantity::TflopsPerGpu, 100, 105, 0.15, true},
                            {"m1", "m", Quantity::StatesGiB, 50, 49, 0.05, true}};
   EXPECT_FALSE(s[1].within());
+  // One sharded-data-parallel case at +30 %, marked inconsistent.
+  s.push_back({"z1", "z-sharded", Quantity::TokensPerGpu, 100, 130, 0.5, true, "", "", false});
   const auto sum = summarize(s);
-  ASSERT_EQ(sum.size(), 4U);  // a, m, all, memory
+  ASSERT_EQ(sum.size(), 8U);  // a, m, z-sharded, megatron-era, sharded-dp, all, memory, all consistent
+  EXPECT_EQ(sum[3].group, "megatron-era");
+  EXPECT_EQ(sum[3].cases, 3);
+  EXPECT_EQ(sum[4].group, "sharded-dp");
+  EXPECT_NEAR(sum[4].mean_abs, 0.30, 1e-12);
+  EXPECT_EQ(sum[5].group, "all");
+  EXPECT_EQ(sum[5].cases, 4);
+  EXPECT_NEAR(sum[5].mean_abs, (0.10 + 0.20 + 0.05 + 0.30) / 4, 1e-12);
+  EXPECT_EQ(sum[7].group, "all consistent");
+  EXPECT_EQ(sum[7].cases, 3);
   EXPECT_EQ(sum[0].group, "a");
   EXPECT_EQ(sum[0].cases, 3);
   EXPECT_EQ(sum[0].within, 2);
@@ -93,10 +104,8 @@ TEST(Cases, SummaryStatistics) {
   EXPECT_NEAR(sum[0].mean_signed, (0.10 - 0.20 + 0.05) / 3, 1e-12);
   EXPECT_NEAR(sum[0].max_abs, 0.20, 1e-12);
   EXPECT_EQ(sum[0].worst, "a2");
-  EXPECT_EQ(sum[2].group, "all");
-  EXPECT_EQ(sum[2].cases, 3);  // memory is summarised apart
-  EXPECT_EQ(sum[3].group, "memory");
-  EXPECT_NEAR(sum[3].max_abs, 0.02, 1e-12);
+  EXPECT_EQ(sum[6].group, "memory");  // memory is summarised apart
+  EXPECT_NEAR(sum[6].max_abs, 0.02, 1e-12);
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Fits the A100 calibration (validation/calibration/A100-SXM-80GB.json) on
+"""Fits the A100 calibration (validation/calibration/A100-SXM-80GB.megatron-deepspeed.json) on
 vTrain single-node runs that are NOT scored as cases: host enqueue cost per
 kernel and per NCCL call of the PyTorch/Megatron-DeepSpeed stack, the HBM
 efficiency of bandwidth-bound kernels and the GEMM efficiency points below
@@ -61,7 +61,7 @@ def profile(params):
 
 # Link figures fitted from collective measurements (hzp calibrate on
 # nccl-tests curves) stay as they are and hold during the fit.
-out_path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "calibration", "A100-SXM-80GB.json")
+out_path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "calibration", "A100-SXM-80GB.megatron-deepspeed.json")
 links, link_source = {}, ""
 if os.path.exists(out_path):
     with open(out_path) as f:
@@ -76,9 +76,10 @@ seen = {}
 def score(params):
     key = json.dumps(profile(params), sort_keys=True)
     if key not in seen:
-        cal = {"schema_version": 1, "device": "A100 SXM 80GB", "source": "trial", "device_profile": profile(params),
+        cal = {"schema_version": 1, "device": "A100 SXM 80GB", "stack": "megatron-deepspeed", "source": "trial",
+               "device_profile": profile(params),
                **links}
-        with open(os.path.join(cal_dir, "A100-SXM-80GB.json"), "w") as f:
+        with open(os.path.join(cal_dir, "A100-SXM-80GB.megatron-deepspeed.json"), "w") as f:
             json.dump(cal, f)
         out = subprocess.run([hzp, "validate", "cases", "--dir", cases, "--calibration-dir", cal_dir, "--json"],
                              check=True, capture_output=True, text=True).stdout
@@ -104,7 +105,7 @@ for _ in range(3):  # rounds
 mae, mx = best
 dp = profile(current)
 rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-cal = {"schema_version": 1, "device": "A100 SXM 80GB",
+cal = {"schema_version": 1, "device": "A100 SXM 80GB", "stack": "megatron-deepspeed",
        "source": ("Fitted %s by validation/fit_calibration.py (hzp %s) on %d vTrain single-node runs "
                   "(ground_truth_single.csv: %s) that are not scored as validation cases: coordinate descent "
                   "over the host enqueue cost per kernel and per NCCL call (PyTorch eager, Megatron-DeepSpeed), "
