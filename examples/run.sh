@@ -98,3 +98,12 @@ for cluster in dgx-h100 mesh16-roce200; do
       --global-batch-tokens 16M --param-shard "$g" --grad-shard "$g" --optim-shard 1024
   done
 done
+
+# 5. The same plans under the software stacks that run them (hzp's runtime,
+# PyTorch FSDP2, DeepSpeed ZeRO, Megatron-Core): Llama-3 70B and Qwen3-30B-A3B
+# on mesh16-roce200 and dgx-h100 at 256 and 1,024 GPUs, with the term that
+# decides each row.
+examples/stacks_and_plans.py "$hzp" | sed -E 's/^hzp ([0-9.]+) \([0-9a-f]+(-dirty)?\)/hzp \1 (<rev>)/' \
+  > examples/stacks_and_plans.txt
+echo "wrote examples/stacks_and_plans.txt"
+
