@@ -175,6 +175,7 @@ def main():
                           "ground_truth_single.csv"))
     internevo_cases()
     zeropp_cases()
+    modalities_cases()
     mark_inconsistent()
     print("wrote", len([f for f in os.listdir(out_dir) if f.endswith(".json")]), "cases to", out_dir)
 
@@ -293,6 +294,54 @@ def zeropp_cases():
             c["pair"] = "zeropp-blog-fig%d-18b-%dktok-ib%d" % (fig, tokens // 1024, nics)
             c["pair_role"] = role
             write(c)
+
+# F. PyTorch FSDP (FlatParameter) FULL_SHARD against HYBRID_SHARD: the
+# Modalities scaling tables on CINECA Leonardo (4 A100 64GB a node, 400 Gb/s),
+# a 2.7B decoder at sequence 4,096 without recomputation, bf16 parameters and
+# reductions, no gradient accumulation. HYBRID_SHARD without explicit process
+# groups shards inside a node (4 GPUs); samples/s become step times with the
+# global batch.
+MODALITIES = ("Modalities team, github.com/Modalities/modalities branch scaling_experiments (commit bb03bec6, "
+              "2024-09-04), docs/scaling_experiments/scaling_leonardo.md, table row %d: %s")
+MODALITIES_ROWS = [  # (GPUs, micro-batch, FULL_SHARD samples/s and row, HYBRID_SHARD samples/s and row)
+    (8, 1, (16.64, 1), (16.71, 0)), (16, 1, (33.26, 6), (32.79, 5)), (32, 1, (62.52, 11), (64.78, 10)),
+    (64, 1, (86.16, 16), (129.26, 15)), (128, 1, (100.37, 21), (218.74, 20)),
+    (8, 2, (18.63, 2), (18.43, 3)), (16, 2, (36.96, 8), (36.68, 7)), (32, 2, (73.76, 13), (72.63, 12)),
+    (64, 2, (146.12, 17), (145.31, 18)), (128, 2, (205.96, 23), (285.64, 22)), (256, 2, (303.17, 27), (495.44, 26)),
+]
+
+
+def modalities_cases():
+    # The tables give 2.7B parameters and sequence 4,096 only; the repository's
+    # dclm_2_7B configuration (32 layers, 2,560 wide, 32 heads, SwiGLU FFN 6,784,
+    # vocabulary 50,304) fits the tables' MFU-to-throughput ratio: assumed.
+    model = {"schema_version": 1, "name": "modalities-2.7b", "source": "Modalities dclm_2_7B configuration (assumed)",
+             "layers": 32, "hidden": 2560, "heads": 32, "kv_heads": 32, "head_dim": 80, "ffn_hidden": 6784,
+             "ffn_activation": "swiglu", "vocab": 50304, "tied_embeddings": False, "norm": "rmsnorm",
+             "qk_norm": False, "bias": False, "dropout": False, "position_embedding": "rope", "max_seq_len": 4096,
+             "moe": None, "mla": None}
+    for gpus, mb, (full, full_row), (hybrid, hybrid_row) in MODALITIES_ROWS:
+        gbs = gpus * mb
+        for role, samples, row, strategy in (("full", full, full_row, "fsdp"), ("hierarchical", hybrid, hybrid_row,
+                                                                                   "hsdp")):
+            plan = megatron_plan(1, 1, 1, mb, gbs, 4096, "none", False, "bf16")
+            plan.update({"strategy": strategy, "param_shard": 4 if strategy == "hsdp" else 0,
+                         "overlap_grad_reduce": True, "pipeline_p2p_sync": False, "flash_attention": True,
+                         "fused_loss": True})
+            label = "FULL_SHARD" if role == "full" else "HYBRID_SHARD"
+            name = "modalities-leonardo-2p7b-%dgpu-mbs%d-%s" % (gpus, mb, "full" if role == "full" else "hybrid")
+            c = case(name, "modalities-sharded",
+                     MODALITIES % (row, "2.7B, %d GPUs, micro-batch %d, %s, %.2f samples/s" % (gpus, mb, label,
+                                                                                               samples)),
+                     model, "leonardo-booster", gpus, plan, "iteration_time_s", gbs / samples, TOL_SHARDED,
+                     notes="Step time = global batch (%d) / samples per second. Model dimensions, attention "
+                           "kernel (FlashAttention-2 through SDPA) and the hybrid group (a node) assumed; single "
+                           "runs." % gbs,
+                     stack="torch-fsdp1")
+            c["pair"] = "modalities-leonardo-2p7b-%dgpu-mbs%d" % (gpus, mb)
+            c["pair_role"] = role
+            write(c)
+
 
 # Measurements that contradict each other (validation/consistency.py's rule:
 # without a pipeline, the same work in larger micro-batches is not slower) by
