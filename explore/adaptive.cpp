@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <memory>
 
@@ -62,7 +63,25 @@ class Evaluator {
     c.step = metrics.step_time;
     c.reserved = std::max(metrics.peak_reserved(), metrics.peak_memory());
     c.fits = c.reserved <= limit_;
+    c.terms = terms(s, metrics);
     return c;
+  }
+
+  // The sharding collectives of the first program, costed one at a time.
+  [[nodiscard]] ShardingTerms terms(const core::Schedule& s, const sim::Metrics& metrics) const {
+    ShardingTerms t;
+    for (const auto& [kind, d] : metrics.exposed_comm) t.exposed_s += d.to_seconds();
+    for (const auto& st : s.programs.front().streams) {
+      for (const auto& op : st.ops) {
+        if (op.kind != core::OpKind::Collective) continue;
+        const bool gather = op.role == core::OpRole::ParamGather;
+        if (!gather && op.role != core::OpRole::GradReduce) continue;
+        const auto cost = pm_.collective_cost(op.collective, op.bytes, pm_.span(s.group(op.group).ranks));
+        (gather ? t.gather_latency_s : t.reduce_latency_s) += cost.latency_s;
+        (gather ? t.gather_bandwidth_s : t.reduce_bandwidth_s) += cost.transfer_s;
+      }
+    }
+    return t;
   }
 
  private:
@@ -111,6 +130,20 @@ ShardCandidate evaluate_experts(const Evaluator& evaluate, const plan::PlanOptio
   return experts.front();
 }
 
+// What moves from `here` to `there`: memory when `there` does not fit; else
+// the collective time's latency and bandwidth terms and how much of the change
+// the step sees (the rest overlap hides).
+std::string deciding_term(const ShardCandidate& here, const ShardCandidate& there) {
+  if (!there.fits) return "memory decides (does not fit)";
+  const ShardingTerms &a = here.terms, &b = there.terms;
+  const double latency = b.gather_latency_s + b.reduce_latency_s - a.gather_latency_s - a.reduce_latency_s;
+  const double bandwidth = b.gather_bandwidth_s + b.reduce_bandwidth_s - a.gather_bandwidth_s - a.reduce_bandwidth_s;
+  const double exposed = b.exposed_s - a.exposed_s;
+  const char* term = std::abs(latency) >= std::abs(bandwidth) ? "latency" : "bandwidth";
+  return fmt::format("collectives {:+.3f} s (latency {:+.3f}, bandwidth {:+.3f}: {} decides), exposed {:+.3f} s",
+                     latency + bandwidth, latency, bandwidth, term, exposed);
+}
+
 // The chosen sizes against their neighbours, one dimension at a time, and the fastest plans that fit.
 void explain(const ShardCandidate& best, const Seen& dense_seen, const plan::BatchSplit& batch,
              const plan::PlanOptions& base, double memory_limit_GiB, AdaptiveChoice& choice) {
@@ -125,16 +158,21 @@ void explain(const ShardCandidate& best, const Seen& dense_seen, const plan::Bat
     x += fmt::format(", experts {} over {} expert-data-parallel ranks", sizes(*best.expert),
                      batch.data_parallel / base.ep);
   x += fmt::format(": step {:.3f} s, {:.1f} GiB\n", best.step.to_seconds(), best.reserved.gib());
-  x += "what changing one dense group size does (memory per device, step time):\n";
+  const ShardingTerms& t = best.terms;
+  x += fmt::format(
+      "its sharding per step: parameter gathers {:.3f} s (latency {:.3f}, bandwidth {:.3f}), gradient reductions "
+      "{:.3f} s (latency {:.3f}, bandwidth {:.3f}); {:.3f} s of communication not hidden by compute\n",
+      t.gather_latency_s + t.gather_bandwidth_s, t.gather_latency_s, t.gather_bandwidth_s,
+      t.reduce_latency_s + t.reduce_bandwidth_s, t.reduce_latency_s, t.reduce_bandwidth_s, t.exposed_s);
+  x += "what changing one dense group size does (memory per device, step time, and the term that moves it):\n";
   const plan::ShardSizes b = best.dense;
   auto neighbour = [&](const char* name, plan::ShardSizes n, int from, int to) {
     auto it = dense_seen.find({n.param, n.grad, n.optim});
     if (it == dense_seen.end()) return;
     const ShardCandidate& c = it->second;
     const ShardCandidate& here = dense_seen.at({b.param, b.grad, b.optim});
-    x += fmt::format("  {} {} -> {}: memory {:+.1f} GiB, step {:+.3f} s{}\n", name, from, to,
-                     c.reserved.gib() - here.reserved.gib(), (c.step - here.step).to_seconds(),
-                     c.fits ? "" : " (does not fit)");
+    x += fmt::format("  {} {} -> {}: memory {:+.1f} GiB, step {:+.3f} s: {}\n", name, from, to,
+                     c.reserved.gib() - here.reserved.gib(), (c.step - here.step).to_seconds(), deciding_term(here, c));
   };
   for (int f : {2, -2}) {
     auto scale = [&](int v) { return f > 0 ? v * 2 : v / 2; };

@@ -12,12 +12,23 @@
 
 namespace hzp::explore {
 
+/// What a plan's data-parallel sharding costs per step, on the first rank
+/// class: its parameter gathers' and gradient reductions' uncontended time,
+/// split into NCCL's latency and bandwidth terms, and the communication the
+/// step could not hide behind compute (overlap).
+struct ShardingTerms {
+  double gather_latency_s = 0, gather_bandwidth_s = 0;
+  double reduce_latency_s = 0, reduce_bandwidth_s = 0;
+  double exposed_s = 0;
+};
+
 struct ShardCandidate {
   plan::ShardSizes dense;
   std::optional<plan::ShardSizes> expert;
   core::Duration step{};
   core::Bytes reserved{};
   bool fits = false;
+  ShardingTerms terms{};
 };
 
 struct AdaptiveChoice {

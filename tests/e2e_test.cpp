@@ -128,6 +128,33 @@ TEST(Adaptive, FastestPlanWithinBudget) {
   EXPECT_THROW((void)explore::choose_shards(sc, 1), core::InfeasibleError);
 }
 
+// The terms --adaptive explains a choice by: DDP gathers nothing; gathering
+// over more ranks pays more ring steps of latency (NCCL's model: one per rank).
+TEST(Adaptive, ExplainsByLatencyBandwidthAndOverlap) {
+  explore::Scenario sc;
+  sc.model = "llama3-8b";
+  sc.cluster = "dgx-h100";
+  sc.gpus = 16;
+  sc.plan.global_batch_sequences = 32;
+  sc.plan.seq_len = 2048;
+  sc.plan.recompute = models::Recompute::Full;
+  const explore::AdaptiveChoice c = explore::choose_shards(sc, 80);
+  auto find = [&](int p, int g, int o) {
+    for (const auto& x : c.candidates) {
+      if (x.dense == plan::ShardSizes{p, g, o}) return x;
+    }
+    ADD_FAILURE() << "no candidate " << p << "," << g << "," << o;
+    return explore::ShardCandidate{};
+  };
+  const auto ddp = find(1, 1, 1);
+  EXPECT_EQ(ddp.terms.gather_latency_s + ddp.terms.gather_bandwidth_s, 0.0);
+  EXPECT_GT(ddp.terms.reduce_latency_s, 0.0);
+  EXPECT_GT(ddp.terms.reduce_bandwidth_s, 0.0);
+  EXPECT_GT(find(16, 16, 16).terms.gather_latency_s, find(2, 2, 16).terms.gather_latency_s);
+  EXPECT_NE(c.explanation.find("decides"), std::string::npos);
+  EXPECT_NE(c.explanation.find("not hidden by compute"), std::string::npos);
+}
+
 TEST(Adaptive, ExpertShardsChosenSeparately) {
   explore::Scenario sc;
   sc.model = "mixtral-8x7b";
