@@ -22,10 +22,13 @@ bool Lowering::any_gathers(std::size_t u) const {
 bool Lowering::any_reduces(std::size_t u) const {
   return std::any_of(classes_.begin(), classes_.end(), [&](const Class& c) { return c.reduces(u); });
 }
-// Gathered buffers come from the pool when async and each is freed before
-// the next use of its slot (reshard after forward); otherwise they are
-// allocated per use.
-bool Lowering::pooled() const { return async_ && opt_.reshard_after_forward; }
+// Buffers come from pre-allocated pools when the collectives are issued
+// asynchronously by a stack whose allocator keeps pools (hzp's runtime);
+// otherwise from the caching allocator, per use.
+bool Lowering::pools() const { return async_ && stack_.allocator == stacks::Allocator::Pools; }
+// Gathered buffers come from the pool, each freed before the next use of its
+// slot (reshard after forward); otherwise they are allocated per use.
+bool Lowering::pooled() const { return pools() && opt_.reshard_after_forward; }
 // Gathered parameters (and full bf16 gradients) of a unit, all classes.
 Bytes Lowering::gathered_bytes(std::size_t u) const {
   std::int64_t n = 0;
@@ -57,7 +60,7 @@ void Lowering::alloc_model_state() {
 // async: pools of prefetch_depth + 1 slots sized for the largest unit,
 // allocated once, so per-use buffers never fragment the heap.
 void Lowering::alloc_pools() {
-  if (!async_) return;
+  if (!pools()) return;
   const auto slots = static_cast<std::int64_t>(opt_.prefetch_depth) + 1;
   Bytes gathered{}, grad{};
   for (std::size_t u = 0; u < units_.size(); ++u) {
@@ -229,7 +232,7 @@ void Lowering::take_grad_buffer(std::size_t j) {
   if (!any_reduces(uses_[j].unit)) return;
   std::size_t k = reduce_index_++;
   const std::size_t depth = prefetch_depth();
-  if (async_) {
+  if (pools()) {
     if (k >= depth + 1) b_.wait(comp_, rs_done_[reduce_uses_[k - depth - 1]], "wait grad slot");
   } else {
     b_.alloc(comp_, buf("grad", j), full_grad_bytes(uses_[j].unit), core::BufferClass::Grad);
@@ -275,7 +278,7 @@ bool Lowering::reduce_gradients(std::size_t j) {
                core::OpRole::GradAccumulate, c.cls);
   }
   rs_done_[j] = b_.record(rs_, fmt::format("{}.grad_reduced", unit.name));
-  if (!async_) b_.free(rs_, buf("grad", j), full_grad_bytes(use.unit));
+  if (!pools()) b_.free(rs_, buf("grad", j), full_grad_bytes(use.unit));
   return true;
 }
 

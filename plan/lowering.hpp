@@ -174,6 +174,7 @@ class Lowering {
   // lower_zero.cpp: the data-parallel sharding of parameters, gradients and optimizer states.
   bool any_gathers(std::size_t u) const;
   bool any_reduces(std::size_t u) const;
+  bool pools() const;
   bool pooled() const;
   core::Bytes gathered_bytes(std::size_t u) const;
   core::Bytes full_grad_bytes(std::size_t u) const;

@@ -110,6 +110,7 @@ StackSpec stack_from_json(const std::string& text, const std::string& file) {
     s.overlap.prefetch_MB = v.number("prefetch_MB", 0, 1e9);
     v.finish();
   }
+  s.allocator = choose<Allocator>(o, "allocator", {{"pools", Allocator::Pools}, {"caching", Allocator::Caching}});
   o.finish();
   return s;
 }

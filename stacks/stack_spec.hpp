@@ -71,6 +71,11 @@ struct Overlap {
   double prefetch_MB = 0;
 };
 
+/// Where the sharding collectives' buffers come from: pools of fixed slots
+/// allocated once (hzp's runtime: no fragmentation) or the framework's caching
+/// allocator, one allocation per use.
+enum class Allocator { Pools, Caching };
+
 struct StackSpec {
   std::string name;
   std::string source;
@@ -80,6 +85,7 @@ struct StackSpec {
   Collectives collectives;
   HostCosts host;
   Overlap overlap;
+  Allocator allocator = Allocator::Caching;
 };
 
 [[nodiscard]] const char* to_string(Granularity g);
