@@ -37,6 +37,7 @@
 
 #include <fmt/format.h>
 #include <algorithm>
+#include <cmath>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -286,9 +287,25 @@ std::int64_t program_ops(const std::vector<detail::Unit>& units, std::int64_t mi
     }
     return n;
   };
-  std::int64_t per_micro_batch = 0;
-  for (const auto& u : units) per_micro_batch += ops(u.u->forward) + ops(u.u->backward) + 2 * kPerUse;
-  return micro_batches * per_micro_batch + kPerUnit * static_cast<std::int64_t>(units.size());
+  // The collectives a stack cuts each unit's gathers and reductions into
+  // (per parameter tensor, or per bucket of the unit's 16-bit values).
+  const stacks::Collectives& sc = stack_of(o).spec.collectives;
+  auto pieces = [&](const models::Unit& u, stacks::Granularity g) -> std::int64_t {
+    if (g == stacks::Granularity::Parameter) return static_cast<std::int64_t>(u.tensors.size());
+    if (g == stacks::Granularity::Bucket) {
+      const double bytes = 2.0 * static_cast<double>(u.weight_params + u.expert_params);
+      return static_cast<std::int64_t>(std::ceil(bytes / (sc.bucket_MB * 1e6)));
+    }
+    return 1;
+  };
+  std::int64_t per_micro_batch = 0, per_step = 0;
+  for (const auto& u : units) {
+    // Gathered before the forward and again before the backward; reduced once.
+    const std::int64_t gathers = 2 * pieces(*u.u, sc.gather), reduces = pieces(*u.u, sc.reduce);
+    per_micro_batch += ops(u.u->forward) + ops(u.u->backward) + 2 * kPerUse + gathers + reduces;
+    per_step += kPerUnit + reduces;
+  }
+  return micro_batches * per_micro_batch + per_step;
 }
 
 WorkEstimate estimate(const models::ModelSpec& m, const PlanOptions& o, const BatchSplit& batch,

@@ -10,6 +10,7 @@
 
 #include "core/error.hpp"
 #include "plan/plan.hpp"
+#include "stacks/stack_spec.hpp"
 #include "topologies/cluster_spec.hpp"
 
 namespace hzp::plan {
@@ -61,6 +62,19 @@ std::vector<Case> cases() {
   var.variability_classes = 4;
   var.compute_jitter = 0.1;
   out.push_back({"variability", "llama3-8b", 16, var});
+  // Stacks that cut a unit's collectives: per parameter tensor, per 1 MB bucket.
+  PlanOptions per_tensor = base(Strategy::Fsdp, 16);
+  per_tensor.stack = stacks::resolve_stack("deepspeed-zero");
+  out.push_back({"stack_per_parameter", "llama3-8b", 16, per_tensor});
+  PlanOptions buckets = base(Strategy::Fsdp, 16);
+  buckets.stack = stacks::stack_from_text(
+      [] {
+        auto [text, file] = stacks::stack_text("megatron-core-te");
+        const std::string key = "\"bucket_MB\": 80";
+        return text.replace(text.find(key), key.size(), "\"bucket_MB\": 1");
+      }(),
+      "1MB-buckets.json");
+  out.push_back({"stack_small_buckets", "llama3-8b", 16, buckets});
   return out;
 }
 

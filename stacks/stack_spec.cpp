@@ -54,8 +54,10 @@ Collectives collectives(StrictObject o) {
   c.gather = granularity(o, "gather");
   c.reduce = granularity(o, "reduce");
   c.bucket_MB = o.number("bucket_MB", 0, 1e6);
-  if ((c.gather == Granularity::Bucket || c.reduce == Granularity::Bucket) && c.bucket_MB <= 0)
-    o.fail("bucket_MB", "expected a positive bucket size when a granularity is \"bucket\"");
+  // NCCL buckets below a megabyte are latency all the way; a stack that cuts
+  // that fine would turn one unit into thousands of collectives.
+  if ((c.gather == Granularity::Bucket || c.reduce == Granularity::Bucket) && c.bucket_MB < 1)
+    o.fail("bucket_MB", "expected a bucket of at least 1 MB when a granularity is \"bucket\"");
   c.copy_in = o.boolean("copy_in");
   c.copy_out = o.boolean("copy_out");
   c.grad_copy_in = o.boolean("grad_copy_in");
