@@ -301,12 +301,13 @@ void Lowering::reduce_for_optimizer(std::size_t u, std::size_t j, bool waited) {
       b_.wait(rs_, use_done_[j], fmt::format("wait {}.bwd_done", unit.name));
       waited = true;
     }
-    if (stack_.collectives.step_reduction == stacks::StepReduction::AllReduce && c.ranks / c.sh.grad > 1) {
-      // One all-reduce of the 1/g_g gradients over every data-parallel rank,
-      // cut as the stack cuts reductions; each rank then keeps its 1/g_o.
+    if (stack_.collectives.step_reduction == stacks::StepReduction::AllReduce && c.sh.grad == 1 && c.ranks > 1) {
+      // Unsharded gradients (g_g = 1): one all-reduce over every
+      // data-parallel rank, cut as the stack cuts reductions; each rank then
+      // keeps its 1/g_o. Sharded gradients take the hierarchical path.
       for (std::int64_t n : pieces(c, u, stack_.collectives.reduce)) {
         b_.collective(rs_, fmt::format("{}{}.grad_allreduce.all", unit.name, c.tag), CollectiveKind::AllReduce,
-                      c.groups.all, Bytes(acc_ * n / c.sh.grad), opt_.grad_dtype, core::OpRole::GradReduce, c.cls);
+                      c.groups.all, Bytes(acc_ * n), opt_.grad_dtype, core::OpRole::GradReduce, c.cls);
       }
       any = true;
       continue;
