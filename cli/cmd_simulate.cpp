@@ -79,6 +79,8 @@ bool apply_megatron_args(Options& o) {
   const MegatronImport m = import_megatron_args(file ? core::read_file(o.megatron_args) : o.megatron_args,
                                                 file ? o.megatron_args : std::string("--from-megatron-args"));
   cli::apply_values(m.values, o.sc);
+  // Megatron-LM's own kernels and collectives, unless --stack says otherwise.
+  if (!o.scenario_flags.text("stack")) cli::apply_values({{"stack", "megatron-core-te"}}, o.sc);
   std::cerr << describe_import(m);
   return true;
 }

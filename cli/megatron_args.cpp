@@ -107,7 +107,8 @@ MegatronImport import_megatron_args(const std::string& text, const std::string& 
 std::string describe_import(const MegatronImport& m) {
   std::string out =
       "from Megatron-LM arguments (its defaults first: strategy ddp, sequence_parallel false, "
-      "overlap_grad_reduce false, pipeline_p2p_sync true, fused_loss false):\n";
+      "overlap_grad_reduce false, pipeline_p2p_sync true, fused_loss false; stack megatron-core-te unless "
+      "--stack):\n";
   for (const auto& s : m.mapped) out += "  " + s + "\n";
   if (!m.ignored.empty()) {
     std::string ignored;

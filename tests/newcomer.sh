@@ -71,6 +71,7 @@ megatron="--tensor-model-parallel-size 8 --pipeline-model-parallel-size 2 --micr
 step "Megatron-LM arguments" "^zero1 " "$hzp" simulate --model llama3-70b --gpus 512 --from-megatron-args "$megatron"
 check "the import says what it ignored" grep -q "ignored .*--num-layers 80.*--bf16" "$work/err.txt"
 check "the import maps tp" grep -q -- "--tensor-model-parallel-size 8 -> tp 8" "$work/err.txt"
+check "the import runs on the Megatron-Core stack" grep -q "stack megatron-core-te" "$work/out.txt"
 
 # 8. Field names as aliases.
 step "FULL_SHARD" "^fsdp " "$hzp" simulate --model llama3-8b --gpus 64 --strategy FULL_SHARD --global-batch-tokens 4M
