@@ -280,7 +280,7 @@ void add_validate_commands(CLI::App& app, Commands& out) {
       "  heatmap DB --x KEY --y KEY [--metric COLUMN] --out FILE   a sweep's metric over two keys\n"
       "  scaling DB [--x gpus] --out FILE                        tokens/s and MFU against ideal scaling\n"
       "  timeline TRACE [--program N] --out FILE                 one rank class's streams over the step\n"
-      "  memory TRACE --out FILE                                 memory in use over the step, with HBM\n"
+      "  memory TRACE [--hbm-GiB X] --out FILE                   memory in use over the step, and the HBM\n"
       "  compare PREDICTED MEASURED [--program N] --out FILE     two traces of one Schedule\n"
       "  collectives LOG... [--mark N] --out FILE                nccl-tests logs' bus bandwidth");
   out.push_back(std::make_unique<PlotCommand>(plot));
