@@ -2,8 +2,11 @@
 // printed as a table or JSON.
 #include <fmt/format.h>
 
+#include <cmath>
+#include <cstdlib>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <thread>
 
 #include "cli/checks.hpp"
@@ -29,10 +32,147 @@ struct PlanArgs {
   int jobs = 0;
   bool json = false;
   bool exhaustive = false;
+  double tolerance_pct = 100 * explore::kModelTolerance;
+  std::string train_tokens_text;
+  std::optional<double> train_tokens;  // parsed from train_tokens_text
   explore::WorkLimits limits;
 };
 
-int cmd_plan(const PlanArgs& a) {
+// --train-tokens: a count with an optional decimal suffix K, M, G, T (10^3 ..
+// 10^12), as training budgets are stated ("15T").
+std::optional<double> parse_train_tokens(const std::string& text) {
+  if (text.empty()) return std::nullopt;
+  double mult = 1;
+  std::string digits = text;
+  switch (text.back()) {
+    case 'K':
+    case 'k': mult = 1e3; break;
+    case 'M':
+    case 'm': mult = 1e6; break;
+    case 'G':
+    case 'g':
+    case 'B':
+    case 'b': mult = 1e9; break;
+    case 'T':
+    case 't': mult = 1e12; break;
+    default: break;
+  }
+  if (mult != 1) digits.pop_back();
+  char* end = nullptr;
+  const double v = std::strtod(digits.c_str(), &end);
+  if (digits.empty() || end != digits.c_str() + digits.size() || !std::isfinite(v) || v <= 0 || v * mult > 1e18) {
+    return std::nullopt;
+  }
+  return v * mult;
+}
+
+std::string plan_text(const explore::PlanSearch& r, const std::vector<explore::RankedPlan>& rows, const PlanArgs& a) {
+  std::string text = fmt::format(
+      "hzp plan: {} candidates ({} pruned by the memory bound, {} by the compute bound, {} screened on reduced-layer "
+      "models, {} simulated exactly) in {:.2f} s = {:.0f} candidates/s\n\n",
+      r.candidates, r.pruned_memory, r.pruned_bound, r.screened, r.exact, r.seconds, r.candidates_per_second());
+  text += fmt::format("{:>3} {:<16} {:>6}  {:<44} {:>8} {:>10} {:>6} {:>9} {:>9}  {}\n", "#", "cluster", "gpus", "plan",
+                      "step s", "tokens/s", "MFU", "mem GiB", "$/Mtok", "bottleneck");
+  bool ties = false;
+  for (const auto& row : rows) {
+    const explore::PlanChoice& c = r.best[row.plan];
+    ties = ties || row.tied;
+    text +=
+        fmt::format("{:>3} {:<16} {:>6}  {:<44} {:>8.3f} {:>10.0f} {:>5.1f}% {:>9.1f} {:>9}  {}\n", row.rank, c.cluster,
+                    c.gpus, row.description, c.step_s, c.tokens_per_s, 100 * c.mfu, c.peak_reserved_GiB,
+                    c.usd_per_million_tokens ? fmt::format("{:.3f}", *c.usd_per_million_tokens) : "n/a", c.bottleneck);
+  }
+  if (r.best.empty()) text += "(no plan fits the memory budget)\n";
+  if (ties) {
+    text += fmt::format(
+        "\n'=': within {:g} % of the first plan of its tie ({}), the model's tolerance (--tolerance): a tie, not a "
+        "ranking. Words joined by '|': plans with identical predictions.\n",
+        a.tolerance_pct, a.objective == "cost" ? "$/Mtok" : "tokens/s");
+  }
+  if (a.train_tokens && !rows.empty()) {
+    text += fmt::format("\ntraining {:.3g} tokens:\n{:>3} {:<16} {:>6} {:>9} {:>12} {:>12}\n", *a.train_tokens, "#",
+                        "cluster", "gpus", "days", "GPU-hours", "USD");
+    for (const auto& row : rows) {
+      const explore::PlanChoice& c = r.best[row.plan];
+      const explore::TrainingCost t = explore::training_cost(c, *a.train_tokens);
+      text += fmt::format("{:>3} {:<16} {:>6} {:>9.1f} {:>12.0f} {:>12}\n", row.rank, c.cluster, c.gpus, t.days,
+                          t.gpu_hours, t.usd ? fmt::format("{:.0f}", *t.usd) : "n/a (no price)");
+    }
+  }
+  return text;
+}
+
+nlohmann::ordered_json plan_row_json(const explore::PlanChoice& c, const std::string& rank,
+                                     const std::optional<double>& train_tokens) {
+  nlohmann::ordered_json j{
+      {"rank", rank},
+      {"cluster", c.cluster},
+      {"gpus", c.gpus},
+      {"plan", explore::describe_plan(c)},
+      {"strategy", plan::to_string(c.options.strategy)},
+      {"param_shard", c.shards.param},
+      {"grad_shard", c.shards.grad},
+      {"optim_shard", c.shards.optim},
+      {"async", c.async},
+      {"tp", c.options.tp},
+      {"pp", c.options.pp},
+      {"vpp", c.options.vpp},
+      {"ep", c.options.ep},
+      {"micro_batch", c.options.micro_batch},
+      {"recompute", plan::to_string(c.options.recompute)},
+      {"step_time_s", c.step_s},
+      {"tokens_per_s", c.tokens_per_s},
+      {"mfu", c.mfu},
+      {"peak_reserved_GiB", c.peak_reserved_GiB},
+      {"usd_per_million_tokens",
+       c.usd_per_million_tokens ? nlohmann::ordered_json(*c.usd_per_million_tokens) : nlohmann::ordered_json(nullptr)},
+      {"bottleneck", c.bottleneck}};
+  if (train_tokens) {
+    const explore::TrainingCost t = explore::training_cost(c, *train_tokens);
+    j["training"] = {{"tokens", *train_tokens},
+                     {"days", t.days},
+                     {"gpu_hours", t.gpu_hours},
+                     {"usd", t.usd ? nlohmann::ordered_json(*t.usd) : nlohmann::ordered_json(nullptr)}};
+  }
+  return j;
+}
+
+std::string plan_json(const explore::PlanSearch& r, const std::vector<explore::RankedPlan>& rows,
+                      const explore::PlanQuery& q, const PlanArgs& a) {
+  nlohmann::ordered_json j{{"hzp_version", core::version()},
+                           {"git_revision", core::git_revision()},
+                           {"model", q.model},
+                           {"objective", q.objective},
+                           {"tolerance", a.tolerance_pct / 100},
+                           {"candidates", r.candidates},
+                           {"pruned_by_memory_bound", r.pruned_memory},
+                           {"pruned_by_compute_bound", r.pruned_bound},
+                           {"screened", r.screened},
+                           {"simulated_exactly", r.exact},
+                           {"seconds", r.seconds},
+                           {"candidates_per_second", r.candidates_per_second()},
+                           {"plans", nlohmann::ordered_json::array()}};
+  // Every plan found, merged ones included, with the rank of its row.
+  std::vector<std::string> rank(r.best.size());
+  for (const auto& row : rows) {
+    for (std::size_t i : row.merged) rank[i] = row.rank;
+  }
+  for (std::size_t i = 0; i < r.best.size(); ++i) {
+    j["plans"].push_back(plan_row_json(r.best[i], rank[i], a.train_tokens));
+  }
+  return j.dump(2);
+}
+
+int cmd_plan(PlanArgs& a) {
+  if (!a.train_tokens_text.empty()) {
+    a.train_tokens = parse_train_tokens(a.train_tokens_text);
+    if (!a.train_tokens) {
+      throw core::InputError("command line", "--train-tokens",
+                             fmt::format("expected a positive token count with an optional decimal suffix K, M, G "
+                                         "or B, T (15T = 15e12), got '{}'",
+                                         a.train_tokens_text));
+    }
+  }
   explore::PlanQuery q;
   q.model = a.model;
   q.clusters = a.clusters;
@@ -55,56 +195,9 @@ int cmd_plan(const PlanArgs& a) {
   q.jobs = a.jobs > 0 ? a.jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   q.exhaustive = a.exhaustive;
   explore::PlanSearch r = explore::search_plans(q);
-  nlohmann::ordered_json j{{"hzp_version", core::version()},
-                           {"git_revision", core::git_revision()},
-                           {"model", q.model},
-                           {"objective", q.objective},
-                           {"candidates", r.candidates},
-                           {"pruned_by_memory_bound", r.pruned_memory},
-                           {"pruned_by_compute_bound", r.pruned_bound},
-                           {"screened", r.screened},
-                           {"simulated_exactly", r.exact},
-                           {"seconds", r.seconds},
-                           {"candidates_per_second", r.candidates_per_second()},
-                           {"plans", nlohmann::ordered_json::array()}};
-  std::string text = fmt::format(
-      "hzp plan: {} candidates ({} pruned by the memory bound, {} by the compute bound, {} screened on reduced-layer "
-      "models, {} simulated exactly) in {:.2f} s = {:.0f} candidates/s\n\n",
-      r.candidates, r.pruned_memory, r.pruned_bound, r.screened, r.exact, r.seconds, r.candidates_per_second());
-  text += fmt::format("{:>3} {:<16} {:>6}  {:<44} {:>8} {:>10} {:>6} {:>9} {:>9}  {}\n", "#", "cluster", "gpus", "plan",
-                      "step s", "tokens/s", "MFU", "mem GiB", "$/Mtok", "bottleneck");
-  int rank = 0;
-  for (const auto& c : r.best) {
-    ++rank;
-    text +=
-        fmt::format("{:>3} {:<16} {:>6}  {:<44} {:>8.3f} {:>10.0f} {:>5.1f}% {:>9.1f} {:>9}  {}\n", rank, c.cluster,
-                    c.gpus, explore::describe_plan(c), c.step_s, c.tokens_per_s, 100 * c.mfu, c.peak_reserved_GiB,
-                    c.usd_per_million_tokens ? fmt::format("{:.3f}", *c.usd_per_million_tokens) : "n/a", c.bottleneck);
-    j["plans"].push_back(
-        {{"cluster", c.cluster},
-         {"gpus", c.gpus},
-         {"plan", explore::describe_plan(c)},
-         {"strategy", plan::to_string(c.options.strategy)},
-         {"param_shard", c.shards.param},
-         {"grad_shard", c.shards.grad},
-         {"optim_shard", c.shards.optim},
-         {"async", c.async},
-         {"tp", c.options.tp},
-         {"pp", c.options.pp},
-         {"vpp", c.options.vpp},
-         {"ep", c.options.ep},
-         {"micro_batch", c.options.micro_batch},
-         {"recompute", plan::to_string(c.options.recompute)},
-         {"step_time_s", c.step_s},
-         {"tokens_per_s", c.tokens_per_s},
-         {"mfu", c.mfu},
-         {"peak_reserved_GiB", c.peak_reserved_GiB},
-         {"usd_per_million_tokens", c.usd_per_million_tokens ? nlohmann::ordered_json(*c.usd_per_million_tokens)
-                                                             : nlohmann::ordered_json(nullptr)},
-         {"bottleneck", c.bottleneck}});
-  }
-  if (r.best.empty()) text += "(no plan fits the memory budget)\n";
-  std::cout << (a.json ? j.dump(2) + "\n" : text);
+  const double tol = a.tolerance_pct / 100;
+  const std::vector<explore::RankedPlan> rows = explore::rank_with_ties(r.best, q.objective, tol);
+  std::cout << (a.json ? plan_json(r, rows, q, a) + "\n" : plan_text(r, rows, a));
   return r.best.empty() ? kExitInfeasible : 0;
 }
 
@@ -134,6 +227,14 @@ void add_plan_command(CLI::App& app, Commands& out) {
   add_work_limits(cmd, pa.limits, /*flows=*/false);
   cmd->add_flag("--json", pa.json, "as JSON");
   cmd->add_flag("--exhaustive", pa.exhaustive, "screen every plan that passes the memory bound (no pruning)");
+  cmd->add_option("--tolerance", pa.tolerance_pct,
+                  "percent: plans closer than this in the objective are printed as a tie (default: the model's "
+                  "step-time tolerance)")
+      ->capture_default_str()
+      ->check(number_in(0, 100));
+  cmd->add_option("--train-tokens", pa.train_tokens_text,
+                  "tokens to train (decimal K, M, G or B, T: 15T = 15e12): days, GPU-hours and dollars of each plan")
+      ->check(file_name());
   out.push_back(std::move(c));
 }
 

@@ -9,6 +9,7 @@
 #include "cli/checks.hpp"
 #include "cli/commands.hpp"
 #include "cli/explain.hpp"
+#include "cli/megatron_args.hpp"
 #include "cli/option_flags.hpp"
 #include "cli/report.hpp"
 #include "core/error.hpp"
@@ -29,6 +30,7 @@ struct Options {
   bool explain = false;
   std::string trace, csv, summary, out_dir, schedule_out;
   std::string plan_file;
+  std::string megatron_args;  // --from-megatron-args: the arguments, or a file of them
   bool force = false;
   bool adaptive = false;
   double memory_limit_GiB = 0;
@@ -50,6 +52,10 @@ void add_scenario_options(CLI::App* app, Options& o, bool engine) {
   app->add_option("--plan", o.plan_file,
                   "plan options from a JSON file (see examples/plans/) instead of the plan flags")
       ->check(file_name());
+  app->add_option("--from-megatron-args", o.megatron_args,
+                  "a Megatron-LM command line (or a file of one) as the plan: its parallel sizes, batch, recompute "
+                  "and overlaps; prints what it mapped and what it ignored; plan flags given too override it")
+      ->check(file_name());
   app->add_flag("--force", o.force, "overwrite output files that already exist");
   add_work_limits(app, o.limits, engine);
 }
@@ -60,6 +66,23 @@ void finish_plan(Options& o, const std::string& command_line);
 void finish_scenario(Options& o, const std::string& command_line) {
   finish_plan(o, command_line);
   o.limits.apply(o.sc);
+}
+
+// --from-megatron-args: its plan options (before the plan flags, which override them).
+bool apply_megatron_args(Options& o) {
+  if (o.megatron_args.empty()) return false;
+  if (!o.plan_file.empty()) {
+    throw core::InputError("command line", "--from-megatron-args", "expected either --plan or --from-megatron-args");
+  }
+  std::error_code ec;
+  const bool file = std::filesystem::is_regular_file(o.megatron_args, ec);
+  const MegatronImport m = import_megatron_args(file ? core::read_file(o.megatron_args) : o.megatron_args,
+                                                file ? o.megatron_args : std::string("--from-megatron-args"));
+  cli::apply_values(m.values, o.sc);
+  // Megatron-LM's own kernels and collectives, unless --stack says otherwise.
+  if (!o.scenario_flags.text("stack")) cli::apply_values({{"stack", "megatron-core-te"}}, o.sc);
+  std::cerr << describe_import(m);
+  return true;
 }
 
 void finish_plan(Options& o, const std::string& command_line) {
@@ -78,9 +101,10 @@ void finish_plan(Options& o, const std::string& command_line) {
     g_plan_source = o.plan_file;
     return;
   }
+  const bool megatron = apply_megatron_args(o);
   // `--strategy all` (the default) compares every strategy; any other value is the plan's.
   const std::optional<std::string> strategy = o.plan_flags.text("strategy");
-  const bool all = !strategy || *strategy == "all";
+  const bool all = (!strategy && !megatron) || (strategy && *strategy == "all");
   if (strategy && all) o.plan_flags.forget("strategy");
   values.clear();
   problems = o.plan_flags.values(values);
@@ -92,7 +116,7 @@ void finish_plan(Options& o, const std::string& command_line) {
 
 // Refuses to replace an existing file unless --force (checked before any work).
 void check_writable(const Options& o, const std::string& path) {
-  if (!path.empty() && !o.force && std::filesystem::exists(path)) {
+  if (!path.empty() && path != "-" && !o.force && std::filesystem::exists(path)) {
     throw core::InputError(path, "", "already exists; pass --force to overwrite it");
   }
 }
@@ -113,6 +137,9 @@ int cmd_simulate(Options& o, const std::string& command_line) {
     o.sc.strategies = {plan::Strategy::Hzp};
   }
   for (const auto* path : {&o.trace, &o.csv, &o.summary}) check_writable(o, *path);
+  if (int(o.trace == "-") + int(o.csv == "-") + int(o.summary == "-") > 1) {
+    throw core::InputError("command line", "-", "expected at most one of --trace, --csv, --summary on standard output");
+  }
   explore::ScenarioResult r = explore::run_scenario(o.sc);
   const bool one = r.runs.size() == 1;
   if ((!o.trace.empty() || !o.csv.empty()) && !one) {
@@ -120,14 +147,13 @@ int cmd_simulate(Options& o, const std::string& command_line) {
                            "expected a single --strategy (use --out-dir to write every strategy's trace)");
   }
   std::string json = cli::summary_json(r, command_line);
-  if (o.json) {
-    std::cout << json;
-  } else {
-    std::cout << cli::summary_text(r);
-  }
+  // An output written to standard output ("-") keeps it to itself: the
+  // summary goes to standard error.
+  std::ostream& text = o.trace == "-" || o.csv == "-" || o.summary == "-" ? std::cerr : std::cout;
+  text << (o.json ? json : cli::summary_text(r));
   if (o.explain && !o.json) {
     topologies::PerfModel pm(topologies::Topology(r.cluster, r.gpus));
-    for (const auto& run : r.runs) std::cout << "\n" << cli::explain(run.schedule, run.plan, pm);
+    for (const auto& run : r.runs) text << "\n" << cli::explain(run.schedule, run.plan, pm);
   }
   if (one && !r.runs[0].metrics.fits()) {
     const sim::ProgramMemory* w = r.runs[0].metrics.worst_memory();
@@ -176,7 +202,8 @@ int cmd_schedule(Options& o, const std::string& command_line) {
   check_writable(o, o.schedule_out);
   core::Schedule s = explore::build_schedule(o.sc, o.sc.strategies.at(0));
   core::write_file_atomic(o.schedule_out, core::to_canonical_json(s) + "\n");
-  std::cout << fmt::format("wrote {} (sha256 {})\n", o.schedule_out, core::schedule_hash(s));
+  (o.schedule_out == "-" ? std::cerr : std::cout)
+      << fmt::format("wrote {} (sha256 {})\n", o.schedule_out, core::schedule_hash(s));
   return 0;
 }
 

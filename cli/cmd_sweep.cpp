@@ -87,7 +87,7 @@ int cmd_sweep_export(const SweepArgs& a) {
   auto [hash, spec_json] = explore::sweep_db_meta(a.db);
   const nlohmann::ordered_json spec = core::parse_ordered_json(spec_json, a.db + " (meta.spec)");
   const std::string& path = a.csv.empty() ? a.json : a.csv;
-  if (!force && std::filesystem::exists(path))
+  if (!force && path != "-" && std::filesystem::exists(path))
     throw core::InputError(path, "", "already exists; pass --force to overwrite it");
   explore::SweepDb db(a.db, hash, spec_json);
   auto rows = db.rows();
@@ -97,7 +97,8 @@ int cmd_sweep_export(const SweepArgs& a) {
     nlohmann::ordered_json j{{"spec_sha256", hash}, {"spec", spec}, {"hzp_version", core::version()}, {"rows", rows}};
     core::write_file_atomic(a.json, j.dump(1) + "\n");
   }
-  std::cout << fmt::format("wrote {} ({} rows)\n", path, rows.size());
+  // "-" is standard output: the note goes to standard error, out of the data's way.
+  (path == "-" ? std::cerr : std::cout) << fmt::format("wrote {} ({} rows)\n", path, rows.size());
   return 0;
 }
 
@@ -129,7 +130,10 @@ void add_sweep_commands(CLI::App& app, Commands& out) {
       ->check(file_name());
   sweep->add_option("--set", a->sets, "KEY=V1,V2,... (one value: fixed; several: an axis); repeatable")
       ->allow_extra_args(false);
-  sweep->add_option("--where", a->where, "filter, e.g. 'param_shard <= grad_shard' or 'tp * pp <= 8'; repeatable")
+  sweep
+      ->add_option("--where", a->where,
+                   "filter EXPR OP EXPR (keys, numbers, + - * / ( )), e.g. 'tp * pp <= 8' or 'tokens_per_gpu * gpus >= "
+                   "16M'; repeatable")
       ->allow_extra_args(false);
   sweep->add_option("--db", a->db, "the SQLite database (under mpirun: one shard per rank, see `sweep merge`)")
       ->check(file_name());

@@ -47,7 +47,7 @@ int cmd_validate_cases(const ValidateArgs& a) {
   int missed = 0;
   for (const auto& s : scored) missed += s.within() ? 0 : 1;
   if (missed > 0) std::cerr << fmt::format("hzp: {} of {} cases outside their tolerance\n", missed, scored.size());
-  return missed > 0 ? 1 : 0;
+  return missed > 0 ? kExitValidationMiss : 0;
 }
 
 struct CollectivesArgs {
@@ -68,7 +68,7 @@ int cmd_validate_collectives(const CollectivesArgs& a) {
   int missed = 0;
   for (const auto& f : validation::summarize_collectives(scored)) missed += f.within() ? 0 : 1;
   if (missed > 0) std::cerr << fmt::format("hzp: {} fabric(s) outside 15 % (busbw) / 25 % (time)\n", missed);
-  return missed > 0 ? 1 : 0;
+  return missed > 0 ? kExitValidationMiss : 0;
 }
 
 struct CalibrateArgs {
@@ -231,7 +231,7 @@ void add_validate_commands(CLI::App& app, Commands& out) {
           "calibrations: <dir>/<device name>.<stack>.json (fitted under that stack), else <dir>/<device name>.json")
       ->capture_default_str();
   cases->add_flag("--json", va.json, "as JSON");
-  cases->add_flag("--check", va.check, "exit 1 when a case is outside its tolerance");
+  cases->add_flag("--check", va.check, "exit 4 when a case is outside its tolerance");
   cases->add_option("-j,--jobs", va.jobs, "processes (default: the core count)")->check(jobs());
   out.push_back(std::move(vc));
 
@@ -242,7 +242,7 @@ void add_validate_commands(CLI::App& app, Commands& out) {
   coll->add_option("--filter", kv->args.filter, "only cases whose id contains this");
   coll->add_flag("--rows", kv->args.rows, "every measured row beside its prediction");
   coll->add_flag("--json", kv->args.json, "cases and the per-fabric summary as JSON");
-  coll->add_flag("--check", kv->args.check, "exit 1 when a fabric's mean error is outside 15 % / 25 %");
+  coll->add_flag("--check", kv->args.check, "exit 4 when a fabric's mean error is outside 15 % / 25 %");
   out.push_back(std::move(kv));
 
   auto* compare = validate->add_subcommand("compare", "two traces of the same Schedule: predicted against measured");
@@ -276,6 +276,14 @@ void add_validate_commands(CLI::App& app, Commands& out) {
       app.add_subcommand("plot", "draw a sweep heatmap or scaling curve, or a trace's timeline or memory (PNG/SVG)");
   plot->allow_extras();
   plot->prefix_command();
+  plot->footer(
+      "subcommands (each with --help):\n"
+      "  heatmap DB --x KEY --y KEY [--metric COLUMN] --out FILE   a sweep's metric over two keys\n"
+      "  scaling DB [--x gpus] --out FILE                        tokens/s and MFU against ideal scaling\n"
+      "  timeline TRACE [--program N] --out FILE                 one rank class's streams over the step\n"
+      "  memory TRACE [--hbm-GiB X] --out FILE                   memory in use over the step, and the HBM\n"
+      "  compare PREDICTED MEASURED [--program N] --out FILE     two traces of one Schedule\n"
+      "  collectives LOG... [--mark N] --out FILE                nccl-tests logs' bus bandwidth");
   out.push_back(std::make_unique<PlotCommand>(plot));
 }
 

@@ -13,6 +13,9 @@ namespace hzp::cli {
 inline constexpr int kExitInternal = 1;
 inline constexpr int kExitBadInput = 2;
 inline constexpr int kExitInfeasible = 3;
+/// `hzp validate cases|collectives --check`: a case or fabric outside its
+/// tolerance (the model missed; not an error of the program).
+inline constexpr int kExitValidationMiss = 4;
 
 class Command {
  public:

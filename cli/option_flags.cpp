@@ -40,6 +40,7 @@ std::string names_of(const core::OptionSpec& s) {
 bool OptionFlags::Entry::given() const {
   if (forgotten) return false;
   if (value) return value->count() > 0;
+  if (!preset.empty()) return on;
   return on || off;
 }
 
@@ -65,6 +66,12 @@ void OptionFlags::add(CLI::App* app, const std::vector<const core::OptionSpec*>&
     if (!s->unit.empty()) help += fmt::format(" ({})", s->unit);
     e.value = app->add_option(names_of(*s), e.text, help)->type_name(type_name(*s));
     if (!def.is_null()) e.value->default_str(core::value_to_text(*s, def));
+    for (const auto& [flag, text] : s->value_flags) {
+      Entry& v = entries_.emplace_back();
+      v.spec = s;
+      v.preset = text;
+      v.on_flag = app->add_flag(flag, v.on, fmt::format("{} {}", core::flag_of(*s), text));
+    }
   }
 }
 
@@ -76,6 +83,7 @@ std::string OptionFlags::first_given() const {
   for (const Entry& e : entries_) {
     if (!e.given()) continue;
     if (e.value) return core::flag_of(*e.spec);
+    if (!e.preset.empty()) return e.on_flag->get_name();
     return e.on ? e.spec->flag : e.spec->false_flag;
   }
   return "";
@@ -96,8 +104,19 @@ void OptionFlags::forget(std::string_view key) {
 
 std::vector<core::Problem> OptionFlags::values(std::vector<std::pair<std::string, nlohmann::json>>& out) const {
   std::vector<core::Problem> problems;
+  std::vector<std::string> seen;
   for (const Entry& e : entries_) {
     if (!e.given()) continue;
+    if (std::find(seen.begin(), seen.end(), e.spec->key) != seen.end()) {
+      problems.push_back({e.spec->key, "given twice (a flag and its alias); expected one"});
+      continue;
+    }
+    seen.push_back(e.spec->key);
+    if (!e.preset.empty()) {
+      core::Checked c = core::value_from_text(*e.spec, e.preset);
+      out.emplace_back(e.spec->key, c.value);
+      continue;
+    }
     if (!e.value) {
       if (e.on && e.off) {
         problems.push_back({e.spec->key, fmt::format("expected {} or {}, not both", e.spec->flag, e.spec->false_flag)});

@@ -46,6 +46,7 @@ class OptionFlags {
     const core::OptionSpec* spec = nullptr;
     std::string text;
     bool on = false, off = false, forgotten = false;
+    std::string preset;  // a value flag's value (OptionSpec::value_flags); `on` when given
     CLI::Option* value = nullptr;
     CLI::Option* on_flag = nullptr;
     CLI::Option* off_flag = nullptr;

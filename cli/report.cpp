@@ -51,6 +51,12 @@ std::string summary_text(const ScenarioResult& r) {
       "rank\n",
       r.model.name, r.gpus, r.cluster.name, r.cluster.device.name, r.batch.sequences, r.batch.seq_len,
       si(static_cast<double>(r.batch.sequences * r.batch.seq_len)), r.batch.data_parallel, r.batch.micro_batches);
+  if (r.batch.requested_sequences > 0 && r.batch.requested_sequences != r.batch.sequences) {
+    out += fmt::format(
+        "global batch rounded from {} to {} sequences (--round-batch): {} do not split over {} data-parallel ranks x "
+        "micro-batch\n",
+        r.batch.requested_sequences, r.batch.sequences, r.batch.requested_sequences, r.batch.data_parallel);
+  }
   out += "MFU counts model FLOPs (Megatron convention, no recomputation) against dense bf16 peak.\n\n";
   out += fmt::format("{:<8} {:<26} {:>9} {:>9} {:>8} {:>6} {:>9} {:>9} {:>9} {:>9}  {}\n", "strategy",
                      "(g_p,g_g,g_o) issue tp pp", "step (s)", "tokens/s", "TF/GPU", "MFU", "exposed", "idle (s)",
@@ -115,6 +121,9 @@ std::string summary_json(const ScenarioResult& r, const std::string& command_lin
                 {"global_batch_tokens", r.batch.sequences * r.batch.seq_len},
                 {"data_parallel", r.batch.data_parallel},
                 {"micro_batches_per_rank", r.batch.micro_batches}};
+  if (r.batch.requested_sequences > 0 && r.batch.requested_sequences != r.batch.sequences) {
+    j["batch"]["rounded_from_sequences"] = r.batch.requested_sequences;
+  }
   j["mfu_convention"] =
       "model FLOPs (Megatron-LM formula, causal mask not exploited, no recomputation) / dense bf16 peak";
   auto& runs = j["results"] = nlohmann::ordered_json::array();

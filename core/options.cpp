@@ -122,6 +122,11 @@ Checked check_value(const OptionSpec& s, const json& v) {
       if (!v.is_boolean()) return bad(s, v.dump());
       return Checked{v, ""};
     case ValueType::Choice:
+      if (v.is_string()) {
+        for (const auto& [alias, choice] : s.choice_aliases) {
+          if (v.get<std::string>() == alias) return Checked{json(choice), ""};
+        }
+      }
       if (!v.is_string() || std::find(s.choices.begin(), s.choices.end(), v.get<std::string>()) == s.choices.end()) {
         return bad(s, v.is_string() ? "\"" + v.get<std::string>() + "\"" : v.dump());
       }
@@ -226,6 +231,7 @@ nlohmann::ordered_json schema_property(const OptionSpec& s, const json& default_
     case ValueType::Choice:
       typed("string");
       p["enum"] = s.choices;
+      for (const auto& [alias, choice] : s.choice_aliases) p["enum"].push_back(alias);
       break;
     case ValueType::TokenCount:
       p["type"] = s.nullable ? nlohmann::ordered_json{"integer", "string", "null"}

@@ -10,6 +10,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace hzp::core {
@@ -69,8 +70,16 @@ struct OptionSpec {
   /// Boolean: the flag that sets true (may be empty) and the one that sets false.
   std::string flag;
   std::string false_flag;
-  /// Older spellings of the flag, still accepted on the command line.
+  /// Older spellings of the flag, and the field's own (Megatron-LM's
+  /// `--tensor-model-parallel-size`), still accepted on the command line.
   std::vector<std::string> flag_aliases;
+  /// Choice: other names of a value (alias -> choice), accepted wherever the
+  /// option is read and normalised to the choice (PyTorch's "FULL_SHARD" ->
+  /// "fsdp"); the key keeps one spelling.
+  std::vector<std::pair<std::string, std::string>> choice_aliases;
+  /// Flags without a value that set the option to one (flag -> value text,
+  /// Megatron-LM's `--use-distributed-optimizer` -> strategy "zero1").
+  std::vector<std::pair<std::string, std::string>> value_flags;
   /// A unit or form for the documentation ("tokens", "Gb/s").
   std::string unit;
 };

@@ -1,6 +1,8 @@
 // Adaptive resharding (see adaptive.hpp).
 #include "explore/adaptive.hpp"
 
+#include "explore/search.hpp"
+
 #include <fmt/format.h>
 #include <algorithm>
 #include <cmath>
@@ -180,14 +182,25 @@ void explain(const ShardCandidate& best, const Seen& dense_seen, const plan::Bat
     neighbour("g_g", {b.param, scale(b.grad), b.optim}, b.grad, scale(b.grad));
     neighbour("g_o", {b.param, b.grad, scale(b.optim)}, b.optim, scale(b.optim));
   }
-  x += "fastest plans that fit:\n";
+  const double tie = kModelTolerance * best.step.to_seconds();
+  const auto ties = std::count_if(choice.candidates.begin(), choice.candidates.end(), [&](const ShardCandidate& c) {
+    return c.fits && std::abs((c.step - best.step).to_seconds()) < tie;
+  });
+  x += "fastest plans that fit ('=': within the model's tolerance of the chosen step, a tie):\n";
   int shown = 0;
   for (const auto& c : choice.candidates) {
     if (!c.fits || shown == 5) continue;
-    x += fmt::format("  dense {}{}  step {:.3f} s  {:.1f} GiB\n", sizes(c.dense),
+    x += fmt::format("  {} dense {}{}  step {:.3f} s  {:.1f} GiB\n",
+                     std::abs((c.step - best.step).to_seconds()) < tie ? "=" : " ", sizes(c.dense),
                      c.expert ? fmt::format(" experts {}", sizes(*c.expert)) : std::string(), c.step.to_seconds(),
                      c.reserved.gib());
     ++shown;
+  }
+  if (ties > 1) {
+    x += fmt::format(
+        "{} plans that fit are within {:g} % of the chosen step, the model's tolerance: a tie; any of them is as good "
+        "as the model can tell\n",
+        ties, 100 * kModelTolerance);
   }
 }
 

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <set>
 #include <tuple>
 
@@ -62,6 +63,82 @@ PlanSearch search_plans(const PlanQuery& q) {
   }
   out.seconds = now_s() - t0;
   return out;
+}
+
+namespace {
+
+// Two plans with the same predictions (to the printed precision and beyond).
+bool same_numbers(const PlanChoice& a, const PlanChoice& b) {
+  return a.cluster == b.cluster && a.gpus == b.gpus && std::abs(a.step_s - b.step_s) <= 1e-9 * a.step_s &&
+         std::abs(a.peak_reserved_GiB - b.peak_reserved_GiB) < 1e-6;
+}
+
+// "mb1 none" and "mb1 selective" -> "mb1 none|selective"; other shapes joined whole.
+std::string merge_descriptions(const std::string& a, const std::string& b) {
+  auto words = [](const std::string& s) {
+    std::vector<std::string> w;
+    std::size_t i = 0;
+    while (i <= s.size()) {
+      const std::size_t j = std::min(s.find(' ', i), s.size());
+      w.push_back(s.substr(i, j - i));
+      i = j + 1;
+    }
+    return w;
+  };
+  const auto wa = words(a), wb = words(b);
+  if (wa.size() != wb.size()) return a + " | " + b;
+  std::string out;
+  for (std::size_t i = 0; i < wa.size(); ++i) {
+    std::string w = wa[i];
+    if (wa[i] != wb[i] && ("|" + wa[i] + "|").find("|" + wb[i] + "|") == std::string::npos) w += "|" + wb[i];
+    out += (i ? " " : "") + w;
+  }
+  return out;
+}
+
+// The objective's value, larger is better.
+double score(const PlanChoice& c, const std::string& objective) {
+  if (objective == "cost" && c.usd_per_million_tokens && *c.usd_per_million_tokens > 0)
+    return 1 / *c.usd_per_million_tokens;
+  return c.tokens_per_s;
+}
+
+}  // namespace
+
+std::vector<RankedPlan> rank_with_ties(const std::vector<PlanChoice>& plans, const std::string& objective,
+                                       double tolerance) {
+  std::vector<RankedPlan> rows;
+  for (std::size_t i = 0; i < plans.size(); ++i) {
+    auto same = std::find_if(rows.begin(), rows.end(),
+                             [&](const RankedPlan& r) { return same_numbers(plans[r.plan], plans[i]); });
+    if (same != rows.end()) {
+      same->description = merge_descriptions(same->description, describe_plan(plans[i]));
+      same->merged.push_back(i);
+    } else {
+      rows.push_back(RankedPlan{i, {i}, describe_plan(plans[i]), "", false});
+    }
+  }
+  std::size_t leader = 0;
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const double lead = score(plans[rows[leader].plan], objective);
+    const double here = score(plans[rows[i].plan], objective);
+    if (i > 0 && !(lead > 0 && std::abs(lead - here) < tolerance * lead)) leader = i;
+    rows[i].rank = std::to_string(leader + 1);
+    if (i != leader) rows[leader].tied = rows[i].tied = true;
+  }
+  for (auto& r : rows) {
+    if (r.tied) r.rank += "=";
+  }
+  return rows;
+}
+
+TrainingCost training_cost(const PlanChoice& c, double tokens) {
+  TrainingCost t;
+  const double seconds = c.tokens_per_s > 0 ? tokens / c.tokens_per_s : 0;
+  t.days = seconds / 86400;
+  t.gpu_hours = seconds / 3600 * c.gpus;
+  if (c.usd_per_million_tokens) t.usd = *c.usd_per_million_tokens * tokens / 1e6;
+  return t;
 }
 
 }  // namespace hzp::explore

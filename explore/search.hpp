@@ -77,4 +77,34 @@ struct PlanSearch {
 /// A one-line label for a plan, e.g. "hzp (8,8,1024) async tp2 pp4x2 mb1 full".
 [[nodiscard]] std::string describe_plan(const PlanChoice& c);
 
+/// The model's tolerance on the step time of one plan against another: plans
+/// predicted closer than this are a tie, not a ranking. 3 %: the mean |error|
+/// of the step-time cases measured on one software stack at a time
+/// (korthikanti2022-time 2.6 %, docs/VALIDATION.md); plans on other stacks or
+/// fabrics are known less well (all cases: 6.9 %).
+inline constexpr double kModelTolerance = 0.03;
+
+/// A row of `hzp plan`'s answer: plans of the same cluster and GPUs with the
+/// same predictions merged into one (differing words joined by '|', e.g.
+/// "mb1 none|selective"), ranked by the objective, and a rank shared ("1=")
+/// by rows within `tolerance` (relative) of the first row of their tie.
+struct RankedPlan {
+  std::size_t plan = 0;             // index into the plans given: the first of the merged ones
+  std::vector<std::size_t> merged;  // every plan of the row (plan first)
+  std::string description;
+  std::string rank;  // "3", or "1=" for a tie
+  bool tied = false;
+};
+[[nodiscard]] std::vector<RankedPlan> rank_with_ties(const std::vector<PlanChoice>& plans, const std::string& objective,
+                                                     double tolerance);
+
+/// Training `tokens` with a plan: wall-clock days, GPU-hours and, when a
+/// price is known, dollars.
+struct TrainingCost {
+  double days = 0;
+  double gpu_hours = 0;
+  std::optional<double> usd;
+};
+[[nodiscard]] TrainingCost training_cost(const PlanChoice& c, double tokens);
+
 }  // namespace hzp::explore

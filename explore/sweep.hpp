@@ -90,5 +90,8 @@ struct SweepSummary {
 [[nodiscard]] std::pair<int, int> launcher_rank();
 /// "out.db" -> "out.rank1of4.db".
 [[nodiscard]] std::string shard_path(const std::string& db, int rank, int ranks);
+/// The progress line's time left: the points still to run at the rate of
+/// those finished ("after the first point" while none has).
+[[nodiscard]] std::string eta_text(std::int64_t finished, std::int64_t total, double elapsed_s);
 
 }  // namespace hzp::explore

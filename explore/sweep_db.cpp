@@ -114,13 +114,7 @@ SweepDb::SweepDb(const std::string& path, const std::string& spec_hash, const st
     exec(fmt::format("CREATE TABLE IF NOT EXISTS points ({})", cols));
     Stmt get(db_, "SELECT value FROM meta WHERE name = 'spec_sha256'", path_);
     if (sqlite3_step(get.s) == SQLITE_ROW) {
-      std::string have = reinterpret_cast<const char*>(sqlite3_column_text(get.s, 0));
-      if (have != spec_hash) {
-        throw core::InputError(path, "meta.spec_sha256",
-                               fmt::format("expected the database of this sweep (spec {}), but it holds sweep {}; "
-                                           "use another --db",
-                                           spec_hash.substr(0, 12), have.substr(0, 12)));
-      }
+      const std::string have = reinterpret_cast<const char*>(sqlite3_column_text(get.s, 0));
       Stmt have_cols(db_, "SELECT value FROM meta WHERE name = 'columns'", path_);
       const bool same = sqlite3_step(have_cols.s) == SQLITE_ROW &&
                         reinterpret_cast<const char*>(sqlite3_column_text(have_cols.s, 0)) == column_signature();
@@ -129,6 +123,10 @@ SweepDb::SweepDb(const std::string& path, const std::string& spec_hash, const st
                                "expected the columns of this hzp's sweep rows (the database was made by another "
                                "version); use another --db");
       }
+      // Another sweep's points join this one's: rows are keyed by their full
+      // inputs, so a point both sweeps hold is run once. The first sweep's
+      // spec stays `spec`; each further one is kept as `spec.<sha256>`.
+      if (have != spec_hash) record_other_spec(spec_hash, spec_json);
     } else {
       Stmt put(db_, "INSERT INTO meta (name, value) VALUES ('spec_sha256', ?1), ('spec', ?2), ('columns', ?3)", path_);
       sqlite3_bind_text(put.s, 1, spec_hash.c_str(), -1, SQLITE_TRANSIENT);
@@ -143,6 +141,16 @@ SweepDb::SweepDb(const std::string& path, const std::string& spec_hash, const st
     sqlite3_close(db_);
     db_ = nullptr;
     throw;
+  }
+}
+
+void SweepDb::record_other_spec(const std::string& spec_hash, const std::string& spec_json) const {
+  Stmt put(db_, "INSERT OR IGNORE INTO meta (name, value) VALUES (?1, ?2)", path_);
+  const std::string name = "spec." + spec_hash;
+  sqlite3_bind_text(put.s, 1, name.c_str(), -1, SQLITE_TRANSIENT);
+  sqlite3_bind_text(put.s, 2, spec_json.c_str(), -1, SQLITE_TRANSIENT);
+  if (sqlite3_step(put.s) != SQLITE_DONE) {
+    throw core::InputError(path_, "meta", fmt::format("cannot record the sweep ({})", sqlite3_errmsg(db_)));
   }
 }
 

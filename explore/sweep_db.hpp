@@ -15,8 +15,10 @@ namespace hzp::explore {
 
 class SweepDb {
  public:
-  /// Opens (creating if needed) `path` for the sweep with `spec_hash`;
-  /// InputError if it belongs to another sweep or is not a sweep database.
+  /// Opens (creating if needed) `path` for the sweep with `spec_hash`; a
+  /// database of another sweep takes this one's points too (rows are keyed
+  /// by their full inputs; the spec is kept as meta `spec.<sha256>`).
+  /// InputError if it is not a sweep database of this hzp's columns.
   SweepDb(const std::string& path, const std::string& spec_hash, const std::string& spec_json);
   ~SweepDb();
   SweepDb(const SweepDb&) = delete;
@@ -40,6 +42,7 @@ class SweepDb {
 
  private:
   void exec(const std::string& sql) const;
+  void record_other_spec(const std::string& spec_hash, const std::string& spec_json) const;
   std::string path_;
   sqlite3* db_ = nullptr;
   int pending_ = 0;

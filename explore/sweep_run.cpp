@@ -28,13 +28,6 @@ double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock:
 volatile std::sig_atomic_t g_stop = 0;
 void on_signal(int) { g_stop = 1; }
 
-std::string fmt_duration(double s) {
-  if (!std::isfinite(s) || s < 0) return "?";
-  const auto t = static_cast<long long>(s + 0.5);
-  return t >= 3600 ? fmt::format("{}:{:02}:{:02}", t / 3600, t / 60 % 60, t % 60)
-                   : fmt::format("{}:{:02}", t / 60, t % 60);
-}
-
 // A worker process: reads point numbers (one per line) and writes one JSON
 // result line each, until its input closes.
 struct Worker {
@@ -178,22 +171,36 @@ void Runner::record(json row) {
   ++sum_.ran;
 }
 
+}  // namespace
+
+std::string eta_text(std::int64_t finished, std::int64_t total, double elapsed_s) {
+  if (finished <= 0 || elapsed_s <= 0 || !std::isfinite(elapsed_s)) return "after the first point";
+  const double s = static_cast<double>(total - finished) * elapsed_s / static_cast<double>(finished);
+  if (!std::isfinite(s) || s < 0) return "?";
+  const auto t = static_cast<long long>(s + 0.5);
+  return t >= 3600 ? fmt::format("{}:{:02}:{:02}", t / 3600, t / 60 % 60, t % 60)
+                   : fmt::format("{}:{:02}", t / 60, t % 60);
+}
+
+namespace {
+
 void Runner::progress(bool final) {
   const double t = now_s();
   if (!final && t - last_progress_ < (o_.progress_tty ? 0.2 : 5.0)) return;
   last_progress_ = t;
   const double rate = static_cast<double>(finished_) / std::max(1e-9, t - t0_);
-  const double eta = (static_cast<double>(to_run_.size()) - static_cast<double>(finished_)) / std::max(1e-9, rate);
+  const std::string eta =
+      eta_text(static_cast<std::int64_t>(finished_), static_cast<std::int64_t>(to_run_.size()), t - t0_);
   const double frac = to_run_.empty() ? 1.0 : static_cast<double>(finished_) / static_cast<double>(to_run_.size());
   if (o_.progress_tty) {
     const int width = 30, filled = static_cast<int>(frac * width);
     std::string bar(static_cast<std::size_t>(filled), '=');
     if (filled < width) bar += '>' + std::string(static_cast<std::size_t>(width - filled - 1), ' ');
     say(fmt::format("\r[{}] {}/{} {:5.1f}%  {:.1f} points/s  ETA {}{}", bar, finished_, to_run_.size(), 100 * frac,
-                    rate, fmt_duration(eta), final ? "\n" : ""));
+                    rate, eta, final ? "\n" : ""));
   } else {
     say(fmt::format("sweep: {}/{} points ({:.1f}%), {:.1f} points/s, ETA {}\n", finished_, to_run_.size(), 100 * frac,
-                    rate, fmt_duration(eta)));
+                    rate, eta));
   }
 }
 

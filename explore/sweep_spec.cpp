@@ -2,7 +2,9 @@
 // tables, `--set`, filters, and the expansion into points.
 #include <fmt/format.h>
 
+#include <cctype>
 #include <cmath>
+#include <cstring>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -50,85 +52,151 @@ json check_value(const std::string& key, const json& v, const std::string& file,
   return c.value;
 }
 
-// A value typed from `--set` text: integer, number, boolean or string.
-json value_from_text(const std::string& s) {
-  if (s == "true") return true;
-  if (s == "false") return false;
-  if (!s.empty() && s.find_first_not_of("0123456789") == std::string::npos && s.size() <= 15) return std::stoll(s);
-  char* end = nullptr;
-  const double d = std::strtod(s.c_str(), &end);
-  if (!s.empty() && end && *end == '\0' && std::isfinite(d)) return d;
-  return s;
-}
+// Filters: "EXPR OP EXPR" with OP one of < <= == != >= > divides, EXPR of
+// keys, numbers (with K/M/G = 2^10/2^20/2^30), + - * / and parentheses:
+// "tp * pp <= 8", "global_batch_tokens == gpus * 16K", "gpus >= 2 * (tp + 1)".
+struct Expr {
+  char op = 0;       // 0: a leaf; else + - * /
+  std::string name;  // a leaf's key, or empty for a number
+  double number = 0;
+  std::vector<Expr> args;  // op: the two operands
+};
 
-// Filters: "a op b", "a * b op c", "a divides b".
 struct Filter {
-  std::vector<std::string> lhs;  // operands multiplied
+  Expr lhs, rhs;
   std::string op;
-  std::string rhs;
   std::string text;
 };
 
-Filter parse_filter(const std::string& text, const std::string& file, const std::string& where) {
-  std::istringstream in(text);
-  std::vector<std::string> tok;
-  for (std::string t; in >> t;) tok.push_back(t);
-  Filter f;
-  f.text = text;
-  static const std::set<std::string> ops = {"<", "<=", "==", "!=", ">=", ">", "divides"};
-  std::size_t i = 0;
-  if (tok.empty()) throw core::InputError(file, where, "expected a filter like 'tp * pp <= 8', got nothing");
-  f.lhs.push_back(tok[i++]);
-  while (i + 1 < tok.size() && tok[i] == "*") {
-    f.lhs.push_back(tok[i + 1]);
-    i += 2;
+class FilterParser {
+ public:
+  FilterParser(const std::string& text, const std::string& file, const std::string& where)
+      : text_(text), file_(file), where_(where) {}
+
+  Filter parse() {
+    Filter f;
+    f.text = text_;
+    skip();
+    if (pos_ == text_.size()) fail("expected a filter like 'tp * pp <= 8', got nothing");
+    f.lhs = sum();
+    f.op = comparison();
+    f.rhs = sum();
+    skip();
+    if (pos_ != text_.size()) fail(fmt::format("unexpected '{}'", text_.substr(pos_)));
+    return f;
   }
-  if (i + 2 != tok.size() || !ops.count(tok[i])) {
-    throw core::InputError(
-        file, where,
-        fmt::format("expected 'KEY [* KEY] OP KEY' with OP one of < <= == != >= > divides, got '{}'", text));
+
+ private:
+  [[noreturn]] void fail(const std::string& what) const {
+    throw core::InputError(file_, where_,
+                           fmt::format("{} in filter '{}' (expected EXPR OP EXPR: keys, numbers, + - * / ( ), OP one "
+                                       "of < <= == != >= > divides)",
+                                       what, text_));
   }
-  f.op = tok[i];
-  f.rhs = tok[i + 1];
-  // Every operand, either side, is a key or a finite number ("1e400" is neither).
-  std::vector<std::string> operands = f.lhs;
-  if (f.op != "divides" || !find_key(f.rhs)) operands.push_back(f.rhs);
-  for (const auto& operand : operands) {
-    if (!find_key(operand) && !value_from_text(operand).is_number()) {
-      throw core::InputError(file, where,
-                             fmt::format("expected a key or a finite number, got '{}' in filter '{}'", operand, text));
+  void skip() {
+    while (pos_ < text_.size() && std::isspace(static_cast<unsigned char>(text_[pos_]))) ++pos_;
+  }
+  bool eat(char c) {
+    skip();
+    if (pos_ < text_.size() && text_[pos_] == c) return ++pos_, true;
+    return false;
+  }
+  std::string comparison() {
+    skip();
+    for (const char* op : {"<=", ">=", "==", "!=", "<", ">", "divides"}) {
+      if (text_.compare(pos_, std::strlen(op), op) == 0) {
+        pos_ += std::strlen(op);
+        return op;
+      }
     }
+    fail(pos_ < text_.size() ? fmt::format("expected a comparison at '{}'", text_.substr(pos_))
+                             : std::string("expected a comparison"));
   }
-  return f;
+  Expr sum() {
+    Expr e = product();
+    for (char c = 0; (c = eat('+') ? '+' : eat('-') ? '-' : 0);) e = Expr{c, "", 0, {std::move(e), product()}};
+    return e;
+  }
+  Expr product() {
+    Expr e = atom();
+    for (char c = 0; (c = eat('*') ? '*' : eat('/') ? '/' : 0);) e = Expr{c, "", 0, {std::move(e), atom()}};
+    return e;
+  }
+  Expr atom() {
+    if (eat('(')) {
+      Expr e = sum();
+      if (!eat(')')) fail("expected ')'");
+      return e;
+    }
+    skip();
+    const std::size_t start = pos_;
+    while (pos_ < text_.size() &&
+           (std::isalnum(static_cast<unsigned char>(text_[pos_])) || text_[pos_] == '_' || text_[pos_] == '.'))
+      ++pos_;
+    const std::string word = text_.substr(start, pos_ - start);
+    if (word.empty())
+      fail(pos_ < text_.size() ? fmt::format("expected a key or a number at '{}'", text_.substr(pos_))
+                               : std::string("expected a key or a number at the end"));
+    if (std::isalpha(static_cast<unsigned char>(word[0])) || word[0] == '_') {
+      if (word != "divides" && find_key(word)) return Expr{0, word, 0, {}};
+      if (word == "divides") fail("expected a key or a number before 'divides'");
+      const auto near = core::closest(word, known_keys());
+      fail(near ? fmt::format("unknown key '{}' (did you mean '{}'?)", word, *near)
+                : fmt::format("unknown key '{}'", word));
+    }
+    return Expr{0, "", number(word), {}};
+  }
+  double number(const std::string& word) const {
+    if (const auto n = core::parse_token_count(word)) return static_cast<double>(*n);
+    char* end = nullptr;
+    const double d = std::strtod(word.c_str(), &end);
+    if (end != word.c_str() + word.size() || !std::isfinite(d)) {
+      fail(fmt::format("expected a key or a finite number, got '{}'", word));
+    }
+    return d;
+  }
+
+  const std::string& text_;
+  const std::string& file_;
+  const std::string& where_;
+  std::size_t pos_ = 0;
+};
+
+Filter parse_filter(const std::string& text, const std::string& file, const std::string& where) {
+  return FilterParser(text, file, where).parse();
 }
 
-std::optional<double> operand(const std::string& name, const json& point) {
-  auto it = point.find(name);
-  if (it != point.end()) {
-    if (it->is_number()) return it->get<double>();
+// The expression's value at a point; nullopt when a key is not set there or
+// is not a number (then the filter does not apply).
+std::optional<double> evaluate(const Expr& e, const json& point) {
+  if (e.op == 0) {
+    if (e.name.empty()) return e.number;
+    auto it = point.find(e.name);
+    if (it != point.end() && it->is_number()) return it->get<double>();
     return std::nullopt;
   }
-  json v = value_from_text(name);
-  if (v.is_number()) return v.get<double>();
-  return std::nullopt;  // a key the point leaves at its default: the filter does not apply
+  const auto a = evaluate(e.args[0], point);
+  const auto b = evaluate(e.args[1], point);
+  if (!a || !b) return std::nullopt;
+  switch (e.op) {
+    case '+': return *a + *b;
+    case '-': return *a - *b;
+    case '*': return *a * *b;
+    default: return *b == 0 ? std::nullopt : std::optional<double>(*a / *b);
+  }
 }
 
 bool passes(const Filter& f, const json& point) {
-  double l = 1;
-  for (const auto& name : f.lhs) {
-    auto v = operand(name, point);
-    if (!v) return true;
-    l *= *v;
-  }
-  auto r = operand(f.rhs, point);
-  if (!r) return true;
-  if (f.op == "<") return l < *r;
-  if (f.op == "<=") return l <= *r;
-  if (f.op == "==") return l == *r;
-  if (f.op == "!=") return l != *r;
-  if (f.op == ">=") return l >= *r;
-  if (f.op == ">") return l > *r;
-  return l != 0 && std::fmod(*r, l) == 0;  // divides
+  const auto l = evaluate(f.lhs, point);
+  const auto r = evaluate(f.rhs, point);
+  if (!l || !r) return true;
+  if (f.op == "<") return *l < *r;
+  if (f.op == "<=") return *l <= *r;
+  if (f.op == "==") return *l == *r;
+  if (f.op == "!=") return *l != *r;
+  if (f.op == ">=") return *l >= *r;
+  if (f.op == ">") return *l > *r;
+  return *l != 0 && std::fmod(*r, *l) == 0;  // divides
 }
 
 }  // namespace

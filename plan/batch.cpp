@@ -12,34 +12,41 @@
 
 namespace hzp::plan {
 
-std::vector<core::Problem> check_batch(const models::ModelSpec& m, int world, const PlanOptions& o, BatchSplit& b) {
-  std::vector<core::Problem> ps;
-  b.seq_len = o.seq_len > 0 ? o.seq_len : std::min<std::int64_t>(m.max_seq_len, 8192);
-  if (b.seq_len > m.max_seq_len) {
-    ps.push_back(
-        {"seq_len", fmt::format("expected at most {} (max_seq_len of {}), got {}", m.max_seq_len, m.name, b.seq_len)});
-    return ps;
+namespace {
+
+// The option that states the global batch (problems name it).
+std::string batch_key(const PlanOptions& o) {
+  if (o.tokens_per_gpu) return "tokens_per_gpu";
+  return o.global_batch_sequences ? "global_batch_sequences" : "global_batch_tokens";
+}
+
+// The global batch asked for, in sequences, into b.sequences.
+void requested_batch(int world, const PlanOptions& o, BatchSplit& b, std::vector<core::Problem>& ps) {
+  const int given = int(o.global_batch_tokens.has_value()) + int(o.global_batch_sequences.has_value()) +
+                    int(o.tokens_per_gpu.has_value());
+  if (given > 1) {
+    ps.push_back({o.tokens_per_gpu ? "tokens_per_gpu" : "global_batch_tokens",
+                  "expected at most one of global_batch_tokens, global_batch_sequences and tokens_per_gpu"});
+    return;
   }
-  if (o.global_batch_tokens && o.global_batch_sequences) {
-    ps.push_back({"global_batch_tokens", "expected at most one of global_batch_tokens and global_batch_sequences"});
-    return ps;
-  }
-  if (o.micro_batch < 1 || o.micro_batch > (1 << 24) / b.seq_len) {
-    ps.push_back({"micro_batch", fmt::format("expected 1 to {} sequences ({} tokens per micro-batch at most), got {}",
-                                             (1 << 24) / b.seq_len, 1 << 24, o.micro_batch)});
-  }
-  const std::string key = o.global_batch_sequences ? "global_batch_sequences" : "global_batch_tokens";
+  const std::string key = batch_key(o);
   if (o.global_batch_sequences) {
     b.sequences = *o.global_batch_sequences;
     if (b.sequences <= 0) ps.push_back({key, "expected a positive number of sequences"});
   } else {
-    const std::int64_t tokens = o.global_batch_tokens.value_or(kDefaultGlobalBatchTokens);
+    const std::int64_t tokens =
+        o.tokens_per_gpu ? *o.tokens_per_gpu * world : o.global_batch_tokens.value_or(kDefaultGlobalBatchTokens);
     if (tokens <= 0 || tokens % b.seq_len != 0) {
-      ps.push_back(
-          {key, fmt::format("expected a positive multiple of the sequence length {}, got {}", b.seq_len, tokens)});
+      ps.push_back({key, fmt::format("expected a positive multiple of the sequence length {}, got {}{}", b.seq_len,
+                                     tokens, o.tokens_per_gpu ? fmt::format(" tokens ({} GPUs)", world) : "")});
     }
     b.sequences = tokens / b.seq_len;
   }
+  b.requested_sequences = b.sequences;
+}
+
+std::vector<core::Problem> check_parallel_sizes(int world, const PlanOptions& o) {
+  std::vector<core::Problem> ps;
   if (o.tp < 1 || world % o.tp != 0) {
     ps.push_back({"tp", fmt::format("expected a divisor of the {} GPUs, got {}", world, o.tp)});
   } else if (o.pp < 1 || (world / o.tp) % o.pp != 0) {
@@ -48,12 +55,41 @@ std::vector<core::Problem> check_batch(const models::ModelSpec& m, int world, co
     ps.push_back(
         {"cp", fmt::format("expected a divisor of GPUs / (tp x pp) = {}, got {}", world / (o.tp * o.pp), o.cp)});
   }
+  return ps;
+}
+
+// The multiple of per_step nearest to sequences (halfway: up; at least one).
+std::int64_t round_sequences(std::int64_t sequences, std::int64_t per_step) {
+  const std::int64_t down = sequences / per_step * per_step;
+  if (down == 0) return per_step;
+  return sequences - down >= down + per_step - sequences ? down + per_step : down;
+}
+
+}  // namespace
+
+std::vector<core::Problem> check_batch(const models::ModelSpec& m, int world, const PlanOptions& o, BatchSplit& b) {
+  std::vector<core::Problem> ps;
+  b.seq_len = o.seq_len > 0 ? o.seq_len : std::min<std::int64_t>(m.max_seq_len, 8192);
+  if (b.seq_len > m.max_seq_len) {
+    ps.push_back(
+        {"seq_len", fmt::format("expected at most {} (max_seq_len of {}), got {}", m.max_seq_len, m.name, b.seq_len)});
+    return ps;
+  }
+  if (o.micro_batch < 1 || o.micro_batch > (1 << 24) / b.seq_len) {
+    ps.push_back({"micro_batch", fmt::format("expected 1 to {} sequences ({} tokens per micro-batch at most), got {}",
+                                             (1 << 24) / b.seq_len, 1 << 24, o.micro_batch)});
+  }
+  requested_batch(world, o, b, ps);
+  std::vector<core::Problem> sizes = check_parallel_sizes(world, o);
+  ps.insert(ps.end(), sizes.begin(), sizes.end());
   if (!ps.empty()) return ps;
+  const std::string key = batch_key(o);
   b.data_parallel = world / (o.tp * o.pp * o.cp);
   const std::int64_t per_step = static_cast<std::int64_t>(b.data_parallel) * o.micro_batch;
+  if (b.sequences % per_step != 0 && o.round_batch) b.sequences = round_sequences(b.sequences, per_step);
   if (b.sequences % per_step != 0) {
     ps.push_back({key, fmt::format("{} sequences do not split over {} data-parallel ranks x micro-batch {}: "
-                                   "expected a multiple of {} sequences",
+                                   "expected a multiple of {} sequences (or round_batch)",
                                    b.sequences, b.data_parallel, o.micro_batch, per_step)});
     return ps;
   }
@@ -88,23 +124,25 @@ std::vector<core::Problem> check_shards(const PlanOptions& o, int dp, const topo
       s = {S, S, S};
       break;
     }
-    case Strategy::Hpz: s = {node, dp, dp}; break;
+    case Strategy::Hpz: s = {o.param_shard > 0 ? o.param_shard : node, dp, dp}; break;
     case Strategy::Hzp:
       s = {o.param_shard > 0 ? o.param_shard : domain, o.grad_shard > 0 ? o.grad_shard : node,
            o.optim_shard > 0 ? o.optim_shard : dp};
       break;
   }
   std::vector<core::Problem> ps;
-  if (o.strategy != Strategy::Hzp && o.strategy != Strategy::Hsdp && (o.param_shard || o.grad_shard || o.optim_shard)) {
+  const bool takes_param_shard = o.strategy == Strategy::Hsdp || o.strategy == Strategy::Hpz;
+  if (o.strategy != Strategy::Hzp && !takes_param_shard && (o.param_shard || o.grad_shard || o.optim_shard)) {
     ps.push_back({o.param_shard  ? "param_shard"
                   : o.grad_shard ? "grad_shard"
                                  : "optim_shard",
                   fmt::format("expected no group sizes for the {} preset (use strategy hzp)", to_string(o.strategy))});
     return ps;
   }
-  if (o.strategy == Strategy::Hsdp && (o.grad_shard || o.optim_shard)) {
-    ps.push_back(
-        {o.grad_shard ? "grad_shard" : "optim_shard", "expected only param_shard (the shard size S) for hsdp"});
+  if (takes_param_shard && (o.grad_shard || o.optim_shard)) {
+    ps.push_back({o.grad_shard ? "grad_shard" : "optim_shard",
+                  o.strategy == Strategy::Hsdp ? "expected only param_shard (the shard size S) for hsdp"
+                                               : "expected only param_shard (the hpZ partition size) for hpz"});
     return ps;
   }
   auto check = [&](const char* key, int v, int of, const char* what) {
@@ -218,6 +256,7 @@ std::vector<core::Problem> check_plan(const models::ModelSpec& m, const topologi
     r.options.sequence_parallel = o.tp > 1 && o.sequence_parallel;
     r.options.seq_len = r.batch.seq_len;
     r.options.global_batch_tokens.reset();
+    r.options.tokens_per_gpu.reset();
     r.options.global_batch_sequences = r.batch.sequences;
     *resolved = std::move(r);
   }

@@ -23,6 +23,12 @@ OptionSpec flags(OptionSpec s, std::string on, std::string off) {
   return s;
 }
 
+// The field's own spellings of the flag (Megatron-LM's long flags).
+OptionSpec aka(OptionSpec s, std::vector<std::string> aliases) {
+  s.flag_aliases = std::move(aliases);
+  return s;
+}
+
 OptionSpec optional_in_file(OptionSpec s) {
   s.required_in_file = false;
   return s;
@@ -49,16 +55,26 @@ constexpr double kModelParallel = 1 << 12;
 // The data-parallel plan: strategy, group sizes, issue mode, resharding, prefetch.
 void add_sharding_options(std::vector<PlanOption>& t) {
   {
-    OptionSpec s = spec("strategy", ValueType::Choice,
-                        "the data-parallel plan (g_p, g_g, g_o): ddp (1,1,1), zero1 (1,1,DP), zero2 (1,DP,DP), "
-                        "fsdp = zero3 (DP,DP,DP), hsdp (S,S,S), hpz (node,DP,DP), hzp (any)");
+    OptionSpec s =
+        spec("strategy", ValueType::Choice,
+             "the data-parallel plan (g_p, g_g, g_o): ddp (1,1,1), zero1 (1,1,DP), zero2 (1,DP,DP), "
+             "fsdp = zero3 (DP,DP,DP), hsdp (S,S,S), hpz (node or param_shard,DP,DP), hzp (any); PyTorch FSDP's "
+             "names: NO_SHARD = ddp, SHARD_GRAD_OP = zero2 (the same bytes and peak memory; PyTorch gathers "
+             "each unit before its forward), FULL_SHARD = fsdp, HYBRID_SHARD = hsdp");
     s.choices = {"ddp", "zero1", "zero2", "zero3", "fsdp", "hsdp", "hpz", "hzp"};
+    // PyTorch FSDP's ShardingStrategy names, and Megatron-LM's distributed optimizer.
+    s.choice_aliases = {
+        {"NO_SHARD", "ddp"}, {"SHARD_GRAD_OP", "zero2"}, {"FULL_SHARD", "fsdp"}, {"HYBRID_SHARD", "hsdp"}};
+    s.value_flags = {{"--use-distributed-optimizer", "zero1"}};
     t.push_back({s, [](const PlanOptions& o) -> json { return std::string(to_string(o.strategy)); },
                  [](PlanOptions& o, const json& v) { o.strategy = *parse_strategy(v.get<std::string>()); }});
   }
-  t.push_back(field<&PlanOptions::param_shard>(
+  t.push_back(field<&PlanOptions::param_shard>(aka(
       spec("param_shard", ValueType::Integer,
-           "hzp: g_p, ranks the bf16 parameters are sharded over (hsdp: S); 0: the strategy's default", 0, kGroup)));
+           "hzp: g_p, ranks the bf16 parameters are sharded over (hsdp: S; hpz: DeepSpeed's hpZ partition size); 0: "
+           "the strategy's default",
+           0, kGroup),
+      {"--zero-hpz-partition-size"})));
   t.push_back(field<&PlanOptions::grad_shard>(
       spec("grad_shard", ValueType::Integer,
            "hzp: g_g, ranks the accumulated gradients are sharded over; 0: the strategy's default", 0, kGroup)));
@@ -84,18 +100,22 @@ void add_sharding_options(std::vector<PlanOption>& t) {
 
 // Megatron model parallelism and the overlaps of its communication.
 void add_model_parallel_options(std::vector<PlanOption>& t) {
-  t.push_back(field<&PlanOptions::tp>(
-      spec("tp", ValueType::Integer, "tensor-parallel size (Megatron, with sequence parallelism)", 1, kModelParallel)));
+  t.push_back(field<&PlanOptions::tp>(aka(
+      spec("tp", ValueType::Integer, "tensor-parallel size (Megatron, with sequence parallelism)", 1, kModelParallel),
+      {"--tensor-model-parallel-size"})));
   t.push_back(field<&PlanOptions::sequence_parallel>(
       flags(spec("sequence_parallel", ValueType::Boolean,
                  "tensor parallelism with sequence parallelism (false: all-reduces)"),
             "--sequence-parallel", "--no-sequence-parallel")));
-  t.push_back(field<&PlanOptions::pp>(spec("pp", ValueType::Integer, "pipeline stages (1F1B)", 1, kModelParallel)));
+  t.push_back(field<&PlanOptions::pp>(aka(spec("pp", ValueType::Integer, "pipeline stages (1F1B)", 1, kModelParallel),
+                                          {"--pipeline-model-parallel-size"})));
   t.push_back(field<&PlanOptions::vpp>(
-      spec("vpp", ValueType::Integer, "virtual stages per pipeline rank (interleaved 1F1B when > 1)", 1, 1 << 10)));
-  t.push_back(field<&PlanOptions::cp>(spec("cp", ValueType::Integer,
-                                           "context-parallel size (ring attention; sequences split over cp ranks)", 1,
-                                           kModelParallel)));
+      aka(spec("vpp", ValueType::Integer, "virtual stages per pipeline rank (interleaved 1F1B when > 1)", 1, 1 << 10),
+          {"--virtual-pipeline-model-parallel-size"})));
+  t.push_back(field<&PlanOptions::cp>(
+      aka(spec("cp", ValueType::Integer, "context-parallel size (ring attention; sequences split over cp ranks)", 1,
+               kModelParallel),
+          {"--context-parallel-size"})));
   t.push_back(field<&PlanOptions::tp_comm_overlap>(
       flags(spec("tp_comm_overlap", ValueType::Boolean,
                  "pipeline tensor-parallel all-gathers/reduce-scatters with their GEMMs in chunks"),
@@ -114,8 +134,9 @@ void add_model_parallel_options(std::vector<PlanOption>& t) {
                  "the host waits for every pipeline receive before issuing more work (Megatron's batch_p2p_sync)"),
             "--pipeline-p2p-sync", "--no-pipeline-p2p-sync"))));
   t.push_back(field<&PlanOptions::ep>(
-      spec("ep", ValueType::Integer, "expert-parallel size for MoE models (experts split over ep data-parallel ranks)",
-           1, kModelParallel)));
+      aka(spec("ep", ValueType::Integer,
+               "expert-parallel size for MoE models (experts split over ep data-parallel ranks)", 1, kModelParallel),
+          {"--expert-model-parallel-size"})));
   {
     OptionSpec s = nullable(spec("expert_shards", ValueType::Triple,
                                  "expert parameters' own (g_p, g_g, g_o) over the DP / ep expert-data-parallel "
@@ -162,6 +183,7 @@ void add_batch_and_kernel_options(std::vector<PlanOption>& t) {
   {
     OptionSpec s = spec("seq_len", ValueType::Integer, "sequence length; 0: min(model max, 8192)", 0, 1 << 21);
     s.unit = "tokens";
+    s.flag_aliases = {"--seq-length"};
     t.push_back(field<&PlanOptions::seq_len>(s));
   }
   {
@@ -177,7 +199,7 @@ void add_batch_and_kernel_options(std::vector<PlanOption>& t) {
   {
     OptionSpec s = nullable(spec("global_batch_sequences", ValueType::Integer,
                                  "global batch in sequences (instead of global_batch_tokens)", 1, 1LL << 40));
-    s.flag_aliases = {"--global-batch-seqs"};
+    s.flag_aliases = {"--global-batch-seqs", "--global-batch-size"};
     t.push_back({s,
                  [](const PlanOptions& o) -> json {
                    return o.global_batch_sequences ? json(*o.global_batch_sequences) : json();
@@ -187,11 +209,30 @@ void add_batch_and_kernel_options(std::vector<PlanOption>& t) {
                        v.is_null() ? std::nullopt : std::optional<std::int64_t>(v.get<std::int64_t>());
                  }});
   }
-  t.push_back(field<&PlanOptions::micro_batch>(
-      spec("micro_batch", ValueType::Integer, "sequences per micro-batch per rank", 1, 1 << 24)));
+  {
+    OptionSpec s = optional_in_file(nullable(spec(
+        "tokens_per_gpu", ValueType::TokenCount,
+        "weak scaling: the global batch is this many tokens per GPU (instead of global_batch_tokens)", 1, 1LL << 40)));
+    s.unit = "tokens";
+    t.push_back({s, [](const PlanOptions& o) -> json { return o.tokens_per_gpu ? json(*o.tokens_per_gpu) : json(); },
+                 [](PlanOptions& o, const json& v) {
+                   o.tokens_per_gpu = v.is_null() ? std::nullopt : std::optional<std::int64_t>(v.get<std::int64_t>());
+                 }});
+  }
+  t.push_back(field<&PlanOptions::round_batch>(optional_in_file(
+      flags(spec("round_batch", ValueType::Boolean,
+                 "round a global batch that does not split over data-parallel ranks x micro-batch to the nearest "
+                 "one that does (the summary says so)"),
+            "--round-batch", "--no-round-batch"))));
+  {
+    OptionSpec s = spec("micro_batch", ValueType::Integer, "sequences per micro-batch per rank", 1, 1 << 24);
+    s.flag_aliases = {"--micro-batch-size"};
+    t.push_back(field<&PlanOptions::micro_batch>(s));
+  }
   {
     OptionSpec s = spec("recompute", ValueType::Choice, "activation recomputation");
     s.choices = {"none", "selective", "full"};
+    s.flag_aliases = {"--recompute-granularity"};
     t.push_back({s, [](const PlanOptions& o) -> json { return std::string(to_string(o.recompute)); },
                  [](PlanOptions& o, const json& v) { o.recompute = *parse_recompute(v.get<std::string>()); }});
   }
@@ -262,9 +303,12 @@ std::vector<core::Problem> plan_options_from_json(const json& j, PlanOptions& o)
     }
     if (auto p = set_plan_option(o, row.spec.key, j.at(row.spec.key))) problems.push_back(*p);
   }
-  if (o.global_batch_tokens && o.global_batch_sequences) {
+  if (int(o.global_batch_tokens.has_value()) + int(o.global_batch_sequences.has_value()) +
+          int(o.tokens_per_gpu.has_value()) >
+      1) {
     problems.push_back({"global_batch_tokens",
-                        "expected at most one of global_batch_tokens and global_batch_sequences to be non-null"});
+                        "expected at most one of global_batch_tokens, global_batch_sequences and tokens_per_gpu to be "
+                        "non-null"});
   }
   return problems;
 }

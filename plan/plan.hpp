@@ -68,6 +68,13 @@ struct PlanOptions {
   /// means kDefaultGlobalBatchTokens.
   std::optional<std::int64_t> global_batch_tokens;
   std::optional<std::int64_t> global_batch_sequences;
+  /// Weak scaling: the global batch as tokens per GPU (times the GPUs);
+  /// instead of global_batch_tokens and global_batch_sequences.
+  std::optional<std::int64_t> tokens_per_gpu;
+  /// A global batch that does not split over data-parallel ranks x
+  /// micro-batch is rounded to the nearest multiple that does (and the
+  /// summary says so) instead of refused.
+  bool round_batch = false;
   std::int64_t micro_batch = 1;  // sequences per micro-batch per rank
   models::Recompute recompute = models::Recompute::None;
   bool flash_attention = true;
@@ -208,6 +215,8 @@ inline constexpr std::int64_t kMaxMicroBatches = 4096;
 struct BatchSplit {
   std::int64_t seq_len = 0;
   std::int64_t sequences = 0;
+  /// The sequences asked for, before round_batch rounded them to `sequences`.
+  std::int64_t requested_sequences = 0;
   int data_parallel = 0;
   std::int64_t micro_batches = 0;  // per rank
 };

@@ -23,6 +23,9 @@ struct Case {
   PlanOptions o;
 };
 
+// Test names and failures show the case's name, not its bytes.
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+
 PlanOptions base(Strategy s, std::int64_t sequences) {
   PlanOptions o;
   o.strategy = s;

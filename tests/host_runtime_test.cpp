@@ -24,6 +24,9 @@ struct Case {
   plan::PlanOptions o;
 };
 
+// Test names and failures show the case's name, not its bytes.
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+
 plan::PlanOptions base(plan::Strategy s) {
   plan::PlanOptions o;
   o.strategy = s;

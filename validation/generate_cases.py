@@ -121,8 +121,8 @@ def main():
     # gradients included, so their cases keep fp32.
     for p, heads, h, l, tp, pp, gpus, gbs, tf in narayanan:
         src_text = ("Narayanan et al. SC'21 (arXiv:2104.04473), Table 1, GPT-%s: %d TFLOP/s per GPU on %d A100 "
-                    "(TP/PP for 3.6B-310B and heads for 1.7B/7.5B/76B/145B/310B assumed as in "
-                    "../shared/validation/published.md)" % (p.upper(), tf, gpus))
+                    "(TP/PP for 3.6B-310B and heads for 1.7B/7.5B/76B/145B/310B assumed, not stated in the paper: "
+                    "see validation/generate_cases.py)" % (p.upper(), tf, gpus))
         dp = gpus // (tp * pp)
         write(case("narayanan2021-gpt-" + p, "narayanan2021", src_text,
                    gpt("gpt-" + p, l, h, heads, 2048, source="GPT, vocabulary 51,200, FFN 4h, sequence 2,048"),

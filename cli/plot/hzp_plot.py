@@ -82,6 +82,13 @@ def rows(db, where="status = 'ok'"):
         fail(db, "points", f"expected an hzp sweep database ({e})")
 
 
+# Axis labels for sweep columns.
+AXIS_NAMES = {"gpus": "GPUs", "param_shard": "g_p (parameter shard group)", "grad_shard": "g_g (gradient shard group)",
+              "optim_shard": "g_o (optimizer shard group)", "tp": "tensor parallel", "pp": "pipeline stages",
+              "tokens_per_s": "tokens / s", "mfu": "MFU", "step_time_s": "step time (s)",
+              "micro_batch": "micro-batch", "global_batch_sequences": "global batch (sequences)"}
+
+
 def heatmap(a):
     plt = plt_for(a.out)
     data = rows(a.db, "status IN ('ok', 'infeasible')")
@@ -93,31 +100,45 @@ def heatmap(a):
     xs = sorted({r[a.x] for r in data if r[a.x] is not None}, key=sort_key)
     ys = sorted({r[a.y] for r in data if r[a.y] is not None}, key=sort_key)
     grid = [[float("nan")] * len(xs) for _ in ys]
+    oom = [[False] * len(xs) for _ in ys]
     for r in data:  # the best point per cell when other axes vary too
-        if r["status"] != "ok" or r[a.x] is None or r[a.y] is None:
+        if r[a.x] is None or r[a.y] is None:
             continue
         i, j = ys.index(r[a.y]), xs.index(r[a.x])
+        if r["status"] != "ok":
+            oom[i][j] = True
+            continue
         v = r[a.metric]
         if v is not None and (grid[i][j] != grid[i][j] or v > grid[i][j]):
             grid[i][j] = v
-    fig, ax = plt.subplots(figsize=(1.1 * len(xs) + 2.5, 0.6 * len(ys) + 1.8))
-    im = ax.imshow(grid, origin="lower", cmap="viridis", aspect="auto")
-    ax.set_xticks(range(len(xs)), [str(x) for x in xs])
-    ax.set_yticks(range(len(ys)), [str(y) for y in ys])
-    ax.set_xlabel(a.x)
-    ax.set_ylabel(a.y)
-    ax.grid(False)
     finite = [v for row in grid for v in row if v == v]
     lo, hi = (min(finite), max(finite)) if finite else (0, 0)
+    # A small spread stays small: the colours span at least 20 % of the best
+    # value, so a 3 % difference does not look like the whole range.
+    vmin = min(lo, hi - 0.2 * abs(hi)) if finite else None
+    fig, ax = plt.subplots(figsize=(1.1 * len(xs) + 3.5, 0.6 * len(ys) + 2.4))
+    im = ax.imshow(grid, origin="lower", cmap="viridis", aspect="auto", vmin=vmin, vmax=hi if finite else None)
+    ax.set_xticks(range(len(xs)), [str(x) for x in xs])
+    ax.set_yticks(range(len(ys)), [str(y) for y in ys])
+    ax.set_xlabel(AXIS_NAMES.get(a.x, a.x))
+    ax.set_ylabel(AXIS_NAMES.get(a.y, a.y))
+    ax.grid(False)
     for i, row in enumerate(grid):
         for j, v in enumerate(row):
             if v == v:
-                dark = hi > lo and (v - lo) / (hi - lo) < 0.5
+                dark = hi > vmin and (v - vmin) / (hi - vmin) < 0.5
                 ax.text(j, i, human(v), ha="center", va="center", color="white" if dark else "black")
             else:
-                ax.text(j, i, "—", ha="center", va="center", color="grey")
-    fig.colorbar(im, ax=ax, label=a.metric)
-    ax.set_title(title(data, f"{a.metric} over {a.x} × {a.y} (best per cell; — out of memory or not swept)"))
+                ax.text(j, i, "OOM" if oom[i][j] else "—", ha="center", va="center",
+                        color="tab:red" if oom[i][j] else "grey")
+    fig.colorbar(im, ax=ax, label=AXIS_NAMES.get(a.metric, a.metric))
+    r0 = data[0]
+    gpus = sorted({r.get("gpus") for r in data if r.get("gpus") is not None})
+    gpus_text = str(gpus[0]) if len(gpus) == 1 else f"{gpus[0]}–{gpus[-1]}" if gpus else "?"
+    fig.suptitle(f"{r0.get('model', '')} on {gpus_text} × {r0.get('cluster', '')}: "
+                 f"{AXIS_NAMES.get(a.metric, a.metric)}, best per cell\n(OOM: out of memory; —: not swept)",
+                 fontsize=10)
+    fig.tight_layout()
     save(fig, a.out)
 
 
@@ -137,13 +158,17 @@ def scaling(a):
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
     for label, pts in sorted(series.items()):
         xs = sorted(pts, key=sort_key)
-        ax1.plot(xs, [pts[x]["tokens_per_s"] for x in xs], marker="o", label=label)
+        line, = ax1.plot(xs, [pts[x]["tokens_per_s"] for x in xs], marker="o", label=label)
         ax2.plot(xs, [100 * pts[x]["mfu"] for x in xs], marker="o", label=label)
+        if a.x == "gpus" and len(xs) > 1:  # ideal: throughput proportional to the GPUs from the smallest point
+            base = pts[xs[0]]["tokens_per_s"] / xs[0]
+            ax1.plot(xs, [base * x for x in xs], linestyle=":", color=line.get_color(), label=f"{label} ideal")
     for ax in (ax1, ax2):
         ax.set_xscale("log", base=2)
-        ax.set_xlabel(a.x)
+        ax.set_xlabel(AXIS_NAMES.get(a.x, a.x))
     ax1.set_ylabel("tokens / s")
     ax2.set_ylabel("MFU (%)")
+    ax2.set_ylim(0, 100)
     ax1.legend(fontsize=7)
     fig.suptitle(title(data, "throughput and MFU against GPU count (best plan per point)"))
     save(fig, a.out)
@@ -228,10 +253,13 @@ def draw_tracks(ax, names, ops):
     ax.set_yticks(range(len(tids)), [names.get(tid, str(tid)) for tid in tids])
 
 
-def legend(ax):
+def legend(ax, ops):
+    """The kinds of op the picture shows, and only those."""
     from matplotlib.patches import Patch
 
-    ax.legend(handles=[Patch(color=c, label=k) for k, c in COLOURS.items()], loc="upper right", fontsize=7)
+    shown = {colour(e.get("cat", "")) for evs in ops for es in evs.values() for e in es}
+    ax.legend(handles=[Patch(color=c, label=k) for k, c in COLOURS.items() if c in shown], loc="upper right",
+              fontsize=7)
 
 
 def timeline(a):
@@ -243,7 +271,7 @@ def timeline(a):
     ax.set_xlabel("time (s)")
     header = t.get("otherData", {})
     ax.set_title(f"{header.get('schedule_name', '')} — {header.get('engine', '')} engine, rank class {a.program}")
-    legend(ax)
+    legend(ax, [ops])
     save(fig, a.out)
 
 
@@ -260,7 +288,7 @@ def compare(a):
         ax.set_title(f"{label}: {header.get('engine', '')} ({header.get('hzp_version', '')}), rank class {a.program}",
                      fontsize=9)
     axes[-1].set_xlabel("time (s)")
-    legend(axes[0])
+    legend(axes[0], [r[2] for r in rows])
     fig.suptitle(rows[0][3].get("schedule_name", ""))
     save(fig, a.out)
 
@@ -281,6 +309,9 @@ def memory(a):
     for pid, (ts, alloc, res) in sorted(series.items()):
         ax.step(ts, alloc, where="post", label=f"rank class {pid} allocated")
         ax.step(ts, res, where="post", linestyle="--", label=f"rank class {pid} reserved")
+    if a.hbm_GiB:
+        ax.axhline(a.hbm_GiB, color="tab:red", linestyle="-.", label=f"HBM {a.hbm_GiB:g} GiB")
+        ax.set_ylim(0, a.hbm_GiB * 1.05)
     ax.set_xlabel("time (s)")
     ax.set_ylabel("GiB")
     ax.legend(fontsize=7)
@@ -376,6 +407,7 @@ def main():
     c.add_argument("--out", required=True)
     m = sub.add_parser("memory")
     m.add_argument("trace")
+    m.add_argument("--hbm-GiB", dest="hbm_GiB", type=float, default=None, help="draw the device's HBM capacity")
     m.add_argument("--out", required=True)
     co = sub.add_parser("collectives")
     co.add_argument("logs", nargs="+")

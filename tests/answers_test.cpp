@@ -1,0 +1,144 @@
+// Issue 18's answers a newcomer can trust, as library calls: ties within the
+// model's tolerance and merged identical plans, the cost to train, the sweep
+// ETA before any point finished, `--where` arithmetic with constants, weak
+// scaling and batch rounding, and the field's names (PyTorch, Megatron-LM,
+// DeepSpeed) read through the option tables.
+#include <gtest/gtest.h>
+
+#include "cli/megatron_args.hpp"
+#include "core/error.hpp"
+#include "core/options.hpp"
+#include "explore/search.hpp"
+#include "explore/sweep.hpp"
+#include "models/model_spec.hpp"
+#include "plan/options.hpp"
+#include "plan/plan.hpp"
+
+namespace hzp {
+namespace {
+
+explore::PlanChoice choice(double tokens_per_s, double mem, models::Recompute recompute = models::Recompute::None) {
+  explore::PlanChoice c;
+  c.cluster = "dgx-h100";
+  c.gpus = 64;
+  c.options.strategy = plan::Strategy::Fsdp;
+  c.options.recompute = recompute;
+  c.shards = {64, 64, 64};
+  c.tokens_per_s = tokens_per_s;
+  c.step_s = 1e6 / tokens_per_s;
+  c.peak_reserved_GiB = mem;
+  return c;
+}
+
+TEST(Ties, PlansWithinTheToleranceShareARankAndIdenticalOnesMerge) {
+  // 1000 and 990 tie (1 %); 900 is 10 % behind; the last two predict the
+  // same numbers and differ only in recompute.
+  const std::vector<explore::PlanChoice> plans = {choice(1000, 10), choice(990, 11), choice(900, 12),
+                                                  choice(800, 13, models::Recompute::None),
+                                                  choice(800, 13, models::Recompute::Selective)};
+  const auto rows = explore::rank_with_ties(plans, "throughput", 0.03);
+  ASSERT_EQ(rows.size(), 4u);
+  EXPECT_EQ(rows[0].rank, "1=");
+  EXPECT_EQ(rows[1].rank, "1=");
+  EXPECT_EQ(rows[2].rank, "3");
+  EXPECT_EQ(rows[3].rank, "4");
+  EXPECT_EQ(rows[3].merged, (std::vector<std::size_t>{3, 4}));
+  EXPECT_NE(rows[3].description.find("none|selective"), std::string::npos) << rows[3].description;
+  // No tolerance: a ranking again.
+  EXPECT_EQ(explore::rank_with_ties(plans, "throughput", 0)[1].rank, "2");
+}
+
+TEST(TrainingCost, DaysGpuHoursAndDollars) {
+  explore::PlanChoice c = choice(1e6, 10);
+  c.usd_per_million_tokens = 0.5;
+  const explore::TrainingCost t = explore::training_cost(c, 8.64e10);  // 86,400 s at 1M tokens/s
+  EXPECT_DOUBLE_EQ(t.days, 1.0);
+  EXPECT_DOUBLE_EQ(t.gpu_hours, 24.0 * 64);
+  ASSERT_TRUE(t.usd.has_value());
+  EXPECT_DOUBLE_EQ(*t.usd, 0.5 * 8.64e4);
+}
+
+TEST(SweepProgress, NoEtaBeforeTheFirstPointFinishes) {
+  EXPECT_EQ(explore::eta_text(0, 1000, 1e-6), "after the first point");
+  EXPECT_EQ(explore::eta_text(0, 1000, 30), "after the first point");
+  EXPECT_EQ(explore::eta_text(10, 100, 20), "3:00");    // 90 points at 2 s
+  EXPECT_EQ(explore::eta_text(1, 1801, 2), "1:00:00");  // 1800 points at 2 s
+}
+
+std::vector<explore::SweepPoint> points(const std::vector<std::string>& sets, const std::string& where) {
+  explore::SweepSpec spec;
+  for (const auto& s : sets) explore::add_set(spec, s);
+  spec.where.push_back(where);
+  return explore::expand(spec, "command line");
+}
+
+TEST(SweepFilters, ConstantsAndArithmeticOnBothSides) {
+  EXPECT_EQ(points({"gpus=256,512,1024,4096"}, "gpus * 16K <= 16M").size(), 3u);
+  EXPECT_EQ(points({"gpus=256,512,1024,4096"}, "(gpus + 256) / 2 == 384").size(), 1u);
+  EXPECT_EQ(points({"gpus=64,128", "tp=2,4,8"}, "tp*pp<=8").size(), 6u);  // pp left at its default: no filter
+  EXPECT_EQ(points({"gpus=64,128", "tp=2,4,8"}, "gpus >= 16 * tp").size(), 5u);
+  EXPECT_EQ(points({"gpus=64,128", "tp=2,4,8"}, "tp divides gpus / 16").size(), 5u);  // 2, 4 of 4; 2, 4, 8 of 8
+  try {
+    (void)points({"gpus=64"}, "gpus <= 2 * tpp");
+    FAIL();
+  } catch (const core::InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown key 'tpp' (did you mean 'tp'?)"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW((void)points({"gpus=64"}, "gpus <= (2"), core::InputError);
+  EXPECT_THROW((void)points({"gpus=64"}, "gpus 2"), core::InputError);
+}
+
+TEST(Batch, TokensPerGpuScalesWithTheGpus) {
+  const models::ModelSpec m = models::load_model("llama3-8b");
+  plan::PlanOptions o;
+  o.tokens_per_gpu = 16384;
+  EXPECT_EQ(plan::split_batch(m, 256, o).sequences, 512);
+  EXPECT_EQ(plan::split_batch(m, 4096, o).sequences, 8192);
+  o.global_batch_tokens = 1 << 24;
+  EXPECT_THROW((void)plan::split_batch(m, 256, o), core::ProblemError);
+}
+
+TEST(Batch, RoundedOnlyWhenAskedAndRecorded) {
+  const models::ModelSpec m = models::load_model("llama3-8b");
+  plan::PlanOptions o;
+  o.global_batch_tokens = 1 << 24;  // 2,048 sequences of 8,192
+  EXPECT_THROW((void)plan::split_batch(m, 4096, o), core::ProblemError);
+  o.round_batch = true;
+  const plan::BatchSplit b = plan::split_batch(m, 4096, o);
+  EXPECT_EQ(b.sequences, 4096);
+  EXPECT_EQ(b.requested_sequences, 2048);
+  EXPECT_EQ(plan::split_batch(m, 3000, o).sequences, 3000);  // 2,048 rounds up to one per rank
+  o.global_batch_sequences = 2000;
+  o.global_batch_tokens.reset();
+  EXPECT_EQ(plan::split_batch(m, 64, o).sequences, 1984);  // 31 x 64 is nearer than 32 x 64
+}
+
+TEST(FieldNames, PyTorchStrategiesAndMegatronFlagsReachTheirOptions) {
+  const core::OptionSpec& strategy = plan::find_plan_option("strategy")->spec;
+  EXPECT_EQ(core::value_from_text(strategy, "FULL_SHARD").value, "fsdp");
+  EXPECT_EQ(core::value_from_text(strategy, "HYBRID_SHARD").value, "hsdp");
+  EXPECT_EQ(core::value_from_text(strategy, "NO_SHARD").value, "ddp");
+  EXPECT_FALSE(core::value_from_text(strategy, "full_shard").problem.empty());
+  plan::PlanOptions o;
+  EXPECT_FALSE(plan::set_plan_option(o, "strategy", "SHARD_GRAD_OP").has_value());
+  EXPECT_EQ(o.strategy, plan::Strategy::Zero2);
+
+  const cli::MegatronImport m = cli::import_megatron_args(
+      "--tensor-model-parallel-size 8 \\\n --pipeline-model-parallel-size=4 --micro-batch-size 2 "
+      "--global-batch-size 1024 --use-distributed-optimizer --recompute-granularity full --num-layers 80 --bf16",
+      "args");
+  nlohmann::json v = nlohmann::json::object();
+  for (const auto& [key, value] : m.values) v[key] = value;
+  EXPECT_EQ(v["tp"], 8);
+  EXPECT_EQ(v["pp"], 4);
+  EXPECT_EQ(v["micro_batch"], 2);
+  EXPECT_EQ(v["global_batch_sequences"], 1024);
+  EXPECT_EQ(v["strategy"], "zero1");
+  EXPECT_EQ(v["recompute"], "full");
+  EXPECT_EQ(v["sequence_parallel"], false);  // Megatron-LM's default
+  EXPECT_EQ(m.ignored, (std::vector<std::string>{"--num-layers 80", "--bf16"}));
+  EXPECT_THROW((void)cli::import_megatron_args("--tensor-model-parallel-size eight", "args"), core::InputError);
+}
+
+}  // namespace
+}  // namespace hzp

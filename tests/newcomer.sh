@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# A newcomer's first hour, from the README: the default scenario (`make run`),
+# a sweep, a plot, a plan with its cost to train, a weak-scaling sweep added
+# to the same database, a cluster of one's own from `hzp clusters --template`,
+# and a Megatron-LM command line imported as a plan. Every step must exit 0
+# with non-empty output that says what the README says it does. Also the
+# small promises: `-` is standard output, `validate cases --check` exits 4 on
+# a miss, nothing printed cites files outside the repository.
+# Usage: tests/newcomer.sh HZP
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+hzp=$(realpath "$1")
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cd "$work" || exit 1
+# shellcheck source=tests/lib.sh
+. "$here/lib.sh"
+
+# step NAME PATTERN COMMAND...: exit 0, stdout non-empty and matching PATTERN (grep -E).
+step() {
+  local name=$1 pattern=$2
+  shift 2
+  "$@" > "$work/out.txt" 2> "$work/err.txt"
+  local rc=$?
+  if [ "$rc" -ne 0 ] || [ ! -s "$work/out.txt" ] || ! grep -Eq -- "$pattern" "$work/out.txt"; then
+    echo "FAIL: $name (exit $rc; expected output matching '$pattern')"
+    head -c 2000 "$work/out.txt" "$work/err.txt"
+    fail=1
+  fi
+  cat "$work/out.txt" "$work/err.txt" >> "$work/all-output.txt"
+}
+
+# 1. make run: every strategy side by side, traces and summary written.
+step "make run" "^fsdp .* yes" "$hzp" simulate --model llama3-70b --cluster dgx-h100 --gpus 1024 --strategy all \
+  --global-batch-tokens 16M --recompute full --out-dir out
+check "make run wrote out/summary.json" test -s out/summary.json
+
+# 2. The README's sweep: every point answers (recompute full: 70B fits).
+step "README sweep" "6 run \(6 ok, 0 infeasible, 0 errors\)" "$hzp" sweep --set gpus=256,512,1024 \
+  --set strategy=fsdp,hzp --set recompute=full --db scale.db -j 2
+
+# 3. A plot of it.
+step "plot scaling" "." "$hzp" plot scaling scale.db --out scaling.png
+check "the scaling plot is a PNG" sh -c "head -c 8 scaling.png | grep -q PNG"
+
+# 4. A plan, with the cost of training 15T tokens.
+step "plan with --train-tokens" "training 1.5e\+13 tokens" "$hzp" plan --model llama3-8b --gpus 64 --top 3 -j 2 \
+  --global-batch-tokens 4M --price-per-gpu-hour 2.5 --train-tokens 15T
+
+# 5. Weak scaling: 16K tokens per GPU, 256 to 4,096 GPUs, into the same database
+#    (another sweep's points join it), filtered with a constant.
+step "weak-scaling sweep" "4 points, .* \(4 ok" "$hzp" sweep --set gpus=256,512,1024,4096 --set strategy=hzp \
+  --set recompute=full --set tokens_per_gpu=16K --where "gpus * tokens_per_gpu <= 64M" --db scale.db -j 2
+step "export to stdout" 'tokens_per_gpu[^0-9n]{1,4}16384' "$hzp" sweep export scale.db --json -
+check "export --json - wrote no file named -" test ! -e ./-
+
+# 6. A cluster of one's own, from the template.
+"$hzp" clusters --template dgx-h100 > mine.json
+python3 - mine.json <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c["name"] = "my-cluster"
+json.dump(c, open(sys.argv[1], "w"), indent=1)
+PY
+step "custom cluster" "my-cluster" "$hzp" simulate --model llama3-8b --cluster mine.json --gpus 64 --strategy fsdp \
+  --global-batch-tokens 4M
+
+# 7. A Megatron-LM command line as the plan: what was mapped, what ignored.
+megatron="--tensor-model-parallel-size 8 --pipeline-model-parallel-size 2 --micro-batch-size 1 --global-batch-size 512
+  --seq-length 8192 --use-distributed-optimizer --sequence-parallel --recompute-activations --num-layers 80 --bf16"
+step "Megatron-LM arguments" "^zero1 " "$hzp" simulate --model llama3-70b --gpus 512 --from-megatron-args "$megatron"
+check "the import says what it ignored" grep -q "ignored .*--num-layers 80.*--bf16" "$work/err.txt"
+check "the import maps tp" grep -q -- "--tensor-model-parallel-size 8 -> tp 8" "$work/err.txt"
+check "the import runs on the Megatron-Core stack" grep -q "stack megatron-core-te" "$work/out.txt"
+
+# 8. Field names as aliases.
+step "FULL_SHARD" "^fsdp " "$hzp" simulate --model llama3-8b --gpus 64 --strategy FULL_SHARD --global-batch-tokens 4M
+step "HYBRID_SHARD" "^hsdp " "$hzp" simulate --model llama3-8b --gpus 64 --strategy HYBRID_SHARD \
+  --global-batch-tokens 4M
+step "hpZ partition size" "^hpz +\(4,64,64\)" "$hzp" simulate --model llama3-8b --gpus 64 --strategy hpz \
+  --zero-hpz-partition-size 4 --global-batch-tokens 4M
+
+# 9. A global batch that does not split is rounded only when asked, and said so.
+"$hzp" simulate --model llama3-70b --gpus 4096 --strategy fsdp --recompute full --global-batch-tokens 16M \
+  > /dev/null 2> "$work/err.txt"
+check "an unsplittable batch is refused (exit 2)" test $? -eq 2
+check "the refusal names --round-batch" grep -q "round_batch" "$work/err.txt"
+step "--round-batch" "rounded from 2048 to 4096 sequences" "$hzp" simulate --model llama3-70b --gpus 4096 \
+  --strategy fsdp --recompute full --global-batch-tokens 16M --round-batch
+
+# 10. validate cases --check: a case the model misses exits 4 (1 is for internal errors).
+mkdir cases
+python3 - "$here/../validation/cases/korthikanti2022-22b-selective-sp.json" cases/missed.json <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c["name"] = "missed"
+c["measured"]["value"] *= 3
+json.dump(c, open(sys.argv[2], "w"))
+PY
+"$hzp" validate cases --dir cases --check -j 1 > /dev/null 2>&1
+rc=$?
+check "validate cases --check exits 4 on a miss (got $rc)" test "$rc" -eq 4
+
+# Nothing printed cites the files outside the repository.
+"$hzp" validate cases --json -j 2 >> "$work/all-output.txt" 2>&1
+"$hzp" clusters --json >> "$work/all-output.txt" 2>&1
+"$hzp" models --json >> "$work/all-output.txt" 2>&1
+check "no ../shared paths in what hzp prints" sh -c "! grep -n 'shared/' '$work/all-output.txt'"
+check "no ../shared paths in the catalogs and cases" sh -c "! grep -rln '[.][.]/shared' '$here/../validation/cases' \
+  '$here/../validation/collectives' '$here/../topologies/catalog' '$here/../models/catalog' '$here/../stacks'"
+
+exit "$fail"
