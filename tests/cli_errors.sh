@@ -3,6 +3,7 @@
 # key, exit code 2, nothing written. Usage: tests/cli_errors.sh HZP
 set -uo pipefail
 hzp=$1
+src=$(cd "$(dirname "$0")/.." && pwd)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 fail=0
@@ -35,8 +36,17 @@ JSON
 cat > "$work/oldcluster.json" <<'JSON'
 {"schema_version": 1, "name": "x"}
 JSON
+cat > "$work/badstack.json" <<'JSON'
+{"schema_version": 1, "name": "x"}
+JSON
 
 expect_error "--model: unknown model 'llama9'" simulate --model llama9
+expect_error "--stack: unknown stack 'torch-fsdp3'; expected a catalog name" simulate --stack torch-fsdp3
+expect_error "badstack.json: source: missing required key" simulate --stack "$work/badstack.json"
+expect_error "--async: the stack torch-fsdp2 issues collectives from the training loop's thread" \
+  simulate --stack torch-fsdp2 --strategy hzp --async
+expect_error "A100-SXM-80GB.megatron-deepspeed.json: stack: expected the scenario's stack \"hzp-async\"" \
+  simulate --cluster dgx-a100 --calibration "$src/validation/calibration/A100-SXM-80GB.megatron-deepspeed.json"
 expect_error "typo.json: hiden_size: unknown key" simulate --model "$work/typo.json" --gpus 8
 expect_error "badcluster.json: source: missing required key" simulate --cluster "$work/badcluster.json"
 expect_error "oldcluster.json: schema_version: expected 2, got 1: version 2 costs collectives as NCCL does" simulate --cluster "$work/oldcluster.json"
