@@ -65,25 +65,8 @@ class Evaluator {
     c.step = metrics.step_time;
     c.reserved = std::max(metrics.peak_reserved(), metrics.peak_memory());
     c.fits = c.reserved <= limit_;
-    c.terms = terms(s, metrics);
+    c.terms = sharding_terms(s, metrics, pm_);
     return c;
-  }
-
-  // The sharding collectives of the first program, costed one at a time.
-  [[nodiscard]] ShardingTerms terms(const core::Schedule& s, const sim::Metrics& metrics) const {
-    ShardingTerms t;
-    for (const auto& [kind, d] : metrics.exposed_comm) t.exposed_s += d.to_seconds();
-    for (const auto& st : s.programs.front().streams) {
-      for (const auto& op : st.ops) {
-        if (op.kind != core::OpKind::Collective) continue;
-        const bool gather = op.role == core::OpRole::ParamGather;
-        if (!gather && op.role != core::OpRole::GradReduce) continue;
-        const auto cost = pm_.collective_cost(op.collective, op.bytes, pm_.span(s.group(op.group).ranks));
-        (gather ? t.gather_latency_s : t.reduce_latency_s) += cost.latency_s;
-        (gather ? t.gather_bandwidth_s : t.reduce_bandwidth_s) += cost.transfer_s;
-      }
-    }
-    return t;
   }
 
  private:
@@ -205,6 +188,23 @@ void explain(const ShardCandidate& best, const Seen& dense_seen, const plan::Bat
 }
 
 }  // namespace
+
+// The sharding collectives of the first program, costed one at a time.
+ShardingTerms sharding_terms(const core::Schedule& s, const sim::Metrics& metrics, const topologies::PerfModel& pm) {
+  ShardingTerms t;
+  for (const auto& [kind, d] : metrics.exposed_comm) t.exposed_s += d.to_seconds();
+  for (const auto& st : s.programs.front().streams) {
+    for (const auto& op : st.ops) {
+      if (op.kind != core::OpKind::Collective) continue;
+      const bool gather = op.role == core::OpRole::ParamGather;
+      if (!gather && op.role != core::OpRole::GradReduce) continue;
+      const auto cost = pm.collective_cost(op.collective, op.bytes, pm.span(s.group(op.group).ranks));
+      (gather ? t.gather_latency_s : t.reduce_latency_s) += cost.latency_s;
+      (gather ? t.gather_bandwidth_s : t.reduce_bandwidth_s) += cost.transfer_s;
+    }
+  }
+  return t;
+}
 
 AdaptiveChoice choose_shards(const Scenario& sc, double memory_limit_GiB) {
   // The same inputs the final simulation of the chosen plan resolves:

@@ -22,6 +22,10 @@ struct ShardingTerms {
   double exposed_s = 0;
 };
 
+/// The terms of `s`'s first program, simulated into `metrics`.
+[[nodiscard]] ShardingTerms sharding_terms(const core::Schedule& s, const sim::Metrics& metrics,
+                                           const topologies::PerfModel& pm);
+
 struct ShardCandidate {
   plan::ShardSizes dense;
   std::optional<plan::ShardSizes> expert;

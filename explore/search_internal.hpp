@@ -13,6 +13,7 @@
 #include <tuple>
 #include <vector>
 
+#include "explore/adaptive.hpp"
 #include "explore/search.hpp"
 #include "models/model_spec.hpp"
 #include "sim/metrics.hpp"
@@ -55,8 +56,9 @@ struct Estimate {
 [[nodiscard]] Estimate estimate(const models::ModelSpec& m, const topologies::PerfModel& pm, const PlanOptions& o,
                                 bool floor = false);
 /// The full simulation with metrics, for the plans that are reported.
+/// The full simulation; `terms`, when given, gets its sharding collectives' latency and bandwidth terms.
 [[nodiscard]] Estimate simulate(const models::ModelSpec& m, const topologies::PerfModel& pm, const PlanOptions& o,
-                                sim::Metrics& out);
+                                sim::Metrics& out, ShardingTerms* terms = nullptr);
 /// Screening: the plan on reduced-layer models (and fewer micro-batches for
 /// long pipelines), extrapolated.
 [[nodiscard]] Estimate screen(const models::ModelSpec& m, const topologies::PerfModel& pm, const PlanOptions& o,
@@ -99,8 +101,9 @@ struct LayerParams {
 /// Adam's kernels on the compute stream, largest stage, seconds.
 [[nodiscard]] double adam_seconds(double dense_stage_params, const plan::ShardSizes& sh,
                                   const topologies::DeviceProfile& d);
-/// Which stream or link is on the critical path, in words.
-[[nodiscard]] std::string bottleneck(const sim::Metrics& m);
+/// Which stream or link is on the critical path, in words (and, when a
+/// collective kind is exposed, the latency share of the sharding collectives).
+[[nodiscard]] std::string bottleneck(const sim::Metrics& m, const ShardingTerms& t);
 /// Doubles in and out of parallel_map's records.
 [[nodiscard]] std::string pack(std::initializer_list<double> v);
 [[nodiscard]] double unpack(const std::string& r, std::size_t i);

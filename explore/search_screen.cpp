@@ -61,8 +61,8 @@ Estimate estimate(const models::ModelSpec& m, const topologies::PerfModel& pm, c
 }
 
 // The full simulation with metrics, for the plans that are reported.
-Estimate simulate(const models::ModelSpec& m, const topologies::PerfModel& pm, const PlanOptions& o,
-                  sim::Metrics& out) {
+Estimate simulate(const models::ModelSpec& m, const topologies::PerfModel& pm, const PlanOptions& o, sim::Metrics& out,
+                  ShardingTerms* terms) {
   plan::ResolvedPlan resolved;
   if (!plan::check_plan(m, pm.topology(), o, &resolved).empty()) return Estimate{};
   {
@@ -72,6 +72,7 @@ Estimate simulate(const models::ModelSpec& m, const topologies::PerfModel& pm, c
     traces::TimelineRecorder rec;
     sim::AnalyticEngine(pm).run(s, h, rec);
     out = sim::compute_metrics(s, rec.timeline(), pm.topology().spec().device);
+    if (terms) *terms = sharding_terms(s, out, pm);
     return Estimate{true, out.step_time.to_seconds(), out.peak_reserved().gib(), 0};
   }
 }

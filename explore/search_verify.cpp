@@ -12,7 +12,7 @@
 
 namespace hzp::explore::search {
 
-std::string bottleneck(const sim::Metrics& m) {
+std::string bottleneck(const sim::Metrics& m, const ShardingTerms& t) {
   const double step = m.step_time.to_seconds();
   std::string worst;
   double worst_s = 0;
@@ -24,7 +24,13 @@ std::string bottleneck(const sim::Metrics& m) {
   }
   const double idle = m.compute_idle.to_seconds();
   if (worst_s > 0.05 * step && worst_s >= idle) {
-    return fmt::format("{} collectives exposed ({:.0f}% of the step)", worst, 100 * worst_s / step);
+    // Which of NCCL's terms the sharding collectives pay most: latency (ring
+    // steps, more with the group) or bandwidth (bytes over the links).
+    const double latency = t.gather_latency_s + t.reduce_latency_s;
+    const double bandwidth = t.gather_bandwidth_s + t.reduce_bandwidth_s;
+    const std::string terms =
+        latency + bandwidth > 0 ? fmt::format("; sharding {:.0f}% latency", 100 * latency / (latency + bandwidth)) : "";
+    return fmt::format("{} collectives exposed ({:.0f}% of the step{})", worst, 100 * worst_s / step, terms);
   }
   if (idle > 0.05 * step)
     return fmt::format("compute stream idle ({:.0f}%: pipeline bubble or waits)", 100 * idle / step);
@@ -79,9 +85,10 @@ std::size_t verify(Search& s, std::set<std::size_t>& simulated, std::vector<std:
   const auto res = parallel_map(which.size(), s.q.jobs, [&](std::size_t j) {
     const Candidate& c = s.alive[which[j]];
     sim::Metrics metrics;
-    const Estimate e = simulate(s.m, *s.settings[c.setting].pm, c.o, metrics);
+    ShardingTerms terms;
+    const Estimate e = simulate(s.m, *s.settings[c.setting].pm, c.o, metrics, &terms);
     if (!e.ok) return pack({0.0});
-    return pack({1.0, e.step_s, e.reserved_GiB, metrics.tokens_per_s, metrics.mfu}) + bottleneck(metrics);
+    return pack({1.0, e.step_s, e.reserved_GiB, metrics.tokens_per_s, metrics.mfu}) + bottleneck(metrics, terms);
   });
   s.out.exact += static_cast<long long>(which.size());
   std::size_t fits = 0;

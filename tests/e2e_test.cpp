@@ -99,6 +99,7 @@ TEST(EndToEnd, EveryStrategyOnEveryModelAndCluster) {
 }  // namespace hzp
 
 #include "explore/adaptive.hpp"
+#include "explore/search_internal.hpp"
 
 namespace hzp {
 namespace {
@@ -153,6 +154,24 @@ TEST(Adaptive, ExplainsByLatencyBandwidthAndOverlap) {
   EXPECT_GT(find(16, 16, 16).terms.gather_latency_s, find(2, 2, 16).terms.gather_latency_s);
   EXPECT_NE(c.explanation.find("decides"), std::string::npos);
   EXPECT_NE(c.explanation.find("not hidden by compute"), std::string::npos);
+}
+
+// hzp plan's bottleneck column: the exposed collective kind, its share of the
+// step, and how much of the sharding collectives' time is NCCL's latency term.
+TEST(PlanSearch, BottleneckNamesTheExposedKindAndTheLatencyShare) {
+  sim::Metrics m;
+  m.step_time = core::Duration::seconds(10);
+  m.exposed_comm["dp_shard"] = core::Duration::seconds(2);
+  m.compute_idle = core::Duration::seconds(0.5);
+  explore::ShardingTerms t;
+  t.gather_latency_s = 2;
+  t.reduce_latency_s = 1;
+  t.gather_bandwidth_s = 1;
+  EXPECT_EQ(explore::search::bottleneck(m, t), "dp_shard collectives exposed (20% of the step; sharding 75% latency)");
+  m.exposed_comm["dp_shard"] = core::Duration::seconds(0.1);  // hidden: compute decides
+  m.compute_idle = core::Duration{};
+  m.mfu = 0.5;
+  EXPECT_EQ(explore::search::bottleneck(m, t), "compute (50% MFU)");
 }
 
 TEST(Adaptive, ExpertShardsChosenSeparately) {
