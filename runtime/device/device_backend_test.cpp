@@ -42,13 +42,16 @@ struct Call {
 
 // Records every call; events complete at once; handles are distinct fake
 // addresses. NCCL calls spin a little inside so that overlapping calls from
-// two host threads are seen.
+// two host threads are seen: a fixed count of atomic increments, never a
+// yield — on a loaded machine each yield can give the core away for a whole
+// time slice, and a few hundred per call made these tests take hours.
 class FakeApi final : public DeviceApi {
  public:
   std::vector<Call> calls;
   std::map<Handle, std::pair<std::size_t, int>> comm_id;  // communicator -> (split number, colour); world: (0, 0)
   std::set<std::size_t> p2p_splits;                       // split numbers of the send/recv pair communicators
   std::atomic<int> in_nccl{0}, overlaps{0};
+  std::atomic<std::uint64_t> spin{0};
   CommStatus status = CommStatus::Ready;
   mutable std::mutex m;
 
@@ -59,7 +62,7 @@ class FakeApi final : public DeviceApi {
   }
   void nccl(Call c) {
     if (in_nccl.fetch_add(1) > 0) ++overlaps;
-    for (int i = 0; i < 500; ++i) std::this_thread::yield();
+    for (int i = 0; i < 20000; ++i) spin.fetch_add(1, std::memory_order_relaxed);
     log(std::move(c));
     in_nccl.fetch_sub(1);
   }
