@@ -6,15 +6,14 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
-#include "core/io.hpp"
 #include "core/json_reader.hpp"
 #include "models/catalog_data.hpp"
 
 namespace hzp::models {
 namespace {
 
-using core::StrictObject;
 using core::choose;
+using core::StrictObject;
 
 std::int64_t norm_params(const ModelSpec& m, std::int64_t width) {
   return m.norm == NormKind::LayerNorm ? 2 * width : width;
@@ -123,22 +122,11 @@ ModelSpec model_from_json(const std::string& text, const std::string& file) {
   return m;
 }
 
-std::vector<std::string> model_catalog_names() {
-  std::vector<std::string> names;
-  for (const auto& e : model_catalog()) names.emplace_back(e.name);
-  return names;
-}
+std::vector<std::string> model_catalog_names() { return core::catalog_names(model_catalog()); }
 
 SpecText model_text(const std::string& name_or_path) {
-  if (name_or_path.size() > 5 && name_or_path.ends_with(".json")) return {core::read_file(name_or_path), name_or_path};
-  for (const auto& e : model_catalog()) {
-    if (e.name == name_or_path) return {std::string(e.json), fmt::format("models/catalog/{}.json", e.name)};
-  }
-  std::string known;
-  for (const auto& n : model_catalog_names()) known += (known.empty() ? "" : ", ") + n;
-  throw core::InputError(
-      "command line", "--model",
-      fmt::format("unknown model '{}'; expected a catalog name ({}) or a .json file", name_or_path, known));
+  auto [text, file] = core::catalog_text(model_catalog(), name_or_path, "model", "models/catalog");
+  return {std::move(text), std::move(file)};
 }
 
 ModelSpec load_model(const std::string& name_or_path) {

@@ -1,9 +1,6 @@
 // StackSpec reading and the stack catalog (see stack_spec.hpp).
 #include "stacks/stack_spec.hpp"
 
-#include <fmt/format.h>
-
-#include "core/io.hpp"
 #include "core/json_reader.hpp"
 #include "core/sha256.hpp"
 #include "stacks/catalog_data.hpp"
@@ -117,22 +114,10 @@ StackSpec stack_from_json(const std::string& text, const std::string& file) {
   return s;
 }
 
-std::vector<std::string> stack_catalog_names() {
-  std::vector<std::string> names;
-  for (const auto& e : stack_catalog()) names.emplace_back(e.name);
-  return names;
-}
+std::vector<std::string> stack_catalog_names() { return core::catalog_names(stack_catalog()); }
 
 std::pair<std::string, std::string> stack_text(const std::string& name_or_path) {
-  if (name_or_path.size() > 5 && name_or_path.ends_with(".json")) return {core::read_file(name_or_path), name_or_path};
-  for (const auto& e : stack_catalog()) {
-    if (e.name == name_or_path) return {std::string(e.json), fmt::format("stacks/catalog/{}.json", e.name)};
-  }
-  std::string known;
-  for (const auto& n : stack_catalog_names()) known += (known.empty() ? "" : ", ") + n;
-  throw core::InputError(
-      "command line", "--stack",
-      fmt::format("unknown stack '{}'; expected a catalog name ({}) or a .json file", name_or_path, known));
+  return core::catalog_text(stack_catalog(), name_or_path, "stack", "stacks/catalog");
 }
 
 StackSpec load_stack(const std::string& name_or_path) {

@@ -7,7 +7,6 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
-#include "core/io.hpp"
 #include "core/json_reader.hpp"
 #include "topologies/catalog.hpp"
 
@@ -171,22 +170,10 @@ ClusterSpec cluster_from_json(const std::string& text, const std::string& file) 
   return c;
 }
 
-std::vector<std::string> cluster_catalog_names() {
-  std::vector<std::string> names;
-  for (const auto& e : cluster_catalog()) names.emplace_back(e.name);
-  return names;
-}
+std::vector<std::string> cluster_catalog_names() { return core::catalog_names(cluster_catalog()); }
 
 std::pair<std::string, std::string> cluster_text(const std::string& name_or_path) {
-  if (name_or_path.size() > 5 && name_or_path.ends_with(".json")) return {core::read_file(name_or_path), name_or_path};
-  for (const auto& e : cluster_catalog()) {
-    if (e.name == name_or_path) return {std::string(e.json), fmt::format("topologies/catalog/{}.json", e.name)};
-  }
-  std::string known;
-  for (const auto& n : cluster_catalog_names()) known += (known.empty() ? "" : ", ") + n;
-  throw core::InputError(
-      "command line", "--cluster",
-      fmt::format("unknown cluster '{}'; expected a catalog name ({}) or a .json file", name_or_path, known));
+  return core::catalog_text(cluster_catalog(), name_or_path, "cluster", "topologies/catalog");
 }
 
 ClusterSpec load_cluster(const std::string& name_or_path) {
