@@ -106,6 +106,7 @@ core::Program Lowering::run() {
 std::string Lowering::buf(const char* what, std::size_t j) const { return fmt::format("{}.{}", what, j); }
 
 void Lowering::setup() {
+  depth_ = prefetch_depth();
   add_streams();
   alloc_model_state();
   alloc_nccl_buffers();

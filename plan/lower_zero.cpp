@@ -75,7 +75,7 @@ void Lowering::alloc_pools() {
 // Issues all-gathers ahead of compute: those of the next prefetch_depth
 // gathering uses after use j.
 void Lowering::prefetch_through(std::size_t j) {
-  const std::size_t depth = prefetch_depth();
+  const std::size_t depth = depth_;
   const std::size_t current =
       static_cast<std::size_t>(std::lower_bound(gather_uses_.begin(), gather_uses_.end(), j) - gather_uses_.begin());
   while (next_gather_ < gather_uses_.size() && next_gather_ <= current + depth) {
@@ -173,7 +173,7 @@ void Lowering::issue_gather(std::size_t g, std::size_t j) {
   const Use& use = uses_[j];
   ensure_regathered(use.unit);
   const auto& unit = *units_[use.unit].u;
-  const std::size_t depth = prefetch_depth();
+  const std::size_t depth = depth_;
   // The slot this gather reuses was last used by gathering use g - depth - 1.
   if (g >= depth + 1) {
     int freed = use_done_[gather_uses_[g - depth - 1]];
@@ -231,7 +231,7 @@ void Lowering::ensure_regathered(std::size_t u) {
 void Lowering::take_grad_buffer(std::size_t j) {
   if (!any_reduces(uses_[j].unit)) return;
   std::size_t k = reduce_index_++;
-  const std::size_t depth = prefetch_depth();
+  const std::size_t depth = depth_;
   if (pools()) {
     if (k >= depth + 1) b_.wait(comp_, rs_done_[reduce_uses_[k - depth - 1]], "wait grad slot");
   } else {

@@ -186,7 +186,7 @@ class Lowering {
   void gather_pieces(const Class& c, std::size_t u, const std::string& name, int group, std::int64_t elements);
   void after_gather(std::size_t j);
   void reduce_pieces(const Class& c, std::size_t u, const std::string& name);
-  std::size_t prefetch_depth() const;
+  std::size_t prefetch_depth() const;  // computed once into depth_
   std::size_t slot(const Use& use) const;
   int gathered_by(std::size_t j) const;
   bool regathers(std::size_t u) const;
@@ -211,6 +211,7 @@ class Lowering {
   std::vector<Unit> units_;
   std::vector<Class> classes_;
   std::int64_t acc_ = 4;
+  std::size_t depth_ = 1;  // the prefetch depth the stack allows (prefetch_depth())
   int comp_ = 0, ag_ = 0, rs_ = 0, send_fwd_ = -1, send_bwd_ = -1, cp_send_ = -1, cp_recv_ = -1, tp_comm_ = -1;
   std::vector<Use> uses_;
   std::vector<std::size_t> gather_uses_, reduce_uses_;
