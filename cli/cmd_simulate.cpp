@@ -170,14 +170,15 @@ int cmd_simulate(Options& o, const std::string& command_line) {
   // Outputs only once everything succeeded and none would be clobbered: all
   // of them, or none (core::OutputSet).
   core::OutputSet out;
-  if (!o.trace.empty()) out.add(o.trace, traces::to_chrome_trace(r.runs[0].timeline));
+  if (!o.trace.empty())
+    out.add(o.trace, traces::to_chrome_trace(r.runs[0].timeline, traces::peer_links(r.runs[0].schedule)));
   if (!o.csv.empty()) out.add(o.csv, traces::to_csv(r.runs[0].timeline));
   if (!o.summary.empty()) out.add(o.summary, json);
   std::vector<std::string> written;
   if (!o.out_dir.empty()) {
     for (const auto& run : r.runs) {
       written.push_back(fmt::format("{}/{}.trace.json", o.out_dir, cli::run_stem(r, run)));
-      out.add(written.back(), traces::to_chrome_trace(run.timeline));
+      out.add(written.back(), traces::to_chrome_trace(run.timeline, traces::peer_links(run.schedule)));
     }
     written.push_back(fmt::format("{}/summary.json", o.out_dir));
     out.add(written.back(), json);

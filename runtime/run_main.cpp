@@ -182,7 +182,7 @@ int run_host(const Args& a, const hzp::core::Schedule& s, const std::string& com
   if (!a.trace.empty()) {
     traces::Timeline t = median.timeline.take();
     t.header.unreliable = unreliable;
-    out.add(a.trace, traces::to_chrome_trace(t));
+    out.add(a.trace, traces::to_chrome_trace(t, traces::peer_links(s)));
   }
   if (!a.summary.empty()) {
     std::vector<double> all_steps;
@@ -263,7 +263,7 @@ int run_cuda_rank(const Args& a, const hzp::core::Schedule& s, const hzp::runtim
   if (!a.trace.empty()) {
     std::string path = a.trace;
     if (!a.emulate && launch.world > 1) path = fmt::format("{}.rank{}.json", a.trace, launch.rank);
-    core::write_file_atomic(path, traces::to_chrome_trace(timelines[median].timeline()));
+    core::write_file_atomic(path, traces::to_chrome_trace(timelines[median].timeline(), traces::peer_links(s)));
   }
   if (!a.summary.empty() && (launch.rank == 0 || a.emulate)) {
     core::write_file_atomic(a.summary,

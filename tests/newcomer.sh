@@ -101,6 +101,21 @@ PY
 rc=$?
 check "validate cases --check exits 4 on a miss (got $rc)" test "$rc" -eq 4
 
+# 11. Perfetto: a flow arrow joins the two sides of every pipeline send. Llama-3 8B on
+#     16 GPUs, tp 2 x pp 2 (2 virtual stages each): 128 sequences over 4 data-parallel
+#     ranks are 32 micro-batches, each crossing the 3 boundaries of the 4 virtual
+#     stages forward and 3 backward: 32 x 6 = 192 arrows, each a start and a finish.
+"$hzp" simulate --model llama3-8b --gpus 16 --strategy hzp --tp 2 --pp 2 --vpp 2 --global-batch-tokens 1M \
+  --trace pp.trace.json > /dev/null
+check "192 send->recv flow arrows in the trace" python3 - pp.trace.json <<'PY'
+import collections, json, sys
+events = json.load(open(sys.argv[1]))["traceEvents"]
+ph = collections.Counter(e["ph"] for e in events)
+ids = collections.Counter((e["ph"], e["id"]) for e in events if e["ph"] in "sf")
+assert ph["s"] == ph["f"] == 192, ph
+assert all(ids[("f", i)] == 1 for (p, i) in ids if p == "s"), "every start has one finish"
+PY
+
 # Nothing printed cites the files outside the repository.
 "$hzp" validate cases --json -j 2 >> "$work/all-output.txt" 2>&1
 "$hzp" clusters --json >> "$work/all-output.txt" 2>&1

@@ -32,6 +32,30 @@ std::string rank_list(const std::vector<int>& ranks) {
   return fmt::format("{} ranks from {}", ranks.size(), ranks.front());
 }
 
+// Flow arrows between the ops of each peer link that are both in the trace:
+// from the middle of one slice to the middle of the other ("bp":"e" binds
+// the end to the slice that encloses it).
+template <class Emit>
+void emit_flows(const Timeline& t, const std::vector<FlowLink>& flows, Emit& emit) {
+  if (flows.empty()) return;
+  std::map<std::pair<int, int>, const OpRecord*> by_op;
+  for (const OpRecord& r : t.ops) by_op.emplace(std::pair{r.program, r.op_id}, &r);
+  auto mid = [](const OpRecord& r) { return us(r.start + core::Duration::ns((r.end - r.start).count_ns() / 2)); };
+  int id = 0;
+  for (const FlowLink& f : flows) {
+    const auto a = by_op.find({f.from_program, f.from_op});
+    const auto b = by_op.find({f.to_program, f.to_op});
+    if (a == by_op.end() || b == by_op.end()) continue;
+    const OpRecord& from = *a->second;
+    const OpRecord& to = *b->second;
+    emit(fmt::format(R"({{"ph":"s","id":{},"pid":{},"tid":{},"ts":{},"name":"{}","cat":"peers"}})", id, from.program,
+                     from.stream, mid(from), from.what));
+    emit(fmt::format(R"({{"ph":"f","bp":"e","id":{},"pid":{},"tid":{},"ts":{},"name":"{}","cat":"peers"}})", id,
+                     to.program, to.stream, mid(to), from.what));
+    ++id;
+  }
+}
+
 }  // namespace
 
 void emit_streams(const core::Schedule& s, TraceSink& sink) {
@@ -61,7 +85,7 @@ OpRecord op_record(const core::Schedule& s, const core::Program& prog, const cor
   return rec;
 }
 
-std::string to_chrome_trace(const Timeline& t) {
+std::string to_chrome_trace(const Timeline& t, const std::vector<FlowLink>& flows) {
   // Written by hand, one event per line: nlohmann would hold the whole trace
   // in memory twice for large schedules.
   std::string out;
@@ -106,6 +130,7 @@ std::string to_chrome_trace(const Timeline& t) {
     emit(fmt::format(R"({{"ph":"X","pid":{},"tid":{},"ts":{},"dur":{},"name":{},"cat":"{}","args":{}}})", r.program,
                      r.stream, us(r.start), us(r.end - r.start), name.dump(), r.what, args.dump()));
   }
+  emit_flows(t, flows, emit);
   for (const auto& m : t.memory) {
     emit(fmt::format(
         R"({{"ph":"C","pid":{},"tid":0,"ts":{},"name":"memory","args":{{"GiB":{:.6f},"reserved_GiB":{:.6f}}}}})",

@@ -56,6 +56,17 @@ struct OpRecord {
   std::optional<core::TimePoint> issued;
 };
 
+/// Two ops of different rank classes that are one collective, or a send and
+/// its receive: the trace draws them as a flow arrow. Ops are named by their
+/// program (rank class) and op id.
+struct FlowLink {
+  int from_program = 0;
+  int from_op = 0;
+  int to_program = 0;
+  int to_op = 0;
+  friend bool operator==(const FlowLink&, const FlowLink&) = default;
+};
+
 /// Device memory of a rank class right after an alloc or free at `time`.
 struct MemoryPoint {
   int program = 0;
@@ -98,14 +109,24 @@ class TimelineRecorder final : public TraceSink {
 
 /// The streams of every rank class of a Schedule, to a sink (after its header).
 void emit_streams(const core::Schedule& s, TraceSink& sink);
+/// The ops of other rank classes that each collective, send and receive pairs
+/// with. A collective whose group spans classes q1 < q2 < ... < qk is drawn
+/// as a chain: each class links its op to the next class's op of the same
+/// group kind and sequence number (k - 1 links per collective, not k^2). A
+/// send links to its receive. Peers inside one class share one op and draw
+/// nothing. Ordered by source program, then op id. Computed only for a trace
+/// being written (O(ops log ops)), never in the engines' hot path.
+[[nodiscard]] std::vector<FlowLink> peer_links(const core::Schedule& s);
 /// The record of one op that takes time (compute, collective, send, recv).
 [[nodiscard]] OpRecord op_record(const core::Schedule& s, const core::Program& prog, const core::Stream& st,
                                  const core::Op& op, core::TimePoint start, core::TimePoint end);
 
 /// Chrome trace-event JSON, loadable in Perfetto and chrome://tracing: one
 /// process per rank class, one thread (track) per stream, a memory counter per
-/// rank class, and the header under "otherData".
-[[nodiscard]] std::string to_chrome_trace(const Timeline& t);
+/// rank class, a flow arrow (ph "s"/"f", cat "peers") for each of `flows`
+/// (peer_links of the Schedule) whose two ops are in the trace, and the
+/// header under "otherData".
+[[nodiscard]] std::string to_chrome_trace(const Timeline& t, const std::vector<FlowLink>& flows = {});
 
 /// Reads a trace `to_chrome_trace` wrote (from any engine or the runtime)
 /// back into a Timeline: header, streams (names; kinds are not in the

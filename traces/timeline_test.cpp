@@ -3,6 +3,8 @@
 #include "traces/timeline.hpp"
 
 #include <gtest/gtest.h>
+
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
@@ -118,6 +120,87 @@ TEST(ChromeTrace, NamesWhatIsWrongWithABadTrace) {
   ASSERT_NE(at, std::string::npos);
   good.replace(at, kind.size(), "\"group_kind\":\"nope\"");
   EXPECT_NE(err(good).find("args.group_kind"), std::string::npos) << err(good);
+}
+
+// Three rank classes of two ranks each; group 0 (dp_shard) spans all three,
+// group 1 (tp) lies inside class 0. Each class runs two all-gathers on its
+// dp_shard group; class 0 also an all-reduce over tp; class 0 sends to class
+// 1 and class 1 to class 2. Derived by hand: 2 all-gathers x 2 links (0->1,
+// 1->2) + 2 sends = 6 links; the tp all-reduce links nothing.
+core::Schedule three_classes() {
+  core::Schedule s;
+  s.groups.push_back(core::Group{0, core::GroupKind::DpShard, {0, 2, 4}});
+  s.groups.push_back(core::Group{1, core::GroupKind::Tp, {0, 1}});
+  for (int c = 0; c < 3; ++c) {
+    core::Program p;
+    p.id = c;
+    p.name = "c" + std::to_string(c);
+    p.ranks = {2 * c, 2 * c + 1};
+    core::Stream st{0, "comm", core::StreamKind::Comm, 0, {}};
+    auto push = [&](core::OpKind kind, int group, int peer, int seq) {
+      core::Op op;
+      op.id = static_cast<int>(st.ops.size());
+      op.kind = kind;
+      op.group = group;
+      op.peer = peer;
+      op.seq = seq;
+      st.ops.push_back(op);
+    };
+    push(core::OpKind::Collective, 0, -1, 0);
+    push(core::OpKind::Collective, 0, -1, 1);
+    if (c == 0) push(core::OpKind::Collective, 1, -1, 0);
+    if (c > 0) push(core::OpKind::Recv, -1, 2 * (c - 1), 0);
+    if (c < 2) push(core::OpKind::Send, -1, 2 * (c + 1), 0);
+    p.streams.push_back(st);
+    s.programs.push_back(p);
+  }
+  return s;
+}
+
+TEST(PeerLinks, ChainsCollectivesAcrossClassesAndPairsSends) {
+  const std::vector<FlowLink> links = peer_links(three_classes());
+  const std::vector<FlowLink> expected{{0, 0, 1, 0}, {0, 1, 1, 1}, {0, 3, 1, 2},
+                                       {1, 0, 2, 0}, {1, 1, 2, 1}, {1, 3, 2, 2}};
+  EXPECT_EQ(links, expected);
+}
+
+TEST(ChromeTrace, DrawsAFlowPerLinkWhoseOpsItHolds) {
+  const core::Schedule s = three_classes();
+  const std::vector<FlowLink> flows = peer_links(s);
+  ASSERT_EQ(flows.size(), 6U);
+  Timeline t;
+  // Every op but class 2's recv (id 2) ran from 10 to 30 ns: 5 of the 6 links
+  // have both ends in the trace.
+  for (const core::Program& p : s.programs) {
+    for (const core::Op& op : p.streams[0].ops) {
+      if (p.id == 2 && op.id == 2) continue;
+      OpRecord r;
+      r.program = p.id;
+      r.op_id = op.id;
+      r.kind = op.kind;
+      r.what = op.kind == core::OpKind::Collective ? "all_gather" : std::string(core::to_string(op.kind));
+      r.group_kind = core::GroupKind::DpShard;
+      r.start = core::TimePoint::ns(10);
+      r.end = core::TimePoint::ns(30);
+      t.ops.push_back(r);
+    }
+  }
+  const auto j = nlohmann::json::parse(to_chrome_trace(t, flows));
+  std::map<int, int> starts, finishes;
+  for (const auto& e : j["traceEvents"]) {
+    if (e["ph"] == "s") {
+      ++starts[e["id"].get<int>()];
+      EXPECT_DOUBLE_EQ(e["ts"].get<double>(), 0.02);  // the middle of its slice
+    }
+    if (e["ph"] == "f") {
+      ++finishes[e["id"].get<int>()];
+      EXPECT_EQ(e["bp"], "e");
+    }
+  }
+  EXPECT_EQ(starts.size(), 5U);
+  EXPECT_EQ(starts, finishes);
+  // The flows do not come back as ops.
+  EXPECT_EQ(from_chrome_trace(to_chrome_trace(t, flows), "t.json").ops.size(), t.ops.size());
 }
 
 TEST(Csv, Rows) {
