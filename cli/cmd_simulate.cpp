@@ -16,6 +16,8 @@
 #include "core/io.hpp"
 #include "explore/adaptive.hpp"
 #include "explore/scenario.hpp"
+#include "explore/search.hpp"
+#include "explore/why.hpp"
 #include "plan/plan_file.hpp"
 #include "traces/timeline.hpp"
 
@@ -151,9 +153,12 @@ int cmd_simulate(Options& o, const std::string& command_line) {
   // summary goes to standard error.
   std::ostream& text = o.trace == "-" || o.csv == "-" || o.summary == "-" ? std::cerr : std::cout;
   text << (o.json ? json : cli::summary_text(r));
-  if (o.explain && !o.json) {
-    topologies::PerfModel pm(topologies::Topology(r.cluster, r.gpus));
-    for (const auto& run : r.runs) text << "\n" << cli::explain(run.schedule, run.plan, pm);
+  if ((o.explain || !one) && !o.json) {
+    const topologies::PerfModel pm(topologies::Topology(r.cluster, r.gpus));
+    text << "\n" << explore::why_text(explore::plan_terms(r, pm), r.cluster.device.hbm_GiB, explore::kModelTolerance);
+    if (o.explain) {
+      for (const auto& run : r.runs) text << "\n" << cli::explain(run.schedule, run.plan, pm);
+    }
   }
   if (one && !r.runs[0].metrics.fits()) {
     const sim::ProgramMemory* w = r.runs[0].metrics.worst_memory();

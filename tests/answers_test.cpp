@@ -10,6 +10,7 @@
 #include "core/options.hpp"
 #include "explore/search.hpp"
 #include "explore/sweep.hpp"
+#include "explore/why.hpp"
 #include "models/model_spec.hpp"
 #include "plan/options.hpp"
 #include "plan/plan.hpp"
@@ -138,6 +139,78 @@ TEST(FieldNames, PyTorchStrategiesAndMegatronFlagsReachTheirOptions) {
   EXPECT_EQ(v["sequence_parallel"], false);  // Megatron-LM's default
   EXPECT_EQ(m.ignored, (std::vector<std::string>{"--num-layers 80", "--bf16"}));
   EXPECT_THROW((void)cli::import_megatron_args("--tensor-model-parallel-size eight", "args"), core::InputError);
+}
+
+// Two plans of a 10 s step; `slow` differs from `fast` only where a test says.
+explore::PlanTerms terms(const char* name, double step_s) {
+  explore::PlanTerms t;
+  t.name = name;
+  t.step_s = step_s;
+  t.reserved_GiB = 40;
+  t.exposed_s = {{"dp_shard", 0.1}};
+  t.idle_s = 0.1;
+  t.sharding.gather_latency_s = 0.2;
+  t.sharding.gather_bandwidth_s = 1.0;
+  return t;
+}
+
+bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+TEST(Why, NamesTheTermThatMakesAPlanSlower) {
+  const explore::PlanTerms fast = terms("fsdp", 10);
+  // Exposed all-gathers grow by 0.4 s and their NCCL latency by 0.4 s: latency.
+  explore::PlanTerms slow = terms("hzp", 10.4);
+  slow.exposed_s["dp_shard"] = 0.5;
+  slow.idle_s = 0.5;
+  slow.sharding.gather_latency_s = 0.6;
+  std::string why = explore::deciding_term(fast, slow);
+  EXPECT_TRUE(has(why, "all-gather latency: dp_shard collectives exposed 0.400 s more")) << why;
+  EXPECT_TRUE(has(why, "0.600 s of NCCL latency against 0.200 s")) << why;
+  // The same exposure from 0.5 s more bytes on the links (0.1 s more latency): bandwidth.
+  slow.sharding.gather_latency_s = 0.3;
+  slow.sharding.gather_bandwidth_s = 1.5;
+  why = explore::deciding_term(fast, slow);
+  EXPECT_TRUE(has(why, "bandwidth: dp_shard collectives exposed 0.400 s more")) << why;
+  EXPECT_TRUE(has(why, "1.500 s against 1.000 s")) << why;
+  // The same exposure with the same collective time: overlap.
+  slow.sharding = fast.sharding;
+  why = explore::deciding_term(fast, slow);
+  EXPECT_TRUE(has(why, "overlap: dp_shard collectives exposed 0.400 s more")) << why;
+  // Waits that no exposed collective explains: 0.3 s of bubble.
+  slow = terms("pp4", 10.3);
+  slow.pp = 4;
+  slow.idle_s = 0.4;
+  why = explore::deciding_term(fast, slow);
+  EXPECT_TRUE(has(why, "bubble: the compute stream waits 0.300 s more")) << why;
+  EXPECT_TRUE(has(why, "pp 4")) << why;
+  // More work on the compute stream: compute.
+  slow = terms("recompute", 10.2);
+  why = explore::deciding_term(fast, slow);
+  EXPECT_TRUE(has(why, "compute: 0.200 s more compute-stream time")) << why;
+}
+
+TEST(Why, JudgesAgainstTheFastestPlanThatFitsAndMarksTies) {
+  explore::PlanTerms ddp = terms("ddp", 9);  // fastest, but 100 GiB of 80
+  ddp.fits = false;
+  ddp.reserved_GiB = 100;
+  ddp.largest_memory = "optimizer_states";
+  ddp.largest_memory_GiB = 60;
+  const explore::PlanTerms fsdp = terms("fsdp", 10);
+  explore::PlanTerms hzp = terms("hzp", 10.2);  // 2 %: a tie at 3 %
+  explore::PlanTerms hpz = terms("hpz", 11);    // 10 %: not a tie
+  const std::string why = explore::why_text({ddp, fsdp, hzp, hpz}, 80, 0.03);
+  EXPECT_TRUE(has(why, "against fsdp, the fastest plan that fits")) << why;
+  EXPECT_TRUE(has(why,
+                  "    ddp  memory: needs 100.0 GiB a device where 80 GiB fit; the largest part at the peak is "
+                  "optimizer_states (60.0 GiB); it would be 1.000 s faster"))
+      << why;
+  EXPECT_TRUE(has(why, "  = fsdp wins against hzp by 0.200 s (a tie); hzp pays compute: 0.200 s more")) << why;
+  EXPECT_TRUE(has(why, "  = hzp  +0.200 s (+2.0 %): compute")) << why;
+  EXPECT_TRUE(has(why, "    hpz  +1.000 s (+10.0 %): compute: 1.000 s more")) << why;
+  // One plan: what its step is made of (latency 0.2 of 1.2 s of sharding collectives: 17 %).
+  EXPECT_EQ(explore::why_text({fsdp}, 80, 0.03),
+            "why: fsdp's step, nothing to compare with: compute stream busy 9.900 s of 10.000 s, dp_shard collectives "
+            "exposed 0.100 s; its sharding collectives are 17 % NCCL latency\n");
 }
 
 }  // namespace

@@ -34,6 +34,8 @@ step() {
 step "make run" "^fsdp .* yes" "$hzp" simulate --model llama3-70b --cluster dgx-h100 --gpus 1024 --strategy all \
   --global-batch-tokens 16M --recompute full --out-dir out
 check "make run wrote out/summary.json" test -s out/summary.json
+check "make run says, per strategy, what makes it win or lose" sh -c "grep -q '^why: each plan against' '$work/out.txt' \
+  && grep -Eq '^ +=? +fsdp +wins against' '$work/out.txt' && grep -Eq '^ +ddp +memory: needs' '$work/out.txt'"
 
 # 2. The README's sweep: every point answers (recompute full: 70B fits).
 step "README sweep" "6 run \(6 ok, 0 infeasible, 0 errors\)" "$hzp" sweep --set gpus=256,512,1024 \

@@ -1,0 +1,45 @@
+// Why a plan wins or loses: one sentence per strategy naming the term that
+// decides it against the fastest plan that fits — memory, all-gather or
+// reduce-scatter latency, bandwidth, overlap, pipeline bubble or compute —
+// with the figures behind it. `make run` and `hzp simulate --explain` print it.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "explore/adaptive.hpp"
+
+namespace hzp::explore {
+
+/// What one simulated plan's step is made of, as the sentence needs it.
+struct PlanTerms {
+  std::string name;  // the strategy ("fsdp")
+  double step_s = 0;
+  bool fits = true;
+  double reserved_GiB = 0;
+  std::string largest_memory;  // the largest buffer class at the peak ("params")
+  double largest_memory_GiB = 0;
+  std::map<std::string, double> exposed_s;  // by group kind
+  double idle_s = 0;                        // compute stream with nothing to run
+  int pp = 1;
+  ShardingTerms sharding;
+};
+
+/// The terms of each run of `r` (sharding collectives costed by `pm`).
+[[nodiscard]] std::vector<PlanTerms> plan_terms(const ScenarioResult& r, const topologies::PerfModel& pm);
+
+/// The term that makes `slow` slower than `fast`, with its figures: the
+/// largest of the growth in exposed communication of one group kind (named
+/// latency or bandwidth when the sharding collectives themselves cost that
+/// much more, else overlap), in compute-stream waits no collective explains
+/// (bubble) and in compute-stream busy time (compute).
+[[nodiscard]] std::string deciding_term(const PlanTerms& fast, const PlanTerms& slow);
+
+/// A heading line and one line per plan, in the order given: against the
+/// fastest plan that fits (or the fastest, when none fits), each names its
+/// deciding term; plans within `tolerance` (a fraction) of it are ties. A
+/// single plan: one line on what its step is made of.
+[[nodiscard]] std::string why_text(const std::vector<PlanTerms>& plans, double hbm_GiB, double tolerance);
+
+}  // namespace hzp::explore
