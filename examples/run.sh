@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Regenerates every example's output in examples/*.txt from the current build;
 # review the diff before committing. Usage: examples/run.sh [path/to/hzp]
+# EXAMPLES_OUT=DIR writes them under DIR instead (tests/examples.sh compares
+# those with the committed ones).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 hzp=${1:-build/bin/hzp}
 [ -x "$hzp" ] || make build >/dev/null
+dest=${EXAMPLES_OUT:-examples}
 tmp_dir=$(mktemp -d)
 trap 'rm -rf "$tmp_dir"' EXIT
 
@@ -30,7 +33,7 @@ run() {
 # background threads with pooled buffers against inline issue with host syncs
 # and the caching allocator; small kernels (short sequences, a small model)
 # make host issue matter.
-out=examples/async_vs_sync.txt
+out="$dest"/async_vs_sync.txt
 : > "$out"
 for model in llama3-8b llama3-70b; do
   for mode in "--async --prefetch-depth 1" "--async --prefetch-depth 2" "--no-async --prefetch-depth 1"; do
@@ -42,7 +45,7 @@ done
 
 # 2. Group-size grid on mesh16-roce200 (two full-mesh islands of 8 per node,
 # one 200 Gb/s port per device): a dense ~70B model and an MoE model.
-out=examples/group_grid_mesh16.txt
+out="$dest"/group_grid_mesh16.txt
 : > "$out"
 for shards in "8 8 1024" "8 16 1024" "16 16 1024" "8 16 256" "16 16 256" "8 128 1024"; do
   set -- $shards
@@ -56,7 +59,7 @@ for shards in "8 8 1024" "8 16 1024" "16 16 1024" "8 16 256"; do
 done
 
 # 3. Hierarchical ZeRO against a Megatron ND plan on the same cluster.
-out=examples/hzp_vs_megatron.txt
+out="$dest"/hzp_vs_megatron.txt
 : > "$out"
 run "$out" simulate --model llama3-70b --cluster dgx-h100 --gpus 1024 --strategy hzp --recompute full \
   --global-batch-tokens 16M --explain
@@ -64,7 +67,7 @@ run "$out" simulate --model llama3-70b --cluster dgx-h100 --gpus 1024 --strategy
   --recompute selective --global-batch-tokens 16M --explain
 run "$out" simulate --model llama3-70b --cluster dgx-h100 --gpus 1024 --strategy hzp --tp 4 --recompute full \
   --global-batch-tokens 16M --explain
-echo "wrote examples/async_vs_sync.txt examples/group_grid_mesh16.txt examples/hzp_vs_megatron.txt"
+echo "wrote $dest/async_vs_sync.txt $dest/group_grid_mesh16.txt $dest/hzp_vs_megatron.txt"
 
 # 4. What one layer's collectives cost as the group grows, and what that does
 # to the step. Llama-3 70B's layer is 855,654,400 parameters (attention
@@ -72,7 +75,7 @@ echo "wrote examples/async_vs_sync.txt examples/group_grid_mesh16.txt examples/h
 # 704.6 M; two norms), 1,711,308,800 bytes in bf16: the size of its parameter
 # all-gather and of its gradient reduce-scatter (nccl-tests' convention: the
 # whole gathered buffer). Over the first 8, 16, ..., 1,024 ranks of each cluster.
-out=examples/collectives_vs_group.txt
+out="$dest"/collectives_vs_group.txt
 : > "$out"
 for cluster in dgx-h100 mesh16-roce200; do
   for group in 8 16 32 64 128 256 512 1024; do
@@ -85,10 +88,10 @@ for group in 8 64 1024; do
   "$hzp" collectives --cluster dgx-h100 --gpus 1024 --group "$group" --op all_gather -b 64K -e 4G > "$tmp_dir/h100-$group.log"
   logs+=("$tmp_dir/h100-$group.log")
 done
-"$hzp" plot collectives "${logs[@]}" --mark 1711308800 --out examples/collectives_vs_group.png --force > /dev/null
+"$hzp" plot collectives "${logs[@]}" --mark 1711308800 --out "$dest"/collectives_vs_group.png --force > /dev/null
 # The same group sizes as sharding plans: hzp's parameter and gradient groups
 # of g ranks (optimizer states over all 1,024) against FSDP's full group.
-out=examples/step_vs_group.txt
+out="$dest"/step_vs_group.txt
 : > "$out"
 for cluster in dgx-h100 mesh16-roce200; do
   run "$out" simulate --model llama3-70b --cluster "$cluster" --gpus 1024 --strategy fsdp --recompute full \
@@ -104,6 +107,6 @@ done
 # on mesh16-roce200 and dgx-h100 at 256 and 1,024 GPUs, with the term that
 # decides each row.
 examples/stacks_and_plans.py "$hzp" | sed -E 's/^hzp ([0-9.]+) \([0-9a-f]+(-dirty)?\)/hzp \1 (<rev>)/' \
-  > examples/stacks_and_plans.txt
-echo "wrote examples/stacks_and_plans.txt"
+  > "$dest"/stacks_and_plans.txt
+echo "wrote $dest/stacks_and_plans.txt"
 
