@@ -86,8 +86,12 @@ nlohmann::ordered_json SchemaRecorder::object_schema(const std::string& path) co
       auto bound = [integer](double v) {
         return integer ? nlohmann::ordered_json(static_cast<std::int64_t>(v)) : nlohmann::ordered_json(v);
       };
-      if (f.min) p[f.min_exclusive ? "exclusiveMinimum" : "minimum"] = bound(*f.min);
-      if (f.max) p["maximum"] = bound(*f.max);
+      // An integer read over the whole int64 range has no bound to state
+      // (and 2^63 as a double does not convert back to int64).
+      constexpr double kInt64Edge = 9.2e18;
+      auto bounded = [integer](double v) { return !integer || std::abs(v) < kInt64Edge; };
+      if (f.min && bounded(*f.min)) p[f.min_exclusive ? "exclusiveMinimum" : "minimum"] = bound(*f.min);
+      if (f.max && bounded(*f.max)) p["maximum"] = bound(*f.max);
       props[key] = p;
       if (!f.optional && f.reads >= instances && instances > 0) required.push_back(key);
     }
@@ -191,6 +195,14 @@ double StrictObject::number(const std::string& key, double min, double max, bool
   }
   record(key, ranged("number", min, max, min_exclusive));
   return x;
+}
+
+std::optional<double> StrictObject::number_or_null(const std::string& key, double min, double max) {
+  SchemaRecorder::Field f = ranged("number", min, max);
+  f.nullable = true;
+  record(key, f);
+  if (need(key).is_null()) return std::nullopt;
+  return number(key, min, max);
 }
 
 std::optional<StrictObject> StrictObject::object_or_null(const std::string& key) {

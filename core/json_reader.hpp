@@ -73,6 +73,9 @@ class StrictObject {
   [[nodiscard]] std::int64_t integer(const std::string& key, std::int64_t min = 0, std::int64_t max = INT64_MAX);
   /// A finite number in [min, max] (a strictly positive range when min_exclusive).
   [[nodiscard]] double number(const std::string& key, double min, double max = 1e300, bool min_exclusive = false);
+  /// A finite number in [min, max], or nullopt when the value is null (a
+  /// figure the file states as unknown).
+  [[nodiscard]] std::optional<double> number_or_null(const std::string& key, double min, double max);
   /// A nested object, or nullopt when the value is null.
   [[nodiscard]] std::optional<StrictObject> object_or_null(const std::string& key);
   [[nodiscard]] StrictObject object(const std::string& key);

@@ -67,11 +67,12 @@ TEST(SchemaRecorder, DerivesTheSchemaTheReaderEnforces) {
   SchemaRecorder rec;
   {
     SchemaRecorder::Scope scope(rec);
-    for (const char* text :
-         {R"({"n": 3, "tiers": [{"r": 2}, {"r": 4, "x": 1.5}]})", R"({"n": 1, "opt": true, "tiers": []})"}) {
+    for (const char* text : {R"({"n": 3, "big": 7, "tiers": [{"r": 2}, {"r": 4, "x": 1.5}]})",
+                             R"({"n": 1, "big": 0, "opt": true, "tiers": []})"}) {
       auto j = nlohmann::json::parse(text);
       StrictObject o(j, "f.json");
       (void)o.integer("n", 1, 8);
+      (void)o.integer("big", 0, INT64_MAX);
       if (o.has("opt")) (void)o.boolean("opt");
       const auto& tiers = o.array("tiers");
       for (std::size_t i = 0; i < tiers.size(); ++i) {
@@ -82,8 +83,10 @@ TEST(SchemaRecorder, DerivesTheSchemaTheReaderEnforces) {
     }
   }
   const auto s = rec.schema("t");
-  EXPECT_EQ(s["required"], (nlohmann::ordered_json{"n", "tiers"}));
+  EXPECT_EQ(s["required"], (nlohmann::ordered_json{"big", "n", "tiers"}));
   EXPECT_EQ(s["properties"]["n"], (nlohmann::ordered_json{{"type", "integer"}, {"minimum", 1}, {"maximum", 8}}));
+  // The whole int64 range states no maximum (2^63 as a double is no int64: it once printed as -2^63).
+  EXPECT_EQ(s["properties"]["big"], (nlohmann::ordered_json{{"type", "integer"}, {"minimum", 0}}));
   EXPECT_EQ(s["properties"]["opt"]["type"], "boolean");
   const auto& item = s["properties"]["tiers"]["items"];
   EXPECT_EQ(item["required"], (nlohmann::ordered_json{"r"}));

@@ -79,9 +79,9 @@ constexpr Names<BufferClass, 10> kBufferClass{{{BufferClass::Params, "params"},
                                                {BufferClass::OptimizerStates, "optimizer_states"},
                                                {BufferClass::NcclBuffers, "nccl_buffers"},
                                                {BufferClass::GatheredPool, "pool.gathered"},
-                                               {BufferClass::GradPool, "pool.grad"},
+                                               {BufferClass::GradBucketPool, "pool.grad_buckets"},
                                                {BufferClass::Gathered, "gathered"},
-                                               {BufferClass::Grad, "grad"},
+                                               {BufferClass::GradBucket, "grad_buckets"},
                                                {BufferClass::Activations, "act"},
                                                {BufferClass::Recomputed, "recomputed"}}};
 

@@ -15,7 +15,7 @@
 
 namespace hzp::core {
 
-inline constexpr int kScheduleSchemaVersion = 3;
+inline constexpr int kScheduleSchemaVersion = 4;
 /// The most ranks a Schedule may have (a million).
 inline constexpr int kMaxWorldSize = 1 << 20;
 
@@ -96,9 +96,9 @@ enum class BufferClass {
   OptimizerStates,  // fp32 master weights and Adam moments (1/g_o)
   NcclBuffers,      // NCCL's own buffers, per communicator and peer
   GatheredPool,     // async: the pool of gathered-parameter slots
-  GradPool,         // async: the pool of full-gradient slots
+  GradBucketPool,   // async: the pool of gradient-bucket slots
   Gathered,         // one use's gathered parameters (sync: caching allocator)
-  Grad,             // one backward's full bf16 gradients before their reduce-scatter
+  GradBucket,       // one backward's full bf16 gradients before their reduce-scatter
   Activations,      // what a unit's forward keeps for its backward
   Recomputed        // what recomputation brings back during a unit's backward
 };
@@ -256,7 +256,7 @@ std::string_view to_string(StreamKind);
 std::string_view to_string(OpRole);
 std::string_view to_string(ParamClass);
 /// As step metrics report it: "params", "grads", "optimizer_states",
-/// "nccl_buffers", "pool.gathered", "pool.grad", "gathered", "grad", "act",
+/// "nccl_buffers", "pool.gathered", "pool.grad_buckets", "gathered", "grad_buckets", "act",
 /// "recomputed".
 std::string_view to_string(BufferClass);
 

@@ -156,16 +156,16 @@ TEST(Schedule, RolesAndClassesRoundTrip) {
 
 TEST(Schedule, OlderSchemaIsRejectedWithWhatToDo) {
   std::string text = to_canonical_json(two_rank_schedule());
-  const auto pos = text.find(R"("schema_version":3)");
+  const auto pos = text.find(R"("schema_version":4)");
   ASSERT_NE(pos, std::string::npos);
-  text.replace(pos, 18, R"("schema_version":2)");
+  text.replace(pos, 18, R"("schema_version":3)");
   try {
     (void)schedule_from_json(text, "old.json", false);
     FAIL();
   } catch (const InputError& e) {
     EXPECT_STREQ(e.what(),
-                 "old.json: schema_version: expected 3 (a Schedule written by an older hzp; lower it again with "
-                 "`hzp schedule`), got 2");
+                 "old.json: schema_version: expected 4 (a Schedule written by an older hzp; lower it again with "
+                 "`hzp schedule`), got 3");
   }
 }
 
@@ -191,10 +191,10 @@ TEST(ScheduleCheck, RejectsFreeOfAnotherBufferClass) {
   Op free = alloc;
   free.id = 11;
   free.kind = OpKind::Free;
-  free.buffer_class = BufferClass::Grad;
+  free.buffer_class = BufferClass::GradBucket;
   s.programs[0].streams[0].ops.push_back(alloc);
   s.programs[0].streams[0].ops.push_back(free);
-  EXPECT_NE(schedule_error(s).find("frees buffer 'x' as class grad, allocated as act"), std::string::npos);
+  EXPECT_NE(schedule_error(s).find("frees buffer 'x' as class grad_buckets, allocated as act"), std::string::npos);
 }
 
 TEST(ScheduleCheck, AcceptsWellFormed) { EXPECT_EQ(schedule_error(two_rank_schedule()), "(accepted)"); }

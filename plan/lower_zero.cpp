@@ -69,7 +69,8 @@ void Lowering::alloc_pools() {
   }
   if (gathered.count() > 0 && pooled())
     b_.alloc(comp_, "pool.gathered", Bytes(slots * gathered.count()), core::BufferClass::GatheredPool);
-  if (grad.count() > 0) b_.alloc(comp_, "pool.grad", Bytes(slots * grad.count()), core::BufferClass::GradPool);
+  if (grad.count() > 0)
+    b_.alloc(comp_, "pool.grad_buckets", Bytes(slots * grad.count()), core::BufferClass::GradBucketPool);
 }
 
 // Issues all-gathers ahead of compute: those of the next prefetch_depth
@@ -235,7 +236,7 @@ void Lowering::take_grad_buffer(std::size_t j) {
   if (pools()) {
     if (k >= depth + 1) b_.wait(comp_, rs_done_[reduce_uses_[k - depth - 1]], "wait grad slot");
   } else {
-    b_.alloc(comp_, buf("grad", j), full_grad_bytes(uses_[j].unit), core::BufferClass::Grad);
+    b_.alloc(comp_, buf("grad_bucket", j), full_grad_bytes(uses_[j].unit), core::BufferClass::GradBucket);
   }
 }
 
@@ -278,7 +279,7 @@ bool Lowering::reduce_gradients(std::size_t j) {
                core::OpRole::GradAccumulate, c.cls);
   }
   rs_done_[j] = b_.record(rs_, fmt::format("{}.grad_reduced", unit.name));
-  if (!pools()) b_.free(rs_, buf("grad", j), full_grad_bytes(use.unit));
+  if (!pools()) b_.free(rs_, buf("grad_bucket", j), full_grad_bytes(use.unit));
   return true;
 }
 

@@ -169,8 +169,8 @@ TEST_P(ClosedForm, VolumesAndModelState) {
   std::int64_t pool_bytes = 0;
   for (const auto& st : s.programs[0].streams) {
     for (const auto& op : st.ops) {
-      if (op.kind == core::OpKind::Alloc &&
-          (op.buffer_class == core::BufferClass::GatheredPool || op.buffer_class == core::BufferClass::GradPool)) {
+      if (op.kind == core::OpKind::Alloc && (op.buffer_class == core::BufferClass::GatheredPool ||
+                                             op.buffer_class == core::BufferClass::GradBucketPool)) {
         pool_bytes += op.bytes.count();
       }
     }
@@ -279,7 +279,7 @@ TEST(Lower, RolesAndClassesOfAnFsdpStep) {
                                        {BC::OptimizerStates, 1},
                                        {BC::NcclBuffers, 1},
                                        {BC::Gathered, 2 * units * mbs},
-                                       {BC::Grad, units * mbs},
+                                       {BC::GradBucket, units * mbs},
                                        {BC::Activations, units * mbs}}));
 }
 

@@ -273,12 +273,19 @@ int run_cuda_rank(const Args& a, const hzp::core::Schedule& s, const hzp::runtim
   return 0;
 }
 
-int run_cuda(const Args& a, const hzp::core::Schedule& s, const std::string& command_line) {
+// The machine's GPUs; none is one line naming --backend.
+hzp::runtime::PlatformInfo require_gpu() {
   using namespace hzp;
-  const runtime::PlatformInfo p = runtime::query_platform();
+  runtime::PlatformInfo p = runtime::query_platform();
   if (p.gpus.empty()) {
     throw core::InputError("command line", "--backend", fmt::format("expected a GPU for cuda: {}", p.error));
   }
+  return p;
+}
+
+int run_cuda(const Args& a, const hzp::core::Schedule& s, const std::string& command_line) {
+  using namespace hzp;
+  const runtime::PlatformInfo p = require_gpu();
   runtime::LaunchInfo launch = runtime::detect_launch([](const char* n) { return std::getenv(n); });
   if (a.emulate) {
     if (launch.world > 1) throw core::InputError("command line", "--emulate-collectives", "expected one process");
@@ -470,11 +477,22 @@ int run_parsed(const Args& args, [[maybe_unused]] const BenchArgs& b, bool bench
   if (a.warmup < 1 || a.steps < 1)
     throw core::InputError("command line", "--steps", "expected --warmup and --steps >= 1");
   if (!(a.step_seconds > 0)) throw core::InputError("command line", "--step-seconds", "expected a positive number");
-  const core::Schedule s = core::schedule_from_json(core::read_file(a.schedule), a.schedule);
-  if (!a.skip_check) core::check_schedule(s);
   if (a.backend != "host" && a.clock != "wall") {
     throw core::InputError("command line", "--clock", "expected wall with --backend cuda (a GPU keeps its own time)");
   }
+  // A backend this machine cannot run is refused before the Schedule is read
+  // (a large one takes seconds to parse).
+  if (a.backend == "cuda") {
+#ifdef HZP_HAVE_CUDA
+    (void)require_gpu();
+#else
+    throw core::InputError("command line", "--backend", "expected host: built without CUDA");
+#endif
+  } else if (a.backend != "host") {
+    throw core::InputError("command line", "--backend", fmt::format("expected host or cuda, got '{}'", a.backend));
+  }
+  const core::Schedule s = core::schedule_from_json(core::read_file(a.schedule), a.schedule);
+  if (!a.skip_check) core::check_schedule(s);
   if (a.backend == "host") {
     if (host_mpi) {
       runtime::mpi_init();
@@ -498,14 +516,11 @@ int run_parsed(const Args& args, [[maybe_unused]] const BenchArgs& b, bool bench
     }
     return run_host(a, s, command_line);
   }
-  if (a.backend == "cuda") {
 #ifdef HZP_HAVE_CUDA
-    return run_cuda(a, s, command_line);
+  return run_cuda(a, s, command_line);
 #else
-    throw core::InputError("command line", "--backend", "expected host: built without CUDA");
+  throw core::InputError("command line", "--backend", "expected host: built without CUDA");
 #endif
-  }
-  throw core::InputError("command line", "--backend", fmt::format("expected host or cuda, got '{}'", a.backend));
 }
 
 }  // namespace

@@ -43,6 +43,9 @@ JSON
 declare -A stand_in=(
   ["build/bin/hzp simulate ... --json"]="build/bin/hzp simulate --model llama3-8b --gpus 16 --strategy fsdp --global-batch-tokens 1M --json"
   ["mpirun -np 4 build/bin/hzp sweep --spec ... --db big.db && build/bin/hzp sweep merge big.db big.rank*of4.db"]="mpi -np 2 build/bin/hzp sweep --spec small.json --db big.db && build/bin/hzp sweep merge big.db big.rank*of2.db"
+  # A fast variant: one group of cases (a minute of CPU for all of them; the
+  # whole set runs as the ctest validation_cases).
+  ["build/bin/hzp validate cases"]="build/bin/hzp validate cases --filter zeropp"
 )
 if ! command -v mpirun > /dev/null; then
   stand_in["mpirun -np 4 build/bin/hzp sweep --spec ... --db big.db && build/bin/hzp sweep merge big.db big.rank*of4.db"]="skip: no mpirun here"
@@ -56,7 +59,7 @@ if ! have_gpu; then
 fi
 declare -A prepare=(
   # Two traces of one Schedule: the analytic prediction and a host-backend run.
-  ["build/bin/hzp validate compare predicted.json measured.json --report cmp.md"]="build/bin/hzp simulate --model llama3-8b --gpus 16 --strategy fsdp --trace predicted.json && build/bin/hzp-run s.json --clock virtual --trace measured.json"
+  ["build/bin/hzp validate compare predicted.json measured.json --report cmp.md"]="build/bin/hzp simulate --model llama3-8b --gpus 16 --strategy fsdp --global-batch-tokens 1M --trace predicted.json && build/bin/hzp-run s.json --clock virtual --trace measured.json"
   # What hzp-run bench writes on an H200 (synthetic figures, the files' own format).
   ["build/bin/hzp calibrate --cluster dgx-h200 gemm.json collectives.json overlap.json --out h200.json"]="write_bench_files"
 )

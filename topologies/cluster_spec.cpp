@@ -93,12 +93,13 @@ ScaleUp read_scale_up(StrictObject up, int devices_per_node) {
   }
   u.ring_efficiency = up.number("ring_efficiency", 1e-3, 1);
   // NVLink SHARP reduces in the switch: all-reduce bus bandwidth may exceed the link rate.
-  if (up.has("nvls_efficiency") && !up.raw("nvls_efficiency").is_null()) {
-    if (u.kind != ScaleUpKind::NvSwitch) up.fail("nvls_efficiency", "expected null: only an NVSwitch has NVLS");
-    u.nvls_efficiency = up.number("nvls_efficiency", 1e-3, 1.5);
+  if (up.has("nvls_efficiency")) {
+    const auto nvls = up.number_or_null("nvls_efficiency", 1e-3, 1.5);
+    if (nvls && u.kind != ScaleUpKind::NvSwitch) up.fail("nvls_efficiency", "expected null: only an NVSwitch has NVLS");
+    if (nvls) u.nvls_efficiency = *nvls;
   }
-  if (up.has("step_latency_us") && !up.raw("step_latency_us").is_null()) {
-    u.step_latency_us = up.number("step_latency_us", 0, 1e4);
+  if (up.has("step_latency_us")) {
+    if (const auto l = up.number_or_null("step_latency_us", 0, 1e4)) u.step_latency_us = *l;
   }
   up.finish();
   return u;
@@ -110,8 +111,8 @@ ScaleOut read_scale_out(StrictObject out) {
   so.nic_Gbps = out.number("nic_Gbps", 1e-3, 1e7);
   so.rail_optimized = out.boolean("rail_optimized");
   so.ring_efficiency = out.number("ring_efficiency", 1e-3, 1);
-  if (out.has("step_latency_us") && !out.raw("step_latency_us").is_null()) {
-    so.step_latency_us = out.number("step_latency_us", 0, 1e4);
+  if (out.has("step_latency_us")) {
+    if (const auto l = out.number_or_null("step_latency_us", 0, 1e4)) so.step_latency_us = *l;
   }
   const auto& tiers = out.array("tiers");
   if (tiers.empty() || tiers.size() > 6) out.fail("tiers", "expected one to six fabric tiers");
@@ -164,8 +165,7 @@ ClusterSpec cluster_from_json(const std::string& text, const std::string& file) 
 
   c.scale_out = read_scale_out(o.object("scale_out"));
 
-  const auto& price = o.raw("price_per_device_hour");
-  if (!price.is_null()) c.price_per_device_hour = o.number("price_per_device_hour", 0, 1e6);
+  c.price_per_device_hour = o.number_or_null("price_per_device_hour", 0, 1e6);
   o.finish();
   return c;
 }
