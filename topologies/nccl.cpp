@@ -327,6 +327,13 @@ CollectiveChoice NcclModel::cost(NcclAlgorithm a, NcclProtocol p, CollectiveKind
   c.channels = (a == A::Nvls || a == A::NvlsTree) ? ch : channels_used(p, N / threshold_ranks, ch);
   // A channel carries its share of the links; the protocol's own caps stay.
   c.bus_GBps = std::min(bw, links * c.channels / ch);
+  // NVLSTree's inter-node part is a tree: it runs at the mid-size efficiency
+  // NCCL measured for its trees (the tree correction), which NCCL's tuner
+  // applies to Tree only, so the choice above is made without it.
+  if (a == A::NvlsTree && D > 1) {
+    const double k = log2_floor(N / 64);
+    if (k < 23) c.bus_GBps *= t.tree_correction[idx(p)][static_cast<std::size_t>(k)];
+  }
   c.transfer_s = c.bus_GBps > 0 ? moved / (c.bus_GBps * 1e9) : std::numeric_limits<double>::infinity();
   return c;
 }
