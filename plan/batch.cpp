@@ -119,9 +119,10 @@ std::vector<core::Problem> check_shards(const PlanOptions& o, int dp, const topo
     case Strategy::Zero1: s = {1, 1, dp}; break;
     case Strategy::Zero2: s = {1, dp, dp}; break;
     case Strategy::Fsdp: s = {dp, dp, dp}; break;
-    case Strategy::Hsdp: {
+    case Strategy::Hsdp:
+    case Strategy::Hsdp2: {
       const int S = o.param_shard > 0 ? o.param_shard : node;
-      s = {S, S, S};
+      s = {o.strategy == Strategy::Hsdp ? S : 1, S, S};
       break;
     }
     case Strategy::Hpz: s = {o.param_shard > 0 ? o.param_shard : node, dp, dp}; break;
@@ -131,7 +132,8 @@ std::vector<core::Problem> check_shards(const PlanOptions& o, int dp, const topo
       break;
   }
   std::vector<core::Problem> ps;
-  const bool takes_param_shard = o.strategy == Strategy::Hsdp || o.strategy == Strategy::Hpz;
+  const bool hybrid = o.strategy == Strategy::Hsdp || o.strategy == Strategy::Hsdp2;
+  const bool takes_param_shard = hybrid || o.strategy == Strategy::Hpz;
   if (o.strategy != Strategy::Hzp && !takes_param_shard && (o.param_shard || o.grad_shard || o.optim_shard)) {
     ps.push_back({o.param_shard  ? "param_shard"
                   : o.grad_shard ? "grad_shard"
@@ -141,7 +143,7 @@ std::vector<core::Problem> check_shards(const PlanOptions& o, int dp, const topo
   }
   if (takes_param_shard && (o.grad_shard || o.optim_shard)) {
     ps.push_back({o.grad_shard ? "grad_shard" : "optim_shard",
-                  o.strategy == Strategy::Hsdp ? "expected only param_shard (the shard size S) for hsdp"
+                  hybrid ? fmt::format("expected only param_shard (the shard size S) for {}", to_string(o.strategy))
                                                : "expected only param_shard (the hpZ partition size) for hpz"});
     return ps;
   }

@@ -25,7 +25,8 @@ namespace hzp::plan {
 ///   hpz (node, DP, DP), ZeRO++'s hierarchical partitioning
 ///   hzp: any (g_p, g_g, g_o) with g_p | g_o, g_g | g_o, g_o | DP;
 ///        default (scale-up domain, node, DP); asynchronous by default.
-enum class Strategy { Ddp, Zero1, Zero2, Fsdp, Hsdp, Hpz, Hzp };
+/// Hsdp2 is (1, S, S): PyTorch FSDP's _HYBRID_SHARD_ZERO2, as SHARD_GRAD_OP is zero2.
+enum class Strategy { Ddp, Zero1, Zero2, Fsdp, Hsdp, Hsdp2, Hpz, Hzp };
 
 [[nodiscard]] std::string_view to_string(Strategy s);
 /// Parses a strategy name ("zero3" is fsdp); nullopt for any other text.

@@ -61,6 +61,8 @@ TEST(ResolveShards, PresetsAndValidation) {
   EXPECT_EQ(sizes(Strategy::Fsdp, 64), (ShardSizes{64, 64, 64}));
   EXPECT_EQ(sizes(Strategy::Hsdp, 64), (ShardSizes{16, 16, 16}));
   EXPECT_EQ(sizes(Strategy::Hsdp, 64, 32), (ShardSizes{32, 32, 32}));
+  EXPECT_EQ(sizes(Strategy::Hsdp2, 64), (ShardSizes{1, 16, 16}));  // PyTorch's _HYBRID_SHARD_ZERO2
+  EXPECT_EQ(sizes(Strategy::Hsdp2, 64, 32), (ShardSizes{1, 32, 32}));
   EXPECT_EQ(sizes(Strategy::Hpz, 64), (ShardSizes{16, 64, 64}));
   EXPECT_EQ(sizes(Strategy::Hzp, 64), (ShardSizes{8, 16, 64}));  // domain, node, DP
   EXPECT_EQ(sizes(Strategy::Hzp, 64, 8, 16, 32), (ShardSizes{8, 16, 32}));

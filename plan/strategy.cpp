@@ -34,6 +34,7 @@ std::string_view to_string(Strategy s) {
     case Strategy::Zero2: return "zero2";
     case Strategy::Fsdp: return "fsdp";
     case Strategy::Hsdp: return "hsdp";
+    case Strategy::Hsdp2: return "hsdp2";
     case Strategy::Hpz: return "hpz";
     case Strategy::Hzp: return "hzp";
   }
@@ -42,6 +43,8 @@ std::string_view to_string(Strategy s) {
 
 std::optional<Strategy> parse_strategy(std::string_view s) {
   if (s == "zero3") return Strategy::Fsdp;
+  // Not one of the presets `all` compares: hsdp with parameters gathered once.
+  if (s == "hsdp2") return Strategy::Hsdp2;
   for (Strategy x : all_strategies()) {
     if (s == to_string(x)) return x;
   }

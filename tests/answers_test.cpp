@@ -5,6 +5,8 @@
 // DeepSpeed) read through the option tables.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "cli/megatron_args.hpp"
 #include "core/error.hpp"
 #include "core/options.hpp"
@@ -119,6 +121,14 @@ TEST(FieldNames, PyTorchStrategiesAndMegatronFlagsReachTheirOptions) {
   EXPECT_EQ(core::value_from_text(strategy, "FULL_SHARD").value, "fsdp");
   EXPECT_EQ(core::value_from_text(strategy, "HYBRID_SHARD").value, "hsdp");
   EXPECT_EQ(core::value_from_text(strategy, "NO_SHARD").value, "ddp");
+  EXPECT_EQ(core::value_from_text(strategy, "_HYBRID_SHARD_ZERO2").value, "hsdp2");
+  // DeepSpeed's stages, also as --zero-stage N.
+  EXPECT_EQ(core::value_from_text(strategy, "0").value, "ddp");
+  EXPECT_EQ(core::value_from_text(strategy, "2").value, "zero2");
+  EXPECT_EQ(core::value_from_text(strategy, "3").value, "fsdp");
+  EXPECT_FALSE(core::value_from_text(strategy, "4").problem.empty());
+  EXPECT_NE(std::find(strategy.flag_aliases.begin(), strategy.flag_aliases.end(), "--zero-stage"),
+            strategy.flag_aliases.end());
   EXPECT_FALSE(core::value_from_text(strategy, "full_shard").problem.empty());
   plan::PlanOptions o;
   EXPECT_FALSE(plan::set_plan_option(o, "strategy", "SHARD_GRAD_OP").has_value());

@@ -79,6 +79,10 @@ check "the import runs on the Megatron-Core stack" grep -q "stack megatron-core-
 step "FULL_SHARD" "^fsdp " "$hzp" simulate --model llama3-8b --gpus 64 --strategy FULL_SHARD --global-batch-tokens 4M
 step "HYBRID_SHARD" "^hsdp " "$hzp" simulate --model llama3-8b --gpus 64 --strategy HYBRID_SHARD \
   --global-batch-tokens 4M
+step "_HYBRID_SHARD_ZERO2" "^hsdp2 +\(1,8,8\)" "$hzp" simulate --model llama3-8b --gpus 64 --strategy _HYBRID_SHARD_ZERO2 \
+  --global-batch-tokens 4M
+step "DeepSpeed's ZeRO stage" "^zero2 +\(1,64,64\)" "$hzp" simulate --model llama3-8b --gpus 64 --zero-stage 2 \
+  --global-batch-tokens 4M
 step "hpZ partition size" "^hpz +\(4,64,64\)" "$hzp" simulate --model llama3-8b --gpus 64 --strategy hpz \
   --zero-hpz-partition-size 4 --global-batch-tokens 4M
 
