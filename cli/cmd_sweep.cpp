@@ -55,6 +55,11 @@ int cmd_sweep(const SweepArgs& a) {
       "{}: {} points, {} already done, {} run ({} ok, {} infeasible, {} errors) in {:.1f} s{}\n", o.db, sum.points,
       sum.skipped, sum.ran, sum.ok, sum.infeasible, sum.errors, sum.seconds,
       sum.ran > 0 ? fmt::format(" ({:.1f} points/s)", static_cast<double>(sum.ran) / std::max(1e-9, sum.seconds)) : "");
+  if (sum.rounded > 0) {
+    std::cout << fmt::format(
+        "{} point(s) ran a rounded global batch (--round-batch): columns batch_sequences and batch_rounded_from\n",
+        sum.rounded);
+  }
   if (sum.interrupted) {
     std::cerr << "hzp: sweep interrupted; run the same command again to resume\n";
     return 130;

@@ -76,6 +76,7 @@ struct SweepSummary {
   std::int64_t skipped = 0;  // already in the database
   std::int64_t ran = 0;
   std::int64_t ok = 0, infeasible = 0, errors = 0;
+  std::int64_t rounded = 0;  // points whose global batch --round-batch changed
   double seconds = 0;
   bool interrupted = false;
 };

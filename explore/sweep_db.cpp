@@ -63,6 +63,9 @@ std::vector<std::pair<std::string, std::string>> make_columns() {
     c.emplace_back(name, "REAL");
   }
   c.emplace_back("fits", "INTEGER");
+  // The global batch as it ran, and what was asked when --round-batch changed it (else NULL).
+  c.emplace_back("batch_sequences", "INTEGER");
+  c.emplace_back("batch_rounded_from", "INTEGER");
   c.emplace_back("wall_s", "REAL");
   for (const char* name :
        {"hzp_version", "git_revision", "model_sha256", "cluster_sha256", "schedule_sha256", "engine_detail", "shard"}) {

@@ -69,6 +69,10 @@ PointResult run_point(const SweepPoint& pt, const WorkLimits& limits) {
     row["engine_detail"] = r.engine_detail;
     row["model_sha256"] = r.model_sha256;
     row["cluster_sha256"] = r.cluster_sha256;
+    row["batch_sequences"] = r.batch.sequences;
+    if (r.batch.requested_sequences > 0 && r.batch.requested_sequences != r.batch.sequences) {
+      row["batch_rounded_from"] = r.batch.requested_sequences;
+    }
     row["step_time_s"] = m.step_time.to_seconds();
     row["tokens_per_s"] = m.tokens_per_s;
     row["tflops_per_gpu"] = m.model_tflops_per_gpu;

@@ -166,6 +166,7 @@ void Runner::record(json row) {
   if (status == "ok") ++sum_.ok;
   if (status == "infeasible") ++sum_.infeasible;
   if (status == "error") ++sum_.errors;
+  if (row.contains("batch_rounded_from") && !row["batch_rounded_from"].is_null()) ++sum_.rounded;
   db_.add(row);
   ++finished_;
   ++sum_.ran;

@@ -116,6 +116,23 @@ TEST(Batch, RoundedOnlyWhenAskedAndRecorded) {
   EXPECT_EQ(plan::split_batch(m, 64, o).sequences, 1984);  // 31 x 64 is nearer than 32 x 64
 }
 
+TEST(Batch, SweepRowsSayWhatRanAndWhatWasRounded) {
+  // 2,048 sequences of 8,192 over 4,096 ranks: rounded up to one a rank.
+  explore::SweepPoint pt;
+  pt.inputs = {{"model", "llama3-8b"}, {"gpus", 4096},          {"strategy", "fsdp"},
+               {"recompute", "full"},  {"global_batch_tokens", "16M"}, {"round_batch", true}};
+  pt.key = pt.inputs.dump();
+  const explore::PointResult rounded = explore::run_point(pt);
+  ASSERT_EQ(rounded.status, "ok") << rounded.error;
+  EXPECT_EQ(rounded.row["batch_sequences"], 4096);
+  EXPECT_EQ(rounded.row["batch_rounded_from"], 2048);
+  pt.inputs["gpus"] = 2048;
+  const explore::PointResult exact = explore::run_point(pt);
+  ASSERT_EQ(exact.status, "ok") << exact.error;
+  EXPECT_EQ(exact.row["batch_sequences"], 2048);
+  EXPECT_FALSE(exact.row.contains("batch_rounded_from"));
+}
+
 TEST(FieldNames, PyTorchStrategiesAndMegatronFlagsReachTheirOptions) {
   const core::OptionSpec& strategy = plan::find_plan_option("strategy")->spec;
   EXPECT_EQ(core::value_from_text(strategy, "FULL_SHARD").value, "fsdp");

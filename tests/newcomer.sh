@@ -93,6 +93,10 @@ check "an unsplittable batch is refused (exit 2)" test $? -eq 2
 check "the refusal names --round-batch" grep -q "round_batch" "$work/err.txt"
 step "--round-batch" "rounded from 2048 to 4096 sequences" "$hzp" simulate --model llama3-70b --gpus 4096 \
   --strategy fsdp --recompute full --global-batch-tokens 16M --round-batch
+step "--round-batch in a sweep" "1 point\(s\) ran a rounded global batch" "$hzp" sweep --set gpus=2048,4096 \
+  --set strategy=fsdp --set recompute=full --set global_batch_tokens=16M --set round_batch=true --db rounded.db
+step "the rounded row says what was asked" "^4096,2048$" sh -c "'$hzp' sweep export rounded.db --csv - | python3 -c \
+  'import csv, sys; [print(r[\"batch_sequences\"] + \",\" + r[\"batch_rounded_from\"]) for r in csv.DictReader(sys.stdin)]'"
 
 # 10. validate cases --check: a case the model misses exits 4 (1 is for internal errors).
 mkdir cases
