@@ -285,9 +285,10 @@ CollectiveChoice NcclModel::cost(NcclAlgorithm a, NcclProtocol p, CollectiveKind
       const bool all_reduce = kind == CollectiveKind::AllReduce;
       if (D > 1) intra = std::max(intra, t.net_overhead_us * (p == P::Simple ? 3 : 1));
       if (kind == CollectiveKind::Broadcast) {
-        // A chain over every rank, each hop at the slowest link's step (Simple: the tree's).
-        const A step_algo = p == P::Simple ? A::Tree : A::Ring;
-        latency_us += n * (D > 1 ? net_step_us(step_algo, p, g.top_tier) : intra_step_us(step_algo, p));
+        // A chain over every rank, as NCCL's ring model costs it: n steps, of
+        // which one per domain crosses the network (tuning.cc: nsteps =
+        // nRanks, nInterSteps = nNodes).
+        latency_us += (n - (D > 1 ? D : 0)) * intra + (D > 1 ? D * inter : 0);
         moved = N;
         break;
       }
