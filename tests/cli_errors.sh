@@ -53,7 +53,7 @@ expect_error "oldcluster.json: schema_version: expected 2, got 1: version 2 cost
 expect_error "--global-batch-tokens: expected a positive multiple of the sequence length 8192" simulate --global-batch-tokens 1000
 expect_error "expected a multiple of 2048 sequences" simulate --global-batch-tokens 8M --micro-batch 2 --gpus 1024
 expect_error "--gpus: dgx-h100 has 8 devices per node: expected a multiple of 8, got 12" simulate --gpus 12
-expect_error "--strategy: expected ddp|zero1|zero2|zero3|fsdp|hsdp|hpz|hzp, got 'zero4'" simulate --strategy zero4
+expect_error "--strategy: expected ddp|zero1|zero2|zero3|fsdp|hsdp|hsdp2|hpz|hzp, got 'zero4'" simulate --strategy zero4
 expect_error "--optim-shard: expected a divisor of the data-parallel size (1024), got 48" simulate --strategy hzp --optim-shard 48
 expect_error "--param-shard: expected no group sizes for the fsdp preset" simulate --strategy fsdp --param-shard 8
 expect_error "command line:" simulate --no-such-flag
@@ -175,6 +175,9 @@ assert len(r) == 1 and r[0][0] == 'error' and '--max-ops' in r[0][1], r" "$work/
 # malformed one was a 14-line SimGrid backtrace; stack-size 1 crashed the
 # child; surf/precision 1e300 ran for minutes).
 sg=(simulate --model llama3-8b --gpus 16 --strategy fsdp --global-batch-tokens 128K --engine simgrid)
+# The SimGrid module the environment names must be one (exit 2, one line naming the variable).
+HZP_SIMGRID_MODULE=/nonexistent/libhzp_simgrid.so expect_error \
+  "environment: HZP_SIMGRID_MODULE: expected the SimGrid module libhzp_simgrid.so, got /nonexistent" "${sg[@]}"
 expect_error "command line: --simgrid-cfg: expected KEY:VALUE, got 'nokey'" "${sg[@]}" --simgrid-cfg nokey
 expect_error "command line: --simgrid-cfg: contexts/stack-size: expected an integer in [64, 1048576], got 1" \
   "${sg[@]}" --simgrid-cfg contexts/stack-size:1

@@ -5,8 +5,12 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <dlfcn.h>
 #include <unistd.h>
 
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <stdexcept>
 
 #include "core/error.hpp"
@@ -16,27 +20,38 @@
 #include "core/subprocess.hpp"
 #include "sim/emit.hpp"
 #include "sim/simgrid/result_wire.hpp"
-#include "sim/simgrid/simulation.hpp"
+#include "sim/simgrid/module.hpp"
 
 namespace hzp::sim::simgrid {
 namespace {
 
-// Runs the simulation in a child process and returns what it reported.
+// Runs the simulation in a child process, which loads the SimGrid module
+// (module.hpp), and returns what it reported.
 SimResult simulate_forked(const core::Schedule& s, const topologies::PerfModel& pm, const EngineOptions& o) {
   core::Child child(
       [&](int, int fd) {
-        std::string out;
-        try {
-          // The result leaves before the engine's teardown, which the child skips.
-          (void)Simulation(s, pm, o).run([&](const SimResult& r) {
-            (void)core::write_all_fd(fd, encode_result(r));
-            ::close(fd);
-            ::_exit(0);
-          });
-        } catch (...) {
-          out = encode_error(std::current_exception());
+        const std::string path = module_path();
+        void* module = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+        void* entry = module ? ::dlsym(module, kSimulateEntry) : nullptr;
+        if (!entry) {
+          const char* err = ::dlerror();
+          const std::string why = fmt::format("{}: {}", path, err ? err : "no entry point");
+          // A module the environment names is the user's to fix; a missing one
+          // beside the binary is a broken build.
+          const char* env = std::getenv("HZP_SIMGRID_MODULE");
+          const std::exception_ptr e =
+              env && *env ? std::make_exception_ptr(core::InputError(
+                                "environment", "HZP_SIMGRID_MODULE",
+                                fmt::format("expected the SimGrid module libhzp_simgrid.so, got {}", why)))
+                          : std::make_exception_ptr(std::runtime_error(fmt::format(
+                                "simgrid engine: cannot load the SimGrid module {} (build the hzp_simgrid target)", why)));
+          (void)core::write_all_fd(fd, encode_error(e));
+          return 0;
         }
-        (void)core::write_all_fd(fd, out);
+        // A function pointer from dlsym's object pointer (POSIX guarantees it converts).
+        SimulateEntry simulate = nullptr;
+        std::memcpy(&simulate, &entry, sizeof simulate);
+        simulate(s, pm, o, fd);
         return 0;
       },
       core::ChildOptions{});
@@ -52,6 +67,17 @@ SimResult simulate_forked(const core::Schedule& s, const topologies::PerfModel& 
 }
 
 }  // namespace
+
+std::string module_path() {
+  if (const char* env = std::getenv("HZP_SIMGRID_MODULE"); env && *env) return env;
+  std::error_code ec;
+  const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    const auto beside = exe.parent_path().parent_path() / "lib" / "libhzp_simgrid.so";
+    if (std::filesystem::exists(beside, ec)) return beside.string();
+  }
+  return HZP_SIMGRID_MODULE_PATH;
+}
 
 namespace {
 

@@ -1,0 +1,26 @@
+// The SimGrid simulation as a module of its own (libhzp_simgrid.so), loaded
+// only by the SimGrid engine's child process: the analytic path, and every
+// command that does not simulate with SimGrid, never loads SimGrid (or the
+// ns-3 libraries it pulls in, whose start-up once cost every hzp command
+// ~30 ms).
+#pragma once
+
+#include "core/schedule.hpp"
+#include "sim/engine.hpp"
+#include "topologies/topology.hpp"
+
+namespace hzp::sim::simgrid {
+
+/// The module's one entry point: simulates `s` and writes the encoded result
+/// (result_wire.hpp: the SimResult, or the error it ended with) to `fd`.
+/// The process must not simulate anything else (SimGrid allows one engine a
+/// process); a finished result leaves through `_exit` before SimGrid's teardown.
+using SimulateEntry = void (*)(const core::Schedule& s, const topologies::PerfModel& pm, const EngineOptions& o,
+                               int fd);
+inline constexpr const char* kSimulateEntry = "hzp_simgrid_simulate";
+
+/// Where the module is: $HZP_SIMGRID_MODULE, else lib/libhzp_simgrid.so
+/// beside the executable's bin/ (or tests/) folder, else the build tree's.
+[[nodiscard]] std::string module_path();
+
+}  // namespace hzp::sim::simgrid
