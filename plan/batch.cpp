@@ -144,7 +144,7 @@ std::vector<core::Problem> check_shards(const PlanOptions& o, int dp, const topo
   if (takes_param_shard && (o.grad_shard || o.optim_shard)) {
     ps.push_back({o.grad_shard ? "grad_shard" : "optim_shard",
                   hybrid ? fmt::format("expected only param_shard (the shard size S) for {}", to_string(o.strategy))
-                                               : "expected only param_shard (the hpZ partition size) for hpz"});
+                         : "expected only param_shard (the hpZ partition size) for hpz"});
     return ps;
   }
   auto check = [&](const char* key, int v, int of, const char* what) {

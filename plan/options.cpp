@@ -58,15 +58,21 @@ void add_sharding_options(std::vector<PlanOption>& t) {
     OptionSpec s =
         spec("strategy", ValueType::Choice,
              "the data-parallel plan (g_p, g_g, g_o): ddp (1,1,1), zero1 (1,1,DP), zero2 (1,DP,DP), "
-             "fsdp = zero3 (DP,DP,DP), hsdp (S,S,S), hsdp2 (1,S,S), hpz (node or param_shard,DP,DP), hzp (any); PyTorch FSDP's "
-             "names: NO_SHARD = ddp, SHARD_GRAD_OP = zero2 (the same bytes and peak memory; PyTorch gathers "
-             "each unit before its forward), FULL_SHARD = fsdp, HYBRID_SHARD = hsdp, _HYBRID_SHARD_ZERO2 = hsdp2 "
-             "(1,S,S); DeepSpeed's ZeRO stages 0-3 (--zero-stage N) = ddp, zero1, zero2, zero3");
+             "fsdp = zero3 (DP,DP,DP), hsdp (S,S,S), hsdp2 (1,S,S), hpz (node or param_shard,DP,DP), hzp (any); "
+             "PyTorch FSDP's names: NO_SHARD = ddp, SHARD_GRAD_OP = zero2 (the same bytes and peak memory; PyTorch "
+             "gathers each unit before its forward), FULL_SHARD = fsdp, HYBRID_SHARD = hsdp, _HYBRID_SHARD_ZERO2 = "
+             "hsdp2; DeepSpeed's ZeRO stages 0-3 (--zero-stage N) = ddp, zero1, zero2, zero3");
     s.choices = {"ddp", "zero1", "zero2", "zero3", "fsdp", "hsdp", "hsdp2", "hpz", "hzp"};
     // PyTorch FSDP's ShardingStrategy names, DeepSpeed's stage numbers, and Megatron-LM's distributed optimizer.
-    s.choice_aliases = {
-        {"NO_SHARD", "ddp"}, {"SHARD_GRAD_OP", "zero2"}, {"FULL_SHARD", "fsdp"}, {"HYBRID_SHARD", "hsdp"},
-        {"_HYBRID_SHARD_ZERO2", "hsdp2"}, {"0", "ddp"}, {"1", "zero1"}, {"2", "zero2"}, {"3", "fsdp"}};
+    s.choice_aliases = {{"NO_SHARD", "ddp"},
+                        {"SHARD_GRAD_OP", "zero2"},
+                        {"FULL_SHARD", "fsdp"},
+                        {"HYBRID_SHARD", "hsdp"},
+                        {"_HYBRID_SHARD_ZERO2", "hsdp2"},
+                        {"0", "ddp"},
+                        {"1", "zero1"},
+                        {"2", "zero2"},
+                        {"3", "fsdp"}};
     s.flag_aliases = {"--zero-stage"};
     s.value_flags = {{"--use-distributed-optimizer", "zero1"}};
     t.push_back({s, [](const PlanOptions& o) -> json { return std::string(to_string(o.strategy)); },

@@ -119,8 +119,8 @@ TEST(Batch, RoundedOnlyWhenAskedAndRecorded) {
 TEST(Batch, SweepRowsSayWhatRanAndWhatWasRounded) {
   // 2,048 sequences of 8,192 over 4,096 ranks: rounded up to one a rank.
   explore::SweepPoint pt;
-  pt.inputs = {{"model", "llama3-8b"}, {"gpus", 4096},          {"strategy", "fsdp"},
-               {"recompute", "full"},  {"global_batch_tokens", "16M"}, {"round_batch", true}};
+  pt.inputs = {{"model", "llama3-8b"},         {"gpus", 4096},       {"strategy", "fsdp"}, {"recompute", "full"},
+               {"global_batch_tokens", "16M"}, {"round_batch", true}};
   pt.key = pt.inputs.dump();
   const explore::PointResult rounded = explore::run_point(pt);
   ASSERT_EQ(rounded.status, "ok") << rounded.error;

@@ -149,7 +149,6 @@ TEST(NcclModel, NvlsAllReduceOnlyWhereTheSwitchHasIt) {
   EXPECT_NEAR(nvls.seconds(), 25e-6 + 2 * 7.0 / 8 * (1 << 30) / 450e9, 1e-12);
 }
 
-
 TEST(NcclModel, NvlsTreeRunsAtTheTreesMidSizeEfficiency) {
   // 2 nodes × 8: NVLSTree's bandwidth min(450 · 1.0, 2 · 8 · 45) = 450 GB/s
   // over 2 · 15/16 · N. NCCL chooses on that; what runs across the nodes is a
@@ -158,8 +157,8 @@ TEST(NcclModel, NvlsTreeRunsAtTheTreesMidSizeEfficiency) {
   PerfModel pm(Topology(h100(), 16));
   const GroupSpan g = pm.span(iota(16));
   for (const auto& [N, factor] : {std::pair{double(1 << 26), 0.8}, std::pair{double(1 << 30), 1.0}}) {
-    const auto t = pick(pm.nccl().candidates(CollectiveKind::AllReduce, N, g), NcclAlgorithm::NvlsTree,
-                        NcclProtocol::Simple);
+    const auto t =
+        pick(pm.nccl().candidates(CollectiveKind::AllReduce, N, g), NcclAlgorithm::NvlsTree, NcclProtocol::Simple);
     const double moved = 2 * 15.0 / 16 * N;
     EXPECT_NEAR(t.estimate_s, t.latency_s + moved / 450e9, 1e-12) << N;
     EXPECT_NEAR(t.transfer_s, moved / (450e9 * factor), 1e-12) << N;

@@ -6,6 +6,7 @@
 
 #include <exception>
 #include <string>
+#include <type_traits>
 
 #include "core/io.hpp"
 #include "sim/simgrid/result_wire.hpp"
@@ -27,3 +28,6 @@ extern "C" void hzp_simgrid_simulate(const hzp::core::Schedule& s, const hzp::to
   }
   (void)hzp::core::write_all_fd(fd, out);
 }
+
+// The engine calls this through SimulateEntry: the two must not drift apart.
+static_assert(std::is_same_v<decltype(&hzp_simgrid_simulate), hzp::sim::simgrid::SimulateEntry>);

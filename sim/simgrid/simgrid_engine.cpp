@@ -3,9 +3,9 @@
 // (result_wire.hpp) and emits the Timeline.
 #include "sim/simgrid/simgrid_engine.hpp"
 
+#include <dlfcn.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <dlfcn.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -19,8 +19,8 @@
 #include "core/schedule_replay.hpp"
 #include "core/subprocess.hpp"
 #include "sim/emit.hpp"
-#include "sim/simgrid/result_wire.hpp"
 #include "sim/simgrid/module.hpp"
+#include "sim/simgrid/result_wire.hpp"
 
 namespace hzp::sim::simgrid {
 namespace {
@@ -40,11 +40,12 @@ SimResult simulate_forked(const core::Schedule& s, const topologies::PerfModel& 
           // beside the binary is a broken build.
           const char* env = std::getenv("HZP_SIMGRID_MODULE");
           const std::exception_ptr e =
-              env && *env ? std::make_exception_ptr(core::InputError(
-                                "environment", "HZP_SIMGRID_MODULE",
-                                fmt::format("expected the SimGrid module libhzp_simgrid.so, got {}", why)))
-                          : std::make_exception_ptr(std::runtime_error(fmt::format(
-                                "simgrid engine: cannot load the SimGrid module {} (build the hzp_simgrid target)", why)));
+              env && *env
+                  ? std::make_exception_ptr(
+                        core::InputError("environment", "HZP_SIMGRID_MODULE",
+                                         fmt::format("expected the SimGrid module libhzp_simgrid.so, got {}", why)))
+                  : std::make_exception_ptr(std::runtime_error(fmt::format(
+                        "simgrid engine: cannot load the SimGrid module {} (build the hzp_simgrid target)", why)));
           (void)core::write_all_fd(fd, encode_error(e));
           return 0;
         }
