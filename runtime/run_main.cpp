@@ -198,6 +198,12 @@ int run_host(const Args& a, const hzp::core::Schedule& s, const std::string& com
   return 0;
 }
 
+#ifndef HZP_HAVE_CUDA
+[[noreturn]] void refuse_without_cuda() {
+  throw hzp::core::InputError("command line", "--backend", "expected host: built without CUDA");
+}
+#endif
+
 #ifdef HZP_HAVE_CUDA
 // "gpu H200, driver 13.0, ..." for a trace header.
 std::string provenance_text(const std::map<std::string, std::string>& p) {
@@ -283,9 +289,9 @@ hzp::runtime::PlatformInfo require_gpu() {
   return p;
 }
 
-int run_cuda(const Args& a, const hzp::core::Schedule& s, const std::string& command_line) {
+int run_cuda(const Args& a, const hzp::core::Schedule& s, const hzp::runtime::PlatformInfo& p,
+             const std::string& command_line) {
   using namespace hzp;
-  const runtime::PlatformInfo p = require_gpu();
   runtime::LaunchInfo launch = runtime::detect_launch([](const char* n) { return std::getenv(n); });
   if (a.emulate) {
     if (launch.world > 1) throw core::InputError("command line", "--emulate-collectives", "expected one process");
@@ -482,15 +488,14 @@ int run_parsed(const Args& args, [[maybe_unused]] const BenchArgs& b, bool bench
   }
   // A backend this machine cannot run is refused before the Schedule is read
   // (a large one takes seconds to parse).
-  if (a.backend == "cuda") {
-#ifdef HZP_HAVE_CUDA
-    (void)require_gpu();
-#else
-    throw core::InputError("command line", "--backend", "expected host: built without CUDA");
-#endif
-  } else if (a.backend != "host") {
+  if (a.backend != "host" && a.backend != "cuda") {
     throw core::InputError("command line", "--backend", fmt::format("expected host or cuda, got '{}'", a.backend));
   }
+#ifdef HZP_HAVE_CUDA
+  const runtime::PlatformInfo gpus = a.backend == "cuda" ? require_gpu() : runtime::PlatformInfo{};
+#else
+  if (a.backend == "cuda") refuse_without_cuda();
+#endif
   const core::Schedule s = core::schedule_from_json(core::read_file(a.schedule), a.schedule);
   if (!a.skip_check) core::check_schedule(s);
   if (a.backend == "host") {
@@ -517,9 +522,9 @@ int run_parsed(const Args& args, [[maybe_unused]] const BenchArgs& b, bool bench
     return run_host(a, s, command_line);
   }
 #ifdef HZP_HAVE_CUDA
-  return run_cuda(a, s, command_line);
+  return run_cuda(a, s, gpus, command_line);
 #else
-  throw core::InputError("command line", "--backend", "expected host: built without CUDA");
+  refuse_without_cuda();
 #endif
 }
 

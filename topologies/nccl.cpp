@@ -135,6 +135,13 @@ NcclTuning make_tuning() {
 
 double log2_floor(double x) { return x >= 1 ? std::floor(std::log2(x)) : 0; }
 
+// NCCL's measured bandwidth correction for its trees at `bytes`, by
+// floor(log2(bytes / 64)); 1 from 512 MiB up.
+double tree_correction(const NcclTuning& t, NcclProtocol p, double bytes) {
+  const double k = log2_floor(bytes / 64);
+  return k < 23 ? t.tree_correction[idx(p)][static_cast<std::size_t>(k)] : 1.0;
+}
+
 // NCCL's node-count column: one node, two, three or more.
 std::size_t node_column(int domains) { return static_cast<std::size_t>(std::clamp(domains, 1, 3) - 1); }
 
@@ -268,8 +275,7 @@ CollectiveChoice NcclModel::cost(NcclAlgorithm a, NcclProtocol p, CollectiveKind
       bw = std::min(bw * (D == 1 ? t.ll128_tree_factor_one_node : t.ll128_tree_factor),
                     ch * t.tree_ll128_per_channel_GBps[arch][col]);
     }
-    const double k = log2_floor(N / 64);  // NCCL's measured correction for tree all-reduce
-    if (k < 23) bw *= t.tree_correction[idx(p)][static_cast<std::size_t>(k)];
+    bw *= tree_correction(t, p, N);
   }
   if (a == A::Pat) bw *= t.pat_factor;
 
@@ -331,10 +337,7 @@ CollectiveChoice NcclModel::cost(NcclAlgorithm a, NcclProtocol p, CollectiveKind
   // NVLSTree's inter-node part is a tree: it runs at the mid-size efficiency
   // NCCL measured for its trees (the tree correction), which NCCL's tuner
   // applies to Tree only, so the choice above is made without it.
-  if (a == A::NvlsTree && D > 1) {
-    const double k = log2_floor(N / 64);
-    if (k < 23) c.bus_GBps *= t.tree_correction[idx(p)][static_cast<std::size_t>(k)];
-  }
+  if (a == A::NvlsTree && D > 1) c.bus_GBps *= tree_correction(t, p, N);
   c.transfer_s = c.bus_GBps > 0 ? moved / (c.bus_GBps * 1e9) : std::numeric_limits<double>::infinity();
   return c;
 }

@@ -165,5 +165,17 @@ TEST(NcclModel, NvlsTreeRunsAtTheTreesMidSizeEfficiency) {
   }
 }
 
+TEST(NcclModel, BroadcastChainCrossesTheNetworkOncePerNode) {
+  // 2 nodes x 8, ring Simple broadcast as tuning.cc costs it: nRanks = 16
+  // steps, nNodes = 2 of them across the network: 8.4 + 14 · 3.4 + 2 · 14 =
+  // 84.0 us; the whole message moves once.
+  PerfModel pm(Topology(h100(), 16));
+  const double N = 1 << 20;
+  const auto b = pick(pm.nccl().candidates(CollectiveKind::Broadcast, N, pm.span(iota(16))), NcclAlgorithm::Ring,
+                      NcclProtocol::Simple);
+  EXPECT_NEAR(b.latency_s * 1e6, 84.0, 1e-9);
+  EXPECT_NEAR(b.transfer_s, N / (b.bus_GBps * 1e9), 1e-15);
+}
+
 }  // namespace
 }  // namespace hzp::topologies
