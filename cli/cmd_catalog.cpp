@@ -1,13 +1,18 @@
 // `hzp models`, `hzp clusters`, `hzp stacks` (the catalogs, or one entry as a template to
-// copy) and `hzp schema` (every input's JSON Schema or field reference).
+// copy), `hzp models import` (a HuggingFace config.json as a model file) and
+// `hzp schema` (every input's JSON Schema or field reference).
 #include <fmt/format.h>
 
+#include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.hpp"
 #include "cli/report.hpp"
+#include "core/error.hpp"
+#include "core/io.hpp"
 #include "explore/schemas.hpp"
+#include "models/hf_import.hpp"
 #include "models/model_spec.hpp"
 #include "stacks/stack_spec.hpp"
 #include "topologies/cluster_spec.hpp"
@@ -119,6 +124,36 @@ int run_clusters(CatalogArgs& a) {
   return 0;
 }
 
+struct ImportArgs {
+  std::string config;
+  std::string name;
+  std::string out;
+  bool force = false;
+};
+
+// The model JSON goes to --out, or to standard output with the summary on standard error.
+int run_import(ImportArgs& a) {
+  const bool to_stdout = a.out.empty() || a.out == "-";
+  if (!to_stdout && !a.force && std::filesystem::exists(a.out)) {
+    throw core::InputError(a.out, "", "already exists; pass --force to overwrite it");
+  }
+  const models::HfImport imp = models::import_hf_config(core::read_file(a.config), a.config, a.name);
+  const std::string text = models::model_to_json(imp.model);
+  const models::ParamCounts c = models::count_params(imp.model);
+  std::string summary = fmt::format("{}: {} (model_type {}): {} parameters ({:.2f}B), {} active ({:.2f}B)\n",
+                                    imp.model.name, a.config, imp.model_type, c.total,
+                                    static_cast<double>(c.total) / 1e9, c.active, static_cast<double>(c.active) / 1e9);
+  for (const auto& n : imp.notes) summary += "note: " + n + "\n";
+  if (to_stdout) {
+    std::cout << text;
+    std::cerr << summary;
+  } else {
+    core::write_file_atomic(a.out, text);
+    std::cout << summary << fmt::format("wrote {} (use it as --model {})\n", a.out, a.out);
+  }
+  return 0;
+}
+
 struct SchemaArgs {
   std::string name;
   bool markdown = false;
@@ -146,6 +181,17 @@ void add_catalog_commands(CLI::App& app, Commands& out) {
     sub->add_flag("--json", c->args.json, "as JSON");
     sub->add_option("--template", c->args.template_name, "print this catalog entry's JSON, to copy and edit");
   }
+  std::string types;
+  for (const auto& t : models::hf_model_types()) types += (types.empty() ? "" : ", ") + t;
+  CLI::App* import = app.get_subcommand("models")->add_subcommand(
+      "import", "map a HuggingFace config.json (" + types +
+                    ") onto a model file; prints its parameter counts and what the schema cannot hold");
+  auto import_cmd = std::make_unique<SimpleCommand<ImportArgs>>(import, run_import);
+  import->add_option("config", import_cmd->args.config, "the config.json")->required();
+  import->add_option("--name", import_cmd->args.name, "the model's name (default: from _name_or_path or the file)");
+  import->add_option("--out", import_cmd->args.out, "write the model file here (default: standard output)");
+  import->add_flag("--force", import_cmd->args.force, "overwrite --out if it exists");
+  out.push_back(std::move(import_cmd));  // before its parent, `models`
   out.push_back(std::move(models_cmd));
   out.push_back(std::move(clusters_cmd));
   out.push_back(std::move(stacks_cmd));

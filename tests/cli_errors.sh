@@ -286,4 +286,19 @@ done
 for sub in simulate schedule models clusters; do
   "$hzp" "$sub" --help > /dev/null || { echo "FAIL: hzp $sub --help"; fail=1; }
 done
+
+# hzp models import: an unsupported model_type, a missing key, an existing --out
+# without --force: one line, exit 2, nothing written (the existing file kept).
+printf '{"model_type": "bert", "hidden_size": 768}\n' > "$work/bert.json"
+expect_fail 'bert.json: model_type: unsupported model_type "bert"; expected one of llama|mistral|mixtral|' \
+  models import "$work/bert.json" --out "$work/bert-model.json"
+sed '/"hidden_size"/d' "$src/models/testdata/hf/Mixtral-8x7B-v0.1/config.json" > "$work/nohidden.json"
+expect_fail "nohidden.json: hidden_size: missing required key" models import "$work/nohidden.json" --out "$work/nohidden-model.json"
+[ ! -e "$work/bert-model.json" ] && [ ! -e "$work/nohidden-model.json" ] || { echo "FAIL: a refused import wrote its --out"; fail=1; }
+echo '{"kept": true}' > "$work/exists.json"
+expect_fail "exists.json: already exists; pass --force to overwrite it" \
+  models import "$src/models/testdata/hf/Mixtral-8x7B-v0.1/config.json" --out "$work/exists.json"
+grep -q kept "$work/exists.json" || { echo "FAIL: models import replaced a file without --force"; fail=1; }
+"$hzp" models import "$src/models/testdata/hf/Mixtral-8x7B-v0.1/config.json" --out "$work/exists.json" --force > /dev/null &&
+  grep -q '"name": "mixtral-8x7b-v0.1"' "$work/exists.json" || { echo "FAIL: models import --force"; fail=1; }
 exit $fail

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Every command of the README's "Using hzp" block, run as written: build/bin/
 # becomes the binaries under test, in a scratch directory that sees the
-# repository's examples/, validation/ and scripts/, in the README's order (a
+# repository's examples/, validation/, scripts/ and models/ (HuggingFace
+# configs to import), in the README's order (a
 # later command reads what an earlier one wrote). Each must exit 0 with
 # non-empty output, and write the file it names with --out/--db/--csv/--trace/
 # --report. A command that cannot run here as written needs a line in one of
@@ -16,7 +17,7 @@ bin=$(realpath "$1")
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cd "$work" || exit 1
-ln -s "$repo/examples" "$repo/validation" "$repo/scripts" .
+ln -s "$repo/examples" "$repo/validation" "$repo/scripts" "$repo/models" .
 mkdir -p build && ln -s "$bin" build/bin
 # shellcheck source=tests/lib.sh
 . "$here/lib.sh"
