@@ -117,6 +117,8 @@ nlohmann::ordered_json plan_row_json(const explore::PlanChoice& c, const std::st
       {"tp", c.options.tp},
       {"pp", c.options.pp},
       {"vpp", c.options.vpp},
+      {"pipeline_layout", c.options.pipeline_layout ? nlohmann::ordered_json(*c.options.pipeline_layout)
+                                                    : nlohmann::ordered_json(nullptr)},
       {"ep", c.options.ep},
       {"micro_batch", c.options.micro_batch},
       {"recompute", plan::to_string(c.options.recompute)},

@@ -32,16 +32,28 @@ std::string placement(const topologies::GroupSpan& g, const topologies::Topology
   return fmt::format("{} domains x {} rank(s), across the {} tier", g.domains, g.min_ranks_per_domain, tier);
 }
 
+// Tensor and pipeline parallelism, and where the layers sit when uneven.
+std::string model_parallelism(const plan::ResolvedPlan& plan) {
+  const plan::PlanOptions& p = plan.options;
+  std::string pipeline = p.pp > 1 ? " (1F1B)" : "";
+  if (p.vpp > 1) pipeline = fmt::format(" x {} virtual stages (interleaved 1F1B)", p.vpp);
+  std::string out = fmt::format("model parallelism: tp {}{}, pp {}{}\n", p.tp,
+                                p.sequence_parallel ? " (sequence parallel)" : "", p.pp, pipeline);
+  if (!plan.layout.even()) {
+    std::string counts;
+    for (int v = 0; v < plan.layout.virtual_stages(); ++v) counts += fmt::format(" {}", plan.layout.layers_of(v));
+    out += fmt::format("pipeline layout: {} (transformer layers per virtual stage:{})\n", plan.layout.text(), counts);
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string explain(const core::Schedule& s, const plan::ResolvedPlan& plan, const topologies::PerfModel& pm) {
   std::string out;
   const plan::PlanOptions& p = plan.options;
   {
-    std::string pipeline = p.pp > 1 ? " (1F1B)" : "";
-    if (p.vpp > 1) pipeline = fmt::format(" x {} virtual stages (interleaved 1F1B)", p.vpp);
-    out += fmt::format("model parallelism: tp {}{}, pp {}{}\n", p.tp, p.sequence_parallel ? " (sequence parallel)" : "",
-                       p.pp, pipeline);
+    out += model_parallelism(plan);
     out += fmt::format(
         "plan {}: (g_p, g_g, g_o) = ({}, {}, {}) over {} data-parallel (x context-parallel) ranks, {}, prefetch depth "
         "{}, {}{}\n",

@@ -18,7 +18,8 @@ std::string type_name(const core::OptionSpec& s) {
     case core::ValueType::Number: return "NUMBER";
     case core::ValueType::TokenCount: return "TOKENS";
     case core::ValueType::Triple: return "G_P/G_G/G_O";
-    case core::ValueType::Text: return "NAME|FILE";
+    // Text names a catalog entry or a file, unless its unit says what else it is.
+    case core::ValueType::Text: return s.unit.empty() ? "NAME|FILE" : "TEXT";
     case core::ValueType::Choice: {
       std::string names;
       for (const auto& c : s.choices) names += (names.empty() ? "" : "|") + c;

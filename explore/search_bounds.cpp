@@ -61,11 +61,17 @@ namespace {
 bool first_stage_fits(Search& s, const Candidate& c, const plan::ShardSizes& sh, const LayerParams& layer_params) {
   const Setting& st = s.settings[c.setting];
   const std::int64_t micro = plan::split_batch(s.m, st.gpus, c.o).micro_batches;
+  const plan::PipelineLayout layout = plan::pipeline_layout(s.m, c.o);
   int moe_or_all = 0;  // the first stage's layers of the kind the layer model measured
-  for (int l = 0; l < s.m.layers / c.o.pp; ++l) moe_or_all += !s.m.moe || s.m.is_moe_layer(l) ? 1 : 0;
+  for (int ch = 0; ch < layout.vpp; ++ch) {
+    const auto v = static_cast<std::size_t>(ch * layout.pp);
+    for (int l = layout.first_layer[v]; l < layout.first_layer[v + 1]; ++l) {
+      moe_or_all += !s.m.moe || s.m.is_moe_layer(l) ? 1 : 0;
+    }
+  }
   const double activations = 0.9 * static_cast<double>(std::min<std::int64_t>(micro, c.o.pp)) * moe_or_all *
                              s.layer_cost(c.setting, c.o).activations_GiB;
-  return memory_lower_bound_GiB(layer_params.first_stage(c.o), c.o, sh) + activations <= st.limit_GiB;
+  return memory_lower_bound_GiB(layer_params.first_stage(layout, c.o), c.o, sh) + activations <= st.limit_GiB;
 }
 
 }  // namespace
@@ -73,19 +79,21 @@ bool first_stage_fits(Search& s, const Candidate& c, const plan::ShardSizes& sh,
 // The memory lower bound; shards that do not resolve are not candidates.
 void prune_by_memory(Search& s) {
   const LayerParams layer_params(s.m);
-  std::map<std::tuple<int, int, int>, std::pair<double, double>> stage_params;  // (pp, tp, ep) -> (all, dense)
+  // (pp, tp, ep, layout) -> (all, dense)
+  std::map<std::tuple<int, int, int, std::string>, std::pair<double, double>> stage_params;
   for (auto& c : s.space) {
     const Setting& st = s.settings[c.setting];
     const int dp = st.gpus / (c.o.tp * c.o.pp);
     plan::ShardSizes sh;
     if (!plan::check_shards(c.o, dp, st.cluster, sh).empty()) continue;
     ++s.out.candidates;
-    const auto stage_key = std::tuple{c.o.pp, c.o.tp, c.o.ep};
+    const plan::PipelineLayout layout = plan::pipeline_layout(s.m, c.o);
+    const auto stage_key = std::tuple{c.o.pp, c.o.tp, c.o.ep, layout.text()};
     auto cached = stage_params.find(stage_key);
     if (cached == stage_params.end()) {
       cached = stage_params
-                   .emplace(stage_key,
-                            std::pair{layer_params.largest_stage(c.o, true), layer_params.largest_stage(c.o, false)})
+                   .emplace(stage_key, std::pair{layer_params.largest_stage(layout, c.o, true),
+                                                 layer_params.largest_stage(layout, c.o, false)})
                    .first;
     }
     if (memory_lower_bound_GiB(cached->second.first, c.o, sh) > st.limit_GiB ||

@@ -74,25 +74,28 @@ struct LayerParams {
       expert.push_back(e);
     }
   }
-  /// Parameters on one rank of the largest pipeline stage (dense / tp, experts / (tp · ep if counted)).
-  [[nodiscard]] double largest_stage(const PlanOptions& o, bool experts) const {
-    const std::size_t per_stage = dense.size() / static_cast<std::size_t>(o.pp);
-    double biggest = 0;
-    for (std::size_t s = 0; s < static_cast<std::size_t>(o.pp); ++s) {
-      double params = 0;
-      for (std::size_t l = s * per_stage; l < (s + 1) * per_stage; ++l) {
-        params += dense[l] + (experts ? expert[l] / o.ep : 0);
+  /// Parameters on one rank of pipeline stage p as `layout` places the layers
+  /// (dense / tp, experts / (tp · ep) if counted).
+  [[nodiscard]] double stage(const plan::PipelineLayout& layout, int p, const PlanOptions& o, bool experts) const {
+    double params = 0;
+    for (int c = 0; c < layout.vpp; ++c) {
+      const auto v = static_cast<std::size_t>(c * layout.pp + p);
+      for (int l = layout.first_layer[v]; l < layout.first_layer[v + 1]; ++l) {
+        const auto i = static_cast<std::size_t>(l);
+        params += dense[i] + (experts ? expert[i] / o.ep : 0);
       }
-      biggest = std::max(biggest, params / o.tp);
     }
+    return params / o.tp;
+  }
+  /// Parameters on one rank of the largest pipeline stage.
+  [[nodiscard]] double largest_stage(const plan::PipelineLayout& layout, const PlanOptions& o, bool experts) const {
+    double biggest = 0;
+    for (int p = 0; p < layout.pp; ++p) biggest = std::max(biggest, stage(layout, p, o, experts));
     return biggest;
   }
   /// Parameters on one rank of the first pipeline stage, which holds the most activations.
-  [[nodiscard]] double first_stage(const PlanOptions& o) const {
-    double params = 0;
-    for (std::size_t l = 0; l < dense.size() / static_cast<std::size_t>(o.pp); ++l)
-      params += dense[l] + expert[l] / o.ep;
-    return params / o.tp;
+  [[nodiscard]] double first_stage(const plan::PipelineLayout& layout, const PlanOptions& o) const {
+    return stage(layout, 0, o, true);
   }
 };
 

@@ -21,7 +21,10 @@ Estimate over_layers(const models::ModelSpec& m, const topologies::PerfModel& pm
   // long ones (already many layers).
   const int unit = o.pp * o.vpp;
   const int k1 = unit <= 4 ? 2 : 1;
-  if ((k1 + 1) * unit >= m.layers) return estimate(m, pm, o, floor);
+  // An uneven layout is screened whole: the reduced models would be even.
+  if ((k1 + 1) * unit >= m.layers || o.pipeline_layout || o.first_stage_layers || o.last_stage_layers) {
+    return estimate(m, pm, o, floor);
+  }
   models::ModelSpec a = m, b = m;
   a.layers = k1 * unit;
   b.layers = (k1 + 1) * unit;
@@ -115,10 +118,16 @@ std::pair<double, double> group_bound(Search& s, std::size_t i) {
   // A 1F1B pipeline cannot hide its fill and drain: the last stage starts
   // after p − 1 forwards and the first finishes p − 1 backwards after it,
   // (p − 1) / v micro-batches of one stage's layer work when interleaved.
+  // Uneven layouts: the largest stage's work per micro-batch, and the fill
+  // and drain at the smallest stage's (a bound either way).
   const double micro = static_cast<double>(plan::split_batch(s.m, st.gpus, c.o).micro_batches);
   const double bubble = static_cast<double>(c.o.pp - 1) / c.o.vpp;
-  const double stage = s.layer_cost(c.setting, c.o).compute_s * (s.m.layers / c.o.pp);
-  return std::pair{stage * (micro + bubble), stage * micro};
+  const plan::PipelineLayout layout = plan::pipeline_layout(s.m, c.o);
+  int fewest = layout.stage_layers(0);
+  for (int p = 1; p < layout.pp; ++p) fewest = std::min(fewest, layout.stage_layers(p));
+  const double per_layer = s.layer_cost(c.setting, c.o).compute_s;
+  const double stage = per_layer * layout.max_stage_layers();
+  return std::pair{stage * micro + per_layer * fewest * bubble, stage * micro};
 }
 
 // Screens `which` in parallel; `floors`: which of them also get their group's floor.

@@ -49,7 +49,7 @@ void add_hzp_candidates(Search& s, std::size_t si, std::size_t group, const Plan
 
 // Every micro-batch and recompute of one model-parallel plan: a group of the
 // presets and the hzp sizes.
-void add_group(Search& s, std::size_t si, int tp, int pp, int vpp, int ep) {
+void add_group(Search& s, std::size_t si, int tp, int pp, int vpp, int ep, const std::optional<std::string>& layout) {
   const Setting& st = s.settings[si];
   const int dp = st.gpus / (tp * pp);
   for (std::int64_t mb : {1, 2}) {
@@ -58,6 +58,9 @@ void add_group(Search& s, std::size_t si, int tp, int pp, int vpp, int ep) {
       o.tp = tp;
       o.pp = pp;
       o.vpp = vpp;
+      o.first_stage_layers.reset();
+      o.last_stage_layers.reset();
+      o.pipeline_layout = layout;
       o.ep = ep;
       o.micro_batch = mb;
       o.recompute = rc;
@@ -124,7 +127,9 @@ Search::Search(const PlanQuery& query) : q(query), m(models::load_model(query.mo
 }
 
 // Every TP (within a node), every pipeline depth that divides the layers,
-// VPP 1-3, EP for MoE models, micro-batch 1-2, every recompute.
+// VPP 1-3 where pp x vpp divides them too, EP for MoE models, micro-batch
+// 1-2, every recompute; and pipeline depths that are powers of two but do not
+// divide the layers, with plan::balanced_layout.
 void enumerate_space(Search& s) {
   const models::ModelSpec& m = s.m;
   for (std::size_t si = 0; si < s.settings.size(); ++si) {
@@ -132,13 +137,17 @@ void enumerate_space(Search& s) {
     for (int tp : {1, 2, 4, 8}) {
       if (tp > st.cluster.devices_per_node || m.heads % tp != 0) continue;
       for (int pp = 1; pp <= std::min(64, m.layers); ++pp) {
-        if (m.layers % pp != 0) continue;
+        const bool uneven = m.layers % pp != 0;
+        if (uneven && (pp & (pp - 1)) != 0) continue;
         for (int vpp : {1, 2, 3}) {
-          if ((vpp > 1 && pp == 1) || m.layers % (pp * vpp) != 0) continue;
+          if ((vpp > 1 && pp == 1) || pp * vpp > m.layers) continue;
+          if (!uneven && m.layers % (pp * vpp) != 0) continue;
+          std::optional<std::string> layout;
+          if (uneven) layout = plan::balanced_layout(m.layers, pp, vpp).text();
           for (int ep : {1, 2, 4, 8}) {
             if (ep > 1 && (!m.moe || m.moe->experts % ep != 0)) continue;
             if (st.gpus % (tp * pp) != 0 || (st.gpus / (tp * pp)) % ep != 0) continue;
-            add_group(s, si, tp, pp, vpp, ep);
+            add_group(s, si, tp, pp, vpp, ep, layout);
           }
         }
       }

@@ -162,7 +162,7 @@ namespace {
 
 // The checks of a plan that need the model, once the batch split is known.
 void model_problems(const models::ModelSpec& m, const PlanOptions& o, const BatchSplit& batch,
-                    std::vector<core::Problem>& ps) {
+                    std::vector<core::Problem>& ps, PipelineLayout& layout) {
   if (o.prefetch_depth < 0 || o.prefetch_depth > 64) {
     ps.push_back({"prefetch_depth", fmt::format("expected 0..64, got {}", o.prefetch_depth)});
   }
@@ -191,9 +191,8 @@ void model_problems(const models::ModelSpec& m, const PlanOptions& o, const Batc
     ps.push_back(
         {"tp", fmt::format("expected a divisor of the {} attention heads of {}, got {}", m.heads, m.name, o.tp)});
   }
-  if (o.vpp < 1 || m.layers % (o.pp * o.vpp) != 0) {
-    ps.push_back({o.vpp > 1 ? "vpp" : "pp", fmt::format("expected pp x vpp to divide the {} layers of {}, got {} x {}",
-                                                        m.layers, m.name, o.pp, o.vpp)});
+  if (std::vector<core::Problem> lp = check_pipeline_layout(m, o, layout); !lp.empty()) {
+    ps.insert(ps.end(), lp.begin(), lp.end());
   } else if (o.vpp > 1 && batch.micro_batches % o.pp != 0) {
     ps.push_back({"vpp", fmt::format("interleaved pipelining needs micro-batches per rank ({}) to be a multiple of "
                                      "pp ({})",
@@ -237,7 +236,7 @@ std::vector<core::Problem> check_plan(const models::ModelSpec& m, const topologi
   // sharding dimension is DP x CP (Megatron's data-parallel-with-context group).
   r.shard_ranks = r.batch.data_parallel * o.cp;
   ps = check_shards(o, r.shard_ranks, topo.spec(), r.shards);
-  model_problems(m, o, r.batch, ps);
+  model_problems(m, o, r.batch, ps, r.layout);
   const stacks::Stack& stack = stack_of(o);
   if (o.async.value_or(false) && !stack.spec.overlap.background_threads) {
     ps.push_back({"async", fmt::format("the stack {} issues collectives from the training loop's thread; expected "

@@ -77,14 +77,15 @@ ShardedParams add_param_class(core::Schedule& s, const Layout& l, core::ParamCla
   return c;
 }
 
-std::vector<Unit> stage_units(const models::StepGraph& graph, int p, int pp, int vpp, int per_chunk) {
+std::vector<Unit> stage_units(const models::StepGraph& graph, int p, const PipelineLayout& layout) {
+  const int pp = layout.pp;
   std::vector<Unit> units;
   for (const auto& u : graph.units) {
     int chunk = -1;
     if (u.kind == models::UnitKind::Embedding && p == 0) chunk = 0;
-    if (u.kind == models::UnitKind::Head && p == pp - 1) chunk = vpp - 1;
+    if (u.kind == models::UnitKind::Head && p == pp - 1) chunk = layout.vpp - 1;
     if (u.kind == models::UnitKind::Layer) {
-      int virtual_stage = u.layer / per_chunk;
+      const int virtual_stage = layout.virtual_stage_of(u.layer);
       if (virtual_stage % pp == p) chunk = virtual_stage / pp;
     }
     if (chunk >= 0) units.push_back(Unit{&u, chunk});

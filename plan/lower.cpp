@@ -39,6 +39,7 @@
 #include <algorithm>
 #include <cmath>
 #include <nlohmann/json.hpp>
+#include <numeric>
 #include <set>
 
 #include "core/error.hpp"
@@ -309,12 +310,11 @@ std::int64_t program_ops(const std::vector<detail::Unit>& units, std::int64_t mi
   return micro_batches * per_micro_batch + per_step;
 }
 
-WorkEstimate estimate(const models::ModelSpec& m, const PlanOptions& o, const BatchSplit& batch,
+WorkEstimate estimate(const PlanOptions& o, const BatchSplit& batch, const PipelineLayout& layout,
                       const models::StepGraph& graph, const detail::RankClasses& classes) {
   WorkEstimate w;
-  const int per_chunk = m.layers / (o.pp * o.vpp);
   for (int p = 0; p < o.pp; ++p) {
-    const std::vector<detail::Unit> units = detail::stage_units(graph, p, o.pp, o.vpp, per_chunk);
+    const std::vector<detail::Unit> units = detail::stage_units(graph, p, layout);
     w.ops += classes.count() * program_ops(units, batch.micro_batches, o);
   }
   w.programs = static_cast<std::int64_t>(o.pp) * classes.count();
@@ -354,14 +354,13 @@ class PlanLowering {
 
   void run() {
     // Refuse a Schedule too large to build before building any of it.
-    check_work(estimate(m_, o_, rp_.batch, graph_, classes_of_), o_);
+    check_work(estimate(o_, rp_.batch, rp_.layout, graph_, classes_of_), o_);
     add_groups();
-    // Virtual stage c·pp + p holds layers [(c·pp + p)·Lc, (c·pp + p + 1)·Lc); the
-    // embedding rides with the first, the head with the last.
-    const int per_chunk = m_.layers / (o_.pp * o_.vpp);
+    // Virtual stage c·pp + p holds the layers the pipeline layout gives it;
+    // the embedding rides with the first, the head with the last.
     int program_id = 0;
     for (int p = 0; p < o_.pp; ++p) {
-      std::vector<detail::Unit> units = detail::stage_units(graph_, p, o_.pp, o_.vpp, per_chunk);
+      std::vector<detail::Unit> units = detail::stage_units(graph_, p, rp_.layout);
       for (int c = 0; c < classes_of_.count(); ++c) {
         Lowering lowering(units, rp_.batch, o_, param_classes_, *rp_.options.async, layout_, stage(p, c, program_id++),
                           topo_);
@@ -396,10 +395,11 @@ class PlanLowering {
     Lowering::Stage stage;
     stage.program = program;
     stage.index = p;
-    int first_d = -1;
+    int first_d = -1, members = 0;
     for (int d = 0; d < dp_; ++d) {
       if (classes_of_.of(d) != c) continue;
       if (first_d < 0) first_d = d;
+      ++members;
       for (int t = 0; t < o_.tp; ++t) stage.ranks.push_back(rank_of(t, d, p, o_.tp, dp_));
     }
     std::sort(stage.ranks.begin(), stage.ranks.end());
@@ -414,8 +414,17 @@ class PlanLowering {
     const auto rep = static_cast<std::size_t>(stage.ranks.front());
     stage.tp_group = tp_groups_[rep];
     stage.ep_group = ep_groups_[rep];
-    stage.workload = draw_workload(o_, batch.seq_len, batch.micro_batches, first_d / classes_of_.per_block(), p,
-                                   skewed_ ? first_d % o_.ep : 0, o_.ep, m_.moe ? m_.moe->experts : 0);
+    // The class's workload is the slowest of the data-parallel replicas it
+    // stands for: its members d' = i + cp·d share one cp index i, so each is a
+    // distinct replica d (whose sequence its cp siblings share). Under a
+    // routing skew the classes of a variability block hold the replicas
+    // d ≡ r (mod ep / gcd(cp, ep)): classes with the same r (cp siblings) share
+    // one draw, the others draw independently, so the slowest class is the
+    // slowest of all replicas.
+    const int residues = skewed_ ? o_.ep / std::gcd(o_.cp, o_.ep) : 1;
+    const int data_class = first_d / classes_of_.per_block() * residues + first_d / o_.cp % residues;
+    stage.workload = draw_workload(o_, batch.seq_len, batch.micro_batches, data_class, p, skewed_ ? first_d % o_.ep : 0,
+                                   o_.ep, m_.moe ? m_.moe->experts : 0, members);
     if (o_.cp > 1) context_ring(stage, first_d, p);
     return stage;
   }
@@ -459,7 +468,7 @@ class PlanLowering {
 
 WorkEstimate estimate_work(const models::ModelSpec& m, const PlanOptions& o, const ResolvedPlan& rp) {
   const bool skewed = m.moe && o.ep > 1 && o.moe_skew > 0;
-  return estimate(m, o, rp.batch, step_graph(m, o, rp.batch),
+  return estimate(o, rp.batch, rp.layout, step_graph(m, o, rp.batch),
                   detail::RankClasses(rp.shard_ranks, o.cp, o.ep, skewed, o.variability_classes));
 }
 

@@ -65,9 +65,9 @@ std::vector<int> add_tp_groups(core::Schedule& s, const Layout& l);
 /// data-parallel indices `mult` apart (expert: the edp kinds).
 ShardedParams add_param_class(core::Schedule& s, const Layout& l, core::ParamClass cls, ShardSizes shards, int mult,
                               int count, bool all_group = false);
-/// The units of pipeline stage `p` with their chunks, in chunk order, each
-/// chunk from the embedding to the head.
-std::vector<Unit> stage_units(const models::StepGraph& graph, int p, int pp, int vpp, int per_chunk);
+/// The units of pipeline stage `p` with their chunks (layers as `layout`
+/// places them), in chunk order, each chunk from the embedding to the head.
+std::vector<Unit> stage_units(const models::StepGraph& graph, int p, const PipelineLayout& layout);
 
 /// Rank classes: ranks that run identical programs. Without variability, one
 /// per stage; with it, contiguous blocks of data-parallel ranks and, under a
@@ -88,6 +88,13 @@ class RankClasses {
 };
 
 // workload.cpp
+
+/// Φ⁻¹(p), the standard normal quantile, and Φ⁻¹(1 − q) from the upper tail q
+/// (accurate where 1 − q rounds to 1).
+double normal_quantile(double p);
+double normal_upper_quantile(double q);
+/// The u-quantile of the maximum of n standard normals: Φ⁻¹(u^{1/n}).
+double max_normal_quantile(double u, double n);
 
 /// The op as a rank class runs it in one micro-batch: FLOPs scaled by the
 /// compute jitter `compute`, the attention core also by `attention` (Σ lenᵢ² /

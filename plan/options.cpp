@@ -49,6 +49,20 @@ PlanOption field(OptionSpec s) {
                     }};
 }
 
+// A nullable field (std::optional): null when unset.
+template <auto Member>
+PlanOption optional_field(OptionSpec s) {
+  return PlanOption{std::move(nullable(std::move(s))),
+                    [](const PlanOptions& o) -> json {
+                      const auto& v = o.*Member;
+                      return v ? json(*v) : json();
+                    },
+                    [](PlanOptions& o, const json& v) {
+                      using T = typename std::remove_cvref_t<decltype(o.*Member)>::value_type;
+                      o.*Member = v.is_null() ? std::nullopt : std::optional<T>(v.get<T>());
+                    }};
+}
+
 constexpr double kGroup = 1 << 20;  // the largest group size a plan may name
 constexpr double kModelParallel = 1 << 12;
 
@@ -121,6 +135,26 @@ void add_model_parallel_options(std::vector<PlanOption>& t) {
   t.push_back(field<&PlanOptions::vpp>(
       aka(spec("vpp", ValueType::Integer, "virtual stages per pipeline rank (interleaved 1F1B when > 1)", 1, 1 << 10),
           {"--virtual-pipeline-model-parallel-size"})));
+  t.push_back(optional_field<&PlanOptions::first_stage_layers>(optional_in_file(
+      aka(spec("first_stage_layers", ValueType::Integer,
+               "transformer layers on the first pipeline stage (uneven pipelines; the rest split evenly over the "
+               "stages between); null: even",
+               0, 1 << 20),
+          {"--decoder-first-pipeline-num-layers"}))));
+  t.push_back(optional_field<&PlanOptions::last_stage_layers>(optional_in_file(
+      aka(spec("last_stage_layers", ValueType::Integer,
+               "transformer layers on the last pipeline stage (uneven pipelines); null: even", 0, 1 << 20),
+          {"--decoder-last-pipeline-num-layers"}))));
+  {
+    OptionSpec s = optional_in_file(
+        spec("pipeline_layout", ValueType::Text,
+             "Megatron's pipeline layout: the pp x vpp virtual stages in order, separated by '|', each a run of E "
+             "(embedding), t (transformer layer) and L (head and loss); X*N and (...)*N repeat, e.g. "
+             "\"Et*7|(t*8|)*14t*7L\" for 126 layers on 16 stages; null: even or first/last_stage_layers"));
+    s.unit = "layout text";
+    s.flag_aliases = {"--pipeline-model-parallel-layout"};
+    t.push_back(optional_field<&PlanOptions::pipeline_layout>(s));
+  }
   t.push_back(field<&PlanOptions::cp>(
       aka(spec("cp", ValueType::Integer, "context-parallel size (ring attention; sequences split over cp ranks)", 1,
                kModelParallel),
@@ -170,7 +204,9 @@ void add_model_parallel_options(std::vector<PlanOption>& t) {
 void add_workload_options(std::vector<PlanOption>& t) {
   t.push_back(field<&PlanOptions::variability_classes>(
       spec("variability_classes", ValueType::Integer,
-           "rank classes per stage, each drawing its own workload (documents, jitter)", 1, kGroup)));
+           "rank classes per stage, each a block of data-parallel ranks that draws the slowest of its ranks' "
+           "workloads (documents, jitter)",
+           1, kGroup)));
   {
     OptionSpec s = spec("doc_mean_tokens", ValueType::Number,
                         "packed documents of this mean length (exponential): attention costs the sum of squares; "
@@ -179,8 +215,8 @@ void add_workload_options(std::vector<PlanOption>& t) {
     s.unit = "tokens";
     t.push_back(field<&PlanOptions::doc_mean_tokens>(s));
   }
-  t.push_back(field<&PlanOptions::compute_jitter>(spec(
-      "compute_jitter", ValueType::Number, "relative std. dev. of each rank class's compute per micro-batch", 0, 1)));
+  t.push_back(field<&PlanOptions::compute_jitter>(
+      spec("compute_jitter", ValueType::Number, "relative std. dev. of each rank's compute per micro-batch", 0, 1)));
   t.push_back(field<&PlanOptions::moe_skew>(
       spec("moe_skew", ValueType::Number, "Zipf skew of the routing to experts (0: uniform)", 0, 10)));
   t.push_back(field<&PlanOptions::seed>(

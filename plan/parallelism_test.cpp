@@ -106,9 +106,9 @@ TEST(Workload, DrawsAreBoundedAndSeeded) {
   PlanOptions o;
   o.doc_mean_tokens = 512;
   o.compute_jitter = 0.1;
-  Workload a = draw_workload(o, 8192, 4, 0, 0, 0, 1, 0);
-  Workload b = draw_workload(o, 8192, 4, 0, 0, 0, 1, 0);
-  Workload c = draw_workload(o, 8192, 4, 1, 0, 0, 1, 0);
+  Workload a = draw_workload(o, 8192, 4, 0, 0, 0, 1, 0, 1);
+  Workload b = draw_workload(o, 8192, 4, 0, 0, 0, 1, 0, 1);
+  Workload c = draw_workload(o, 8192, 4, 1, 0, 0, 1, 0, 1);
   EXPECT_EQ(a.attention, b.attention);
   EXPECT_NE(a.attention, c.attention);
   for (double f : a.attention) {
@@ -117,11 +117,11 @@ TEST(Workload, DrawsAreBoundedAndSeeded) {
   }
   // One document per sequence when documents are longer than the sequence.
   o.doc_mean_tokens = 1e6;
-  EXPECT_EQ(draw_workload(o, 8192, 2, 0, 0, 0, 1, 0).attention, (std::vector<double>{1.0, 1.0}));
+  EXPECT_EQ(draw_workload(o, 8192, 2, 0, 0, 0, 1, 0, 1).attention, (std::vector<double>{1.0, 1.0}));
   // Zipf routing over 8 experts on 4 ranks: rank 0 holds experts 0 and 1.
   o.moe_skew = 1.0;
   const double h8 = 1 + 1 / 2.0 + 1 / 3.0 + 1 / 4.0 + 1 / 5.0 + 1 / 6.0 + 1 / 7.0 + 1 / 8.0;
-  EXPECT_NEAR(draw_workload(o, 8192, 1, 0, 0, 0, 4, 8).experts, (1 + 1 / 2.0) / h8 * 4, 1e-12);
+  EXPECT_NEAR(draw_workload(o, 8192, 1, 0, 0, 0, 4, 8, 1).experts, (1 + 1 / 2.0) / h8 * 4, 1e-12);
 }
 
 // Rank classes break the symmetry; synchronising collectives make every class

@@ -129,6 +129,17 @@ struct PlanOptions {
   /// pass K/V blocks around, overlapped with attention. Data-parallel size =
   /// GPUs / (tp · pp · cp); parameters are sharded over DP × CP.
   int cp = 1;
+  /// Uneven pipelines (Megatron's --decoder-first/last-pipeline-num-layers):
+  /// transformer layers on the first and on the last pipeline stage, the
+  /// rest split evenly over the stages between; null: even. Each divides by vpp.
+  std::optional<int> first_stage_layers;
+  std::optional<int> last_stage_layers;
+  /// Megatron's --pipeline-model-parallel-layout: the pp·vpp virtual stages in
+  /// order, separated by '|', each a run of 'E' (embedding), 't' (a
+  /// transformer layer) and 'L' (final norm, output layer and loss), with
+  /// "X*N" and "(...)*N" repeating, e.g. "Et*7|(t*8|)*14t*7L"; null: even or
+  /// first/last_stage_layers. See PipelineLayout.
+  std::optional<std::string> pipeline_layout;
   /// Expert parallelism for MoE models: experts split over ep data-parallel
   /// ranks (dispatch and combine all-to-all); expert parameters then follow
   /// the same (g_p, g_g, g_o) plan over the DP / ep expert-data-parallel ranks.
@@ -139,13 +150,15 @@ struct PlanOptions {
 
   /// Workload variability, which breaks the symmetry between ranks: the
   /// data-parallel ranks of each stage split into `variability_classes`
-  /// contiguous blocks (rank classes), each drawing its own workload from
-  /// `seed`; synchronising collectives then propagate the slowest class.
+  /// contiguous blocks (rank classes); every rank draws its own workload from
+  /// `seed`, and a class runs the slowest of its ranks' draws per micro-batch
+  /// (an order statistic), so the slowest class is the slowest of all ranks;
+  /// synchronising collectives then propagate it.
   int variability_classes = 1;
   /// Packed documents of exponentially distributed length with this mean
   /// (tokens): attention costs Σ lenᵢ² instead of seq². 0: one document per sequence.
   double doc_mean_tokens = 0;
-  /// Relative standard deviation of each (rank class, micro-batch)'s compute time.
+  /// Relative standard deviation of each (rank, micro-batch)'s compute time.
   double compute_jitter = 0;
   /// MoE routing skew: expert j receives tokens ∝ 1/(j+1)^skew (Zipf); 0 is
   /// uniform. With ep > 1 each expert-parallel rank index becomes its own rank
@@ -209,6 +222,48 @@ struct PipelineSlot {
 /// vpp > 1 (m a multiple of pp).
 [[nodiscard]] std::vector<PipelineSlot> pipeline_order(int stage, int pp, int vpp, std::int64_t m);
 
+/// Where the model's layers sit on the pipeline. Virtual stage v (v = chunk ·
+/// pp + stage, Megatron's order) holds layers [first_layer[v],
+/// first_layer[v + 1]); the embedding rides on virtual stage 0, the head
+/// (final norm, output layer, loss) on the last.
+struct PipelineLayout {
+  int pp = 1;
+  int vpp = 1;
+  std::vector<int> first_layer;  // pp·vpp + 1 entries; the last is the layer count
+
+  [[nodiscard]] int virtual_stages() const { return pp * vpp; }
+  [[nodiscard]] int layers_of(int v) const;
+  /// The virtual stage that holds `layer` (for a layer in [0, layers)).
+  [[nodiscard]] int virtual_stage_of(int layer) const;
+  /// Layers of pipeline stage p over its vpp chunks.
+  [[nodiscard]] int stage_layers(int p) const;
+  [[nodiscard]] int max_stage_layers() const;
+  /// Whether every virtual stage holds the same number of layers.
+  [[nodiscard]] bool even() const;
+  /// Megatron's layout text of this layout, runs of equal stages folded:
+  /// "Et*7|(t*8|)*14t*7L".
+  [[nodiscard]] std::string text() const;
+  friend bool operator==(const PipelineLayout&, const PipelineLayout&) = default;
+};
+
+/// The layout a plan asks for: pipeline_layout, else first/last_stage_layers,
+/// else layers split evenly over pp·vpp virtual stages. The problems name
+/// the option (empty: `out` holds the layout).
+[[nodiscard]] std::vector<core::Problem> check_pipeline_layout(const models::ModelSpec& m, const PlanOptions& o,
+                                                               PipelineLayout& out);
+/// The same, throwing core::ProblemError.
+[[nodiscard]] PipelineLayout pipeline_layout(const models::ModelSpec& m, const PlanOptions& o);
+/// Parses Megatron's layout text into per-virtual-stage layer counts (what
+/// check_pipeline_layout validates against the model and the pipeline);
+/// problems name `pipeline_layout`.
+[[nodiscard]] std::vector<core::Problem> parse_pipeline_layout(std::string_view text, int pp, int vpp, int layers,
+                                                               PipelineLayout& out);
+/// A layout for `layers` over pp·vpp virtual stages when they do not divide:
+/// every virtual stage holds ceil(layers / (pp·vpp)) layers but for the
+/// shortfall, taken one layer at a time from the ends inwards (the first and
+/// last virtual stages, which also carry the embedding and the head, first).
+[[nodiscard]] PipelineLayout balanced_layout(int layers, int pp, int vpp);
+
 /// The most micro-batches per rank a plan may have (the Schedule holds them all).
 inline constexpr std::int64_t kMaxMicroBatches = 4096;
 
@@ -235,9 +290,13 @@ struct Workload {
   std::vector<double> compute;    // per micro-batch: jitter factor
   double experts = 1.0;           // this class's expert load relative to uniform
 };
-/// The draws for one rank class (deterministic in the seed, the class and the micro-batch).
+/// The draws for one rank class (deterministic in the seed, the class and the
+/// micro-batch). The class stands for `ranks` data-parallel ranks with
+/// independent draws: its attention and compute factors are the maximum over
+/// them (the slowest rank, which synchronising collectives wait for).
 [[nodiscard]] Workload draw_workload(const PlanOptions& o, std::int64_t seq_len, std::int64_t micro_batches,
-                                     int variability_class, int stage, int expert_rank, int ep, int experts);
+                                     int variability_class, int stage, int expert_rank, int ep, int experts,
+                                     std::int64_t ranks);
 
 /// A plan with every default resolved: `options` holds the group sizes the
 /// strategy uses (expert ones for MoE models, else null), async, sequence
@@ -246,8 +305,9 @@ struct Workload {
 struct ResolvedPlan {
   PlanOptions options;
   BatchSplit batch;
-  ShardSizes shards;    // the dense (g_p, g_g, g_o)
-  int shard_ranks = 0;  // DP x CP: the ranks parameters are replicated over
+  ShardSizes shards;      // the dense (g_p, g_g, g_o)
+  int shard_ranks = 0;    // DP x CP: the ranks parameters are replicated over
+  PipelineLayout layout;  // the layers of each virtual stage
   /// The Schedule's provenance "plan": the resolved options (a plan file's
   /// body) plus micro_batches, data_parallel and shard_ranks.
   [[nodiscard]] nlohmann::json provenance() const;

@@ -19,6 +19,7 @@ normalise() {
 cases=(
   "llama3-8b_dgx-h100x16_fsdp|summary.json timeline.csv|--model llama3-8b --cluster dgx-h100 --gpus 16 --strategy fsdp --global-batch-tokens 128K"
   "llama3-8b_dgx-h100x16_hzp_tp2_pp2x2|summary.json|--model llama3-8b --cluster dgx-h100 --gpus 16 --strategy hzp --tp 2 --pp 2 --vpp 2 --global-batch-tokens 64K"
+  "llama3-8b_dgx-h100x16_hzp_tp2_pp4_uneven|summary.json|--model llama3-8b --cluster dgx-h100 --gpus 16 --strategy hzp --tp 2 --pp 4 --first-stage-layers 6 --last-stage-layers 6 --global-batch-tokens 64K"
   "llama3-8b_dgx-h100x16_hzp_tp2_pp2x2_simgrid|summary.json|--model llama3-8b --cluster dgx-h100 --gpus 16 --strategy hzp --tp 2 --pp 2 --vpp 2 --global-batch-tokens 64K --engine simgrid --ranks all"
 )
 
