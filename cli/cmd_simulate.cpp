@@ -123,6 +123,28 @@ void check_writable(const Options& o, const std::string& path) {
   }
 }
 
+// Why the one plan simulated does not fit: its host memory (offload), else its device memory.
+void report_infeasible(const explore::ScenarioResult& r) {
+  const sim::Metrics& m = r.runs[0].metrics;
+  if (!m.host_fits() && r.cluster.host) {
+    std::cerr << fmt::format(
+        "hzp: infeasible: {} offloads {:.1f} GiB of host memory per device, {:.0f} GiB per node of {} devices; the "
+        "node has {:.0f} GiB\n",
+        plan::to_string(r.runs[0].strategy), m.host_memory().gib(), m.host_memory().gib() * r.cluster.devices_per_node,
+        r.cluster.devices_per_node, r.cluster.host->memory_GiB);
+    return;
+  }
+  const sim::ProgramMemory* w = m.worst_memory();
+  std::string top;
+  for (std::size_t i = 0; w && i < w->at_peak.size() && i < 3; ++i) {
+    top += fmt::format("{}{} {:.1f} GiB", i ? ", " : "", w->at_peak[i].first, w->at_peak[i].second.gib());
+  }
+  std::cerr << fmt::format(
+      "hzp: infeasible: {} needs {:.1f} GiB per device (reserved), the {} has {:.0f} GiB; largest at the peak: {}\n",
+      plan::to_string(r.runs[0].strategy), m.peak_reserved().gib(), r.cluster.device.name, r.cluster.device.hbm_GiB,
+      top);
+}
+
 int cmd_simulate(Options& o, const std::string& command_line) {
   finish_scenario(o, command_line);
   if (o.adaptive) {
@@ -164,15 +186,7 @@ int cmd_simulate(Options& o, const std::string& command_line) {
     }
   }
   if (one && !r.runs[0].metrics.fits()) {
-    const sim::ProgramMemory* w = r.runs[0].metrics.worst_memory();
-    std::string top;
-    for (std::size_t i = 0; w && i < w->at_peak.size() && i < 3; ++i) {
-      top += fmt::format("{}{} {:.1f} GiB", i ? ", " : "", w->at_peak[i].first, w->at_peak[i].second.gib());
-    }
-    std::cerr << fmt::format(
-        "hzp: infeasible: {} needs {:.1f} GiB per device (reserved), the {} has {:.0f} GiB; largest at the peak: {}\n",
-        plan::to_string(r.runs[0].strategy), r.runs[0].metrics.peak_reserved().gib(), r.cluster.device.name,
-        r.cluster.device.hbm_GiB, top);
+    report_infeasible(r);
     return kExitInfeasible;
   }
   // Outputs only once everything succeeded and none would be clobbered: all

@@ -39,6 +39,12 @@ std::string model_parallelism(const plan::ResolvedPlan& plan) {
   if (p.vpp > 1) pipeline = fmt::format(" x {} virtual stages (interleaved 1F1B)", p.vpp);
   std::string out = fmt::format("model parallelism: tp {}{}, pp {}{}\n", p.tp,
                                 p.sequence_parallel ? " (sequence parallel)" : "", p.pp, pipeline);
+  if (p.expert_tp && *p.expert_tp != p.tp) {
+    out += fmt::format(
+        "experts folded (MoE parallel folding): ep {} x expert tp {} over each stage's tp x dp x cp "
+        "ranks, {} expert-data-parallel\n",
+        p.ep, *p.expert_tp, p.tp * plan.shard_ranks / (p.ep * *p.expert_tp));
+  }
   if (!plan.layout.even()) {
     std::string counts;
     for (int v = 0; v < plan.layout.virtual_stages(); ++v) counts += fmt::format(" {}", plan.layout.layers_of(v));

@@ -75,7 +75,8 @@ std::string summary_text(const ScenarioResult& r) {
     out += fmt::format("{:<8} {:<26} {:>9.3f} {:>9} {:>8.1f} {:>5.1f}% {:>9.3f} {:>9.3f} {:>9.1f} {:>9.1f}  {}\n",
                        plan::to_string(run.strategy), shards, m.step_time.to_seconds(), si(m.tokens_per_s),
                        m.model_tflops_per_gpu, 100 * m.mfu, exposed, m.compute_idle.to_seconds(), m.peak_memory().gib(),
-                       m.peak_reserved().gib(), m.fits() ? "yes" : "NO (out of memory)");
+                       m.peak_reserved().gib(),
+                       m.fits() ? "yes" : (m.host_fits() ? "NO (out of memory)" : "NO (host memory)"));
   }
   out += fmt::format(
       "mem GiB / reserved: peak allocated, and peak held by the caching allocator, per {:.0f} GiB device.\n",
@@ -153,6 +154,10 @@ std::string summary_json(const ScenarioResult& r, const std::string& command_lin
     x["memory_at_peak_GiB"] = contributors;
     x["hbm_GiB"] = r.cluster.device.hbm_GiB;
     x["fits_in_memory"] = m.fits();
+    if (m.host_memory().count() > 0) {  // offload only: older summaries stay as they were
+      x["host_memory_GiB"] = m.host_memory().gib();
+      x["host_memory_fits"] = m.host_fits();
+    }
     runs.push_back(x);
   }
   return j.dump(2) + "\n";

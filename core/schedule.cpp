@@ -17,7 +17,7 @@ using Names = std::array<std::pair<E, std::string_view>, N>;
 
 constexpr Names<Dtype, 4> kDtype{
     {{Dtype::Bf16, "bf16"}, {Dtype::Fp16, "fp16"}, {Dtype::Fp32, "fp32"}, {Dtype::Fp8, "fp8"}}};
-constexpr Names<GroupKind, 17> kGroupKind{{{GroupKind::World, "world"},
+constexpr Names<GroupKind, 18> kGroupKind{{{GroupKind::World, "world"},
                                            {GroupKind::DpShard, "dp_shard"},
                                            {GroupKind::DpReplica, "dp_replica"},
                                            {GroupKind::Tp, "tp"},
@@ -33,7 +33,8 @@ constexpr Names<GroupKind, 17> kGroupKind{{{GroupKind::World, "world"},
                                            {GroupKind::EdpReplica, "edp_replica"},
                                            {GroupKind::EdpRegather, "edp_regather"},
                                            {GroupKind::DpAll, "dp_all"},
-                                           {GroupKind::EdpAll, "edp_all"}}};
+                                           {GroupKind::EdpAll, "edp_all"},
+                                           {GroupKind::Etp, "etp"}}};
 constexpr Names<OpKind, 9> kOpKind{{{OpKind::Compute, "compute"},
                                     {OpKind::Collective, "collective"},
                                     {OpKind::Send, "send"},
@@ -43,23 +44,26 @@ constexpr Names<OpKind, 9> kOpKind{{{OpKind::Compute, "compute"},
                                     {OpKind::Record, "record"},
                                     {OpKind::Wait, "wait"},
                                     {OpKind::Sync, "sync"}}};
-constexpr Names<ComputeKind, 7> kComputeKind{{{ComputeKind::Gemm, "gemm"},
+constexpr Names<ComputeKind, 9> kComputeKind{{{ComputeKind::Gemm, "gemm"},
                                               {ComputeKind::Attention, "attention"},
                                               {ComputeKind::Elementwise, "elementwise"},
                                               {ComputeKind::Norm, "norm"},
                                               {ComputeKind::Embedding, "embedding"},
                                               {ComputeKind::Loss, "loss"},
-                                              {ComputeKind::Optimizer, "optimizer"}}};
+                                              {ComputeKind::Optimizer, "optimizer"},
+                                              {ComputeKind::HostCopy, "host_copy"},
+                                              {ComputeKind::HostOptimizer, "host_optimizer"}}};
 constexpr Names<CollectiveKind, 5> kCollectiveKind{{{CollectiveKind::AllGather, "all_gather"},
                                                     {CollectiveKind::ReduceScatter, "reduce_scatter"},
                                                     {CollectiveKind::AllReduce, "all_reduce"},
                                                     {CollectiveKind::AllToAll, "all_to_all"},
                                                     {CollectiveKind::Broadcast, "broadcast"}}};
-constexpr Names<StreamKind, 5> kStreamKind{{{StreamKind::Compute, "compute"},
+constexpr Names<StreamKind, 6> kStreamKind{{{StreamKind::Compute, "compute"},
                                             {StreamKind::ParamGather, "param_gather"},
                                             {StreamKind::GradReduce, "grad_reduce"},
                                             {StreamKind::Optimizer, "optimizer"},
-                                            {StreamKind::Comm, "comm"}}};
+                                            {StreamKind::Comm, "comm"},
+                                            {StreamKind::Offload, "offload"}}};
 
 constexpr Names<OpRole, 11> kOpRole{{{OpRole::Forward, "forward"},
                                      {OpRole::Backward, "backward"},
@@ -232,6 +236,7 @@ Program program_from_json(StrictObject p, std::size_t i) {
   for (std::size_t t = 0; t < threads.size(); ++t) prog.threads.push_back(thread_from_json(p.element("threads", t), t));
   const auto& streams = p.array("streams");
   for (std::size_t k = 0; k < streams.size(); ++k) prog.streams.push_back(stream_from_json(p.element("streams", k), k));
+  if (p.has("host_bytes")) prog.host_bytes = Bytes(p.integer("host_bytes", 0));
   p.finish();
   return prog;
 }

@@ -49,7 +49,8 @@ enum class GroupKind {
   EdpReplica,
   EdpRegather,
   DpAll,
-  EdpAll
+  EdpAll,
+  Etp  // expert tensor parallelism when it differs from tp (MoE parallel folding)
 };
 
 /// A process group: the ranks of one NCCL communicator.
@@ -60,7 +61,12 @@ struct Group {
 };
 
 enum class OpKind { Compute, Collective, Send, Recv, Alloc, Free, Record, Wait, Sync };
-enum class ComputeKind { Gemm, Attention, Elementwise, Norm, Embedding, Loss, Optimizer };
+/// HostCopy: a copy over the device's host link (PCIe or C2C), `bytes` one
+/// way, costed at the cluster's node.host.link_GBps (offload). HostOptimizer:
+/// the optimizer step run by the host CPU (ZeRO-Offload's CPU Adam), `bytes`
+/// of host memory traffic, costed at the device's share of the node's
+/// node.host.memory_GBps. Neither uses the device's SMs.
+enum class ComputeKind { Gemm, Attention, Elementwise, Norm, Embedding, Loss, Optimizer, HostCopy, HostOptimizer };
 enum class CollectiveKind { AllGather, ReduceScatter, AllReduce, AllToAll, Broadcast };
 
 /// What an op is for in the training step. Consumers decide by the role, the
@@ -152,7 +158,14 @@ struct Op {
   int event = -1;
 };
 
-enum class StreamKind { Compute, ParamGather, GradReduce, Optimizer, Comm };
+/// Work that uses none of the device's SMs (copy engines, the host CPU):
+/// collectives do not slow it down.
+[[nodiscard]] constexpr bool is_offload(ComputeKind k) {
+  return k == ComputeKind::HostCopy || k == ComputeKind::HostOptimizer;
+}
+
+/// Offload: the copies to and from host memory and the host CPU's optimizer step.
+enum class StreamKind { Compute, ParamGather, GradReduce, Optimizer, Comm, Offload };
 
 /// An in-order queue of device work (a CUDA stream), fed by one host thread.
 struct Stream {
@@ -217,6 +230,10 @@ struct Program {
   std::vector<int> ranks;  // ascending; ranks[0] is the representative
   std::vector<Thread> threads;
   std::vector<Stream> streams;
+  /// Pinned host memory each rank of the class holds at its peak for
+  /// offloaded state (optimizer states, activations); 0 without offload
+  /// (JSON `host_bytes`, written only when > 0).
+  Bytes host_bytes{};
 };
 
 /// What the step computes, for throughput and MFU: the engines see only the

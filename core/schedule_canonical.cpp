@@ -177,9 +177,15 @@ void write_stream(Out& out, const Stream& st) {
   out.raw(tail);
 }
 
-// Keys in sorted order: id, name, ranks, streams, threads.
+// Keys in sorted order: [host_bytes,] id, name, ranks, streams, threads.
 void write_program(Out& out, const Program& p) {
-  std::string head = "{\"id\":";
+  std::string head = "{";
+  if (p.host_bytes.count() > 0) {
+    head += "\"host_bytes\":";
+    append_int(head, p.host_bytes.count());
+    head += ',';
+  }
+  head += "\"id\":";
   append_int(head, p.id);
   head += ",\"name\":";
   append_string(head, p.name);

@@ -37,7 +37,11 @@ std::vector<core::Schedule> representative_schedules() {
     tweak(sc.plan);
     out.push_back(build_schedule(sc, strategy));
   };
-  add("llama3-8b", 16, plan::Strategy::Fsdp, [](plan::PlanOptions&) {});
+  // With offload: programs record the pinned host memory (host_bytes).
+  add("llama3-8b", 16, plan::Strategy::Fsdp, [](plan::PlanOptions& o) {
+    o.offload_optimizer = true;
+    o.offload_activations = true;
+  });
   add("llama3-8b", 32, plan::Strategy::Hzp, [](plan::PlanOptions& o) {
     o.tp = 2;
     o.pp = 2;

@@ -27,8 +27,14 @@ std::string describe_plan(const PlanChoice& c) {
                               c.shards.optim, c.async ? "async" : "sync");
   if (o.tp > 1) s += fmt::format(" tp{}", o.tp);
   if (o.pp > 1) s += fmt::format(" pp{}{}", o.pp, o.vpp > 1 ? fmt::format("x{}", o.vpp) : "");
+  if (o.pipeline_schedule != plan::PipelineSchedule::OneFOneB) {
+    s += fmt::format(" {}", plan::to_string(o.pipeline_schedule));
+  }
   if (o.pipeline_layout) s += fmt::format(" layout {}", *o.pipeline_layout);
   if (o.ep > 1) s += fmt::format(" ep{}", o.ep);
+  if (o.expert_tp) s += fmt::format(" etp{}", *o.expert_tp);
+  if (o.offload_optimizer) s += " offload-optimizer";
+  if (o.offload_activations) s += " offload-activations";
   s += fmt::format(" mb{} {}", o.micro_batch, plan::to_string(o.recompute));
   return s;
 }

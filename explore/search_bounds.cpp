@@ -12,7 +12,8 @@ namespace hzp::explore::search {
 // The sharded model states alone (a lower bound on the peak), GiB.
 double memory_lower_bound_GiB(double stage_params, const PlanOptions& o, const plan::ShardSizes& sh) {
   const double grad_bytes = static_cast<double>(core::dtype_bytes(o.grad_dtype));
-  return stage_params * (2.0 / sh.param + grad_bytes / sh.grad + 12.0 / sh.optim) / (1024.0 * 1024 * 1024);
+  const double optimizer = o.offload_optimizer ? 0.0 : 12.0;  // offloaded: in host memory
+  return stage_params * (2.0 / sh.param + grad_bytes / sh.grad + optimizer / sh.optim) / (1024.0 * 1024 * 1024);
 }
 
 // Adam's kernels on the compute stream (bandwidth-bound: kAdamBytesPerParam
@@ -28,13 +29,19 @@ double adam_seconds(double dense_stage_params, const plan::ShardSizes& sh, const
 // sharded states; from two layers on, both models prefetch one layer's
 // parameters). The same for every pipeline depth and sharding.
 LayerCost Search::layer_cost(std::size_t setting, const PlanOptions& p) {
-  const auto key = std::tuple{setting, p.tp, p.ep, p.micro_batch, static_cast<int>(p.recompute)};
+  const auto key =
+      std::tuple{setting, p.tp, p.ep, p.expert_tp.value_or(0), p.micro_batch, static_cast<int>(p.recompute)};
   auto it = layer_costs_.find(key);
   if (it != layer_costs_.end()) return it->second;
   const Setting& st = settings[setting];
   PlanOptions o = p;
   o.strategy = Strategy::Fsdp;
   o.pp = o.vpp = 1;
+  o.pipeline_schedule = plan::PipelineSchedule::OneFOneB;
+  o.offload_optimizer = o.offload_activations = false;
+  o.pipeline_layout.reset();
+  o.first_stage_layers.reset();
+  o.last_stage_layers.reset();
   o.global_batch_tokens.reset();
   o.global_batch_sequences = o.micro_batch * (st.gpus / (o.tp * o.cp));
   models::ModelSpec two = m, three = m;
@@ -62,25 +69,52 @@ bool first_stage_fits(Search& s, const Candidate& c, const plan::ShardSizes& sh,
   const Setting& st = s.settings[c.setting];
   const std::int64_t micro = plan::split_batch(s.m, st.gpus, c.o).micro_batches;
   const plan::PipelineLayout layout = plan::pipeline_layout(s.m, c.o);
+  // ZB-V: stage 0 runs 2p - 1 forwards of its chunk 0 before the first of
+  // its chunk 1, so count those of chunk 0 only.
+  const bool zbv = c.o.pipeline_schedule == plan::PipelineSchedule::ZbV;
+  const std::int64_t in_flight = std::min<std::int64_t>(micro, zbv ? 2 * c.o.pp - 1 : c.o.pp);
   int moe_or_all = 0;  // the first stage's layers of the kind the layer model measured
-  for (int ch = 0; ch < layout.vpp; ++ch) {
-    const auto v = static_cast<std::size_t>(ch * layout.pp);
+  for (int ch = 0; ch < (zbv ? 1 : layout.vpp); ++ch) {
+    const auto v = static_cast<std::size_t>(layout.virtual_stage(0, ch));
     for (int l = layout.first_layer[v]; l < layout.first_layer[v + 1]; ++l) {
       moe_or_all += !s.m.moe || s.m.is_moe_layer(l) ? 1 : 0;
     }
   }
-  const double activations = 0.9 * static_cast<double>(std::min<std::int64_t>(micro, c.o.pp)) * moe_or_all *
-                             s.layer_cost(c.setting, c.o).activations_GiB;
+  // Offloaded activations: the device may hold only those in flight.
+  const double activations = c.o.offload_activations ? 0.0
+                                                     : 0.9 * static_cast<double>(in_flight) * moe_or_all *
+                                                           s.layer_cost(c.setting, c.o).activations_GiB;
   return memory_lower_bound_GiB(layer_params.first_stage(layout, c.o), c.o, sh) + activations <= st.limit_GiB;
+}
+
+// Whether a candidate passes the memory bounds: its sharded model states
+// (`states`, GiB) on the device, with the optimizer offloaded its host states
+// (ZeRO-Offload's fp32 states and staging, a bound: dense shard sizes for all),
+// and the first stage's activations.
+bool fits_memory(Search& s, const Candidate& c, const plan::ShardSizes& sh, double stage_params,
+                 const LayerParams& layer_params, double& states) {
+  const Setting& st = s.settings[c.setting];
+  states = memory_lower_bound_GiB(stage_params, c.o, sh);
+  if (states > st.limit_GiB) return false;
+  if (c.o.offload_optimizer) {
+    const double host = static_cast<double>(plan::kHostStateBytesPerParam + core::dtype_bytes(c.o.grad_dtype)) *
+                        stage_params / sh.optim / (1024.0 * 1024 * 1024);
+    if (host > st.cluster.device.host_memory_GiB_per_device) return false;
+  }
+  return s.q.exhaustive || first_stage_fits(s, c, sh, layer_params);
 }
 
 }  // namespace
 
 // The memory lower bound; shards that do not resolve are not candidates.
+// Offload where it applies: a candidate whose model states do not fit on the
+// device tries again with the optimizer offloaded to host memory (on a
+// cluster that states its host side), as a group of its own.
 void prune_by_memory(Search& s) {
   const LayerParams layer_params(s.m);
-  // (pp, tp, ep, layout) -> (all, dense)
-  std::map<std::tuple<int, int, int, std::string>, std::pair<double, double>> stage_params;
+  // (pp, tp, ep, expert_tp or 0, layout) -> (all, dense)
+  std::map<std::tuple<int, int, int, int, std::string>, std::pair<double, double>> stage_params;
+  std::map<std::size_t, std::size_t> offload_groups;  // group -> its optimizer-offloaded twin
   for (auto& c : s.space) {
     const Setting& st = s.settings[c.setting];
     const int dp = st.gpus / (c.o.tp * c.o.pp);
@@ -88,7 +122,8 @@ void prune_by_memory(Search& s) {
     if (!plan::check_shards(c.o, dp, st.cluster, sh).empty()) continue;
     ++s.out.candidates;
     const plan::PipelineLayout layout = plan::pipeline_layout(s.m, c.o);
-    const auto stage_key = std::tuple{c.o.pp, c.o.tp, c.o.ep, layout.text()};
+    const auto stage_key =
+        std::tuple{c.o.pp, c.o.tp, c.o.ep, c.o.expert_tp.value_or(0), layout.text() + (layout.v_shape ? " V" : "")};
     auto cached = stage_params.find(stage_key);
     if (cached == stage_params.end()) {
       cached = stage_params
@@ -96,14 +131,25 @@ void prune_by_memory(Search& s) {
                                                  layer_params.largest_stage(layout, c.o, false)})
                    .first;
     }
-    if (memory_lower_bound_GiB(cached->second.first, c.o, sh) > st.limit_GiB ||
-        (!s.q.exhaustive && !first_stage_fits(s, c, sh, layer_params))) {
+    double states = 0;
+    Candidate kept = c;
+    bool fits = fits_memory(s, kept, sh, cached->second.first, layer_params, states);
+    if (!fits && st.cluster.host && !kept.o.offload_optimizer) {
+      kept.o.offload_optimizer = true;
+      kept.preset_at_base = false;
+      auto [g, added] = offload_groups.try_emplace(c.group, s.groups);
+      if (added) ++s.groups;
+      kept.group = g->second;
+      fits = fits_memory(s, kept, sh, cached->second.first, layer_params, states);
+    }
+    if (!fits) {
       ++s.out.pruned_memory;
       continue;
     }
-    s.alive.push_back(c);
-    s.adam.push_back(adam_seconds(cached->second.second, sh, st.cluster.device));
-    s.states.push_back(memory_lower_bound_GiB(cached->second.first, c.o, sh));
+    s.alive.push_back(kept);
+    // Offloaded, Adam runs on the host: nothing on the compute stream.
+    s.adam.push_back(kept.o.offload_optimizer ? 0.0 : adam_seconds(cached->second.second, sh, st.cluster.device));
+    s.states.push_back(states);
   }
 }
 

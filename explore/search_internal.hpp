@@ -75,17 +75,18 @@ struct LayerParams {
     }
   }
   /// Parameters on one rank of pipeline stage p as `layout` places the layers
-  /// (dense / tp, experts / (tp · ep) if counted).
+  /// (dense / tp, experts / (expert_tp · ep) if counted; expert_tp is tp
+  /// unless folded).
   [[nodiscard]] double stage(const plan::PipelineLayout& layout, int p, const PlanOptions& o, bool experts) const {
-    double params = 0;
+    double d = 0, e = 0;
     for (int c = 0; c < layout.vpp; ++c) {
-      const auto v = static_cast<std::size_t>(c * layout.pp + p);
+      const auto v = static_cast<std::size_t>(layout.virtual_stage(p, c));
       for (int l = layout.first_layer[v]; l < layout.first_layer[v + 1]; ++l) {
-        const auto i = static_cast<std::size_t>(l);
-        params += dense[i] + (experts ? expert[i] / o.ep : 0);
+        d += dense[static_cast<std::size_t>(l)];
+        e += expert[static_cast<std::size_t>(l)];
       }
     }
-    return params / o.tp;
+    return d / o.tp + (experts ? e / (o.ep * o.expert_tp.value_or(o.tp)) : 0);
   }
   /// Parameters on one rank of the largest pipeline stage.
   [[nodiscard]] double largest_stage(const plan::PipelineLayout& layout, const PlanOptions& o, bool experts) const {
@@ -147,7 +148,8 @@ struct Search {
   void note(std::size_t i);
 
  private:
-  std::map<std::tuple<std::size_t, int, int, std::int64_t, int>, LayerCost> layer_costs_;
+  // (setting, tp, ep, expert_tp or 0, micro-batch, recompute) -> cost
+  std::map<std::tuple<std::size_t, int, int, int, std::int64_t, int>, LayerCost> layer_costs_;
 };
 
 // The phases (search_space.cpp, search_bounds.cpp, search_screen.cpp, search_verify.cpp).

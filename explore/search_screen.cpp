@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <limits>
 #include <map>
 
 #include "explore/parallel_map.hpp"
@@ -21,20 +22,32 @@ Estimate over_layers(const models::ModelSpec& m, const topologies::PerfModel& pm
   // long ones (already many layers).
   const int unit = o.pp * o.vpp;
   const int k1 = unit <= 4 ? 2 : 1;
-  // An uneven layout is screened whole: the reduced models would be even.
-  if ((k1 + 1) * unit >= m.layers || o.pipeline_layout || o.first_stage_layers || o.last_stage_layers) {
-    return estimate(m, pm, o, floor);
+  // An uneven layout is screened as the even pipeline of its largest
+  // virtual stage (max x pp x vpp layers), which sets its pace: a slight
+  // overestimate of the work, fill and drain and the first stage's memory.
+  PlanOptions even = o;
+  even.pipeline_layout.reset();
+  even.first_stage_layers.reset();
+  even.last_stage_layers.reset();
+  int target = m.layers;
+  if (o.pipeline_layout || o.first_stage_layers || o.last_stage_layers) {
+    const plan::PipelineLayout layout = plan::pipeline_layout(m, o);
+    int most = 0;
+    for (int v = 0; v < layout.virtual_stages(); ++v) most = std::max(most, layout.layers_of(v));
+    target = most * unit;
   }
+  if ((k1 + 1) * unit >= target) return estimate(m, pm, o, floor);
   models::ModelSpec a = m, b = m;
   a.layers = k1 * unit;
   b.layers = (k1 + 1) * unit;
-  if (m.moe) {
-    a.moe->dense_layers = std::min(m.moe->dense_layers, a.layers - 1);
-    b.moe->dense_layers = std::min(m.moe->dense_layers, b.layers - 1);
-  }
-  const Estimate ea = estimate(a, pm, o, floor), eb = estimate(b, pm, o, floor);
+  // The layer the larger model adds is what most of the model's layers are:
+  // an MoE layer (both models keep the same leading dense layers, at least
+  // one MoE layer each). The model's own extra dense layers are then
+  // extrapolated as MoE ones, a small overestimate (DeepSeek-V3: 2 of 61).
+  if (m.moe) a.moe->dense_layers = b.moe->dense_layers = std::min(m.moe->dense_layers, a.layers - 1);
+  const Estimate ea = estimate(a, pm, even, floor), eb = estimate(b, pm, even, floor);
   if (!ea.ok || !eb.ok) return Estimate{};
-  const double k = static_cast<double>(m.layers - a.layers) / (b.layers - a.layers);
+  const double k = static_cast<double>(target - a.layers) / (b.layers - a.layers);
   auto x = [k](double va, double vb) { return va + k * (vb - va); };
   // More layers never need less memory: the larger reduced model bounds the peak from below.
   return Estimate{true, x(ea.step_s, eb.step_s), std::max(eb.reserved_GiB, x(ea.reserved_GiB, eb.reserved_GiB)),
@@ -55,6 +68,10 @@ Estimate estimate(const models::ModelSpec& m, const topologies::PerfModel& pm, c
     const sim::AnalyticEngine engine(pm, /*interference=*/false);
     const sim::StepEstimate e = engine.estimate(s);
     Estimate out{true, e.step.to_seconds(), e.peak_reserved.gib(), e.model_compute.to_seconds(), 0};
+    // More pinned host memory than the node has does not fit either.
+    if (e.host.count() > 0 && e.host.gib() > pm.topology().spec().device.host_memory_GiB_per_device) {
+      out.reserved_GiB = std::numeric_limits<double>::infinity();
+    }
     if (floor) {
       out.floor_s =
           engine.estimate(s, [&s](const core::Op& op) { return plan::is_sharding_op(s, op); }).step.to_seconds();
@@ -76,7 +93,8 @@ Estimate simulate(const models::ModelSpec& m, const topologies::PerfModel& pm, c
     sim::AnalyticEngine(pm).run(s, h, rec);
     out = sim::compute_metrics(s, rec.timeline(), pm.topology().spec().device);
     if (terms) *terms = sharding_terms(s, out, pm);
-    return Estimate{true, out.step_time.to_seconds(), out.peak_reserved().gib(), 0};
+    const double reserved = out.host_fits() ? out.peak_reserved().gib() : std::numeric_limits<double>::infinity();
+    return Estimate{true, out.step_time.to_seconds(), reserved, 0};
   }
 }
 
@@ -89,7 +107,9 @@ Estimate screen(const models::ModelSpec& m, const topologies::PerfModel& pm, con
   plan::BatchSplit split;
   if (!plan::check_batch(m, world, o, split).empty()) return Estimate{};
   const std::int64_t micro = split.micro_batches;
-  if (o.pp == 1 || micro <= 2 * o.pp) return over_layers(m, pm, o, floor);
+  // ZB-V's order settles from 2p micro-batches on: extrapolate from 2p and 4p.
+  const std::int64_t settled = o.pipeline_schedule == plan::PipelineSchedule::ZbV ? 2 * o.pp : o.pp;
+  if (o.pp == 1 || micro <= 2 * settled) return over_layers(m, pm, o, floor);
   const std::int64_t dp = world / (o.tp * o.pp * o.cp);
   auto with_micro = [&](std::int64_t mb_count) {
     PlanOptions r = o;
@@ -97,7 +117,7 @@ Estimate screen(const models::ModelSpec& m, const topologies::PerfModel& pm, con
     r.global_batch_sequences = mb_count * o.micro_batch * dp;
     return r;
   };
-  const std::int64_t m1 = o.pp, m2 = 2 * o.pp;
+  const std::int64_t m1 = settled, m2 = 2 * settled;
   const Estimate e1 = over_layers(m, pm, with_micro(m1), floor), e2 = over_layers(m, pm, with_micro(m2), floor);
   if (!e1.ok || !e2.ok) return Estimate{};
   const double k = static_cast<double>(micro - m1) / static_cast<double>(m2 - m1);
@@ -121,7 +141,9 @@ std::pair<double, double> group_bound(Search& s, std::size_t i) {
   // Uneven layouts: the largest stage's work per micro-batch, and the fill
   // and drain at the smallest stage's (a bound either way).
   const double micro = static_cast<double>(plan::split_batch(s.m, st.gpus, c.o).micro_batches);
-  const double bubble = static_cast<double>(c.o.pp - 1) / c.o.vpp;
+  // Zero-bubble schedules may hide it all: no fill and drain in their bound.
+  const double bubble =
+      c.o.pipeline_schedule == plan::PipelineSchedule::OneFOneB ? static_cast<double>(c.o.pp - 1) / c.o.vpp : 0.0;
   const plan::PipelineLayout layout = plan::pipeline_layout(s.m, c.o);
   int fewest = layout.stage_layers(0);
   for (int p = 1; p < layout.pp; ++p) fewest = std::min(fewest, layout.stage_layers(p));

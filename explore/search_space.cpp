@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <set>
+#include <vector>
 
 #include "core/error.hpp"
 #include "explore/search_internal.hpp"
@@ -49,7 +50,8 @@ void add_hzp_candidates(Search& s, std::size_t si, std::size_t group, const Plan
 
 // Every micro-batch and recompute of one model-parallel plan: a group of the
 // presets and the hzp sizes.
-void add_group(Search& s, std::size_t si, int tp, int pp, int vpp, int ep, const std::optional<std::string>& layout) {
+void add_group(Search& s, std::size_t si, int tp, int pp, int vpp, plan::PipelineSchedule schedule, int ep,
+               const std::optional<std::string>& layout, std::optional<int> expert_tp) {
   const Setting& st = s.settings[si];
   const int dp = st.gpus / (tp * pp);
   for (std::int64_t mb : {1, 2}) {
@@ -58,10 +60,12 @@ void add_group(Search& s, std::size_t si, int tp, int pp, int vpp, int ep, const
       o.tp = tp;
       o.pp = pp;
       o.vpp = vpp;
+      o.pipeline_schedule = schedule;
       o.first_stage_layers.reset();
       o.last_stage_layers.reset();
       o.pipeline_layout = layout;
       o.ep = ep;
+      o.expert_tp = expert_tp;
       o.micro_batch = mb;
       o.recompute = rc;
       plan::BatchSplit split;
@@ -144,10 +148,24 @@ void enumerate_space(Search& s) {
           if (!uneven && m.layers % (pp * vpp) != 0) continue;
           std::optional<std::string> layout;
           if (uneven) layout = plan::balanced_layout(m.layers, pp, vpp).text();
-          for (int ep : {1, 2, 4, 8}) {
-            if (ep > 1 && (!m.moe || m.moe->experts % ep != 0)) continue;
-            if (st.gpus % (tp * pp) != 0 || (st.gpus / (tp * pp)) % ep != 0) continue;
-            add_group(s, si, tp, pp, vpp, ep, layout);
+          // 1F1B (interleaved when vpp > 1), and the zero-bubble schedule of
+          // the same chunk count: ZB-H1 with one, ZB-V with two.
+          std::vector<plan::PipelineSchedule> schedules{plan::PipelineSchedule::OneFOneB};
+          if (pp > 1 && vpp == 1) schedules.push_back(plan::PipelineSchedule::ZbH1);
+          if (pp > 1 && vpp == 2) schedules.push_back(plan::PipelineSchedule::ZbV);
+          for (const plan::PipelineSchedule schedule : schedules) {
+            for (int ep : {1, 2, 4, 8}) {
+              if (ep > 1 && (!m.moe || m.moe->experts % ep != 0)) continue;
+              if (st.gpus % (tp * pp) != 0 || (st.gpus / (tp * pp)) % ep != 0) continue;
+              add_group(s, si, tp, pp, vpp, schedule, ep, layout, std::nullopt);
+            }
+            // MoE parallel folding: experts unsplit (expert_tp 1) and ep over
+            // the stage's tp x dp ranks, up to 64.
+            for (int ep : {8, 16, 32, 64}) {
+              if (!m.moe || tp == 1 || m.moe->experts % ep != 0 || st.gpus % (tp * pp) != 0) continue;
+              if ((st.gpus / pp) % ep != 0) continue;
+              add_group(s, si, tp, pp, vpp, schedule, ep, layout, 1);
+            }
           }
         }
       }

@@ -358,6 +358,43 @@ void moe_ffn(Builder& b, const ModelSpec& m, const GraphOptions& o, const Dims& 
   }
 }
 
+// Whether the experts are folded over the stage's ranks independently of
+// attention's tensor parallelism (GraphOptions::etp).
+bool folded(const GraphOptions& o) { return o.etp > 0 && o.etp != o.tp; }
+
+// MoE parallel folding (Megatron-Core): the layer keeps this rank's Th
+// sequence-parallel tokens; the router and the dispatch run on them, the
+// all-to-all sends ceil(cf · Th · top_k / E) rows per expert to the ep group,
+// the etp ranks that share an expert slice gather what their group received
+// (etp times the rows) and reduce-scatter the outputs; experts / ep experts of
+// expert_ffn_hidden / etp each. Shared experts are dense FFNs on tp, inside
+// the usual all-gather and reduce-scatter.
+void folded_moe_ffn(Builder& b, const ModelSpec& m, const GraphOptions& o, const Dims& d, const std::string& p) {
+  const std::int64_t e = d.e, Ts = d.Th, h = d.h, etp = o.etp;
+  const MoeSpec& x = *m.moe;
+  const std::int64_t ep = o.ep, rows = tokens_per_expert(x, Ts);
+  b.gemm(p + "router", Ts, x.experts, h);
+  b.bandwidth(p + "router_topk", ComputeKind::Elementwise, 2 * 4 * Ts * x.experts, Ts * x.experts);
+  b.bandwidth(p + "moe_dispatch", ComputeKind::Elementwise, 2 * e * Ts * x.top_k * h, Ts * x.top_k * h);
+  auto expert_comm = [&](const std::string& name, core::CollectiveKind kind, std::int64_t bytes, CommGroup g) {
+    b.comm(p + name, kind, bytes, true, true, g);
+    b.ops.back().param_class = core::ParamClass::Expert;
+  };
+  const std::int64_t received = e * rows * x.experts * h;  // ep sources x experts / ep experts x rows
+  if (ep > 1) expert_comm("moe_dispatch_alltoall", core::CollectiveKind::AllToAll, received, CommGroup::Ep);
+  if (etp > 1) expert_comm("moe_etp_allgather", core::CollectiveKind::AllGather, etp * received, CommGroup::Etp);
+  ffn_ops(b, m, o, p, x.expert_ffn_hidden / etp, rows * ep * etp, x.experts / ep, "experts.", core::ParamClass::Expert);
+  if (etp > 1)
+    expert_comm("moe_etp_reducescatter", core::CollectiveKind::ReduceScatter, etp * received, CommGroup::Etp);
+  if (ep > 1) expert_comm("moe_combine_alltoall", core::CollectiveKind::AllToAll, received, CommGroup::Ep);
+  b.bandwidth(p + "moe_combine", ComputeKind::Elementwise, 2 * e * Ts * x.top_k * h, Ts * x.top_k * h);
+  if (x.shared_experts > 0) {
+    tp_enter(b, d, p + "shared");
+    ffn_ops(b, m, o, p, x.shared_experts * x.shared_expert_ffn_hidden / d.t, d.T, 1, "shared.");
+    tp_leave(b, d, p + "shared");
+  }
+}
+
 Builder layer_forward(const ModelSpec& m, int layer, const GraphOptions& o) {
   const Dims d = dims(m, o);
   Builder b{d.e, {}, {}};
@@ -373,13 +410,17 @@ Builder layer_forward(const ModelSpec& m, int layer, const GraphOptions& o) {
   tp_leave(b, d, p + "attn");
   b.stack_op(p + "attn_residual", ComputeKind::Elementwise, o.kernels.residual, Th * h, mask);
   b.stack_op(p + "ffn_norm", ComputeKind::Norm, o.kernels.norm, Th * h);
-  tp_enter(b, d, p + "ffn");
-  if (m.is_moe_layer(layer)) {
-    moe_ffn(b, m, o, d, p);
+  if (m.is_moe_layer(layer) && folded(o)) {
+    folded_moe_ffn(b, m, o, d, p);
   } else {
-    ffn_ops(b, m, o, p, m.ffn_hidden / d.t, T, 1, "ffn.");
+    tp_enter(b, d, p + "ffn");
+    if (m.is_moe_layer(layer)) {
+      moe_ffn(b, m, o, d, p);
+    } else {
+      ffn_ops(b, m, o, p, m.ffn_hidden / d.t, T, 1, "ffn.");
+    }
+    tp_leave(b, d, p + "ffn");
   }
-  tp_leave(b, d, p + "ffn");
   b.stack_op(p + "ffn_residual", ComputeKind::Elementwise, o.kernels.residual, Th * h, mask);
   return b;
 }
@@ -464,7 +505,14 @@ core::Bytes layer_activation_bytes(const ModelSpec& m, int layer, const GraphOpt
   const bool glu = m.ffn_activation == FfnActivation::SwiGlu;
   const std::int64_t per_f = glu ? 3 : 2;  // SwiGLU: gate, up, down input; GELU: its input and output
   std::int64_t ffn = 2 * e * Th * h + mask;
-  if (m.is_moe_layer(layer)) {
+  if (m.is_moe_layer(layer) && folded(o)) {
+    // Folded: the router and the combine on this rank's Th tokens; the
+    // experts' inputs as gathered over etp, their hidden split etp ways.
+    const MoeSpec& x = *m.moe;
+    const std::int64_t rows = tokens_per_expert(x, Th) * x.experts * o.etp;
+    ffn += 4 * Th * x.experts + e * rows * h + e * rows * x.expert_ffn_hidden / o.etp * per_f + e * Th * x.top_k * h +
+           e * T * x.shared_experts * x.shared_expert_ffn_hidden / d.t * per_f;
+  } else if (m.is_moe_layer(layer)) {
     const MoeSpec& x = *m.moe;
     std::int64_t rows = tokens_per_expert(x, T) * x.experts;
     ffn += 4 * T * x.experts                               // router probabilities (fp32)
@@ -557,7 +605,7 @@ Unit layer_unit(const ModelSpec& m, int l, const GraphOptions& o) {
   u.kind = UnitKind::Layer;
   u.layer = l;
   const std::int64_t experts = m.is_moe_layer(l) ? m.moe->experts * ffn_expert_matmul(m) : 0;
-  u.expert_params = experts / t / o.ep;
+  u.expert_params = experts / (folded(o) ? o.etp : t) / o.ep;
   u.params = u.weight_params = per_tp_rank(layer_params(m, l) - experts, 2 * norm_params(m), t);
   u.tensors = layer_tensors(m, l, u.params, t);
   Builder b = layer_forward(m, l, o);

@@ -47,6 +47,14 @@ struct GraphOptions {
   /// every MoE layer; tokens reach their experts by an all-to-all (dispatch)
   /// and come back by another (combine).
   int ep = 1;
+  /// Expert tensor parallelism (Megatron-Core's MoE parallel folding): 0, or
+  /// tp, splits experts like the dense FFN, inside the layer's tensor-parallel
+  /// all-gather, over ep data-parallel ranks. Any other size folds the
+  /// experts over the stage's tp x cp x dp ranks independently of attention:
+  /// the router and the all-to-alls run on this rank's own sequence-parallel
+  /// tokens, experts split etp ways (an all-gather and reduce-scatter of the
+  /// dispatched tokens over the etp group), shared experts stay on tp.
+  int etp = 0;
   /// Context parallelism: each rank holds seq_len / cp tokens of every
   /// sequence; its attention covers its queries against all keys (1/cp of
   /// the attention FLOPs, load-balanced under the causal mask). The plan
@@ -55,7 +63,7 @@ struct GraphOptions {
 };
 
 /// Which group a collective of the step graph runs on.
-enum class CommGroup { Tp, Ep };
+enum class CommGroup { Tp, Ep, Etp };
 
 enum class Phase { Forward, Recompute, BackwardInput, BackwardWeight };
 

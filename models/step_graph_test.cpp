@@ -208,6 +208,40 @@ TEST(StepGraph, Gpt3ActivationsWithTensorParallelism) {
 }
 
 // Each tensor-parallel rank does 1/t of every matrix product.
+// MoE parallel folding on one DeepSeek-V3 MoE layer (layer 3), sequence
+// 4096, TP 2 with sequence parallelism, EP 64, ETP 1: the router and the
+// all-to-alls see this rank's 2,048 tokens, ceil(2048 x 8 / 256) = 64 rows
+// per expert from each of the 64 ranks, 4 local experts of the full 2,048
+// hidden; the shared expert stays on tp inside an all-gather/reduce-scatter.
+TEST(StepGraph, FoldedExpertsRunOnSequenceParallelTokens) {
+  const ModelSpec m = load_model("deepseek-v3");
+  GraphOptions o{.seq_len = 4096, .micro_batch = 1, .tp = 2, .ep = 64, .etp = 1};
+  const Unit layer = build_step_graph(m, o).units[4];  // embedding, layers 0-2 (dense), layer 3
+  ASSERT_EQ(layer.layer, 3);
+  auto op = [&](const std::string& name) {
+    for (const auto& x : layer.forward) {
+      if (x.name == "l3." + name) return x;
+    }
+    ADD_FAILURE() << name;
+    return GraphOp{};
+  };
+  EXPECT_EQ(op("router").gemm->m, 2048);
+  EXPECT_EQ(op("moe_dispatch_alltoall").bytes.count(), 2LL * 64 * 256 * 7168);
+  EXPECT_EQ(op("moe_dispatch_alltoall").comm_group, CommGroup::Ep);
+  const GraphOp up = op("experts.up");
+  EXPECT_EQ(up.gemm->m, 64 * 64);                    // rows from every ep rank
+  EXPECT_EQ(up.gemm->n, 2 * 2048);                   // SwiGLU gate and up, not split
+  EXPECT_EQ(up.gemm->batch, 4);                      // 256 / 64 local experts
+  EXPECT_EQ(op("shared.up").gemm->n, 2 * 2048 / 2);  // the shared expert on tp
+  EXPECT_EQ(op("shared.tp_allgather").bytes.count(), 2LL * 4096 * 7168);
+  for (const auto& x : layer.forward) EXPECT_NE(x.name, "l3.ffn.tp_allgather");  // no gather around the experts
+  EXPECT_EQ(layer.expert_params, 256LL * 3 * 7168 * 2048 / 64);
+  // ETP 2 (= tp): the unfolded layer, experts split like the dense FFN.
+  o.etp = 2;
+  const Unit unfolded = build_step_graph(m, o).units[4];
+  EXPECT_EQ(unfolded.expert_params, 256LL * 3 * 7168 * 2048 / 64 / 2);
+}
+
 TEST(StepGraph, TensorParallelSplitsFlops) {
   ModelSpec m = load_model("llama3-8b");
   GraphOptions one{.seq_len = 4096, .micro_batch = 1, .flash_attention = false};

@@ -171,10 +171,27 @@ void model_problems(const models::ModelSpec& m, const PlanOptions& o, const Batc
                                     "2 x cp = {}",
                                     2 * o.cp)});
   }
-  if (o.ep < 1 || batch.data_parallel % o.ep != 0) {
-    ps.push_back(
-        {"ep", fmt::format("expected a divisor of the data-parallel size {}, got {}", batch.data_parallel, o.ep)});
-  } else if (o.ep > 1 && (!m.moe || m.moe->experts % o.ep != 0)) {
+  const int etp = o.expert_tp.value_or(o.tp);
+  const std::int64_t stage_ranks = static_cast<std::int64_t>(o.tp) * batch.data_parallel * o.cp;
+  if (etp != o.tp) {
+    // MoE parallel folding: ep x expert_tp over the stage's tp x cp x dp ranks.
+    if (!m.moe) {
+      ps.push_back({"expert_tp", fmt::format("{} has no experts: expected expert_tp null", m.name)});
+    } else if (etp < 1 || o.ep < 1 || stage_ranks % (static_cast<std::int64_t>(etp) * o.ep) != 0) {
+      ps.push_back({"ep", fmt::format("expected ep x expert_tp to divide the {} ranks of a stage (tp x cp x dp = {} x "
+                                      "{} x {}), got {} x {}",
+                                      stage_ranks, o.tp, o.cp, batch.data_parallel, o.ep, etp)});
+    } else if (o.tp > 1 && !o.sequence_parallel) {
+      ps.push_back({"expert_tp", "MoE parallel folding with tp > 1 needs sequence parallelism (as Megatron-Core)"});
+    } else if (o.moe_skew > 0) {
+      ps.push_back({"moe_skew", "a routing skew is not modelled with MoE parallel folding (expert_tp != tp)"});
+    }
+  } else if (o.ep < 1 || batch.data_parallel % o.ep != 0) {
+    ps.push_back({"ep", fmt::format("expected a divisor of the data-parallel size {}, got {} (or fold experts over "
+                                    "tensor-parallel ranks too with expert_tp)",
+                                    batch.data_parallel, o.ep)});
+  }
+  if (o.ep > 1 && (!m.moe || m.moe->experts % o.ep != 0)) {
     ps.push_back(
         {"ep", m.moe ? fmt::format("expected a divisor of the {} experts of {}, got {}", m.moe->experts, m.name, o.ep)
                      : fmt::format("{} has no experts: expected ep 1", m.name)});
@@ -191,21 +208,29 @@ void model_problems(const models::ModelSpec& m, const PlanOptions& o, const Batc
     ps.push_back(
         {"tp", fmt::format("expected a divisor of the {} attention heads of {}, got {}", m.heads, m.name, o.tp)});
   }
-  if (std::vector<core::Problem> lp = check_pipeline_layout(m, o, layout); !lp.empty()) {
+  const bool zb_h1 = o.pipeline_schedule == PipelineSchedule::ZbH1, zb_v = o.pipeline_schedule == PipelineSchedule::ZbV;
+  if ((zb_h1 && o.vpp != 1) || (zb_v && o.vpp != 2)) {
+    ps.push_back({"pipeline_schedule",
+                  fmt::format("{} needs vpp {} ({}), got vpp {}", to_string(o.pipeline_schedule), zb_v ? 2 : 1,
+                              zb_v ? "two chunks per stage, placed in a V" : "one chunk per stage", o.vpp)});
+  } else if (std::vector<core::Problem> lp = check_pipeline_layout(m, o, layout); !lp.empty()) {
     ps.insert(ps.end(), lp.begin(), lp.end());
-  } else if (o.vpp > 1 && batch.micro_batches % o.pp != 0) {
+  } else if (o.vpp > 1 && !zb_v && batch.micro_batches % o.pp != 0) {
     ps.push_back({"vpp", fmt::format("interleaved pipelining needs micro-batches per rank ({}) to be a multiple of "
                                      "pp ({})",
                                      batch.micro_batches, o.pp)});
   }
 }
 
-// Expert parameters: already split ep ways; the same plan over the DP / ep
-// expert-data-parallel ranks (group sizes capped there unless given).
+// Expert parameters: already split ep ways (and expert_tp ways when folded);
+// the same plan over the expert-data-parallel ranks, DP / ep or tp·DP /
+// (expert_tp·ep) (group sizes capped there unless given).
 void expert_problems(const models::ModelSpec& m, const PlanOptions& o, int shard_ranks, const ShardSizes& sh,
                      std::optional<ShardSizes>& expert, std::vector<core::Problem>& ps) {
-  if (!m.moe || o.ep < 1 || shard_ranks % o.ep != 0) return;
-  const int edp = shard_ranks / o.ep;
+  const int etp = o.expert_tp.value_or(o.tp);
+  const int expert_ranks = shard_ranks * o.tp / std::max(etp, 1);  // the expert layout's data-parallel indices
+  if (!m.moe || o.ep < 1 || etp < 1 || (shard_ranks * o.tp) % etp != 0 || expert_ranks % o.ep != 0) return;
+  const int edp = expert_ranks / o.ep;
   const ShardSizes e =
       o.expert_shards.value_or(ShardSizes{std::min(sh.param, edp), std::min(sh.grad, edp), std::min(sh.optim, edp)});
   if (e.param < 1 || e.grad < 1 || e.optim < 1 || edp % e.optim != 0 || e.optim % e.param != 0 ||
@@ -242,6 +267,17 @@ std::vector<core::Problem> check_plan(const models::ModelSpec& m, const topologi
     ps.push_back({"async", fmt::format("the stack {} issues collectives from the training loop's thread; expected "
                                        "async false, or a stack with background threads (hzp-async)",
                                        stack.spec.name)});
+  }
+  for (auto [on, key] :
+       {std::pair{o.offload_optimizer, "offload_optimizer"}, {o.offload_activations, "offload_activations"}}) {
+    if (on && !topo.spec().host) {
+      ps.push_back({key, fmt::format("the cluster {} does not describe node.host (host link, memory and its "
+                                     "bandwidth): expected false, or a cluster with node.host",
+                                     topo.spec().name)});
+    }
+  }
+  if (o.offload_activations && o.pipeline_schedule != PipelineSchedule::OneFOneB) {
+    ps.push_back({"offload_activations", "activation offload is modelled with the 1f1b pipeline schedule only"});
   }
   if (!ps.empty()) return ps;
   std::optional<ShardSizes> expert;

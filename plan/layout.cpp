@@ -34,14 +34,14 @@ std::vector<int> add_dp_groups(core::Schedule& s, core::GroupKind kind, const La
   return of;
 }
 
-std::vector<int> add_tp_groups(core::Schedule& s, const Layout& l) {
+std::vector<int> add_tp_groups(core::Schedule& s, const Layout& l, core::GroupKind kind) {
   std::vector<int> of(static_cast<std::size_t>(l.tp * l.dp * l.pp), -1);
   if (l.tp <= 1) return of;
   for (int p = 0; p < l.pp; ++p) {
     for (int d = 0; d < l.dp; ++d) {
       core::Group g;
       g.id = static_cast<int>(s.groups.size());
-      g.kind = core::GroupKind::Tp;
+      g.kind = kind;
       for (int t = 0; t < l.tp; ++t) {
         g.ranks.push_back(rank_of(t, d, p, l.tp, l.dp));
         of[static_cast<std::size_t>(g.ranks.back())] = g.id;
@@ -78,15 +78,16 @@ ShardedParams add_param_class(core::Schedule& s, const Layout& l, core::ParamCla
 }
 
 std::vector<Unit> stage_units(const models::StepGraph& graph, int p, const PipelineLayout& layout) {
-  const int pp = layout.pp;
   std::vector<Unit> units;
   for (const auto& u : graph.units) {
     int chunk = -1;
     if (u.kind == models::UnitKind::Embedding && p == 0) chunk = 0;
-    if (u.kind == models::UnitKind::Head && p == pp - 1) chunk = layout.vpp - 1;
+    if (u.kind == models::UnitKind::Head && p == layout.stage_of(layout.virtual_stages() - 1)) {
+      chunk = layout.vpp - 1;
+    }
     if (u.kind == models::UnitKind::Layer) {
       const int virtual_stage = layout.virtual_stage_of(u.layer);
-      if (virtual_stage % pp == p) chunk = virtual_stage / pp;
+      if (layout.stage_of(virtual_stage) == p) chunk = layout.chunk_of(virtual_stage);
     }
     if (chunk >= 0) units.push_back(Unit{&u, chunk});
   }

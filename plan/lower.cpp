@@ -92,7 +92,11 @@ core::Program Lowering::run() {
   for (std::size_t j = 0; j < uses_.size(); ++j) {
     prefetch_through(j);
     if (uses_[j].first_of_slot) receive(j);
-    if (uses_[j].backward) {
+    if (uses_[j].part == BackwardPart::Input) {
+      backward_input(j);
+    } else if (uses_[j].part == BackwardPart::Weight) {
+      backward_weight(j);
+    } else if (uses_[j].backward) {
       backward(j);
     } else {
       forward(j);
@@ -101,6 +105,7 @@ core::Program Lowering::run() {
   }
   reduce_deferred();
   step_end();
+  b_.set_host_bytes(Bytes(host_state_bytes() + host_act_peak_));
   return b_.take();
 }
 
@@ -142,7 +147,13 @@ void Lowering::add_streams() {
     // once (Megatron batches isend/irecv); receives sit on the compute stream.
     send_fwd_ = b_.add_stream("pp_send_fwd", StreamKind::Comm, main);
     send_bwd_ = b_.add_stream("pp_send_bwd", StreamKind::Comm, main);
+    if (stage_.v_shape) {
+      // A send waits for its receive: ZB-V's chunk 1 sends the other way, each on its own stream.
+      send_fwd_v_ = b_.add_stream("pp_send_fwd_v", StreamKind::Comm, main);
+      send_bwd_v_ = b_.add_stream("pp_send_bwd_v", StreamKind::Comm, main);
+    }
   }
+  add_offload_streams(main);
 }
 
 // NCCL's own buffers: every communicator (and point-to-point peer) this rank
@@ -154,7 +165,7 @@ void Lowering::alloc_nccl_buffers() {
       if (g >= 0) comms.insert(g);
     }
   }
-  for (int g : {stage_.tp_group, stage_.ep_group}) {
+  for (int g : {stage_.tp_group, stage_.ep_group, stage_.etp_group}) {
     if (g >= 0) comms.insert(g);
   }
   std::int64_t peers = (layout_.pp > 1 ? 2 : 0) + (stage_.cp > 1 ? 2 : 0);
@@ -175,16 +186,21 @@ void Lowering::plan_uses() {
     if (slot.backward) std::reverse(in_chunk.begin(), in_chunk.end());
     for (std::size_t i = 0; i < in_chunk.size(); ++i) {
       std::size_t u = in_chunk[i];
-      Use use{u, slot.micro_batch, slot.backward, any_gathers(u) && (!slot.backward || opt_.reshard_after_forward)};
+      // A W (zero-bubble schedules) computes without the parameters.
+      const bool gathers =
+          any_gathers(u) && (!slot.backward || opt_.reshard_after_forward) && slot.part != BackwardPart::Weight;
+      Use use{u, slot.micro_batch, slot.backward, gathers};
       use.first_of_slot = i == 0;
       use.last_of_slot = i + 1 == in_chunk.size();
       use.chunk = slot.chunk;
+      use.part = slot.backward ? slot.part : BackwardPart::Whole;
       uses_.push_back(use);
     }
   }
   for (std::size_t j = 0; j < uses_.size(); ++j) {
     if (uses_[j].gathers) gather_uses_.push_back(j);
-    if (uses_[j].backward && any_reduces(uses_[j].unit)) reduce_uses_.push_back(j);
+    const bool reduces = uses_[j].backward && uses_[j].part != BackwardPart::Input;  // a whole backward or a W
+    if (reduces && any_reduces(uses_[j].unit)) reduce_uses_.push_back(j);
   }
   ag_done_.assign(uses_.size(), -1);
   use_done_.assign(uses_.size(), -1);
@@ -203,9 +219,10 @@ void Lowering::forward(std::size_t j) {
     b_.wait(comp_, ag_done_[j], fmt::format("wait {}.gathered", unit.name));
     after_gather(j);
   }
-  b_.alloc(comp_, fmt::format("act.u{}.mb{}", use.unit, use.mb), unit.activations, core::BufferClass::Activations);
+  alloc_activations(j);
   unit_ops(unit.forward, use.mb);
   use_done_[j] = b_.record(comp_, fmt::format("{}.fwd_done", unit.name));
+  offload_activations(j);
   if (use.gathers && opt_.reshard_after_forward && !pooled()) {
     b_.free(comp_, buf("gathered", j), gathered_bytes(use.unit));
   }
@@ -221,6 +238,7 @@ void Lowering::backward(std::size_t j) {
     if (use.gathers) after_gather(j);
   }
   take_grad_buffer(j);
+  fetch_activations(j);
   const std::string recomputed = fmt::format("recomputed.u{}.mb{}", use.unit, use.mb);
   if (unit.recomputed.count() > 0) b_.alloc(comp_, recomputed, unit.recomputed, core::BufferClass::Recomputed);
   unit_ops(unit.backward, use.mb);
@@ -229,7 +247,7 @@ void Lowering::backward(std::size_t j) {
   if (gathered >= 0 && !pooled()) {
     b_.free(comp_, buf("gathered", static_cast<std::size_t>(gathered)), gathered_bytes(use.unit));
   }
-  b_.free(comp_, fmt::format("act.u{}.mb{}", use.unit, use.mb), unit.activations);
+  release_activations(j);
 
   const bool waited = reduce_gradients(j);
   if (!last_mb) return;
@@ -265,6 +283,7 @@ models::StepGraph step_graph(const models::ModelSpec& m, const PlanOptions& o, c
   go.tp = o.tp;
   go.sequence_parallel = o.sequence_parallel;
   go.ep = o.ep;
+  go.etp = o.expert_tp.value_or(0);
   go.cp = o.cp;
   return models::build_step_graph(m, go);
 }
@@ -350,7 +369,8 @@ class PlanLowering {
         layout_{o.tp, rp.shard_ranks, o.pp, o.vpp, o.ep},
         graph_(step_graph(m, o, rp.batch)),
         skewed_(m.moe && o.ep > 1 && o.moe_skew > 0),
-        classes_of_(dp_, o.cp, o.ep, skewed_, o.variability_classes) {}
+        classes_of_(dp_, o.cp, o.ep, skewed_, o.variability_classes),
+        orders_(pipeline_orders(o.pp, o.vpp, rp.batch.micro_batches, o.pipeline_schedule, layer_pass_times(graph_))) {}
 
   void run() {
     // Refuse a Schedule too large to build before building any of it.
@@ -380,12 +400,16 @@ class PlanLowering {
     const bool all = stack_of(o_).spec.collectives.step_reduction == stacks::StepReduction::AllReduce;
     param_classes_.push_back(detail::add_param_class(s_, layout_, core::ParamClass::Dense, rp_.shards, 1, dp_, all));
     ep_groups_.assign(static_cast<std::size_t>(topo_.devices()), -1);
+    etp_groups_ = ep_groups_;
     if (m_.moe) {
-      const int edp = dp_ / o_.ep;
+      // Experts over their own layout: the dense one unless folded (expert_tp != tp).
+      const int etp = o_.expert_tp.value_or(o_.tp);
+      const detail::Layout el = detail::expert_layout(layout_, etp);
+      const int edp = el.dp / o_.ep;
       const ShardSizes expert_sh = *rp_.options.expert_shards;
-      if (o_.ep > 1) ep_groups_ = detail::add_dp_groups(s_, core::GroupKind::Ep, layout_, 1, dp_, o_.ep, 1);
-      param_classes_.push_back(
-          detail::add_param_class(s_, layout_, core::ParamClass::Expert, expert_sh, o_.ep, edp, all));
+      if (o_.ep > 1) ep_groups_ = detail::add_dp_groups(s_, core::GroupKind::Ep, el, 1, el.dp, o_.ep, 1);
+      if (etp != o_.tp) etp_groups_ = detail::add_tp_groups(s_, el, core::GroupKind::Etp);
+      param_classes_.push_back(detail::add_param_class(s_, el, core::ParamClass::Expert, expert_sh, o_.ep, edp, all));
     }
   }
 
@@ -409,11 +433,13 @@ class PlanLowering {
     // The neighbouring stages' members with the same data-parallel rank.
     stage.prev_rep = rank_of(0, first_d, (p + o_.pp - 1) % o_.pp, o_.tp, dp_);
     stage.next_rep = rank_of(0, first_d, (p + 1) % o_.pp, o_.tp, dp_);
-    stage.order = pipeline_order(p, o_.pp, o_.vpp, batch.micro_batches);
+    stage.order = orders_[static_cast<std::size_t>(p)];
+    stage.v_shape = rp_.layout.v_shape;
     boundary(stage);
     const auto rep = static_cast<std::size_t>(stage.ranks.front());
     stage.tp_group = tp_groups_[rep];
     stage.ep_group = ep_groups_[rep];
+    stage.etp_group = etp_groups_[rep];
     // The class's workload is the slowest of the data-parallel replicas it
     // stands for: its members d' = i + cp·d share one cp index i, so each is a
     // distinct replica d (whose sequence its cp siblings share). Under a
@@ -460,7 +486,8 @@ class PlanLowering {
   const models::StepGraph graph_;
   const bool skewed_;
   const detail::RankClasses classes_of_;
-  std::vector<int> tp_groups_, ep_groups_;
+  const std::vector<std::vector<PipelineSlot>> orders_;  // each stage's slots
+  std::vector<int> tp_groups_, ep_groups_, etp_groups_;
   std::vector<ShardedParams> param_classes_;
 };
 

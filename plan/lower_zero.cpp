@@ -54,7 +54,10 @@ void Lowering::alloc_model_state() {
   }
   b_.alloc(comp_, "params", Bytes(params), core::BufferClass::Params);
   b_.alloc(comp_, "grads", Bytes(grads), core::BufferClass::Grads);
-  b_.alloc(comp_, "optimizer_states", Bytes(states), core::BufferClass::OptimizerStates);
+  // offload_optimizer: the states live in host memory (host_state_bytes).
+  if (!opt_.offload_optimizer) {
+    b_.alloc(comp_, "optimizer_states", Bytes(states), core::BufferClass::OptimizerStates);
+  }
 }
 
 // async: pools of prefetch_depth + 1 slots sized for the largest unit,
@@ -333,6 +336,9 @@ void Lowering::reduce_for_optimizer(std::size_t u, std::size_t j, bool waited) {
 // accumulated gradients are zeroed for the next step.
 void Lowering::step_end() {
   for (auto [u, ev] : reduced_) optimizer_step(u, ev);
+  // Offloaded: the gradients are zeroed (and a broadcast sends updates) once
+  // every update is back on the device.
+  if (uploaded_ >= 0) b_.wait(comp_, uploaded_, "wait updated");
   broadcast_updated();
   std::int64_t grads = 0;
   for (const auto& c : classes_) {
@@ -370,18 +376,21 @@ void Lowering::broadcast_updated() {
 // 1/g_p regather follows on the parameter stream.
 void Lowering::optimizer_step(std::size_t u, int ev) {
   const auto& unit = *units_[u].u;
-  if (ev >= 0) b_.wait(comp_, ev, fmt::format("wait {}.grads_final", unit.name));
+  const int uploaded = opt_.offload_optimizer ? host_optimizer_step(u, ev) : -1;
+  if (ev >= 0 && uploaded < 0) b_.wait(comp_, ev, fmt::format("wait {}.grads_final", unit.name));
   bool regather = false;
   for (const auto& c : classes_) {
     if (c.owned[u] == 0) continue;
     const std::int64_t shard = c.owned[u] / c.sh.optim;
-    b_.compute(comp_, fmt::format("{}{}.adam", unit.name, c.tag), ComputeKind::Optimizer,
-               Flops(12.0 * static_cast<double>(shard)), Bytes(kAdamBytesPerParam * shard), Dtype::Fp32,
-               core::OpRole::Optimizer, c.cls);
+    if (uploaded < 0) {
+      b_.compute(comp_, fmt::format("{}{}.adam", unit.name, c.tag), ComputeKind::Optimizer,
+                 Flops(12.0 * static_cast<double>(shard)), Bytes(kAdamBytesPerParam * shard), Dtype::Fp32,
+                 core::OpRole::Optimizer, c.cls);
+    }
     regather = regather || c.sh.optim / c.sh.param > 1;
   }
   if (!regather || opt_.overlap_param_gather || stack_.collectives.regather == stacks::Regather::Broadcast) return;
-  int done = b_.record(comp_, fmt::format("{}.updated", unit.name));
+  int done = uploaded >= 0 ? uploaded : b_.record(comp_, fmt::format("{}.updated", unit.name));
   b_.wait(ag_, done, fmt::format("wait {}.updated", unit.name));
   for (const auto& c : classes_) {
     if (c.owned[u] == 0 || c.sh.optim / c.sh.param <= 1) continue;

@@ -59,8 +59,15 @@ struct ShardedParams {
 /// `stride` apart. Returns the group of every rank (-1 for one-rank groups).
 std::vector<int> add_dp_groups(core::Schedule& s, core::GroupKind kind, const Layout& l, int mult, int count, int block,
                                int stride);
-/// The tensor-parallel groups; the group of every rank (-1 without tp).
-std::vector<int> add_tp_groups(core::Schedule& s, const Layout& l);
+/// The tensor-parallel groups (of `kind`: tp, or etp over an expert
+/// layout); the group of every rank (-1 without tp).
+std::vector<int> add_tp_groups(core::Schedule& s, const Layout& l, core::GroupKind kind = core::GroupKind::Tp);
+/// The layout experts see: MoE parallel folding re-splits each stage's
+/// tp x DP ranks (consecutive, rank = i + tp·DP·p) into etp expert-tensor
+/// ranks innermost and tp·DP / etp expert-side data-parallel indices, over
+/// which the ep groups and the expert parameters' plan run; etp = tp is the
+/// dense layout itself.
+inline Layout expert_layout(const Layout& l, int etp) { return Layout{etp, l.tp * l.dp / etp, l.pp, l.vpp, l.ep}; }
 /// The five groups of one parameter class's (g_p, g_g, g_o) plan over `count`
 /// data-parallel indices `mult` apart (expert: the edp kinds).
 ShardedParams add_param_class(core::Schedule& s, const Layout& l, core::ParamClass cls, ShardSizes shards, int mult,
@@ -121,10 +128,11 @@ class Lowering {
     // scatter/gather optimization, Narayanan et al. 2021 §4.1); the gathered
     // bytes, or 0 when nothing is gathered.
     std::int64_t boundary_gather_bytes = 0;
-    int tp_group = -1, ep_group = -1;
+    int tp_group = -1, ep_group = -1, etp_group = -1;
     int cp = 1;                              // context-parallel size
     int cp_next_rep = -1, cp_prev_rep = -1;  // ring neighbours
     std::int64_t kv_block_bytes = 0;         // K and V of one rank's tokens
+    bool v_shape = false;                    // ZB-V: chunk 1 runs from the last stage back to the first
   };
 
   Lowering(std::vector<Unit> units, const BatchSplit& batch, const PlanOptions& opt,
@@ -153,6 +161,7 @@ class Lowering {
     bool gathers;  // this use all-gathers parameters (else it has them)
     bool first_of_slot = false, last_of_slot = false;
     int chunk = 0;
+    BackwardPart part = BackwardPart::Whole;  // a backward's B or W under a zero-bubble schedule
   };
 
   // lower.cpp: the walk over the stage's uses.
@@ -167,9 +176,19 @@ class Lowering {
   // lower_pipeline.cpp: the boundaries between virtual stages.
   bool first_virtual(int chunk) const;
   bool last_virtual(int chunk) const;
+  int upstream(int chunk) const;
+  int downstream(int chunk) const;
+  bool turns(const Use& use, bool sending) const;
+  int next_seq(std::map<int, int>& seqs, int peer, bool grad);
   void receive(std::size_t j);
   void after_receive(const std::string& name);
   void send(std::size_t j);
+  // lower_pipeline.cpp: a backward split into B and W (zero-bubble schedules).
+  bool split_backward() const;
+  std::pair<core::Bytes, core::Bytes> weight_held(std::size_t u) const;
+  void alloc_activations(std::size_t j);
+  void backward_input(std::size_t j);
+  void backward_weight(std::size_t j);
 
   // lower_model_parallel.cpp: a unit's kernels with their TP, EP and CP communication.
   void unit_ops(const std::vector<models::GraphOp>& ops, std::int64_t mb);
@@ -207,6 +226,16 @@ class Lowering {
   void optimizer_step(std::size_t u, int ev);
   void broadcast_updated();
 
+  // lower_offload.cpp: optimizer states and activations in host memory.
+  void add_offload_streams(int thread);
+  std::int64_t host_state_bytes() const;
+  int host_optimizer_step(std::size_t u, int ev);
+  bool offloads(std::size_t j) const;
+  void offload_activations(std::size_t j);
+  void fetch_activations(std::size_t j);
+  void issue_fetch(std::size_t j, int after);
+  void release_activations(std::size_t j);
+
   const BatchSplit& batch_;
   const PlanOptions& opt_;
   bool async_;
@@ -220,6 +249,7 @@ class Lowering {
   std::int64_t acc_ = 4;
   std::size_t depth_ = 1;  // the prefetch depth the stack allows (prefetch_depth())
   int comp_ = 0, ag_ = 0, rs_ = 0, send_fwd_ = -1, send_bwd_ = -1, cp_send_ = -1, cp_recv_ = -1, tp_comm_ = -1;
+  int send_fwd_v_ = -1, send_bwd_v_ = -1;  // ZB-V: chunk 1's sends, which run the other way
   std::vector<Use> uses_;
   std::vector<std::size_t> gather_uses_, reduce_uses_;
   std::vector<int> ag_done_, use_done_, rs_done_, forward_gather_;
@@ -229,6 +259,11 @@ class Lowering {
   std::size_t last_backward_ = 0;
   std::map<int, int> send_seq_, recv_seq_;
   std::map<std::size_t, int> regathered_;  // unit -> event, with --overlap-param-gather
+  // Offload: device -> host and host -> device copy streams, the CPU's optimizer steps.
+  int d2h_ = -1, h2d_ = -1, cpu_ = -1;
+  int uploaded_ = -1;  // the last updated-parameter upload's event
+  std::map<std::pair<std::size_t, std::int64_t>, int> act_on_host_, act_fetched_;  // (unit, mb) -> event
+  std::int64_t host_act_ = 0, host_act_peak_ = 0;  // offloaded activations held on the host
 };
 
 }  // namespace hzp::plan::detail

@@ -121,6 +121,18 @@ void add_sharding_options(std::vector<PlanOption>& t) {
       spec("prefetch_depth", ValueType::Integer, "parameter all-gathers in flight ahead of compute", 0, 64)));
 }
 
+// The pipeline schedule: a Choice, optional in plan files (1f1b when absent).
+PlanOption pipeline_schedule_option() {
+  OptionSpec s = optional_in_file(
+      spec("pipeline_schedule", ValueType::Choice,
+           "pipeline schedule: 1f1b (interleaved when vpp > 1), or a zero-bubble schedule (Qi et al. 2024) that "
+           "splits each backward into input and weight gradients and defers the weight gradients into the "
+           "bubbles: zb-h1 (vpp 1, 1F1B's peak activations) or zb-v (vpp 2, chunks in a V)"));
+  s.choices = {"1f1b", "zb-h1", "zb-v"};
+  return {s, [](const PlanOptions& o) -> json { return std::string(to_string(o.pipeline_schedule)); },
+          [](PlanOptions& o, const json& v) { o.pipeline_schedule = *parse_pipeline_schedule(v.get<std::string>()); }};
+}
+
 // Megatron model parallelism and the overlaps of its communication.
 void add_model_parallel_options(std::vector<PlanOption>& t) {
   t.push_back(field<&PlanOptions::tp>(aka(
@@ -176,10 +188,20 @@ void add_model_parallel_options(std::vector<PlanOption>& t) {
       flags(spec("pipeline_p2p_sync", ValueType::Boolean,
                  "the host waits for every pipeline receive before issuing more work (Megatron's batch_p2p_sync)"),
             "--pipeline-p2p-sync", "--no-pipeline-p2p-sync"))));
+}
+
+// Expert parallelism: ep, its folding (expert_tp) and the experts' own sharding.
+void add_expert_options(std::vector<PlanOption>& t) {
   t.push_back(field<&PlanOptions::ep>(
       aka(spec("ep", ValueType::Integer,
                "expert-parallel size for MoE models (experts split over ep data-parallel ranks)", 1, kModelParallel),
           {"--expert-model-parallel-size"})));
+  t.push_back(optional_field<&PlanOptions::expert_tp>(optional_in_file(
+      aka(spec("expert_tp", ValueType::Integer,
+               "expert tensor-parallel size (MoE parallel folding: ep x expert_tp over the stage's tp x cp x dp "
+               "ranks, independent of attention's tp); null: tp, ep over data-parallel ranks",
+               1, kModelParallel),
+          {"--expert-tensor-parallel-size"}))));
   {
     OptionSpec s = nullable(spec("expert_shards", ValueType::Triple,
                                  "expert parameters' own (g_p, g_g, g_o) over the DP / ep expert-data-parallel "
@@ -198,6 +220,20 @@ void add_model_parallel_options(std::vector<PlanOption>& t) {
                            : std::optional<ShardSizes>(ShardSizes{v[0].get<int>(), v[1].get<int>(), v[2].get<int>()});
                  }});
   }
+}
+
+// Offload to host memory (ZeRO-Offload); optional in files, off by default.
+void add_offload_options(std::vector<PlanOption>& t) {
+  t.push_back(field<&PlanOptions::offload_optimizer>(optional_in_file(
+      flags(spec("offload_optimizer", ValueType::Boolean,
+                 "ZeRO-Offload: optimizer states in host memory, gradients to the host once a step, Adam on the "
+                 "CPU, updated bf16 parameters back (needs the cluster's node.host)"),
+            "--offload-optimizer", "--no-offload-optimizer"))));
+  t.push_back(field<&PlanOptions::offload_activations>(optional_in_file(
+      flags(spec("offload_activations", ValueType::Boolean,
+                 "copy each unit's kept activations to host memory after its forward and back before its backward, "
+                 "overlapped on their own streams (needs the cluster's node.host)"),
+            "--offload-activations", "--no-offload-activations"))));
 }
 
 // Workload variability: rank classes, packed documents, jitter, routing skew.
@@ -302,6 +338,9 @@ std::vector<PlanOption> make_table() {
   std::vector<PlanOption> t;
   add_sharding_options(t);
   add_model_parallel_options(t);
+  add_expert_options(t);
+  t.push_back(pipeline_schedule_option());
+  add_offload_options(t);
   add_workload_options(t);
   add_batch_and_kernel_options(t);
   return t;

@@ -63,6 +63,60 @@ TEST(ExpertParallel, AllToAllsAndExpertShards) {
   EXPECT_EQ(t.static_alloc, (2 + 4 + 12) * dense / 32 + (2 + 4 + 12) * experts / 4);
 }
 
+// MoE parallel folding: DeepSeek-V3 with TP 2, PP 16 (an uneven layout: 61
+// layers) on 1,024 GPUs, 32 data-parallel ranks, each stage's 64 ranks (rank
+// = i + 64·p, i = t + 2·d) re-split for experts as etp innermost, then ep,
+// then the expert-data-parallel index.
+TEST(ExpertParallel, FoldingOverTensorAndDataParallelRanks) {
+  const models::ModelSpec m = models::load_model("deepseek-v3");
+  topologies::Topology topo(topologies::load_cluster("dgx-h100"), 1024);
+  PlanOptions o = options(Strategy::Zero1, 0);
+  o.global_batch_tokens.reset();
+  o.global_batch_sequences = 32;
+  o.seq_len = 4096;
+  o.tp = 2;
+  o.pp = 16;
+  o.pipeline_layout = "Et*3|t*3|(t*4|)*13t*3L";
+  auto groups_of = [](const core::Schedule& s, core::GroupKind k, int rank) {
+    for (const auto& g : s.groups) {
+      if (g.kind == k && std::find(g.ranks.begin(), g.ranks.end(), rank) != g.ranks.end()) return g.ranks;
+    }
+    return std::vector<int>{};
+  };
+  auto range = [](int first, int n, int stride) {
+    std::vector<int> r;
+    for (int k = 0; k < n; ++k) r.push_back(first + k * stride);
+    return r;
+  };
+  // EP 64 x ETP 1: one expert group per stage, all 64 ranks; expert data parallelism 64 / 64 = 1.
+  o.ep = 64;
+  o.expert_tp = 1;
+  core::Schedule s = lower(m, topo, o);
+  EXPECT_EQ(groups_of(s, core::GroupKind::Ep, 0), range(0, 64, 1));
+  EXPECT_EQ(groups_of(s, core::GroupKind::Ep, 1000), range(960, 64, 1));  // stage 15
+  EXPECT_TRUE(groups_of(s, core::GroupKind::Edp, 0).empty());             // one-rank groups are none
+  // EP 32 x ETP 1: ranks i and i + 32 of a stage hold the same experts (expert data parallelism 2).
+  o.ep = 32;
+  s = lower(m, topo, o);
+  EXPECT_EQ(groups_of(s, core::GroupKind::Ep, 65), range(64, 32, 1));
+  EXPECT_EQ(groups_of(s, core::GroupKind::EdpOptim, 65), (std::vector<int>{65, 97}));
+  // EP 16 x ETP 4 (attention keeps tp 2): ranks i .. i + 3 share an expert
+  // slice, ep runs over every fourth rank, 64 / (4 x 16) = 1 expert replica.
+  o.ep = 16;
+  o.expert_tp = 4;
+  s = lower(m, topo, o);
+  EXPECT_EQ(groups_of(s, core::GroupKind::Etp, 5), range(4, 4, 1));
+  EXPECT_EQ(groups_of(s, core::GroupKind::Ep, 5), range(1, 16, 4));
+  EXPECT_TRUE(groups_of(s, core::GroupKind::EdpOptim, 5).empty());  // 64 / (4 x 16) = 1
+  // The configurations refused without folding: EP 64 with TP 2, PP 16, DP 32.
+  o.expert_tp.reset();
+  o.ep = 64;
+  EXPECT_THROW((void)lower(m, topo, o), core::ProblemError);
+  o.expert_tp = 1;
+  o.sequence_parallel = false;  // Megatron-Core folds with tp > 1 only under sequence parallelism
+  EXPECT_THROW((void)lower(m, topo, o), core::ProblemError);
+}
+
 TEST(ExpertParallel, RejectsImpossibleSizes) {
   topologies::Topology topo(topologies::load_cluster("dgx-h100"), 32);
   PlanOptions o = options(Strategy::Fsdp, 32 * 4096);

@@ -24,7 +24,7 @@ int PipelineLayout::virtual_stage_of(int layer) const {
 
 int PipelineLayout::stage_layers(int p) const {
   int n = 0;
-  for (int c = 0; c < vpp; ++c) n += layers_of(c * pp + p);
+  for (int c = 0; c < vpp; ++c) n += layers_of(virtual_stage(p, c));
   return n;
 }
 
@@ -210,8 +210,9 @@ PipelineLayout balanced_layout(int layers, int pp, int vpp) {
   return from_counts(counts, pp, vpp);
 }
 
-std::vector<core::Problem> check_pipeline_layout(const models::ModelSpec& m, const PlanOptions& o,
-                                                 PipelineLayout& out) {
+namespace {
+
+std::vector<core::Problem> check_layout(const models::ModelSpec& m, const PlanOptions& o, PipelineLayout& out) {
   if (o.pp < 1 || o.vpp < 1) return {{o.pp < 1 ? "pp" : "vpp", "expected a positive size"}};
   const int n = o.pp * o.vpp;
   const bool first_last = o.first_stage_layers || o.last_stage_layers;
@@ -249,8 +250,11 @@ std::vector<core::Problem> check_pipeline_layout(const models::ModelSpec& m, con
                                 m.name, middle_stages, o.vpp)}};
   }
   std::vector<int> counts;
+  PipelineLayout placement;  // where each virtual stage runs (ZB-V: in a V)
+  placement.pp = o.pp;
+  placement.v_shape = o.pipeline_schedule == PipelineSchedule::ZbV;
   for (int v = 0; v < n; ++v) {
-    const int p = v % o.pp;
+    const int p = placement.stage_of(v);
     const int k = p == 0 && first >= 0         ? first / o.vpp
                   : p == o.pp - 1 && last >= 0 ? last / o.vpp
                                                : rest / (middle_stages * o.vpp);
@@ -258,6 +262,15 @@ std::vector<core::Problem> check_pipeline_layout(const models::ModelSpec& m, con
   }
   out = from_counts(counts, o.pp, o.vpp);
   return {};
+}
+
+}  // namespace
+
+std::vector<core::Problem> check_pipeline_layout(const models::ModelSpec& m, const PlanOptions& o,
+                                                 PipelineLayout& out) {
+  std::vector<core::Problem> ps = check_layout(m, o, out);
+  out.v_shape = ps.empty() && o.pipeline_schedule == PipelineSchedule::ZbV;
+  return ps;
 }
 
 PipelineLayout pipeline_layout(const models::ModelSpec& m, const PlanOptions& o) {

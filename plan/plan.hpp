@@ -40,6 +40,16 @@ enum class Strategy { Ddp, Zero1, Zero2, Fsdp, Hsdp, Hsdp2, Hpz, Hzp };
 /// Gradient accumulation dtypes a plan accepts: "fp32" | "bf16".
 [[nodiscard]] std::optional<core::Dtype> parse_grad_dtype(std::string_view s);
 
+/// The order of a pipeline stage's slots: 1F1B (Megatron's interleaved 1F1B
+/// when vpp > 1), or one of Qi et al.'s zero-bubble schedules (ICLR 2024),
+/// which split each backward into B (input gradients) and W (weight
+/// gradients) and defer W into the bubbles: ZB-H1 (vpp 1) and ZB-V (vpp 2,
+/// chunks placed in a V).
+enum class PipelineSchedule { OneFOneB, ZbH1, ZbV };
+/// "1f1b" | "zb-h1" | "zb-v", and back (nullopt for any other text).
+[[nodiscard]] std::string_view to_string(PipelineSchedule s);
+[[nodiscard]] std::optional<PipelineSchedule> parse_pipeline_schedule(std::string_view s);
+
 /// Group sizes of a hierarchical ZeRO plan: bf16 parameters over g_p ranks,
 /// accumulated gradients over g_g, fp32 master weights and Adam moments over g_o.
 struct ShardSizes {
@@ -114,6 +124,19 @@ struct PlanOptions {
   /// (batch_p2p_sync, on by default there); off: receives are stream-ordered
   /// only and the host runs ahead.
   bool pipeline_p2p_sync = false;
+  /// The pipeline schedule: 1F1B (interleaved when vpp > 1), ZB-H1 (vpp 1)
+  /// or ZB-V (vpp 2), see PipelineSchedule.
+  PipelineSchedule pipeline_schedule = PipelineSchedule::OneFOneB;
+  /// ZeRO-Offload (Ren et al. 2021, arXiv:2101.06840): the fp32 master
+  /// weights and Adam moments of the 1/g_o shard live in host memory; each
+  /// unit's final 1/g_o gradients go device -> host once per step, Adam runs
+  /// on the host CPU and the updated bf16 1/g_o parameters go host -> device.
+  /// Needs the cluster's node.host.
+  bool offload_optimizer = false;
+  /// What each unit's forward keeps for its backward is copied device -> host
+  /// after the forward and host -> device ahead of the backward, on their own
+  /// streams; the device holds it only in flight. Needs node.host.
+  bool offload_activations = false;
   /// Tensor-parallel communication overlap: each all-gather + GEMM and GEMM +
   /// reduce-scatter pair runs as kTpOverlapChunks pipelined chunks on a
   /// separate stream (userbuffers-style), instead of back to back.
@@ -144,8 +167,15 @@ struct PlanOptions {
   /// ranks (dispatch and combine all-to-all); expert parameters then follow
   /// the same (g_p, g_g, g_o) plan over the DP / ep expert-data-parallel ranks.
   int ep = 1;
-  /// Expert parameters' own (g_p, g_g, g_o) over the DP / ep expert-data-parallel
-  /// ranks; unset: the dense sizes capped at DP / ep.
+  /// Expert tensor-parallel size (Megatron-Core's --expert-tensor-parallel-size,
+  /// MoE parallel folding); unset: tp, experts split like the dense FFN and ep
+  /// over data-parallel ranks. Set otherwise, expert parallelism folds over
+  /// the stage's tp x cp x dp ranks independently of attention: ep x expert_tp
+  /// divides them, and the expert-data-parallel size is their quotient.
+  std::optional<int> expert_tp;
+  /// Expert parameters' own (g_p, g_g, g_o) over the expert-data-parallel
+  /// ranks (DP / ep, or tp·DP / (expert_tp·ep) when folded); unset: the dense
+  /// sizes capped there.
   std::optional<ShardSizes> expert_shards;
 
   /// Workload variability, which breaks the symmetry between ranks: the
@@ -203,24 +233,53 @@ inline constexpr std::int64_t kNcclBufferBytes = 4LL * 1024 * 1024 * 8 * 2;
 inline constexpr int kTpOverlapChunks = 4;
 /// fp32 master weight + Adam's two moments.
 inline constexpr std::int64_t kOptimizerStateBytesPerParam = 12;
+/// offload_optimizer: the host memory CPU Adam streams per parameter besides
+/// reading the gradient (fp32 4 or bf16 2 bytes): read and write the fp32
+/// master weight and both moments (3 x 8) and write the bf16 parameter it
+/// uploads (2); with an fp32 gradient, kAdamBytesPerParam. The CPU step
+/// (ZeRO-Offload's vectorised CPU Adam, Ren et al. 2021, arXiv:2101.06840) is
+/// modelled as bound by this traffic at the node's host memory bandwidth.
+inline constexpr std::int64_t kCpuAdamBytesPerParam = 26;
+/// offload_optimizer: the host memory per parameter of a rank's 1/g_o shard
+/// besides its gradient landing buffer (grad_dtype): the optimizer states and
+/// the bf16 staging buffer of the upload.
+inline constexpr std::int64_t kHostStateBytesPerParam = kOptimizerStateBytesPerParam + 2;
 
 /// Rank layout: rank = t + tp·(d + dp·p) for tensor rank t, data-parallel
 /// rank d and pipeline stage p (tensor ranks innermost, so they share a node).
 [[nodiscard]] inline int rank_of(int t, int d, int p, int tp, int dp) { return t + tp * (d + dp * p); }
+
+/// Which part of a backward a slot runs: all of it (1F1B), or under a
+/// zero-bubble schedule its B (recomputation and input gradients) or its W
+/// (weight gradients) alone.
+enum class BackwardPart { Whole, Input, Weight };
 
 /// One slot of a pipeline stage's schedule: a micro-batch through one model chunk.
 struct PipelineSlot {
   std::int64_t micro_batch = 0;
   int chunk = 0;
   bool backward = false;
+  BackwardPart part = BackwardPart::Whole;  // for a backward slot
   friend bool operator==(const PipelineSlot&, const PipelineSlot&) = default;
 };
 
 /// The order in which stage `stage` of `pp` runs `m` micro-batches through its
 /// `vpp` chunks: 1F1B (warm-up of pp − stage − 1 forwards, then one forward one
 /// backward, then the remaining backwards), or Megatron's interleaved 1F1B for
-/// vpp > 1 (m a multiple of pp).
-[[nodiscard]] std::vector<PipelineSlot> pipeline_order(int stage, int pp, int vpp, std::int64_t m);
+/// vpp > 1 (m a multiple of pp); under a zero-bubble schedule (plan/zero_bubble.cpp)
+/// every backward is a B slot and a later W slot.
+[[nodiscard]] std::vector<PipelineSlot> pipeline_order(int stage, int pp, int vpp, std::int64_t m,
+                                                       PipelineSchedule schedule = PipelineSchedule::OneFOneB);
+/// The relative times of a chunk's F, B and W passes, which ZB-V builds its
+/// order with (as the paper's schedules take the profiled times).
+struct PassTimes {
+  double forward = 1, input = 1, weight = 1;
+};
+/// A transformer layer's F, B and W passes in proportion to their FLOPs.
+[[nodiscard]] PassTimes layer_pass_times(const models::StepGraph& graph);
+/// The orders of every stage at once (ZB-V builds them together).
+[[nodiscard]] std::vector<std::vector<PipelineSlot>> pipeline_orders(int pp, int vpp, std::int64_t m,
+                                                                     PipelineSchedule schedule, PassTimes times = {});
 
 /// Where the model's layers sit on the pipeline. Virtual stage v (v = chunk ·
 /// pp + stage, Megatron's order) holds layers [first_layer[v],
@@ -230,8 +289,19 @@ struct PipelineLayout {
   int pp = 1;
   int vpp = 1;
   std::vector<int> first_layer;  // pp·vpp + 1 entries; the last is the layer count
+  /// ZB-V's placement: chunk 0 runs down the stages, chunk 1 back up, so
+  /// virtual stage v sits on stage v (v < pp) or 2·pp − 1 − v, chunk 1 (and
+  /// the embedding and the head both on stage 0). Otherwise Megatron's
+  /// v = chunk · pp + stage.
+  bool v_shape = false;
 
   [[nodiscard]] int virtual_stages() const { return pp * vpp; }
+  /// The pipeline stage and chunk virtual stage v runs on, and back.
+  [[nodiscard]] int stage_of(int v) const { return v_shape && v >= pp ? 2 * pp - 1 - v : v % pp; }
+  [[nodiscard]] int chunk_of(int v) const { return v / pp; }
+  [[nodiscard]] int virtual_stage(int stage, int chunk) const {
+    return v_shape && chunk == 1 ? 2 * pp - 1 - stage : chunk * pp + stage;
+  }
   [[nodiscard]] int layers_of(int v) const;
   /// The virtual stage that holds `layer` (for a layer in [0, layers)).
   [[nodiscard]] int virtual_stage_of(int layer) const;

@@ -38,6 +38,8 @@ class ProgramBuilder {
   /// The stream's host thread blocks until `event` has happened (cudaEventSynchronize).
   void sync(int stream, int event, const std::string& name);
 
+  /// Pinned host memory each rank of the program holds for offloaded state.
+  void set_host_bytes(core::Bytes bytes) { prog_.host_bytes = bytes; }
   [[nodiscard]] core::Program take() { return std::move(prog_); }
 
  private:

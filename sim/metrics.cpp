@@ -67,6 +67,16 @@ bool Metrics::fits() const {
   return std::all_of(memory.begin(), memory.end(), [](const ProgramMemory& m) { return m.fits; });
 }
 
+core::Bytes Metrics::host_memory() const {
+  core::Bytes h{};
+  for (const auto& m : memory) h = std::max(h, m.host);
+  return h;
+}
+
+bool Metrics::host_fits() const {
+  return std::all_of(memory.begin(), memory.end(), [](const ProgramMemory& m) { return m.host_fits; });
+}
+
 core::Bytes Metrics::peak_reserved() const {
   core::Bytes p{};
   for (const auto& m : memory) p = std::max(p, m.peak_reserved);
@@ -153,7 +163,9 @@ Metrics compute_metrics(const core::Schedule& s, const traces::Timeline& t, cons
     }
     std::stable_sort(pm.at_peak.begin(), pm.at_peak.end(),
                      [](const auto& a, const auto& b) { return a.second > b.second; });
-    pm.fits = std::max(pm.peak, pm.peak_reserved) <= capacity;
+    pm.host = s.programs[p].host_bytes;
+    pm.host_fits = pm.host.count() == 0 || pm.host <= core::gib(device.host_memory_GiB_per_device);
+    pm.fits = std::max(pm.peak, pm.peak_reserved) <= capacity && pm.host_fits;
     m.memory.push_back(pm);
   }
   return m;

@@ -23,10 +23,14 @@ struct ProgramMemory {
   std::string name;
   core::Bytes peak{};           // most bytes allocated at once
   core::Bytes peak_reserved{};  // most bytes the allocator held (what must fit)
-  bool fits = true;             // peak_reserved <= device HBM
+  bool fits = true;             // peak_reserved <= device HBM, and host_fits
   /// What was live at the allocated peak, by buffer class ("act", "gathered",
   /// "params", ...), largest first.
   std::vector<std::pair<std::string, core::Bytes>> at_peak;
+  /// Offload: pinned host memory per rank (Program::host_bytes), and whether
+  /// the node's devices together fit the node's host memory.
+  core::Bytes host{};
+  bool host_fits = true;
 };
 
 struct Metrics {
@@ -46,6 +50,10 @@ struct Metrics {
   [[nodiscard]] bool fits() const;
   [[nodiscard]] core::Bytes peak_memory() const;
   [[nodiscard]] core::Bytes peak_reserved() const;
+  /// Offload: the most pinned host memory a rank holds (0 without offload),
+  /// and whether every rank class's fits its node's host memory.
+  [[nodiscard]] core::Bytes host_memory() const;
+  [[nodiscard]] bool host_fits() const;
   /// The rank class with the highest reserved peak.
   [[nodiscard]] const ProgramMemory* worst_memory() const;
 };

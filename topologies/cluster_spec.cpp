@@ -161,6 +161,15 @@ ClusterSpec cluster_from_json(const std::string& text, const std::string& file) 
   StrictObject n = o.object("node");
   c.devices_per_node = static_cast<int>(n.integer("devices", 1, 1 << 12));
   c.scale_up = read_scale_up(n.object("scale_up"), c.devices_per_node);
+  // Optional (files written before offload stay valid); absent or null: no offload.
+  if (n.has("host")) {
+    if (auto h = n.object_or_null("host")) {
+      c.host = HostSide{h->number("link_GBps", 1e-3, 1e6), h->number("memory_GiB", 1e-3, 1e9),
+                        h->number("memory_GBps", 1e-3, 1e7)};
+      h->finish();
+      c.device.host_memory_GiB_per_device = c.host->memory_GiB / c.devices_per_node;
+    }
+  }
   n.finish();
 
   c.scale_out = read_scale_out(o.object("scale_out"));

@@ -46,6 +46,10 @@ struct DeviceProfile {
   /// How much longer a kernel runs while a collective's kernels share the
   /// device (SMs and HBM); 1 = no interference. Used by the SimGrid engine.
   double comm_compute_slowdown = 1;
+  /// The device's share of its node's host memory, GiB (node.host.memory_GiB
+  /// / node.devices, set by the reader; 0: the node's host is not described).
+  /// Step metrics check offloaded state against it, as HBM against hbm_GiB.
+  double host_memory_GiB_per_device = 0;
 };
 
 enum class ScaleUpKind { NvSwitch, FullMesh };
@@ -92,6 +96,15 @@ struct ScaleOut {
   std::vector<FabricTier> tiers;  // leaf first
 };
 
+/// The host side of a node, for offload (ZeRO-Offload, Ren et al. 2021,
+/// arXiv:2101.06840): each device's link to host memory (PCIe or NVLink-C2C),
+/// the node's host memory and the bandwidth its CPUs stream it at (CPU Adam).
+struct HostSide {
+  double link_GBps = 0;    // per device, per direction
+  double memory_GiB = 0;   // per node
+  double memory_GBps = 0;  // per node, shared by its devices' CPU optimizer steps
+};
+
 struct ClusterSpec {
   std::string name;
   std::string source;
@@ -99,6 +112,8 @@ struct ClusterSpec {
   int devices_per_node = 0;
   ScaleUp scale_up;
   ScaleOut scale_out;
+  /// node.host; unset (absent or null): offload is not available.
+  std::optional<HostSide> host;
   std::optional<double> price_per_device_hour;  // USD
 
   /// NIC bandwidth available to one device, GB/s.

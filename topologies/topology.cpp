@@ -171,10 +171,27 @@ double attention_efficiency(const DeviceProfile& d, const core::Op& op) {
   return op.role == core::OpRole::Backward ? it->second.backward : it->second.forward;
 }
 
+// Offload (ComputeKind::HostCopy, HostOptimizer): a copy at the device's host
+// link per direction; the CPU optimizer step at the device's share of the
+// node's host memory bandwidth (every device of the node updates at once).
+Duration host_cost(const ClusterSpec& c, const core::Op& op) {
+  if (!c.host) {
+    throw core::InputError("schedule", op.name,
+                           fmt::format("an offload op ({}) on cluster '{}', which does not describe node.host",
+                                       core::to_string(op.compute), c.name));
+  }
+  const double GBps =
+      op.compute == core::ComputeKind::HostCopy ? c.host->link_GBps : c.host->memory_GBps / c.devices_per_node;
+  return Duration::seconds(transfer_seconds(op.bytes, Bandwidth::from_GBps(GBps)));
+}
+
 }  // namespace
 
 Duration PerfModel::compute(const core::Op& op) const {
   const DeviceProfile& d = topo_.spec().device;
+  if (op.compute == core::ComputeKind::HostCopy || op.compute == core::ComputeKind::HostOptimizer) {
+    return host_cost(topo_.spec(), op);
+  }
   auto it = d.peak_tflops.find(op.dtype);
   const core::FlopRate peak =
       core::FlopRate::from_TFLOPs(it != d.peak_tflops.end() ? it->second : d.peak_tflops.at(core::Dtype::Bf16));

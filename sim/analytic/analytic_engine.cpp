@@ -105,6 +105,7 @@ core::ReplayResult AnalyticEngine::walk(const core::Schedule& s, const FreeOps& 
     const Busy busy = comm_busy(s, r);
     costs.compute_at = [&](const core::Program& prog, const core::Op& op, core::TimePoint start) {
       if (free && free(op)) return core::Duration{};
+      if (op.kind == core::OpKind::Compute && core::is_offload(op.compute)) return pm_.compute(op);
       const double work = static_cast<double>(pm_.compute(op).count_ns());
       const auto& iv = busy[static_cast<std::size_t>(&prog - s.programs.data())];
       return core::Duration::ns(finish_after(iv, start.count_ns(), work, slowdown) - start.count_ns());
@@ -164,6 +165,7 @@ StepEstimate AnalyticEngine::estimate(const core::Schedule& s, const FreeOps& fr
       e.peak_reserved = std::max(e.peak_reserved, allocator.reserved());
     }
     e.model_compute = std::max(e.model_compute, core::Duration::ns(compute));
+    e.host = std::max(e.host, prog.host_bytes);
   }
   e.step = span.step();
   return e;

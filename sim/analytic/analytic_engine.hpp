@@ -20,6 +20,8 @@ struct StepEstimate {
   /// the same under every sharding of the same model-parallel plan, and a
   /// lower bound on its step time.
   core::Duration model_compute{};
+  /// Offload: pinned host memory per rank, worst rank class (Program::host_bytes).
+  core::Bytes host{};
 };
 
 class AnalyticEngine final : public Engine {

@@ -74,6 +74,13 @@ void Simulation::stream_body(Rank& r, std::size_t k) {
     await_issue(r, k, i);
     switch (op.kind) {
       case OpKind::Compute:
+        if (core::is_offload(op.compute)) {  // copy engines or the host CPU: no SMs, never slowed
+          const double t0 = now_s();
+          sg4::this_actor::sleep_for(pi.work[k][i]);
+          done(r, k, i, t0, now_s());
+          break;
+        }
+        [[fallthrough]];
       case OpKind::Alloc:
       case OpKind::Free: i = compute_run(r, k, i); continue;
       case OpKind::Record:
@@ -111,6 +118,7 @@ std::size_t Simulation::compute_run(Rank& r, std::size_t k, std::size_t first) {
   for (; j < st.ops.size(); ++j) {
     const OpKind kind = st.ops[j].kind;
     if (kind != OpKind::Compute && kind != OpKind::Alloc && kind != OpKind::Free) break;
+    if (kind == OpKind::Compute && core::is_offload(st.ops[j].compute)) break;
     if (j > first && (!issued(r, k, j) || issue_time(r, k, j) > t0 + work)) break;
     work += pi.work[k][j];
   }

@@ -1,0 +1,152 @@
+// Offload to host memory over the device's host link (PCIe or NVLink-C2C; the
+// cluster's node.host): the optimizer, as ZeRO-Offload does it (Ren et al.
+// 2021, arXiv:2101.06840: fp32 master weights and Adam moments on the host,
+// gradients down once a step, Adam on the CPU, bf16 parameters back up), and
+// the activations a unit keeps for its backward (down after its forward, back
+// up one backward ahead). Copies run on their own streams, one per direction
+// (each direction of the link in order), the CPU's Adam on a third; all are
+// compute ops of kinds HostCopy and HostOptimizer, which the engines cost at
+// the host link and the host memory bandwidth.
+#include <fmt/format.h>
+
+#include "plan/lowering.hpp"
+
+namespace hzp::plan::detail {
+
+using core::Bytes;
+using core::ComputeKind;
+using core::Dtype;
+using core::Flops;
+using core::StreamKind;
+
+void Lowering::add_offload_streams(int thread) {
+  if (!opt_.offload_optimizer && !opt_.offload_activations) return;
+  d2h_ = b_.add_stream("offload_d2h", StreamKind::Offload, thread);
+  h2d_ = b_.add_stream("offload_h2d", StreamKind::Offload, thread);
+  if (opt_.offload_optimizer) cpu_ = b_.add_stream("cpu_adam", StreamKind::Offload, thread);
+}
+
+// Host memory of the offloaded optimizer per rank: for each parameter of the
+// 1/g_o shard the optimizer states, the upload's bf16 staging and the landing
+// buffer of the gradient (grad_dtype).
+std::int64_t Lowering::host_state_bytes() const {
+  if (!opt_.offload_optimizer) return 0;
+  std::int64_t n = 0;
+  for (const auto& c : classes_) {
+    std::int64_t owned = 0;
+    for (auto o : c.owned) owned += o;
+    n += (kHostStateBytesPerParam + acc_) * owned / c.sh.optim;
+  }
+  return n;
+}
+
+// Unit u's optimizer step on the host once its final gradients are there
+// (event `ev`; -1: in compute-stream order): its 1/g_o gradients device ->
+// host, CPU Adam (after the whole backward pass), its updated bf16 1/g_o
+// parameters host -> device. Returns the event of the upload.
+int Lowering::host_optimizer_step(std::size_t u, int ev) {
+  const auto& unit = *units_[u].u;
+  if (ev < 0) ev = b_.record(comp_, fmt::format("{}.grads_final", unit.name));
+  b_.wait(d2h_, ev, fmt::format("wait {}.grads_final", unit.name));
+  for (const auto& c : classes_) {
+    if (c.owned[u] == 0) continue;
+    b_.compute(d2h_, fmt::format("{}{}.grads_to_host", unit.name, c.tag), ComputeKind::HostCopy, Flops(0),
+               Bytes(acc_ * c.owned[u] / c.sh.optim), opt_.grad_dtype, core::OpRole::GradReduce, c.cls);
+  }
+  // As ZeRO-Offload without its one-step delayed update: the CPU steps once
+  // the backward pass is over (the gradients' copies overlap it).
+  if (uploaded_ < 0) b_.wait(cpu_, b_.record(comp_, "backward_done"), "wait backward_done");
+  b_.wait(cpu_, b_.record(d2h_, fmt::format("{}.grads_on_host", unit.name)),
+          fmt::format("wait {}.grads_on_host", unit.name));
+  for (const auto& c : classes_) {
+    if (c.owned[u] == 0) continue;
+    const std::int64_t shard = c.owned[u] / c.sh.optim;
+    b_.compute(cpu_, fmt::format("{}{}.cpu_adam", unit.name, c.tag), ComputeKind::HostOptimizer,
+               Flops(12.0 * static_cast<double>(shard)), Bytes((kCpuAdamBytesPerParam + acc_) * shard), Dtype::Fp32,
+               core::OpRole::Optimizer, c.cls);
+  }
+  b_.wait(h2d_, b_.record(cpu_, fmt::format("{}.stepped", unit.name)), fmt::format("wait {}.stepped", unit.name));
+  for (const auto& c : classes_) {
+    if (c.owned[u] == 0) continue;
+    b_.compute(h2d_, fmt::format("{}{}.params_to_device", unit.name, c.tag), ComputeKind::HostCopy, Flops(0),
+               Bytes(2 * c.owned[u] / c.sh.optim), Dtype::Bf16, core::OpRole::ParamGather, c.cls);
+  }
+  uploaded_ = b_.record(h2d_, fmt::format("{}.updated", unit.name));
+  return uploaded_;
+}
+
+// Whether forward use j sends its activations to the host: the unit keeps
+// some, and its backward does not follow right away (the head's).
+bool Lowering::offloads(std::size_t j) const {
+  const Use& use = uses_[j];
+  if (!opt_.offload_activations || split_backward() || use.backward || units_[use.unit].u->activations.count() == 0) {
+    return false;
+  }
+  const bool next_is_own_backward =
+      j + 1 < uses_.size() && uses_[j + 1].backward && uses_[j + 1].unit == use.unit && uses_[j + 1].mb == use.mb;
+  return !next_is_own_backward;
+}
+
+// After forward use j: its activations go to the host once the forward is
+// done, and leave the device when they are there.
+void Lowering::offload_activations(std::size_t j) {
+  if (!offloads(j)) return;
+  const Use& use = uses_[j];
+  const auto& unit = *units_[use.unit].u;
+  b_.wait(d2h_, use_done_[j], fmt::format("wait {}.fwd_done", unit.name));
+  b_.compute(d2h_, fmt::format("act.u{}.mb{}.to_host", use.unit, use.mb), ComputeKind::HostCopy, Flops(0),
+             unit.activations, Dtype::Bf16, core::OpRole::Other, core::ParamClass::None);
+  b_.free(d2h_, fmt::format("act.u{}.mb{}", use.unit, use.mb), unit.activations);
+  act_on_host_[{use.unit, use.mb}] = b_.record(d2h_, fmt::format("act.u{}.mb{}.on_host", use.unit, use.mb));
+  host_act_ += unit.activations.count();
+  host_act_peak_ = std::max(host_act_peak_, host_act_);
+}
+
+// Backward use j's activations back from the host (once), into a buffer of
+// their own, not before event `after` (a backward's start on the device).
+void Lowering::issue_fetch(std::size_t j, int after) {
+  const Use& use = uses_[j];
+  const auto on_host = act_on_host_.find({use.unit, use.mb});
+  if (on_host == act_on_host_.end() || act_fetched_.contains({use.unit, use.mb})) return;
+  const auto& unit = *units_[use.unit].u;
+  b_.wait(h2d_, after, "wait backward started");
+  b_.wait(h2d_, on_host->second, fmt::format("wait act.u{}.mb{}.on_host", use.unit, use.mb));
+  const std::string name = fmt::format("act.u{}.mb{}.fetched", use.unit, use.mb);
+  b_.alloc(h2d_, name, unit.activations, core::BufferClass::Activations);
+  b_.compute(h2d_, fmt::format("act.u{}.mb{}.to_device", use.unit, use.mb), ComputeKind::HostCopy, Flops(0),
+             unit.activations, Dtype::Bf16, core::OpRole::Other, core::ParamClass::None);
+  act_fetched_[{use.unit, use.mb}] = b_.record(h2d_, name);
+}
+
+// Before backward use j: its activations (fetched now if not yet), and the
+// next backward use's, so that the copy overlaps this backward. Fetches wait
+// for the device to start backward use j: the host issues far ahead, and
+// otherwise every activation would come back as soon as it had left.
+void Lowering::fetch_activations(std::size_t j) {
+  if (!opt_.offload_activations) return;
+  const Use& use = uses_[j];
+  const int started = b_.record(comp_, fmt::format("{}.bwd_start", units_[use.unit].u->name));
+  issue_fetch(j, started);
+  for (std::size_t k = j + 1; k < uses_.size(); ++k) {
+    if (!uses_[k].backward) continue;
+    issue_fetch(k, started);
+    break;
+  }
+  if (auto it = act_fetched_.find({use.unit, use.mb}); it != act_fetched_.end()) {
+    b_.wait(comp_, it->second, fmt::format("wait act.u{}.mb{}.fetched", use.unit, use.mb));
+  }
+}
+
+// After backward use j: its activations leave the device (and the host).
+void Lowering::release_activations(std::size_t j) {
+  const Use& use = uses_[j];
+  const auto& unit = *units_[use.unit].u;
+  if (!act_fetched_.contains({use.unit, use.mb})) {
+    b_.free(comp_, fmt::format("act.u{}.mb{}", use.unit, use.mb), unit.activations);
+    return;
+  }
+  b_.free(comp_, fmt::format("act.u{}.mb{}.fetched", use.unit, use.mb), unit.activations);
+  host_act_ -= unit.activations.count();
+}
+
+}  // namespace hzp::plan::detail
