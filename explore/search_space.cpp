@@ -148,24 +148,21 @@ void enumerate_space(Search& s) {
           if (!uneven && m.layers % (pp * vpp) != 0) continue;
           std::optional<std::string> layout;
           if (uneven) layout = plan::balanced_layout(m.layers, pp, vpp).text();
-          // 1F1B (interleaved when vpp > 1), and the zero-bubble schedule of
-          // the same chunk count: ZB-H1 with one, ZB-V with two.
-          std::vector<plan::PipelineSchedule> schedules{plan::PipelineSchedule::OneFOneB};
-          if (pp > 1 && vpp == 1) schedules.push_back(plan::PipelineSchedule::ZbH1);
-          if (pp > 1 && vpp == 2) schedules.push_back(plan::PipelineSchedule::ZbV);
-          for (const plan::PipelineSchedule schedule : schedules) {
-            for (int ep : {1, 2, 4, 8}) {
-              if (ep > 1 && (!m.moe || m.moe->experts % ep != 0)) continue;
-              if (st.gpus % (tp * pp) != 0 || (st.gpus / (tp * pp)) % ep != 0) continue;
-              add_group(s, si, tp, pp, vpp, schedule, ep, layout, std::nullopt);
-            }
-            // MoE parallel folding: experts unsplit (expert_tp 1) and ep over
-            // the stage's tp x dp ranks, up to 64.
-            for (int ep : {8, 16, 32, 64}) {
-              if (!m.moe || tp == 1 || m.moe->experts % ep != 0 || st.gpus % (tp * pp) != 0) continue;
-              if ((st.gpus / pp) % ep != 0) continue;
-              add_group(s, si, tp, pp, vpp, schedule, ep, layout, 1);
-            }
+          // 1F1B (interleaved when vpp > 1) only: the zero-bubble schedules
+          // doubled the pipelined groups and the search's time; they are a
+          // simulate and sweep option (pipeline_schedule).
+          const plan::PipelineSchedule schedule = plan::PipelineSchedule::OneFOneB;
+          for (int ep : {1, 2, 4, 8}) {
+            if (ep > 1 && (!m.moe || m.moe->experts % ep != 0)) continue;
+            if (st.gpus % (tp * pp) != 0 || (st.gpus / (tp * pp)) % ep != 0) continue;
+            add_group(s, si, tp, pp, vpp, schedule, ep, layout, std::nullopt);
+          }
+          // MoE parallel folding: experts unsplit (expert_tp 1) and ep over
+          // the stage's tp x dp ranks, up to 64.
+          for (int ep : {8, 16, 32, 64}) {
+            if (!m.moe || tp == 1 || m.moe->experts % ep != 0 || st.gpus % (tp * pp) != 0) continue;
+            if ((st.gpus / pp) % ep != 0) continue;
+            add_group(s, si, tp, pp, vpp, schedule, ep, layout, 1);
           }
         }
       }
