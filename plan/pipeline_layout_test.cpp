@@ -161,19 +161,13 @@ TEST(PipelineLayout, BadLayoutsNameWhatIsWrong) {
 TEST(PipelineLayout, StagesComputeTheirLayers) {
   const models::ModelSpec model = models::load_model("llama3-8b");  // 32 layers
   topologies::Topology topo(topologies::load_cluster("dgx-h100"), 4);
-  PlanOptions o;
-  o.strategy = Strategy::Ddp;
-  o.global_batch_sequences = 8;
-  o.seq_len = 1024;
-  o.pp = 4;
+  PlanOptions o = test_util::ddp_pipeline(4, 8);
   o.first_stage_layers = 5;
   o.last_stage_layers = 11;  // the 16 others: 8 and 8
   const LoweredPlan lp = lower_plan(model, topo, o);
   EXPECT_EQ(counts(lp.plan.layout), (std::vector<int>{5, 8, 8, 11}));
   core::Schedule s = lp.schedule;
-  for (auto& p : s.programs) {
-    for (auto& t : p.threads) t.launch_latency = t.collective_launch_latency = core::Duration{};
-  }
+  test_util::without_launch_latency(s);
   core::ReplayCosts costs;
   costs.compute = [](const core::Program&, const core::Op& op) {
     // A layer's ops are named "l<layer>.<op>" (models/step_graph.cpp).
@@ -195,9 +189,7 @@ TEST(PipelineLayout, StagesComputeTheirLayers) {
   o.first_stage_layers.reset();
   o.last_stage_layers.reset();
   core::Schedule even = lower(model, topo, o);
-  for (auto& p : even.programs) {
-    for (auto& th : p.threads) th.launch_latency = th.collective_launch_latency = core::Duration{};
-  }
+  test_util::without_launch_latency(even);
   EXPECT_LT(test_util::measure(even, costs).step, t.step);
 }
 

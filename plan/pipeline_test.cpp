@@ -54,16 +54,10 @@ using test_util::Timing;
 double bubble_fraction(int pp, int vpp, int m) {
   models::ModelSpec model = models::load_model("llama3-8b");  // 32 layers
   topologies::Topology topo(topologies::load_cluster("dgx-h100"), pp);
-  PlanOptions o;
-  o.strategy = Strategy::Ddp;
-  o.global_batch_sequences = m;
-  o.seq_len = 1024;
-  o.pp = pp;
+  PlanOptions o = test_util::ddp_pipeline(pp, m);
   o.vpp = vpp;
   core::Schedule s = lower(model, topo, o);
-  for (auto& p : s.programs) {
-    for (auto& t : p.threads) t.launch_latency = t.collective_launch_latency = core::Duration{};
-  }
+  test_util::without_launch_latency(s);
   core::ReplayCosts costs;
   // Layers cost their FLOPs (1 ns per GFLOP); the embedding, head and optimizer
   // cost nothing so that every stage does the same work.

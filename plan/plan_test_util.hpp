@@ -57,6 +57,24 @@ struct Timing {
   std::vector<std::int64_t> busy;
 };
 
+// DDP over `pp` pipeline stages, `sequences` of 1,024 tokens: the plan the
+// pipeline replay tests start from.
+inline PlanOptions ddp_pipeline(int pp, std::int64_t sequences) {
+  PlanOptions o;
+  o.strategy = Strategy::Ddp;
+  o.global_batch_sequences = sequences;
+  o.seq_len = 1024;
+  o.pp = pp;
+  return o;
+}
+
+// No host launch latency, so a replay times the device work alone.
+inline void without_launch_latency(core::Schedule& s) {
+  for (auto& p : s.programs) {
+    for (auto& t : p.threads) t.launch_latency = t.collective_launch_latency = core::Duration{};
+  }
+}
+
 inline Timing measure(const core::Schedule& s, const core::ReplayCosts& costs) {
   core::ReplayResult r = core::replay(s, costs);
   Timing t;

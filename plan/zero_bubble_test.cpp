@@ -12,6 +12,7 @@
 #include "core/error.hpp"
 #include "core/schedule_replay.hpp"
 #include "plan/plan.hpp"
+#include "plan/plan_test_util.hpp"
 
 namespace hzp::plan {
 namespace {
@@ -92,18 +93,12 @@ models::ModelSpec layers(int n) {
 
 core::Schedule lowered(int pp, int vpp, int m, PipelineSchedule schedule, models::Recompute r = {}, int n = 0) {
   topologies::Topology topo(topologies::load_cluster("dgx-h100"), pp);
-  PlanOptions o;
-  o.strategy = Strategy::Ddp;
-  o.global_batch_sequences = m;
-  o.seq_len = 1024;
-  o.pp = pp;
+  PlanOptions o = test_util::ddp_pipeline(pp, m);
   o.vpp = vpp;
   o.recompute = r;
   o.pipeline_schedule = schedule;
   core::Schedule s = lower(layers(n > 0 ? n : pp * vpp), topo, o);  // checked by core::check_schedule
-  for (auto& p : s.programs) {
-    for (auto& t : p.threads) t.launch_latency = t.collective_launch_latency = core::Duration{};
-  }
+  test_util::without_launch_latency(s);
   return s;
 }
 
@@ -330,11 +325,7 @@ TEST(ZeroBubble, ActivationMemoryAsThePaperStates) {
 TEST(ZeroBubble, OptionNeedsItsVirtualStages) {
   const models::ModelSpec model = layers(8);
   topologies::Topology topo(topologies::load_cluster("dgx-h100"), 4);
-  PlanOptions o;
-  o.strategy = Strategy::Ddp;
-  o.global_batch_sequences = 8;
-  o.seq_len = 1024;
-  o.pp = 4;
+  PlanOptions o = test_util::ddp_pipeline(4, 8);
   for (auto [schedule, vpp, ok] :
        {std::tuple{PipelineSchedule::ZbH1, 1, true}, std::tuple{PipelineSchedule::ZbH1, 2, false},
         std::tuple{PipelineSchedule::ZbV, 2, true}, std::tuple{PipelineSchedule::ZbV, 1, false}}) {
