@@ -9,11 +9,23 @@
 
 namespace hzp::explore::search {
 
-// The sharded model states alone (a lower bound on the peak), GiB.
-double memory_lower_bound_GiB(double stage_params, const PlanOptions& o, const plan::ShardSizes& sh) {
+plan::ShardSizes expert_shard_sizes(const PlanOptions& o, int dp, const plan::ShardSizes& sh) {
+  if (o.expert_shards) return *o.expert_shards;
+  const int edp = std::max(1, dp * o.tp / (o.expert_tp.value_or(o.tp) * o.ep));
+  return {std::min(sh.param, edp), std::min(sh.grad, edp), std::min(sh.optim, edp)};
+}
+
+// The sharded model states alone (a lower bound on the peak), GiB: 2 bytes a
+// parameter over g_p, the gradient's bytes over g_g, Adam's 12 over g_o (none
+// on the device when offloaded), the experts over their own group sizes.
+double memory_lower_bound_GiB(const StageParams& params, const PlanOptions& o, const plan::ShardSizes& sh,
+                              const plan::ShardSizes& expert_sh) {
   const double grad_bytes = static_cast<double>(core::dtype_bytes(o.grad_dtype));
   const double optimizer = o.offload_optimizer ? 0.0 : 12.0;  // offloaded: in host memory
-  return stage_params * (2.0 / sh.param + grad_bytes / sh.grad + optimizer / sh.optim) / (1024.0 * 1024 * 1024);
+  auto bytes = [&](double n, const plan::ShardSizes& g) {
+    return n * (2.0 / g.param + grad_bytes / g.grad + optimizer / g.optim);
+  };
+  return (bytes(params.dense, sh) + bytes(params.expert, expert_sh)) / (1024.0 * 1024 * 1024);
 }
 
 // Adam's kernels on the compute stream (bandwidth-bound: kAdamBytesPerParam
@@ -52,9 +64,11 @@ LayerCost Search::layer_cost(std::size_t setting, const PlanOptions& p) {
   LayerCost lc;
   if (e1.ok && e2.ok) {
     lc.compute_s = std::max(0.0, e2.compute_s - e1.compute_s);
-    const int dp = st.gpus / (o.tp * o.cp);
-    const double layer_states = memory_lower_bound_GiB(static_cast<double>(models::layer_params(three, 2)) / o.tp, o,
-                                                       plan::ShardSizes{dp, dp, dp});
+    const int dp = st.gpus / o.tp;
+    const LayerParams three_layers(three);
+    const StageParams layer{three_layers.dense[2] / o.tp, three_layers.expert[2] / (o.ep * o.expert_tp.value_or(o.tp))};
+    const plan::ShardSizes full{dp, dp, dp};
+    const double layer_states = memory_lower_bound_GiB(layer, o, full, expert_shard_sizes(o, dp, full));
     lc.activations_GiB = std::max(0.0, e2.reserved_GiB - e1.reserved_GiB - layer_states);
   }
   return layer_costs_.emplace(key, lc).first->second;
@@ -62,10 +76,14 @@ LayerCost Search::layer_cost(std::size_t setting, const PlanOptions& p) {
 
 namespace {
 
+// The parameters on one rank of each pipeline stage.
+using Stages = std::vector<StageParams>;
+
 // The first stage also keeps min(m, p) micro-batches' activations of its
 // layers for backward under 1F1B (more when interleaved), one micro-batch
 // without a pipeline: with 10 % for the allocator, a bound on its peak.
-bool first_stage_fits(Search& s, const Candidate& c, const plan::ShardSizes& sh, const LayerParams& layer_params) {
+bool first_stage_fits(Search& s, const Candidate& c, const plan::ShardSizes& sh, const plan::ShardSizes& expert_sh,
+                      const Stages& stages) {
   const Setting& st = s.settings[c.setting];
   const std::int64_t micro = plan::split_batch(s.m, st.gpus, c.o).micro_batches;
   const plan::PipelineLayout layout = plan::pipeline_layout(s.m, c.o);
@@ -84,24 +102,29 @@ bool first_stage_fits(Search& s, const Candidate& c, const plan::ShardSizes& sh,
   const double activations = c.o.offload_activations ? 0.0
                                                      : 0.9 * static_cast<double>(in_flight) * moe_or_all *
                                                            s.layer_cost(c.setting, c.o).activations_GiB;
-  return memory_lower_bound_GiB(layer_params.first_stage(layout, c.o), c.o, sh) + activations <= st.limit_GiB;
+  return memory_lower_bound_GiB(stages.front(), c.o, sh, expert_sh) + activations <= st.limit_GiB;
 }
 
 // Whether a candidate passes the memory bounds: its sharded model states
-// (`states`, GiB) on the device, with the optimizer offloaded its host states
-// (ZeRO-Offload's fp32 states and staging, a bound: dense shard sizes for all),
-// and the first stage's activations.
-bool fits_memory(Search& s, const Candidate& c, const plan::ShardSizes& sh, double stage_params,
-                 const LayerParams& layer_params, double& states) {
+// (`states`, GiB, the largest of its stages') on the device, with the
+// optimizer offloaded its host states (ZeRO-Offload's fp32 states and
+// staging), and the first stage's activations.
+bool fits_memory(Search& s, const Candidate& c, const plan::ShardSizes& sh, const Stages& stages, double& states) {
   const Setting& st = s.settings[c.setting];
-  states = memory_lower_bound_GiB(stage_params, c.o, sh);
+  const plan::ShardSizes expert_sh = expert_shard_sizes(c.o, st.gpus / (c.o.tp * c.o.pp), sh);
+  states = 0;
+  double host_params = 0;  // optimizer-state parameters of one rank
+  for (const StageParams& p : stages) {
+    states = std::max(states, memory_lower_bound_GiB(p, c.o, sh, expert_sh));
+    host_params = std::max(host_params, p.dense / sh.optim + p.expert / expert_sh.optim);
+  }
   if (states > st.limit_GiB) return false;
   if (c.o.offload_optimizer) {
     const double host = static_cast<double>(plan::kHostStateBytesPerParam + core::dtype_bytes(c.o.grad_dtype)) *
-                        stage_params / sh.optim / (1024.0 * 1024 * 1024);
+                        host_params / (1024.0 * 1024 * 1024);
     if (host > st.cluster.device.host_memory_GiB_per_device) return false;
   }
-  return s.q.exhaustive || first_stage_fits(s, c, sh, layer_params);
+  return s.q.exhaustive || first_stage_fits(s, c, sh, expert_sh, stages);
 }
 
 }  // namespace
@@ -112,8 +135,8 @@ bool fits_memory(Search& s, const Candidate& c, const plan::ShardSizes& sh, doub
 // cluster that states its host side), as a group of its own.
 void prune_by_memory(Search& s) {
   const LayerParams layer_params(s.m);
-  // (pp, tp, ep, expert_tp or 0, layout) -> (all, dense)
-  std::map<std::tuple<int, int, int, int, std::string>, std::pair<double, double>> stage_params;
+  // (pp, tp, ep, expert_tp or 0, layout) -> each stage's parameters
+  std::map<std::tuple<int, int, int, int, std::string>, Stages> stage_params;
   std::map<std::size_t, std::size_t> offload_groups;  // group -> its optimizer-offloaded twin
   for (auto& c : s.space) {
     const Setting& st = s.settings[c.setting];
@@ -126,29 +149,32 @@ void prune_by_memory(Search& s) {
         std::tuple{c.o.pp, c.o.tp, c.o.ep, c.o.expert_tp.value_or(0), layout.text() + (layout.v_shape ? " V" : "")};
     auto cached = stage_params.find(stage_key);
     if (cached == stage_params.end()) {
-      cached = stage_params
-                   .emplace(stage_key, std::pair{layer_params.largest_stage(layout, c.o, true),
-                                                 layer_params.largest_stage(layout, c.o, false)})
-                   .first;
+      Stages stages;
+      for (int p = 0; p < layout.pp; ++p) stages.push_back(layer_params.stage(layout, p, c.o));
+      cached = stage_params.emplace(stage_key, std::move(stages)).first;
     }
+    const Stages& stages = cached->second;
     double states = 0;
     Candidate kept = c;
-    bool fits = fits_memory(s, kept, sh, cached->second.first, layer_params, states);
+    bool fits = fits_memory(s, kept, sh, stages, states);
     if (!fits && st.cluster.host && !kept.o.offload_optimizer) {
       kept.o.offload_optimizer = true;
       kept.preset_at_base = false;
       auto [g, added] = offload_groups.try_emplace(c.group, s.groups);
       if (added) ++s.groups;
       kept.group = g->second;
-      fits = fits_memory(s, kept, sh, cached->second.first, layer_params, states);
+      fits = fits_memory(s, kept, sh, stages, states);
     }
     if (!fits) {
       ++s.out.pruned_memory;
       continue;
     }
     s.alive.push_back(kept);
-    // Offloaded, Adam runs on the host: nothing on the compute stream.
-    s.adam.push_back(kept.o.offload_optimizer ? 0.0 : adam_seconds(cached->second.second, sh, st.cluster.device));
+    // Adam on the compute stream, the dense parameters of the largest stage
+    // (a bound); offloaded, Adam runs on the host: nothing on the compute stream.
+    double dense = 0;
+    for (const StageParams& p : stages) dense = std::max(dense, p.dense);
+    s.adam.push_back(kept.o.offload_optimizer ? 0.0 : adam_seconds(dense, sh, st.cluster.device));
     s.states.push_back(states);
   }
 }

@@ -49,6 +49,9 @@ struct Estimate {
   /// (plan::is_sharding_op) costs nothing, which no sharding of the same
   /// model-parallel plan can beat. A second walk of the same Schedule.
   double floor_s = 0;
+  /// The model states in reserved_GiB (parameters, gradients, optimizer
+  /// states), GiB: exactly linear in the layers.
+  double states_GiB = 0;
 };
 
 /// The analytic engine's estimate of a plan (with `floor`, also the step when
@@ -65,6 +68,13 @@ struct Estimate {
                               bool floor);
 
 // Parameters per layer (dense part, expert part), computed once per search.
+/// Parameters on one rank of a pipeline stage: the dense ones (split tp
+/// ways) and the experts (split ep x expert_tp ways), which shard over their
+/// own expert-data-parallel ranks.
+struct StageParams {
+  double dense = 0, expert = 0;
+};
+
 struct LayerParams {
   std::vector<double> dense, expert;
   explicit LayerParams(const models::ModelSpec& m) {
@@ -75,9 +85,8 @@ struct LayerParams {
     }
   }
   /// Parameters on one rank of pipeline stage p as `layout` places the layers
-  /// (dense / tp, experts / (expert_tp · ep) if counted; expert_tp is tp
-  /// unless folded).
-  [[nodiscard]] double stage(const plan::PipelineLayout& layout, int p, const PlanOptions& o, bool experts) const {
+  /// (dense / tp, experts / (expert_tp · ep); expert_tp is tp unless folded).
+  [[nodiscard]] StageParams stage(const plan::PipelineLayout& layout, int p, const PlanOptions& o) const {
     double d = 0, e = 0;
     for (int c = 0; c < layout.vpp; ++c) {
       const auto v = static_cast<std::size_t>(layout.virtual_stage(p, c));
@@ -86,22 +95,17 @@ struct LayerParams {
         e += expert[static_cast<std::size_t>(l)];
       }
     }
-    return d / o.tp + (experts ? e / (o.ep * o.expert_tp.value_or(o.tp)) : 0);
-  }
-  /// Parameters on one rank of the largest pipeline stage.
-  [[nodiscard]] double largest_stage(const plan::PipelineLayout& layout, const PlanOptions& o, bool experts) const {
-    double biggest = 0;
-    for (int p = 0; p < layout.pp; ++p) biggest = std::max(biggest, stage(layout, p, o, experts));
-    return biggest;
-  }
-  /// Parameters on one rank of the first pipeline stage, which holds the most activations.
-  [[nodiscard]] double first_stage(const plan::PipelineLayout& layout, const PlanOptions& o) const {
-    return stage(layout, 0, o, true);
+    return {d / o.tp, e / (o.ep * o.expert_tp.value_or(o.tp))};
   }
 };
 
-/// The sharded model states alone (a lower bound on the peak), GiB.
-[[nodiscard]] double memory_lower_bound_GiB(double stage_params, const PlanOptions& o, const plan::ShardSizes& sh);
+/// The group sizes the experts' states shard over: the plan's, capped at the
+/// expert-data-parallel ranks (as plan::check_plan resolves them), or the
+/// plan's expert_shards.
+[[nodiscard]] plan::ShardSizes expert_shard_sizes(const PlanOptions& o, int dp, const plan::ShardSizes& sh);
+/// The sharded model states of one rank of a stage alone (a lower bound on its peak), GiB.
+[[nodiscard]] double memory_lower_bound_GiB(const StageParams& params, const PlanOptions& o, const plan::ShardSizes& sh,
+                                            const plan::ShardSizes& expert_sh);
 /// Adam's kernels on the compute stream, largest stage, seconds.
 [[nodiscard]] double adam_seconds(double dense_stage_params, const plan::ShardSizes& sh,
                                   const topologies::DeviceProfile& d);

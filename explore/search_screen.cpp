@@ -37,21 +37,44 @@ Estimate over_layers(const models::ModelSpec& m, const topologies::PerfModel& pm
     target = most * unit;
   }
   if ((k1 + 1) * unit >= target) return estimate(m, pm, o, floor);
-  models::ModelSpec a = m, b = m;
-  a.layers = k1 * unit;
-  b.layers = (k1 + 1) * unit;
-  // The layer the larger model adds is what most of the model's layers are:
-  // an MoE layer (both models keep the same leading dense layers, at least
-  // one MoE layer each). The model's own extra dense layers are then
-  // extrapolated as MoE ones, a small overestimate (DeepSeek-V3: 2 of 61).
-  if (m.moe) a.moe->dense_layers = b.moe->dense_layers = std::min(m.moe->dense_layers, a.layers - 1);
-  const Estimate ea = estimate(a, pm, even, floor), eb = estimate(b, pm, even, floor);
+  // The reduced model with `per_stage` layers per virtual stage. The layer it
+  // adds over fewer is what most of the model's layers are: an MoE layer
+  // (all keep the same leading dense layers, at least one MoE layer each).
+  // The model's own extra dense layers are then extrapolated as MoE ones, a
+  // small overestimate (DeepSeek-V3: 2 of 61).
+  auto reduced = [&](int per_stage) {
+    models::ModelSpec r = m;
+    r.layers = per_stage * unit;
+    if (m.moe) r.moe->dense_layers = std::min(m.moe->dense_layers, k1 * unit - 1);
+    return std::pair{r.layers, estimate(r, pm, even, floor)};
+  };
+  const auto [la, ea] = reduced(k1);
+  const auto [lb, eb] = reduced(k1 + 1);
   if (!ea.ok || !eb.ok) return Estimate{};
-  const double k = static_cast<double>(target - a.layers) / (b.layers - a.layers);
-  auto x = [k](double va, double vb) { return va + k * (vb - va); };
-  // More layers never need less memory: the larger reduced model bounds the peak from below.
-  return Estimate{true, x(ea.step_s, eb.step_s), std::max(eb.reserved_GiB, x(ea.reserved_GiB, eb.reserved_GiB)),
-                  x(ea.compute_s, eb.compute_s), x(ea.floor_s, eb.floor_s)};
+  auto at_target = [target](int l1, double v1, int l2, double v2) {
+    return v1 + static_cast<double>(target - l1) / (l2 - l1) * (v2 - v1);
+  };
+  auto x = [&](double va, double vb) { return at_target(la, va, lb, vb); };
+  // The peak grows at least by the model states, which are exactly linear
+  // in the layers. Where it grows less from a to b, the smaller model's peak
+  // was set by transients that more layers do not repeat (the head's logits
+  // and loss before the first layer's activations outweigh them): the
+  // growth is then measured one layer per stage further on.
+  Estimate lo = ea, hi = eb;
+  int l_lo = la, l_hi = lb;
+  if (eb.reserved_GiB - ea.reserved_GiB < eb.states_GiB - ea.states_GiB && (k1 + 2) * unit < target) {
+    const auto [lc, ec] = reduced(k1 + 2);
+    if (!ec.ok) return Estimate{};
+    lo = eb, hi = ec, l_lo = lb, l_hi = lc;
+  }
+  const double states = at_target(l_lo, lo.states_GiB, l_hi, hi.states_GiB);
+  // More layers never need less memory: the larger reduced model bounds the
+  // peak from below, as do the extrapolated states with what the larger
+  // model holds besides them.
+  const double reserved = std::max({hi.reserved_GiB, at_target(l_lo, lo.reserved_GiB, l_hi, hi.reserved_GiB),
+                                    states + hi.reserved_GiB - hi.states_GiB});
+  return Estimate{true, x(ea.step_s, eb.step_s), reserved, x(ea.compute_s, eb.compute_s), x(ea.floor_s, eb.floor_s),
+                  states};
 }
 
 }  // namespace
@@ -67,7 +90,8 @@ Estimate estimate(const models::ModelSpec& m, const topologies::PerfModel& pm, c
     // simulation that ranks the plans reported, which has it).
     const sim::AnalyticEngine engine(pm, /*interference=*/false);
     const sim::StepEstimate e = engine.estimate(s);
-    Estimate out{true, e.step.to_seconds(), e.peak_reserved.gib(), e.model_compute.to_seconds(), 0};
+    Estimate out{true, e.step.to_seconds(), e.peak_reserved.gib(), e.model_compute.to_seconds(), 0,
+                 e.model_states.gib()};
     // More pinned host memory than the node has does not fit either.
     if (e.host.count() > 0 && e.host.gib() > pm.topology().spec().device.host_memory_GiB_per_device) {
       out.reserved_GiB = std::numeric_limits<double>::infinity();
@@ -123,7 +147,7 @@ Estimate screen(const models::ModelSpec& m, const topologies::PerfModel& pm, con
   const double k = static_cast<double>(micro - m1) / static_cast<double>(m2 - m1);
   auto x = [k](double v1, double v2) { return v1 + k * (v2 - v1); };
   return Estimate{true, x(e1.step_s, e2.step_s), std::max(e1.reserved_GiB, e2.reserved_GiB),
-                  x(e1.compute_s, e2.compute_s), x(e1.floor_s, e2.floor_s)};
+                  x(e1.compute_s, e2.compute_s), x(e1.floor_s, e2.floor_s), std::max(e1.states_GiB, e2.states_GiB)};
 }
 
 namespace {

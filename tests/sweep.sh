@@ -169,8 +169,11 @@ check "no temporary picture left behind" test -z "$(find . -name '*.tmp*')"
 # Plan: only feasible plans; the best at least as good as every preset.
 "$hzp" plan --model llama3-8b --cluster dgx-h100 --gpus 16 --global-batch-tokens 256K --top 5 -j 2 --json > plan.json ||
   { echo "FAIL: plan"; fail=1; }
-# Pruned against exhaustive on a MoE model, where the sharding matters.
-moe=(--model qwen3-30b-a3b --cluster dgx-h100 --gpus 32 --global-batch-tokens 256K --top 5 -j 2 --json)
+# Pruned against exhaustive on a MoE model, where the sharding matters; on 8
+# GPUs the best plans sit at the memory limit (the reduced-layer models'
+# peaks are not monotonic there, and the experts' states shard over their
+# own groups), where a wrong memory bound prunes the best plan.
+moe=(--model qwen3-30b-a3b --cluster dgx-h100 --gpus 8 --global-batch-tokens 128K --top 5 -j 2 --json)
 "$hzp" plan "${moe[@]}" > plan_moe.json && "$hzp" plan "${moe[@]}" --exhaustive > plan_all.json ||
   { echo "FAIL: plan --exhaustive"; fail=1; }
 for s in ddp zero1 zero2 fsdp hsdp hpz; do

@@ -132,6 +132,7 @@ StepEstimate AnalyticEngine::estimate(const core::Schedule& s, const FreeOps& fr
     const core::Program& prog = s.programs[p];
     std::vector<std::tuple<std::int64_t, int, std::int64_t, const std::string*>> deltas;
     std::int64_t compute = 0;
+    core::Bytes states{};
     for (std::size_t k = 0; k < prog.streams.size(); ++k) {
       const core::Stream& st = prog.streams[k];
       for (std::size_t i = 0; i < st.ops.size(); ++i) {
@@ -148,7 +149,13 @@ StepEstimate AnalyticEngine::estimate(const core::Schedule& s, const FreeOps& fr
           case core::OpKind::Collective:
           case core::OpKind::Send:
           case core::OpKind::Recv: span.add(t.start, t.end); break;
-          case core::OpKind::Alloc: deltas.emplace_back(t.start.count_ns(), op.id, op.bytes.count(), &op.buffer); break;
+          case core::OpKind::Alloc:
+            deltas.emplace_back(t.start.count_ns(), op.id, op.bytes.count(), &op.buffer);
+            if (op.buffer_class == core::BufferClass::Params || op.buffer_class == core::BufferClass::Grads ||
+                op.buffer_class == core::BufferClass::OptimizerStates) {
+              states += op.bytes;
+            }
+            break;
           case core::OpKind::Free: deltas.emplace_back(t.start.count_ns(), op.id, -op.bytes.count(), &op.buffer); break;
           default: break;
         }
@@ -166,6 +173,7 @@ StepEstimate AnalyticEngine::estimate(const core::Schedule& s, const FreeOps& fr
     }
     e.model_compute = std::max(e.model_compute, core::Duration::ns(compute));
     e.host = std::max(e.host, prog.host_bytes);
+    e.model_states = std::max(e.model_states, states);
   }
   e.step = span.step();
   return e;

@@ -22,6 +22,10 @@ struct StepEstimate {
   core::Duration model_compute{};
   /// Offload: pinned host memory per rank, worst rank class (Program::host_bytes).
   core::Bytes host{};
+  /// The model states a rank allocates (parameters, gradients, optimizer
+  /// states), worst rank class: linear in the layers a stage holds, where the
+  /// caching allocator's peak need not be.
+  core::Bytes model_states{};
 };
 
 class AnalyticEngine final : public Engine {
