@@ -29,7 +29,7 @@ namespace {
 
 struct ValidateArgs {
   std::string dir = "validation/cases";
-  std::string filter;
+  std::vector<std::string> filters;
   std::string calibration_dir = "validation/calibration";
   bool json = false;
   bool check = false;
@@ -37,8 +37,10 @@ struct ValidateArgs {
 };
 
 int cmd_validate_cases(const ValidateArgs& a) {
-  const auto cases = validation::load_cases(a.dir, a.filter);
-  if (cases.empty()) throw core::InputError(a.dir, "--filter", fmt::format("expected cases matching '{}'", a.filter));
+  const auto cases = validation::load_cases(a.dir, a.filters);
+  if (cases.empty()) {
+    throw core::InputError(a.dir, "--filter", fmt::format("expected cases matching '{}'", fmt::join(a.filters, "' or '")));
+  }
   const int jobs = a.jobs > 0 ? a.jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   if (!a.json) std::cerr << fmt::format("simulating {} cases on {} processes...\n", cases.size(), jobs);
   const auto scored = explore::run_cases(cases, jobs, a.calibration_dir);
@@ -224,7 +226,7 @@ void add_validate_commands(CLI::App& app, Commands& out) {
   auto vc = std::make_unique<SimpleCommand<ValidateArgs>>(cases, run_cases);
   ValidateArgs& va = vc->args;
   cases->add_option("--dir", va.dir, "directory of case files")->capture_default_str();
-  cases->add_option("--filter", va.filter, "only cases whose name or group contains this");
+  cases->add_option("--filter", va.filters, "only cases whose name or group contains this (repeat: any of them)");
   cases
       ->add_option(
           "--calibration-dir", va.calibration_dir,

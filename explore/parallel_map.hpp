@@ -3,7 +3,11 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
+#include <exception>
+#include <mutex>
+#include <thread>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -60,6 +64,38 @@ std::vector<std::string> parallel_map(std::size_t n, int jobs, Fn fn) {
       at += size;
     }
   }
+  return out;
+}
+
+// Runs `fn(i)` for every i in [0, n) over `jobs` threads of this process
+// (the caller's among them), results in order: for work that touches no
+// global state (lowering and the analytic engine's estimate), where a fork
+// per batch would cost more than the work. The first exception a call
+// throws stops the others and is rethrown here.
+template <class T, class Fn>
+std::vector<T> thread_map(std::size_t n, int jobs, Fn fn) {
+  std::vector<T> out(n);
+  std::atomic<std::size_t> next{0};
+  std::exception_ptr error;
+  std::mutex error_mutex;
+  auto work = [&] {
+    for (std::size_t i = next++; i < n; i = next++) {
+      try {
+        out[i] = fn(i);
+      } catch (...) {
+        const std::lock_guard lock(error_mutex);
+        if (!error) error = std::current_exception();
+        next = n;
+      }
+    }
+  };
+  {
+    const std::size_t helpers = std::min<std::size_t>(static_cast<std::size_t>(std::max(jobs, 1)), n) - (n > 0);
+    std::vector<std::jthread> threads;
+    for (std::size_t w = 0; w < helpers; ++w) threads.emplace_back(work);
+    work();
+  }
+  if (error) std::rethrow_exception(error);
   return out;
 }
 

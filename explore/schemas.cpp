@@ -25,12 +25,18 @@ json with_id(json schema, const std::string& name) {
 }
 
 // Schedules that between them use every kind of op and group: FSDP, hzp with
-// TP, PP x VPP and CP, and a MoE model with expert parallelism.
+// TP, PP x VPP and CP, and a MoE model with expert parallelism. The catalog
+// models cut to four layers: every kind of op and group with a small
+// fraction of the ops to write and read back.
 std::vector<core::Schedule> representative_schedules() {
   std::vector<core::Schedule> out;
   auto add = [&](const char* model, int gpus, plan::Strategy strategy, auto&& tweak) {
     Scenario sc;
+    const models::SpecText catalog = models::model_text(model);
+    nlohmann::json cut = nlohmann::json::parse(catalog.text);
+    cut["layers"] = 4;
     sc.model = model;
+    sc.model_json = std::pair{cut.dump(), catalog.file};
     sc.gpus = gpus;
     sc.plan.seq_len = 4096;
     sc.plan.global_batch_sequences = 2 * gpus;

@@ -178,13 +178,14 @@ std::pair<double, double> group_bound(Search& s, std::size_t i) {
 
 // Screens `which` in parallel; `floors`: which of them also get their group's floor.
 void run_screen(Search& s, const std::vector<std::size_t>& which, const std::vector<bool>& floors) {
-  auto res = parallel_map(which.size(), s.q.jobs, [&](std::size_t j) {
+  // Threads: screening lowers and walks Schedules and touches no global state.
+  const auto res = thread_map<Estimate>(which.size(), s.q.jobs, [&](std::size_t j) {
     const Candidate& c = s.alive[which[j]];
-    const Estimate e = screen(s.m, *s.settings[c.setting].pm, c.o, floors.empty() ? false : floors[j]);
-    return pack({e.ok ? 1.0 : 0.0, e.step_s, e.reserved_GiB, e.compute_s, e.floor_s});
+    return screen(s.m, *s.settings[c.setting].pm, c.o, floors.empty() ? false : floors[j]);
   });
   for (std::size_t j = 0; j < which.size(); ++j) {
-    for (std::size_t f = 0; f < 5; ++f) s.screened[which[j]][f] = unpack(res[j], f);
+    const Estimate& e = res[j];
+    s.screened[which[j]] = {e.ok ? 1.0 : 0.0, e.step_s, e.reserved_GiB, e.compute_s, e.floor_s};
   }
   s.out.screened += static_cast<long long>(which.size());
 }

@@ -106,13 +106,14 @@ std::vector<std::string> case_files(const std::string& dir, const std::string& w
   return out;
 }
 
-std::vector<Case> load_cases(const std::string& dir, const std::string& filter) {
+std::vector<Case> load_cases(const std::string& dir, const std::vector<std::string>& filters) {
   std::vector<Case> out;
   for (const auto& file : case_files(dir, "validation cases")) {
     Case c = case_from_json(core::read_file(file), file);
-    if (filter.empty() || c.name.find(filter) != std::string::npos || c.group.find(filter) != std::string::npos) {
-      out.push_back(std::move(c));
-    }
+    const bool wanted = filters.empty() || std::any_of(filters.begin(), filters.end(), [&c](const std::string& f) {
+                          return c.name.find(f) != std::string::npos || c.group.find(f) != std::string::npos;
+                        });
+    if (wanted) out.push_back(std::move(c));
   }
   std::sort(out.begin(), out.end(), [](const Case& a, const Case& b) { return a.name < b.name; });
   return out;

@@ -50,9 +50,9 @@ struct Case {
 /// InputError when `dir` is not a directory of `what`.
 [[nodiscard]] std::vector<std::string> case_files(const std::string& dir, const std::string& what);
 
-/// Every `*.json` under `dir` whose name or group contains `filter` (all when
-/// empty), sorted by name.
-[[nodiscard]] std::vector<Case> load_cases(const std::string& dir, const std::string& filter = "");
+/// Every `*.json` under `dir` whose name or group contains one of `filters`
+/// (all when none), sorted by name.
+[[nodiscard]] std::vector<Case> load_cases(const std::string& dir, const std::vector<std::string>& filters = {});
 
 /// FLOPs of one iteration of a GPT model as Megatron-LM counts them
 /// (Narayanan et al. 2021, eq. 3, with activation recomputation):
