@@ -9,12 +9,6 @@
 
 namespace hzp::explore::search {
 
-plan::ShardSizes expert_shard_sizes(const PlanOptions& o, int dp, const plan::ShardSizes& sh) {
-  if (o.expert_shards) return *o.expert_shards;
-  const int edp = std::max(1, dp * o.tp / (o.expert_tp.value_or(o.tp) * o.ep));
-  return {std::min(sh.param, edp), std::min(sh.grad, edp), std::min(sh.optim, edp)};
-}
-
 // The sharded model states alone (a lower bound on the peak), GiB: 2 bytes a
 // parameter over g_p, the gradient's bytes over g_g, Adam's 12 over g_o (none
 // on the device when offloaded), the experts over their own group sizes.
@@ -68,7 +62,7 @@ LayerCost Search::layer_cost(std::size_t setting, const PlanOptions& p) {
     const LayerParams three_layers(three);
     const StageParams layer{three_layers.dense[2] / o.tp, three_layers.expert[2] / (o.ep * o.expert_tp.value_or(o.tp))};
     const plan::ShardSizes full{dp, dp, dp};
-    const double layer_states = memory_lower_bound_GiB(layer, o, full, expert_shard_sizes(o, dp, full));
+    const double layer_states = memory_lower_bound_GiB(layer, o, full, plan::expert_shard_sizes(o, dp, full));
     lc.activations_GiB = std::max(0.0, e2.reserved_GiB - e1.reserved_GiB - layer_states);
   }
   return layer_costs_.emplace(key, lc).first->second;
@@ -111,7 +105,7 @@ bool first_stage_fits(Search& s, const Candidate& c, const plan::ShardSizes& sh,
 // staging), and the first stage's activations.
 bool fits_memory(Search& s, const Candidate& c, const plan::ShardSizes& sh, const Stages& stages, double& states) {
   const Setting& st = s.settings[c.setting];
-  const plan::ShardSizes expert_sh = expert_shard_sizes(c.o, st.gpus / (c.o.tp * c.o.pp), sh);
+  const plan::ShardSizes expert_sh = plan::expert_shard_sizes(c.o, st.gpus / (c.o.tp * c.o.pp), sh);
   states = 0;
   double host_params = 0;  // optimizer-state parameters of one rank
   for (const StageParams& p : stages) {

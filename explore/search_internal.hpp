@@ -67,7 +67,6 @@ struct Estimate {
 [[nodiscard]] Estimate screen(const models::ModelSpec& m, const topologies::PerfModel& pm, const PlanOptions& o,
                               bool floor);
 
-// Parameters per layer (dense part, expert part), computed once per search.
 /// Parameters on one rank of a pipeline stage: the dense ones (split tp
 /// ways) and the experts (split ep x expert_tp ways), which shard over their
 /// own expert-data-parallel ranks.
@@ -75,6 +74,7 @@ struct StageParams {
   double dense = 0, expert = 0;
 };
 
+// Parameters per layer (dense part, expert part), computed once per search.
 struct LayerParams {
   std::vector<double> dense, expert;
   explicit LayerParams(const models::ModelSpec& m) {
@@ -99,10 +99,6 @@ struct LayerParams {
   }
 };
 
-/// The group sizes the experts' states shard over: the plan's, capped at the
-/// expert-data-parallel ranks (as plan::check_plan resolves them), or the
-/// plan's expert_shards.
-[[nodiscard]] plan::ShardSizes expert_shard_sizes(const PlanOptions& o, int dp, const plan::ShardSizes& sh);
 /// The sharded model states of one rank of a stage alone (a lower bound on its peak), GiB.
 [[nodiscard]] double memory_lower_bound_GiB(const StageParams& params, const PlanOptions& o, const plan::ShardSizes& sh,
                                             const plan::ShardSizes& expert_sh);

@@ -230,9 +230,8 @@ void expert_problems(const models::ModelSpec& m, const PlanOptions& o, int shard
   const int etp = o.expert_tp.value_or(o.tp);
   const int expert_ranks = shard_ranks * o.tp / std::max(etp, 1);  // the expert layout's data-parallel indices
   if (!m.moe || o.ep < 1 || etp < 1 || (shard_ranks * o.tp) % etp != 0 || expert_ranks % o.ep != 0) return;
-  const int edp = expert_ranks / o.ep;
-  const ShardSizes e =
-      o.expert_shards.value_or(ShardSizes{std::min(sh.param, edp), std::min(sh.grad, edp), std::min(sh.optim, edp)});
+  const int edp = expert_data_parallel(o, shard_ranks);
+  const ShardSizes e = expert_shard_sizes(o, shard_ranks, sh);
   if (e.param < 1 || e.grad < 1 || e.optim < 1 || edp % e.optim != 0 || e.optim % e.param != 0 ||
       e.optim % e.grad != 0) {
     ps.push_back({o.expert_shards ? "expert_shards" : "ep",
@@ -244,6 +243,16 @@ void expert_problems(const models::ModelSpec& m, const PlanOptions& o, int shard
 }
 
 }  // namespace
+
+int expert_data_parallel(const PlanOptions& o, int shard_ranks) {
+  return std::max(1, shard_ranks * o.tp / std::max(1, o.expert_tp.value_or(o.tp) * o.ep));
+}
+
+ShardSizes expert_shard_sizes(const PlanOptions& o, int shard_ranks, const ShardSizes& sh) {
+  if (o.expert_shards) return *o.expert_shards;
+  const int edp = expert_data_parallel(o, shard_ranks);
+  return {std::min(sh.param, edp), std::min(sh.grad, edp), std::min(sh.optim, edp)};
+}
 
 ShardSizes resolve_shards(const PlanOptions& o, int dp, const topologies::ClusterSpec& c) {
   ShardSizes s;

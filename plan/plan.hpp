@@ -217,6 +217,12 @@ struct PlanOptions {
 /// The same without throwing: the problems (empty: `out` holds the sizes).
 [[nodiscard]] std::vector<core::Problem> check_shards(const PlanOptions& o, int dp, const topologies::ClusterSpec& c,
                                                       ShardSizes& out);
+/// The expert-data-parallel ranks of an MoE plan whose dense states shard
+/// over `shard_ranks` (tp·shard_ranks / (expert_tp·ep)), and the group sizes
+/// the experts' states shard over there: the plan's expert_shards, else `sh`
+/// capped at those ranks. Divisibility is check_plan's.
+[[nodiscard]] int expert_data_parallel(const PlanOptions& o, int shard_ranks);
+[[nodiscard]] ShardSizes expert_shard_sizes(const PlanOptions& o, int shard_ranks, const ShardSizes& sh);
 /// Whether collectives are issued asynchronously: the plan's `async`, unset:
 /// on for hzp when its stack issues from background threads.
 [[nodiscard]] bool resolve_async(const PlanOptions& o);

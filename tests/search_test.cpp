@@ -47,13 +47,13 @@ TEST(PlanSearch, ExpertStatesShardOverTheirOwnGroups) {
   o.ep = 8;
   o.expert_tp = 1;
   const plan::ShardSizes sh{1, 2, 2};
-  const plan::ShardSizes expert = explore::search::expert_shard_sizes(o, 4, sh);
+  const plan::ShardSizes expert = plan::expert_shard_sizes(o, 4, sh);
   EXPECT_EQ(expert, (plan::ShardSizes{1, 1, 1}));
   // 2^30 dense parameters: 2 / 1 + 4 / 2 + 12 / 2 = 10 bytes each; 2^30
   // expert parameters: 2 + 4 + 12 = 18 bytes each (fp32 gradients).
   EXPECT_DOUBLE_EQ(explore::search::memory_lower_bound_GiB({1 << 30, 1 << 30}, o, sh, expert), 28.0);
   // On 32 GPUs: 16 x 2 / 8 = 4 expert-data-parallel ranks cap (8, 8, 8).
-  EXPECT_EQ(explore::search::expert_shard_sizes(o, 16, {8, 8, 8}), (plan::ShardSizes{4, 4, 4}));
+  EXPECT_EQ(plan::expert_shard_sizes(o, 16, {8, 8, 8}), (plan::ShardSizes{4, 4, 4}));
   o.offload_optimizer = true;  // Adam's 12 bytes in host memory
   EXPECT_DOUBLE_EQ(explore::search::memory_lower_bound_GiB({1 << 30, 1 << 30}, o, sh, expert), 4.0 + 6.0);
 }
