@@ -37,8 +37,11 @@ std::string model_parallelism(const plan::ResolvedPlan& plan) {
   const plan::PlanOptions& p = plan.options;
   std::string pipeline = p.pp > 1 ? " (1F1B)" : "";
   if (p.vpp > 1) pipeline = fmt::format(" x {} virtual stages (interleaved 1F1B)", p.vpp);
-  std::string out = fmt::format("model parallelism: tp {}{}, pp {}{}\n", p.tp,
-                                p.sequence_parallel ? " (sequence parallel)" : "", p.pp, pipeline);
+  std::string sequence;
+  if (p.cp > 1) sequence += fmt::format(", cp {} (ring attention)", p.cp);
+  if (p.ulysses > 1) sequence += fmt::format(", ulysses {} (all-to-all around attention)", p.ulysses);
+  std::string out = fmt::format("model parallelism: tp {}{}, pp {}{}{}\n", p.tp,
+                                p.sequence_parallel ? " (sequence parallel)" : "", p.pp, pipeline, sequence);
   if (p.expert_tp && *p.expert_tp != p.tp) {
     out += fmt::format(
         "experts folded (MoE parallel folding): ep {} x expert tp {} over each stage's tp x dp x cp "

@@ -50,7 +50,8 @@ enum class GroupKind {
   EdpRegather,
   DpAll,
   EdpAll,
-  Etp  // expert tensor parallelism when it differs from tp (MoE parallel folding)
+  Etp,  // expert tensor parallelism when it differs from tp (MoE parallel folding)
+  Ulysses  // DeepSpeed-Ulysses sequence parallelism: the all-to-alls around attention
 };
 
 /// A process group: the ranks of one NCCL communicator.

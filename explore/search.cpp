@@ -31,6 +31,8 @@ std::string describe_plan(const PlanChoice& c) {
     s += fmt::format(" {}", plan::to_string(o.pipeline_schedule));
   }
   if (o.pipeline_layout) s += fmt::format(" layout {}", *o.pipeline_layout);
+  if (o.cp > 1) s += fmt::format(" cp{}", o.cp);
+  if (o.ulysses > 1) s += fmt::format(" ulysses{}", o.ulysses);
   if (o.ep > 1) s += fmt::format(" ep{}", o.ep);
   if (o.expert_tp) s += fmt::format(" etp{}", *o.expert_tp);
   if (o.offload_optimizer) s += " offload-optimizer";

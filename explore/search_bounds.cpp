@@ -49,7 +49,7 @@ LayerCost Search::layer_cost(std::size_t setting, const PlanOptions& p) {
   o.first_stage_layers.reset();
   o.last_stage_layers.reset();
   o.global_batch_tokens.reset();
-  o.global_batch_sequences = o.micro_batch * (st.gpus / (o.tp * o.cp));
+  o.global_batch_sequences = o.micro_batch * (st.gpus / (o.tp * plan::sequence_split(o)));
   models::ModelSpec two = m, three = m;
   two.layers = 2;
   three.layers = 3;

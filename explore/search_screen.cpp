@@ -134,7 +134,7 @@ Estimate screen(const models::ModelSpec& m, const topologies::PerfModel& pm, con
   // ZB-V's order settles from 2p micro-batches on: extrapolate from 2p and 4p.
   const std::int64_t settled = o.pipeline_schedule == plan::PipelineSchedule::ZbV ? 2 * o.pp : o.pp;
   if (o.pp == 1 || micro <= 2 * settled) return over_layers(m, pm, o, floor);
-  const std::int64_t dp = world / (o.tp * o.pp * o.cp);
+  const std::int64_t dp = world / (o.tp * o.pp * plan::sequence_split(o));
   auto with_micro = [&](std::int64_t mb_count) {
     PlanOptions r = o;
     r.global_batch_tokens.reset();

@@ -192,7 +192,7 @@ Dims dims(const ModelSpec& m, const GraphOptions& o) {
   d.e = core::dtype_bytes(o.dtype);
   d.s = o.seq_len;
   d.bs = o.micro_batch;
-  d.s_local = d.s / std::max(o.cp, 1);
+  d.s_local = d.s / (std::max(o.cp, 1) * std::max(o.ulysses, 1));
   d.T = d.s_local * d.bs;
   d.h = m.hidden;
   d.t = o.tp;
@@ -330,6 +330,30 @@ void attention_core(Builder& b, const ModelSpec& m, const GraphOptions& o, const
   b.ops.back().attention = AttentionPart::Context;
 }
 
+// The core attention, under Ulysses between its two all-to-alls: Q, K and V
+// of this rank's T tokens and every head go out, every token of the cp chunk
+// for H / u heads comes in (K/V heads replicated to u when fewer than u); the
+// context goes back the same way. Each all-to-all's buffer is what a rank
+// holds on either side (nccl-tests' size); backward mirrors both.
+void ulysses_attention(Builder& b, const ModelSpec& m, const GraphOptions& o, const Dims& d, const std::string& p) {
+  const std::int64_t u = std::max(o.ulysses, 1);
+  if (u == 1) {
+    attention_core(b, m, o, d, p);
+    return;
+  }
+  const std::int64_t kv = std::max(d.G, u);  // K/V heads sent: replicated up to u
+  b.comm(p + "attn.ulysses_qkv_alltoall", core::CollectiveKind::AllToAll,
+         d.e * d.T * (d.H * d.dqk + kv * (d.dqk + d.dv)), true, true, CommGroup::Ulysses);
+  Dims heads = d;
+  heads.H = d.H / u;
+  heads.G = kv / u;
+  heads.s_local = d.s_local * u;
+  heads.T = heads.s_local * d.bs;
+  attention_core(b, m, o, heads, p);
+  b.comm(p + "attn.ulysses_context_alltoall", core::CollectiveKind::AllToAll, d.e * d.T * d.H * d.dv, true, true,
+         CommGroup::Ulysses);
+}
+
 // Experts split like a dense FFN across tensor-parallel ranks (expert TP =
 // TP) and, with expert parallelism, ep ways across ranks: each rank runs
 // experts / ep experts on the tokens every rank of its ep group routed to
@@ -405,7 +429,7 @@ Builder layer_forward(const ModelSpec& m, int layer, const GraphOptions& o) {
   b.stack_op(p + "attn_norm", ComputeKind::Norm, o.kernels.norm, Th * h);
   tp_enter(b, d, p + "attn");
   attention_projections(b, m, o, d, p);
-  attention_core(b, m, o, d, p);
+  ulysses_attention(b, m, o, d, p);
   b.gemm(p + "attn_out", T, h, H * dv);
   tp_leave(b, d, p + "attn");
   b.stack_op(p + "attn_residual", ComputeKind::Elementwise, o.kernels.residual, Th * h, mask);
@@ -496,9 +520,11 @@ core::Bytes layer_activation_bytes(const ModelSpec& m, int layer, const GraphOpt
     attn += e * T * H * dv + (core_recomputed ? 0 : 4 * bs * H * d.s_local);
   } else {
     attn += e * T * H * dv;
-    // The softmax output is kept in fp32 on Megatron's eager fallback.
-    const std::int64_t probs = fused_softmax_available(bs * H, s) ? e : 4;
-    if (o.recompute == Recompute::None) attn += (probs + (m.dropout ? 1 + e : 0)) * bs * H * s * s;
+    // The softmax output is kept in fp32 on Megatron's eager fallback; under
+    // Ulysses each rank holds the s×s scores of H / ulysses heads.
+    const std::int64_t Hu = H / std::max(o.ulysses, 1);
+    const std::int64_t probs = fused_softmax_available(bs * Hu, s) ? e : 4;
+    if (o.recompute == Recompute::None) attn += (probs + (m.dropout ? 1 + e : 0)) * bs * Hu * s * s;
   }
 
   // FFN block: norm input and FFN input, then what each activation needs.

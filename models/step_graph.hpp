@@ -60,10 +60,16 @@ struct GraphOptions {
   /// the attention FLOPs, load-balanced under the causal mask). The plan
   /// passes K/V blocks around the cp ranks (ring attention); needs flash attention.
   int cp = 1;
+  /// DeepSpeed-Ulysses: each rank holds seq_len / (cp · ulysses) tokens
+  /// outside attention; an all-to-all over the ulysses group before the core
+  /// attention gives it the cp chunk's every token for heads / ulysses of
+  /// its heads (K/V heads replicated up to ulysses when fewer), and another
+  /// after it brings the context back to its own tokens.
+  int ulysses = 1;
 };
 
 /// Which group a collective of the step graph runs on.
-enum class CommGroup { Tp, Ep, Etp };
+enum class CommGroup { Tp, Ep, Etp, Ulysses };
 
 enum class Phase { Forward, Recompute, BackwardInput, BackwardWeight };
 

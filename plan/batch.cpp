@@ -54,6 +54,9 @@ std::vector<core::Problem> check_parallel_sizes(int world, const PlanOptions& o)
   } else if (o.cp < 1 || (world / (o.tp * o.pp)) % o.cp != 0) {
     ps.push_back(
         {"cp", fmt::format("expected a divisor of GPUs / (tp x pp) = {}, got {}", world / (o.tp * o.pp), o.cp)});
+  } else if (o.ulysses < 1 || (world / (o.tp * o.pp * o.cp)) % o.ulysses != 0) {
+    ps.push_back({"ulysses", fmt::format("expected a divisor of GPUs / (tp x pp x cp) = {}, got {}",
+                                         world / (o.tp * o.pp * o.cp), o.ulysses)});
   }
   return ps;
 }
@@ -84,7 +87,7 @@ std::vector<core::Problem> check_batch(const models::ModelSpec& m, int world, co
   ps.insert(ps.end(), sizes.begin(), sizes.end());
   if (!ps.empty()) return ps;
   const std::string key = batch_key(o);
-  b.data_parallel = world / (o.tp * o.pp * o.cp);
+  b.data_parallel = world / (o.tp * o.pp * sequence_split(o));
   const std::int64_t per_step = static_cast<std::int64_t>(b.data_parallel) * o.micro_batch;
   if (b.sequences % per_step != 0 && o.round_batch) b.sequences = round_sequences(b.sequences, per_step);
   if (b.sequences % per_step != 0) {
@@ -171,8 +174,25 @@ void model_problems(const models::ModelSpec& m, const PlanOptions& o, const Batc
                                     "2 x cp = {}",
                                     2 * o.cp)});
   }
+  if (o.ulysses > 1) {
+    // Each rank's heads split ulysses ways after the all-to-all (K/V heads
+    // fewer than ulysses are replicated, as DeepSpeed does for GQA).
+    const std::int64_t heads = m.heads / std::max(o.tp, 1);
+    if (heads % o.ulysses != 0) {
+      ps.push_back({"ulysses", fmt::format("expected a divisor of the {} attention heads per tensor-parallel rank "
+                                           "({} / tp {}), got {}",
+                                           heads, m.heads, o.tp, o.ulysses)});
+    }
+    const std::int64_t split = static_cast<std::int64_t>(o.ulysses) * (o.cp > 1 ? 2 * o.cp : 1) *
+                               (o.tp > 1 && o.sequence_parallel ? o.tp : 1);
+    if (batch.seq_len % split != 0) {
+      ps.push_back({"ulysses", fmt::format("expected the sequence length {} to divide by ulysses{}{} = {}",
+                                           batch.seq_len, o.cp > 1 ? " x 2 x cp" : "",
+                                           o.tp > 1 && o.sequence_parallel ? " x tp" : "", split)});
+    }
+  }
   const int etp = o.expert_tp.value_or(o.tp);
-  const std::int64_t stage_ranks = static_cast<std::int64_t>(o.tp) * batch.data_parallel * o.cp;
+  const std::int64_t stage_ranks = static_cast<std::int64_t>(o.tp) * batch.data_parallel * sequence_split(o);
   if (etp != o.tp) {
     // MoE parallel folding: ep x expert_tp over the stage's tp x cp x dp ranks.
     if (!m.moe) {
@@ -180,7 +200,7 @@ void model_problems(const models::ModelSpec& m, const PlanOptions& o, const Batc
     } else if (etp < 1 || o.ep < 1 || stage_ranks % (static_cast<std::int64_t>(etp) * o.ep) != 0) {
       ps.push_back({"ep", fmt::format("expected ep x expert_tp to divide the {} ranks of a stage (tp x cp x dp = {} x "
                                       "{} x {}), got {} x {}",
-                                      stage_ranks, o.tp, o.cp, batch.data_parallel, o.ep, etp)});
+                                      stage_ranks, o.tp, sequence_split(o), batch.data_parallel, o.ep, etp)});
     } else if (o.tp > 1 && !o.sequence_parallel) {
       ps.push_back({"expert_tp", "MoE parallel folding with tp > 1 needs sequence parallelism (as Megatron-Core)"});
     } else if (o.moe_skew > 0) {
@@ -266,9 +286,10 @@ std::vector<core::Problem> check_plan(const models::ModelSpec& m, const topologi
   ResolvedPlan r;
   std::vector<core::Problem> ps = check_batch(m, topo.devices(), o, r.batch);
   if (!ps.empty()) return ps;
-  // Parameters are replicated over data- and context-parallel ranks alike: the
-  // sharding dimension is DP x CP (Megatron's data-parallel-with-context group).
-  r.shard_ranks = r.batch.data_parallel * o.cp;
+  // Parameters are replicated over data-, context- and Ulysses-parallel ranks
+  // alike: the sharding dimension is DP x CP x ulysses (Megatron's
+  // data-parallel-with-context group; DeepSpeed shards ZeRO over DP x SP).
+  r.shard_ranks = r.batch.data_parallel * sequence_split(o);
   ps = check_shards(o, r.shard_ranks, topo.spec(), r.shards);
   model_problems(m, o, r.batch, ps, r.layout);
   const stacks::Stack& stack = stack_of(o);

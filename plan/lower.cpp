@@ -285,6 +285,7 @@ models::StepGraph step_graph(const models::ModelSpec& m, const PlanOptions& o, c
   go.ep = o.ep;
   go.etp = o.expert_tp.value_or(0);
   go.cp = o.cp;
+  go.ulysses = o.ulysses;
   return models::build_step_graph(m, go);
 }
 
@@ -401,6 +402,10 @@ class PlanLowering {
     param_classes_.push_back(detail::add_param_class(s_, layout_, core::ParamClass::Dense, rp_.shards, 1, dp_, all));
     ep_groups_.assign(static_cast<std::size_t>(topo_.devices()), -1);
     etp_groups_ = ep_groups_;
+    // Ulysses: the ulysses ranks d' = c + cp·(u + ulysses·d) of one cp index c.
+    ulysses_groups_ = o_.ulysses > 1 ? detail::add_dp_groups(s_, core::GroupKind::Ulysses, layout_, 1, dp_,
+                                                             o_.cp * o_.ulysses, o_.cp)
+                                     : ep_groups_;
     if (m_.moe) {
       // Experts over their own layout: the dense one unless folded (expert_tp != tp).
       const int etp = o_.expert_tp.value_or(o_.tp);
@@ -440,9 +445,11 @@ class PlanLowering {
     stage.tp_group = tp_groups_[rep];
     stage.ep_group = ep_groups_[rep];
     stage.etp_group = etp_groups_[rep];
+    stage.ulysses_group = ulysses_groups_[rep];
     // The class's workload is the slowest of the data-parallel replicas it
     // stands for: its members d' = i + cp·d share one cp index i, so each is a
-    // distinct replica d (whose sequence its cp siblings share). Under a
+    // distinct replica d (whose sequence its cp siblings share), but for its
+    // ulysses ranks, which share one sequence. Under a
     // routing skew the classes of a variability block hold the replicas
     // d ≡ r (mod ep / gcd(cp, ep)): classes with the same r (cp siblings) share
     // one draw, the others draw independently, so the slowest class is the
@@ -450,7 +457,7 @@ class PlanLowering {
     const int residues = skewed_ ? o_.ep / std::gcd(o_.cp, o_.ep) : 1;
     const int data_class = first_d / classes_of_.per_block() * residues + first_d / o_.cp % residues;
     stage.workload = draw_workload(o_, batch.seq_len, batch.micro_batches, data_class, p, skewed_ ? first_d % o_.ep : 0,
-                                   o_.ep, m_.moe ? m_.moe->experts : 0, members);
+                                   o_.ep, m_.moe ? m_.moe->experts : 0, std::max(1, members / o_.ulysses));
     if (o_.cp > 1) context_ring(stage, first_d, p);
     return stage;
   }
@@ -459,7 +466,7 @@ class PlanLowering {
   // it, each rank sends its 1/tp slice and the receivers all-gather.
   void boundary(Lowering::Stage& stage) const {
     const std::int64_t activation =
-        core::dtype_bytes(Dtype::Bf16) * rp_.batch.seq_len / o_.cp * o_.micro_batch * m_.hidden;
+        core::dtype_bytes(Dtype::Bf16) * rp_.batch.seq_len / sequence_split(o_) * o_.micro_batch * m_.hidden;
     stage.boundary_bytes = activation / o_.tp;
     stage.boundary_gather_bytes = o_.tp > 1 && !o_.sequence_parallel ? activation : 0;
   }
@@ -470,8 +477,10 @@ class PlanLowering {
     stage.cp_next_rep = rank_of(0, base + (first_d + 1) % o_.cp, p, o_.tp, dp_);
     stage.cp_prev_rep = rank_of(0, base + (first_d + o_.cp - 1) % o_.cp, p, o_.tp, dp_);
     stage.cp = o_.cp;
-    // K and V of this rank's tokens, per K/V head on this tensor-parallel rank.
-    const std::int64_t kv_heads = std::max<std::int64_t>(1, (m_.mla ? m_.heads : m_.kv_heads) / o_.tp);
+    // K and V of this rank's tokens, per K/V head on this tensor-parallel rank
+    // (under Ulysses: of the cp chunk's every token, for its share of heads).
+    const std::int64_t tp_kv_heads = std::max<std::int64_t>(1, (m_.mla ? m_.heads : m_.kv_heads) / o_.tp);
+    const std::int64_t kv_heads = std::max<std::int64_t>(tp_kv_heads, o_.ulysses) / o_.ulysses;
     stage.kv_block_bytes = core::dtype_bytes(Dtype::Bf16) * rp_.batch.seq_len / o_.cp * o_.micro_batch * kv_heads *
                            (m_.qk_head_dim() + m_.v_head_dim());
   }
@@ -481,13 +490,13 @@ class PlanLowering {
   const PlanOptions& o_;
   const ResolvedPlan& rp_;
   core::Schedule& s_;
-  const int dp_;  // the data-parallel index d' = c + cp·d runs over DP x CP
+  const int dp_;  // the data-parallel index d' = c + cp·(u + ulysses·d) runs over DP x CP x ulysses
   const Layout layout_;
   const models::StepGraph graph_;
   const bool skewed_;
   const detail::RankClasses classes_of_;
   const std::vector<std::vector<PipelineSlot>> orders_;  // each stage's slots
-  std::vector<int> tp_groups_, ep_groups_, etp_groups_;
+  std::vector<int> tp_groups_, ep_groups_, etp_groups_, ulysses_groups_;
   std::vector<ShardedParams> param_classes_;
 };
 

@@ -40,9 +40,10 @@ void Lowering::unit_ops(const std::vector<models::GraphOp>& ops, std::int64_t mb
       continue;
     }
     if (op.collective) {
-      const int group = op.comm_group == models::CommGroup::Tp    ? stage_.tp_group
-                        : op.comm_group == models::CommGroup::Etp ? stage_.etp_group
-                                                                  : stage_.ep_group;
+      const int group = op.comm_group == models::CommGroup::Tp        ? stage_.tp_group
+                        : op.comm_group == models::CommGroup::Etp     ? stage_.etp_group
+                        : op.comm_group == models::CommGroup::Ulysses ? stage_.ulysses_group
+                                                                      : stage_.ep_group;
       // all_to_allv: a rank whose experts draw more tokens receives more than it sends.
       core::Bytes bytes =
           op.comm_group == models::CommGroup::Ep && w.experts > 1.0

@@ -128,7 +128,7 @@ class Lowering {
     // scatter/gather optimization, Narayanan et al. 2021 §4.1); the gathered
     // bytes, or 0 when nothing is gathered.
     std::int64_t boundary_gather_bytes = 0;
-    int tp_group = -1, ep_group = -1, etp_group = -1;
+    int tp_group = -1, ep_group = -1, etp_group = -1, ulysses_group = -1;
     int cp = 1;                              // context-parallel size
     int cp_next_rep = -1, cp_prev_rep = -1;  // ring neighbours
     std::int64_t kv_block_bytes = 0;         // K and V of one rank's tokens

@@ -171,6 +171,12 @@ void add_model_parallel_options(std::vector<PlanOption>& t) {
       aka(spec("cp", ValueType::Integer, "context-parallel size (ring attention; sequences split over cp ranks)", 1,
                kModelParallel),
           {"--context-parallel-size"})));
+  t.push_back(field<&PlanOptions::ulysses>(optional_in_file(
+      aka(spec("ulysses", ValueType::Integer,
+               "DeepSpeed-Ulysses sequence-parallel size (sequences split over ulysses ranks, all-to-all to "
+               "heads / ulysses heads around attention; composes with cp)",
+               1, kModelParallel),
+          {"--ds-sequence-parallel-size", "--ulysses-degree"}))));
   t.push_back(field<&PlanOptions::tp_comm_overlap>(
       flags(spec("tp_comm_overlap", ValueType::Boolean,
                  "pipeline tensor-parallel all-gathers/reduce-scatters with their GEMMs in chunks"),

@@ -267,6 +267,102 @@ TEST(ContextParallel, RingAttention) {
   EXPECT_THROW((void)lower(m, topo, o), core::ProblemError);
 }
 
+// DeepSpeed-Ulysses over u = 4 ranks (Jacobs et al. 2023): Llama-3 8B (32
+// heads, 8 K/V heads of 128), s = 8192, so each rank holds T = s/u = 2048
+// tokens outside attention. Per layer and micro-batch, forward: one
+// all-to-all of Q, K, V, 2·T·(32·128 + 8·(128 + 128)) = 25,165,824 bytes, and
+// one of the context, 2·T·32·128 = 16,777,216; backward the same two again.
+// Each rank sends (u − 1)/u of each buffer. Attention covers all s tokens for
+// 32/u = 8 heads: 1/u of the sequence's causal attention FLOPs,
+// ½·2·8·s²·256. Parameters shard over DP × u = 16 ranks.
+TEST(Ulysses, AllToAllsAroundAttention) {
+  models::ModelSpec m = models::load_model("llama3-8b");
+  topologies::Topology topo(topologies::load_cluster("dgx-h100"), 16);
+  PlanOptions o;
+  o.strategy = Strategy::Fsdp;
+  o.seq_len = 8192;
+  o.global_batch_sequences = 8;  // over 16 / 4 = 4 data-parallel ranks: 2 micro-batches
+  o.ulysses = 4;
+  LoweredPlan lp = lower_plan(m, topo, o);
+  const core::Schedule& s = lp.schedule;
+  EXPECT_EQ(lp.plan.batch.data_parallel, 4);
+  EXPECT_EQ(lp.plan.shard_ranks, 16);
+  ASSERT_EQ(s.programs.size(), 1u);  // ulysses ranks are symmetric: one rank class
+  const std::int64_t qkv = 2 * 2048 * (32 * 128 + 8 * 256), context = 2 * 2048 * 32 * 128;
+  const int layers = 32, micro_batches = 2;
+  Totals t = totals(s);
+  EXPECT_EQ(qkv, 25'165'824);
+  EXPECT_EQ(t.bytes["all_to_all/ulysses"], layers * micro_batches * 2 * (qkv + context));
+  EXPECT_EQ(t.wire["all_to_all/ulysses"], layers * micro_batches * 2 * (qkv + context) * 3 / 4);
+  double attention = 0;
+  for (const auto& st : s.programs[0].streams) {
+    for (const auto& op : st.ops) {
+      if (op.kind == core::OpKind::Collective && s.group(op.group).kind == core::GroupKind::Ulysses) {
+        EXPECT_EQ(s.group(op.group).ranks, (std::vector<int>{0, 1, 2, 3}));
+      }
+      if (op.kind == core::OpKind::Collective && s.group(op.group).kind == core::GroupKind::DpShard) {
+        EXPECT_EQ(s.group(op.group).ranks.size(), 16u);
+      }
+      if (op.kind == core::OpKind::Compute && op.compute == core::ComputeKind::Attention &&
+          op.name.find("bwd") == std::string::npos && op.name.find("l0.") == 0) {
+        attention += op.flops.count();
+      }
+    }
+  }
+  EXPECT_DOUBLE_EQ(attention, micro_batches * 0.5 * 2 * 8 * 8192.0 * 8192.0 * 256);
+  // A size that does not divide the GPUs, or heads per tensor-parallel rank
+  // that do not split ulysses ways (32 / tp 8 = 4 heads, ulysses 8), are refused by name.
+  auto problem_keys = [&](const topologies::Topology& on, const PlanOptions& p) {
+    std::set<std::string> keys;
+    for (const auto& pr : check_plan(m, on, p)) keys.insert(pr.field);
+    return keys;
+  };
+  o.ulysses = 3;
+  EXPECT_EQ(problem_keys(topo, o), (std::set<std::string>{"ulysses"}));
+  topologies::Topology big(topologies::load_cluster("dgx-h100"), 64);
+  o.ulysses = 8;
+  o.tp = 8;
+  o.global_batch_sequences = 1;
+  EXPECT_EQ(problem_keys(big, o), (std::set<std::string>{"ulysses"}));
+  o.tp = 4;  // 8 heads a rank: they split (64 / (4 x 8) = 2 data-parallel ranks)
+  o.global_batch_sequences = 2;
+  EXPECT_TRUE(problem_keys(big, o).empty());
+}
+
+// Ulysses composes with ring CP: d' = c + cp·(u + ulysses·d), so with cp 2
+// and ulysses 2 on 8 GPUs rank 0's ulysses group is {0, 2} and its ring
+// neighbour rank 1; each rank holds s / 4 tokens outside attention.
+TEST(Ulysses, ComposesWithRingAttention) {
+  models::ModelSpec m = models::load_model("llama3-8b");
+  topologies::Topology topo(topologies::load_cluster("dgx-h100"), 8);
+  PlanOptions o;
+  o.strategy = Strategy::Fsdp;
+  o.seq_len = 8192;
+  o.global_batch_sequences = 2;
+  o.cp = 2;
+  o.ulysses = 2;
+  core::Schedule s = lower(m, topo, o);
+  ASSERT_EQ(s.programs.size(), 2u);  // one class per cp index
+  Totals t = totals(s);
+  const std::int64_t T = 8192 / 4, qkv = 2 * T * (32 * 128 + 8 * 256);
+  std::int64_t block = 0;
+  for (const auto& st : s.programs[0].streams) {
+    for (const auto& op : st.ops) {
+      if (op.kind == core::OpKind::Collective && s.group(op.group).kind == core::GroupKind::Ulysses) {
+        EXPECT_EQ(s.group(op.group).ranks, (std::vector<int>{0, 2}));
+      }
+      if (op.kind == core::OpKind::Send && st.name == "cp_send" && block == 0) {
+        block = op.bytes.count();
+        EXPECT_EQ(op.peer, 1);
+      }
+    }
+  }
+  // The ring passes the cp chunk's K/V (s / cp tokens) of 8 / ulysses K/V heads.
+  EXPECT_EQ(block, 2 * (8192 / 2) * (8 / 2) * (128 + 128));
+  // One micro-batch (2 sequences over 8 / 4 = 2 data-parallel ranks), both passes.
+  EXPECT_EQ(t.bytes["all_to_all/ulysses"], 32 * 2 * (qkv + 2 * T * 32 * 128));
+}
+
 }  // namespace
 }  // namespace hzp::plan
 

@@ -152,6 +152,14 @@ struct PlanOptions {
   /// pass K/V blocks around, overlapped with attention. Data-parallel size =
   /// GPUs / (tp · pp · cp); parameters are sharded over DP × CP.
   int cp = 1;
+  /// DeepSpeed-Ulysses sequence parallelism (Jacobs et al. 2023,
+  /// arXiv:2309.14509): sequences split over `ulysses` ranks outside
+  /// attention; before attention an all-to-all turns each rank's tokens of
+  /// every head into every token of heads / ulysses heads, after it another
+  /// turns them back. Composes with ring CP (the ulysses ranks of one cp
+  /// index each hold a cp chunk): data-parallel size = GPUs / (tp · pp · cp ·
+  /// ulysses); parameters are sharded over DP × CP × ulysses.
+  int ulysses = 1;
   /// Uneven pipelines (Megatron's --decoder-first/last-pipeline-num-layers):
   /// transformer layers on the first and on the last pipeline stage, the
   /// rest split evenly over the stages between; null: even. Each divides by vpp.
@@ -206,6 +214,9 @@ struct PlanOptions {
   /// granularity and copies from it; the provenance records it.
   std::shared_ptr<const stacks::Stack> stack;
 };
+
+/// Ranks a sequence is split over: ring CP times Ulysses.
+[[nodiscard]] inline int sequence_split(const PlanOptions& o) { return o.cp * o.ulysses; }
 
 /// The stack `o` runs under (its own, or stacks::default_stack()).
 [[nodiscard]] const stacks::Stack& stack_of(const PlanOptions& o);
