@@ -145,6 +145,12 @@ std::vector<GraphOp> backward_of(const Builder& fwd, double flash_bwd_ratio) {
       }
       dg.bytes = Bytes(e * g.batch * (g.m * g.n + g.n * g.k + g.m * g.k));
       wg.bytes = dg.bytes;
+      if (f.dtype == core::Dtype::Fp8) {
+        // FP8 operands (the output gradient, the weight or input transposed), a bf16 result.
+        constexpr std::int64_t result = 2;  // bytes per element of the bf16 result
+        dg.bytes = Bytes(g.batch * (g.m * g.n + g.n * g.k + result * g.m * g.k));
+        wg.bytes = Bytes(g.batch * (g.k * g.m + g.m * g.n + result * g.k * g.n));
+      }
       out.push_back(std::move(dg));
       out.push_back(std::move(wg));
     } else if (f.kind == ComputeKind::Attention) {
@@ -206,6 +212,56 @@ Dims dims(const ModelSpec& m, const GraphOptions& o) {
   return d;
 }
 
+// Bytes per element of an FP8 cast-transpose (read bf16, write the FP8
+// tensor and its FP8 transpose), and its kernels: current scaling reads the
+// tensor once more for its amax first; block scaling adds one fp32 scale per
+// 128 elements to each of its two outputs.
+double fp8_cast_bytes_per_element(Precision p, std::int64_t e) {
+  const double cast = static_cast<double>(e) + 2;
+  if (p == Precision::Fp8Current) return cast + static_cast<double>(e);
+  if (p == Precision::Fp8Block) return cast + 2.0 * 4 / 128;
+  return cast;
+}
+int fp8_cast_kernels(Precision p) { return p == Precision::Fp8Current ? 2 : 1; }
+
+// A linear layer's GEMM (m x k input, k x n weight), in bf16, or under an FP8
+// recipe: the input's cast-transpose, the weight's (unless it arrived as FP8
+// from the all-gather), the GEMM on FP8 operands with a bf16 output, and in
+// backward the output gradient's cast-transpose before the input- and
+// weight-gradient GEMMs. Current scaling with tensor parallelism all-reduces
+// each cast tensor's amax (4 bytes) over the tensor-parallel group first.
+void linear(Builder& b, const GraphOptions& o, const std::string& name, std::int64_t m, std::int64_t n,
+            std::int64_t k, std::int64_t batch = 1) {
+  if (o.precision == Precision::Bf16) {
+    b.gemm(name, m, n, k, batch);
+    return;
+  }
+  const std::int64_t e = b.e;
+  const double per = fp8_cast_bytes_per_element(o.precision, e);
+  auto cast = [&](const std::string& what, std::int64_t elements, bool backward) {
+    const auto bytes = static_cast<std::int64_t>(std::llround(per * static_cast<double>(elements)));
+    if (backward) {
+      b.backward_bandwidth(name + "." + what, ComputeKind::Elementwise, bytes, elements);
+      b.ops.back().kernels = fp8_cast_kernels(o.precision);
+      b.flags.back().bwd_kernels = fp8_cast_kernels(o.precision);
+    } else {
+      b.bandwidth(name + "." + what, ComputeKind::Elementwise, bytes, elements);
+      b.ops.back().kernels = fp8_cast_kernels(o.precision);
+      b.flags.back().backward = false;
+    }
+  };
+  const bool amax_reduce = o.precision == Precision::Fp8Current && o.tp > 1;
+  if (amax_reduce) b.comm(name + ".fp8_amax_allreduce", core::CollectiveKind::AllReduce, 4, true, false);
+  cast("fp8_cast", batch * m * k, false);
+  if (!o.fp8_gathered_weights) cast("fp8_weight_cast", batch * k * n, false);
+  b.gemm(name, m, n, k, batch);
+  GraphOp& g = b.ops.back();
+  g.dtype = core::Dtype::Fp8;
+  g.bytes = Bytes(batch * (m * k + k * n + e * m * n));
+  cast("fp8_grad_cast", batch * m * n, true);
+  if (amax_reduce) b.comm(name + ".fp8_grad_amax_allreduce", core::CollectiveKind::AllReduce, 4, false, true);
+}
+
 // Enter a tensor-parallel region: with sequence parallelism all-gather the
 // sequence-sharded input; without, the f operator (identity forward,
 // all-reduce of the input gradient backward).
@@ -233,12 +289,12 @@ void ffn_ops(Builder& b, const ModelSpec& m, const GraphOptions& o, const std::s
              core::ParamClass pc = core::ParamClass::Dense) {
   const std::int64_t h = m.hidden;
   const bool glu = m.ffn_activation == FfnActivation::SwiGlu;
-  b.gemm(p + tag + "up", rows, glu ? 2 * f : f, h, batch);
+  linear(b, o, p + tag + "up", rows, glu ? 2 * f : f, h, batch);
   b.ops.back().param_class = pc;
   b.stack_op(p + tag + (glu ? "swiglu" : "gelu"), ComputeKind::Elementwise, glu ? o.kernels.swiglu : o.kernels.gelu,
              batch * rows * f);
   b.ops.back().param_class = pc;
-  b.gemm(p + tag + "down", rows, h, f, batch);
+  linear(b, o, p + tag + "down", rows, h, f, batch);
   b.ops.back().param_class = pc;
 }
 
@@ -251,17 +307,17 @@ void attention_projections(Builder& b, const ModelSpec& m, const GraphOptions& o
     // Down-projections replicated across tensor-parallel ranks, up-projections split by heads.
     const MlaSpec& a = *m.mla;
     if (a.q_lora_rank > 0) {
-      b.gemm(p + "q_a", T, a.q_lora_rank, h);
+      linear(b, o, p + "q_a", T, a.q_lora_rank, h);
       b.stack_op(p + "q_a_norm", ComputeKind::Norm, norm, T * a.q_lora_rank);
-      b.gemm(p + "q_b", T, H * dqk, a.q_lora_rank);
+      linear(b, o, p + "q_b", T, H * dqk, a.q_lora_rank);
     } else {
-      b.gemm(p + "q", T, H * dqk, h);
+      linear(b, o, p + "q", T, H * dqk, h);
     }
-    b.gemm(p + "kv_a", T, a.kv_lora_rank + a.qk_rope_head_dim, h);
+    linear(b, o, p + "kv_a", T, a.kv_lora_rank + a.qk_rope_head_dim, h);
     b.stack_op(p + "kv_a_norm", ComputeKind::Norm, norm, T * a.kv_lora_rank);
-    b.gemm(p + "kv_b", T, H * (a.qk_nope_head_dim + dv), a.kv_lora_rank);
+    linear(b, o, p + "kv_b", T, H * (a.qk_nope_head_dim + dv), a.kv_lora_rank);
   } else {
-    b.gemm(p + "qkv", T, (H + 2 * G) * dqk, h);
+    linear(b, o, p + "qkv", T, (H + 2 * G) * dqk, h);
   }
   if (m.qk_norm) b.stack_op(p + "qk_norm", ComputeKind::Norm, norm, T * (H + G) * dqk);
   if (m.position_embedding == PositionEmbedding::Rope) {
@@ -430,7 +486,7 @@ Builder layer_forward(const ModelSpec& m, int layer, const GraphOptions& o) {
   tp_enter(b, d, p + "attn");
   attention_projections(b, m, o, d, p);
   ulysses_attention(b, m, o, d, p);
-  b.gemm(p + "attn_out", T, h, H * dv);
+  linear(b, o, p + "attn_out", T, h, H * dv);
   tp_leave(b, d, p + "attn");
   b.stack_op(p + "attn_residual", ComputeKind::Elementwise, o.kernels.residual, Th * h, mask);
   b.stack_op(p + "ffn_norm", ComputeKind::Norm, o.kernels.norm, Th * h);
@@ -446,6 +502,13 @@ Builder layer_forward(const ModelSpec& m, int layer, const GraphOptions& o) {
     tp_leave(b, d, p + "ffn");
   }
   b.stack_op(p + "ffn_residual", ComputeKind::Elementwise, o.kernels.residual, Th * h, mask);
+  if (o.precision == Precision::Fp8Delayed && o.tp > 1) {
+    // Delayed scaling: the layer's amaxes (input and weight of each FP8 GEMM
+    // forward, its output gradient backward; fp32 each) in one fused
+    // all-reduce over the tensor-parallel group per pass.
+    const auto fp8 = std::count_if(b.ops.begin(), b.ops.end(), [](const GraphOp& x) { return x.dtype == core::Dtype::Fp8; });
+    b.comm(p + "fp8_amax_allreduce", core::CollectiveKind::AllReduce, 4 * 2 * fp8, true, true);
+  }
   return b;
 }
 

@@ -18,6 +18,22 @@ namespace hzp::models {
 
 enum class Recompute { None, Selective, Full };
 
+/// The training precision of the linear layers' GEMMs. Bf16: every GEMM in
+/// bf16. The FP8 recipes (Transformer Engine's and torchao Float8's): the
+/// linear layers' forward, input-gradient and weight-gradient GEMMs run on
+/// FP8 operands (bf16 output) at the device's fp8 rate; attention, the
+/// router and the output layer stay bf16. Around each FP8 GEMM: a
+/// cast-transpose of its input (forward; read bf16, write FP8 and its FP8
+/// transpose for the weight gradient) and of its output gradient (backward);
+/// the weight's cast-transpose once per forward. Delayed scaling takes the
+/// scale from an amax history (one fused amax all-reduce per layer forward
+/// over the tensor-parallel group); current scaling computes each tensor's
+/// amax first (one more read pass, and a 4-byte all-reduce over the
+/// tensor-parallel group for the sequence-parallel inputs); block scaling
+/// (1x128 / 128x128, DeepSeek-V3 and MXFP8 style) computes its scales inside
+/// the cast and writes one fp32 scale per 128 elements.
+enum class Precision { Bf16, Fp8Delayed, Fp8Current, Fp8Block };
+
 struct GraphOptions {
   std::int64_t seq_len = 0;
   std::int64_t micro_batch = 1;  // sequences per micro-batch
@@ -66,6 +82,11 @@ struct GraphOptions {
   /// its heads (K/V heads replicated up to ulysses when fewer), and another
   /// after it brings the context back to its own tokens.
   int ulysses = 1;
+  Precision precision = Precision::Bf16;
+  /// FP8: the weights arrive as FP8 from an FP8 all-gather (the plan's
+  /// fp8_param_gather: cast on the shard before the gather), so the layer
+  /// casts none of them itself.
+  bool fp8_gathered_weights = false;
 };
 
 /// Which group a collective of the step graph runs on.
@@ -94,6 +115,8 @@ struct GraphOp {
   core::ParamClass param_class = core::ParamClass::Dense;
   AttentionPart attention = AttentionPart::None;
   int kernels = 1;                 // kernels launched (a stack's eager op is several)
+  /// The operands' dtype of a GEMM (Fp8: at the fp8 rate); Bf16 for everything else.
+  core::Dtype dtype = core::Dtype::Bf16;
   std::string attention_kernel{};  // the fused attention kernel's family
 };
 

@@ -309,6 +309,21 @@ std::vector<core::Problem> check_plan(const models::ModelSpec& m, const topologi
   if (o.offload_activations && o.pipeline_schedule != PipelineSchedule::OneFOneB) {
     ps.push_back({"offload_activations", "activation offload is modelled with the 1f1b pipeline schedule only"});
   }
+  const topologies::DeviceProfile& device = topo.spec().device;
+  if (o.precision != models::Precision::Bf16 && !device.peak_tflops.contains(core::Dtype::Fp8)) {
+    ps.push_back({"precision", fmt::format("the {} of cluster {} has no fp8 peak (peak_tflops.fp8): expected bf16",
+                                           device.name, topo.spec().name)});
+  }
+  if (o.fp8_param_gather && o.precision == models::Precision::Bf16) {
+    ps.push_back({"fp8_param_gather", "an FP8 weight all-gather needs an FP8 precision (fp8-delayed, fp8-current "
+                                      "or fp8-block)"});
+  } else if (o.fp8_param_gather && ps.empty() && r.shards.param <= 1) {
+    ps.push_back({"fp8_param_gather", "parameters are not sharded (g_p = 1), so nothing is gathered: expected "
+                                      "false, or a plan with g_p > 1"});
+  } else if (o.fp8_param_gather && stack.spec.collectives.int8_weights) {
+    ps.push_back({"fp8_param_gather", fmt::format("the stack {} already gathers int8 weights (qwZ): expected false",
+                                                  stack.spec.name)});
+  }
   if (!ps.empty()) return ps;
   std::optional<ShardSizes> expert;
   expert_problems(m, o, r.shard_ranks, r.shards, expert, ps);

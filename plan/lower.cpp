@@ -286,6 +286,8 @@ models::StepGraph step_graph(const models::ModelSpec& m, const PlanOptions& o, c
   go.etp = o.expert_tp.value_or(0);
   go.cp = o.cp;
   go.ulysses = o.ulysses;
+  go.precision = o.precision;
+  go.fp8_gathered_weights = o.fp8_param_gather;
   return models::build_step_graph(m, go);
 }
 

@@ -57,7 +57,7 @@ void Lowering::unit_ops(const std::vector<models::GraphOp>& ops, std::int64_t mb
       ring_attention(op, compute * attention);
       continue;
     }
-    b_.compute(comp_, scaled(op), Dtype::Bf16);
+    b_.compute(comp_, scaled(op), op.dtype);
   }
 }
 
@@ -85,14 +85,14 @@ void Lowering::overlapped_gather_gemm(const models::GraphOp& gather, const model
   }
   for (int k = 0; k < kTpOverlapChunks; ++k) {
     b_.wait(comp_, arrived[static_cast<std::size_t>(k)], "wait gathered chunk");
-    b_.compute(comp_, chunk_of(gemm, k), Dtype::Bf16);
+    b_.compute(comp_, chunk_of(gemm, k), gemm.dtype);
   }
 }
 
 // And the mirror: reduce-scatter chunk k while the GEMM computes chunk k + 1.
 void Lowering::overlapped_gemm_scatter(const models::GraphOp& gemm, const models::GraphOp& scatter) {
   for (int k = 0; k < kTpOverlapChunks; ++k) {
-    b_.compute(comp_, chunk_of(gemm, k), Dtype::Bf16);
+    b_.compute(comp_, chunk_of(gemm, k), gemm.dtype);
     int done = b_.record(comp_, fmt::format("{}.chunk{}.done", gemm.name, k));
     b_.wait(tp_comm_, done, "wait gemm chunk");
     b_.collective(tp_comm_, fmt::format("{}.chunk{}", scatter.name, k), core::CollectiveKind::ReduceScatter,

@@ -45,12 +45,27 @@ Bytes Lowering::full_grad_bytes(std::size_t u) const {
 // gradients over g_g, fp32 master weights and Adam moments over g_o.
 void Lowering::alloc_model_state() {
   std::int64_t params = 0, grads = 0, states = 0;
+  const bool fp8 = opt_.precision != models::Precision::Bf16;
   for (const auto& c : classes_) {
     std::int64_t owned = 0;
     for (auto o : c.owned) owned += o;
     params += 2 * owned / c.sh.param;
+    // FP8 with unsharded parameters: Transformer Engine keeps each weight's
+    // FP8 copy and its FP8 transpose across the step (two bytes a parameter);
+    // sharded ones are cast per gather inside the gathered buffer.
+    if (fp8 && c.sh.param == 1) params += 2 * owned;
     grads += acc_ * owned / c.sh.grad;
     states += kOptimizerStateBytesPerParam * owned / c.sh.optim;
+  }
+  // FP8 scaling state: per FP8 GEMM its input, weight and output gradient's
+  // scale; delayed scaling keeps a 1,024-entry fp32 amax history of each
+  // (Transformer Engine's default amax_history_len), the others one fp32 scale.
+  if (fp8) {
+    std::int64_t gemms = 0;
+    for (const auto& u : units_) {
+      for (const auto& op : u.u->forward) gemms += op.dtype == Dtype::Fp8 ? 1 : 0;
+    }
+    params += gemms * 3 * 4 * (opt_.precision == models::Precision::Fp8Delayed ? 1024 : 1);
   }
   b_.alloc(comp_, "params", Bytes(params), core::BufferClass::Params);
   b_.alloc(comp_, "grads", Bytes(grads), core::BufferClass::Grads);
@@ -139,37 +154,48 @@ std::vector<std::int64_t> Lowering::pieces(const Class& c, std::size_t u, stacks
 
 // One parameter all-gather of `elements` (the gathered count) over `group`,
 // cut as the stack cuts it, wrapped in its copy-in or int8 quantization.
+// An FP8 weight all-gather (fp8_param_gather) casts the shard to FP8 the
+// same way (read bf16, write one byte) and gathers one byte a parameter.
 void Lowering::gather_pieces(const Class& c, std::size_t u, const std::string& name, int group, std::int64_t elements) {
   const stacks::Collectives& sc = stack_.collectives;
   const std::int64_t shard = elements / c.sh.param;
+  const bool one_byte = sc.int8_weights || opt_.fp8_param_gather;
   if (sc.copy_in) {
     b_.compute(ag_, name + ".copy_in", ComputeKind::Elementwise, Flops(0), Bytes(4 * shard), Dtype::Bf16,
                core::OpRole::ParamGather, c.cls);
   }
-  if (sc.int8_weights) {
-    b_.compute(ag_, name + ".quantize", ComputeKind::Elementwise, Flops(static_cast<double>(shard)), Bytes(3 * shard),
-               Dtype::Bf16, core::OpRole::ParamGather, c.cls);
+  if (one_byte) {
+    b_.compute(ag_, name + (sc.int8_weights ? ".quantize" : ".fp8_cast"), ComputeKind::Elementwise,
+               Flops(static_cast<double>(shard)), Bytes(3 * shard), Dtype::Bf16, core::OpRole::ParamGather, c.cls);
   }
   std::vector<std::int64_t> parts = elements == c.padded[u] ? pieces(c, u, sc.gather) : std::vector{elements};
   for (std::size_t i = 0; i < parts.size(); ++i) {
     const std::string piece = parts.size() > 1 ? fmt::format("{}.{}", name, i) : name;
-    b_.collective(ag_, piece, CollectiveKind::AllGather, group, Bytes((sc.int8_weights ? 1 : 2) * parts[i]),
-                  sc.int8_weights ? Dtype::Fp8 : Dtype::Bf16, core::OpRole::ParamGather, c.cls);
+    b_.collective(ag_, piece, CollectiveKind::AllGather, group, Bytes((one_byte ? 1 : 2) * parts[i]),
+                  one_byte ? Dtype::Fp8 : Dtype::Bf16, core::OpRole::ParamGather, c.cls);
   }
 }
 
 // On the compute stream once unit j's parameters are gathered: the stack's
-// copy-out into the parameters, or the dequantization of int8 weights.
+// copy-out into the parameters, or the dequantization of int8 weights; FP8
+// gathered weights are transposed for the GEMMs that take them so (read and
+// write one byte a parameter).
 void Lowering::after_gather(std::size_t j) {
   const stacks::Collectives& sc = stack_.collectives;
-  if (!sc.copy_out && !sc.int8_weights) return;
+  if (!sc.copy_out && !sc.int8_weights && !opt_.fp8_param_gather) return;
   const auto& unit = *units_[uses_[j].unit].u;
   for (const auto& c : classes_) {
     if (!c.gathers(uses_[j].unit)) continue;
     const std::int64_t n = c.padded[uses_[j].unit];
-    b_.compute(comp_, fmt::format("{}{}.{}", unit.name, c.tag, sc.int8_weights ? "dequantize" : "copy_out"),
-               ComputeKind::Elementwise, Flops(sc.int8_weights ? static_cast<double>(n) : 0.0),
-               Bytes((sc.int8_weights ? 3 : 4) * n), Dtype::Bf16, core::OpRole::ParamGather, c.cls);
+    if (sc.copy_out || sc.int8_weights) {
+      b_.compute(comp_, fmt::format("{}{}.{}", unit.name, c.tag, sc.int8_weights ? "dequantize" : "copy_out"),
+                 ComputeKind::Elementwise, Flops(sc.int8_weights ? static_cast<double>(n) : 0.0),
+                 Bytes((sc.int8_weights ? 3 : 4) * n), Dtype::Bf16, core::OpRole::ParamGather, c.cls);
+    }
+    if (opt_.fp8_param_gather) {
+      b_.compute(comp_, fmt::format("{}{}.fp8_transpose", unit.name, c.tag), ComputeKind::Elementwise, Flops(0),
+                 Bytes(2 * n), Dtype::Bf16, core::OpRole::ParamGather, c.cls);
+    }
   }
 }
 

@@ -340,6 +340,29 @@ void add_batch_and_kernel_options(std::vector<PlanOption>& t) {
   }
 }
 
+// The linear layers' precision: bf16 or an FP8 recipe, and the FP8 weight all-gather.
+void add_precision_options(std::vector<PlanOption>& t) {
+  {
+    OptionSpec s = optional_in_file(
+        spec("precision", ValueType::Choice,
+             "the linear layers' GEMMs: bf16, or FP8 at the device's fp8 rate with Transformer Engine's / torchao's "
+             "recipes: fp8-delayed (amax history), fp8-current (per-tensor amax first), fp8-block (1x128 block "
+             "scales); casts, transposes and amax reductions around each GEMM"));
+    s.choices = {"bf16", "fp8-delayed", "fp8-current", "fp8-block"};
+    // Megatron-Core's --fp8-recipe values.
+    s.flag_aliases = {"--fp8-recipe"};
+    s.choice_aliases = {{"delayed", "fp8-delayed"}, {"tensorwise", "fp8-current"}, {"blockwise", "fp8-block"}};
+    t.push_back({s, [](const PlanOptions& o) -> json { return std::string(to_string(o.precision)); },
+                 [](PlanOptions& o, const json& v) { o.precision = *parse_precision(v.get<std::string>()); }});
+  }
+  t.push_back(field<&PlanOptions::fp8_param_gather>(optional_in_file(aka(
+      flags(spec("fp8_param_gather", ValueType::Boolean,
+                 "FP8 weight all-gather: shards cast to FP8 before the parameter all-gather (half the bytes), the "
+                 "gathered weights only transposed (needs an FP8 precision and g_p > 1)"),
+            "--fp8-param-gather", "--no-fp8-param-gather"),
+      {"--fp8-all-gather"}))));
+}
+
 std::vector<PlanOption> make_table() {
   std::vector<PlanOption> t;
   add_sharding_options(t);
@@ -349,6 +372,7 @@ std::vector<PlanOption> make_table() {
   add_offload_options(t);
   add_workload_options(t);
   add_batch_and_kernel_options(t);
+  add_precision_options(t);
   return t;
 }
 

@@ -37,6 +37,9 @@ enum class Strategy { Ddp, Zero1, Zero2, Fsdp, Hsdp, Hsdp2, Hpz, Hzp };
 /// "none" | "selective" | "full", and back (nullopt for any other text).
 [[nodiscard]] std::string_view to_string(models::Recompute r);
 [[nodiscard]] std::optional<models::Recompute> parse_recompute(std::string_view s);
+/// "bf16" | "fp8-delayed" | "fp8-current" | "fp8-block", and back (models::Precision).
+[[nodiscard]] std::string_view to_string(models::Precision p);
+[[nodiscard]] std::optional<models::Precision> parse_precision(std::string_view s);
 /// Gradient accumulation dtypes a plan accepts: "fp32" | "bf16".
 [[nodiscard]] std::optional<core::Dtype> parse_grad_dtype(std::string_view s);
 
@@ -93,6 +96,14 @@ struct PlanOptions {
   bool fused_loss = true;
   /// How many units ahead the parameter all-gather may run (1 = the next unit).
   int prefetch_depth = 1;
+  /// The linear layers' GEMM precision (models::Precision): bf16, or an FP8
+  /// recipe (delayed, current or block scaling) at the device's fp8 rate.
+  models::Precision precision = models::Precision::Bf16;
+  /// FP8 weight all-gather (FSDP2's Float8 all-gather, Megatron's
+  /// --fp8-param-gather): each unit's weight shard is cast to FP8 before its
+  /// all-gather (half the bytes) and the gathered FP8 weights are only
+  /// transposed, not cast again. Needs an FP8 precision and g_p > 1.
+  bool fp8_param_gather = false;
   /// Dtype of accumulated gradients and of the once-per-step reductions of them.
   core::Dtype grad_dtype = core::Dtype::Fp32;
   /// hzp (and hsdp's S): requested group sizes; 0 = the strategy's default.

@@ -20,6 +20,24 @@ std::optional<models::Recompute> parse_recompute(std::string_view s) {
   return std::nullopt;
 }
 
+std::string_view to_string(models::Precision p) {
+  switch (p) {
+    case models::Precision::Bf16: return "bf16";
+    case models::Precision::Fp8Delayed: return "fp8-delayed";
+    case models::Precision::Fp8Current: return "fp8-current";
+    case models::Precision::Fp8Block: return "fp8-block";
+  }
+  return "?";
+}
+
+std::optional<models::Precision> parse_precision(std::string_view s) {
+  for (auto p : {models::Precision::Bf16, models::Precision::Fp8Delayed, models::Precision::Fp8Current,
+                 models::Precision::Fp8Block}) {
+    if (s == to_string(p)) return p;
+  }
+  return std::nullopt;
+}
+
 std::optional<core::Dtype> parse_grad_dtype(std::string_view s) {
   for (auto d : {core::Dtype::Fp32, core::Dtype::Bf16}) {
     if (s == core::to_string(d)) return d;

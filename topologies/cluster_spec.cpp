@@ -50,6 +50,7 @@ DeviceProfile read_device(StrictObject d) {
   dev.launch_latency_us = d.number("launch_latency_us", 0, 1e4);
   dev.collective_launch_latency_us = d.number("collective_launch_latency_us", 0, 1e4);
   dev.gemm = read_curve(d, "gemm_efficiency", 1.0);
+  if (d.has("gemm_efficiency_fp8")) dev.gemm_fp8 = read_curve(d, "gemm_efficiency_fp8", 1.0);
   dev.attention_efficiency = d.number("attention_efficiency", 1e-3, 1);
   if (d.has("attention_kernels")) {
     StrictObject k = d.object("attention_kernels");

@@ -34,6 +34,11 @@ struct DeviceProfile {
   double launch_latency_us = 0;             // host cost to enqueue one kernel
   double collective_launch_latency_us = 0;  // host cost to enqueue one NCCL collective or send/recv
   EfficiencyCurve gemm;                     // fraction of peak vs cube root of m·n·k
+  /// FP8 GEMMs' fraction of the fp8 peak vs the same size (public measured
+  /// maxima); an FP8 GEMM never runs slower than the bf16 one of its shape,
+  /// and below the curve's first size at the bf16 rate. Empty: FP8 GEMMs run
+  /// at `gemm`'s fractions of the fp8 peak.
+  EfficiencyCurve gemm_fp8;
   double attention_efficiency = 0;          // fused attention kernels, fraction of peak
   /// Per fused-attention kernel family ("flash2", "flash3", "cudnn"): the
   /// fraction of peak its forward and its backward reach on this device; a

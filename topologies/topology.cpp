@@ -203,6 +203,13 @@ Duration PerfModel::compute(const core::Op& op) const {
         size = std::cbrt(static_cast<double>(op.gemm->m) * static_cast<double>(op.gemm->n) *
                          static_cast<double>(op.gemm->k));
       eff = d.gemm.at(size);
+      if (op.dtype == core::Dtype::Fp8 && !d.gemm_fp8.points.empty()) {
+        // An FP8 GEMM at its measured fraction of the fp8 peak, never slower
+        // than the bf16 GEMM of its shape; below the smallest measured size
+        // it gets no more than the bf16 rate (nothing measured says more).
+        const double bf16 = eff * d.peak_tflops.at(core::Dtype::Bf16) / peak.TFLOPs();
+        eff = size < d.gemm_fp8.points.front().first ? bf16 : std::max(bf16, d.gemm_fp8.at(size));
+      }
       break;
     }
     case core::ComputeKind::Attention: eff = attention_efficiency(d, op); break;

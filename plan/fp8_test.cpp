@@ -1,0 +1,186 @@
+// FP8 training (Transformer Engine's and torchao Float8's recipes), each
+// against values derived by hand: the casts around an FP8 GEMM, the GEMM at
+// the fp8 rate, the FP8 weight all-gather, the memory and the refusals.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <set>
+#include <string>
+
+#include "plan/plan.hpp"
+#include "plan/plan_test_util.hpp"
+#include "topologies/topology.hpp"
+
+namespace hzp::plan {
+namespace {
+
+using test_util::totals;
+using test_util::Totals;
+
+const models::GraphOp& op_named(const std::vector<models::GraphOp>& ops, const std::string& name) {
+  for (const auto& op : ops) {
+    if (op.name == name) return op;
+  }
+  ADD_FAILURE() << "no op " << name;
+  static const models::GraphOp none;
+  return none;
+}
+
+core::Op as_op(const models::GraphOp& g) {
+  core::Op op;
+  op.kind = core::OpKind::Compute;
+  op.compute = g.kind;
+  op.flops = g.flops;
+  op.bytes = g.bytes;
+  op.dtype = g.dtype;
+  op.gemm = g.gemm;
+  return op;
+}
+
+// Llama-3 8B's fused QKV projection on one H100, one sequence of 8,192
+// tokens: m = 8192, n = (32 + 2·8)·128 = 6144, k = 4096. Delayed scaling:
+// the input's cast-transpose reads 2 and writes 1 + 1 bytes an element,
+// 4·8192·4096 = 134,217,728 bytes; the weight's 4·4096·6144 = 100,663,296;
+// backward the output gradient's 4·8192·6144 = 201,326,592. The GEMM reads
+// FP8 operands and writes bf16: 8192·4096 + 4096·6144 + 2·8192·6144 bytes,
+// and runs at the fp8 peak (1979 TFLOP/s) times the catalog's FP8 curve at
+// the cube root of m·n·k, interpolated in log size between (5161, 0.679)
+// and (6502, 0.741); every cast at 85 % of 3,350 GB/s.
+TEST(Fp8, GemmAtTheFp8RatePlusItsCasts) {
+  const models::ModelSpec m = models::load_model("llama3-8b");
+  const topologies::PerfModel pm(topologies::Topology(topologies::load_cluster("dgx-h100"), 1));
+  models::GraphOptions go{.seq_len = 8192, .micro_batch = 1};
+  go.precision = models::Precision::Fp8Delayed;
+  const models::StepGraph g = models::build_step_graph(m, go);
+  const models::Unit& layer = g.units.at(1);
+  const std::int64_t M = 8192, N = 6144, K = 4096;
+  const auto& in = op_named(layer.forward, "l0.qkv.fp8_cast");
+  const auto& w = op_named(layer.forward, "l0.qkv.fp8_weight_cast");
+  const auto& gemm = op_named(layer.forward, "l0.qkv");
+  const auto& grad = op_named(layer.backward, "l0.qkv.fp8_grad_cast");
+  EXPECT_EQ(in.bytes.count(), 134'217'728);
+  EXPECT_EQ(w.bytes.count(), 100'663'296);
+  EXPECT_EQ(grad.bytes.count(), 201'326'592);
+  EXPECT_EQ(gemm.dtype, core::Dtype::Fp8);
+  EXPECT_EQ(gemm.bytes.count(), M * K + K * N + 2 * M * N);
+  const double size = std::cbrt(static_cast<double>(M * N * K));
+  const double t = (std::log(size) - std::log(5161.0)) / (std::log(6502.0) - std::log(5161.0));
+  const double eff = 0.679 + t * (0.741 - 0.679);
+  EXPECT_NEAR(pm.compute(as_op(gemm)).to_seconds(), 2.0 * M * N * K / (1979e12 * eff), 1e-9);
+  const double hbm = 3350e9 * 0.85;
+  EXPECT_NEAR(pm.compute(as_op(in)).to_seconds(), 134'217'728 / hbm, 1e-9);
+  // The cast-transposes come before the GEMM that reads them: forward in, weight, GEMM; backward grad first.
+  std::vector<std::string> order;
+  for (const auto& op : layer.backward) {
+    if (op.name.rfind("l0.qkv", 0) == 0) order.push_back(op.name);
+  }
+  EXPECT_EQ(order, (std::vector<std::string>{"l0.qkv.fp8_grad_cast", "l0.qkv.dgrad", "l0.qkv.wgrad"}));
+  // The same GEMM in bf16 runs at the bf16 curve: (4096, 0.797)..(8192, 0.806).
+  go.precision = models::Precision::Bf16;
+  const models::StepGraph b = models::build_step_graph(m, go);
+  const auto& bf16 = op_named(b.units.at(1).forward, "l0.qkv");
+  const double tb = (std::log(size) - std::log(4096.0)) / (std::log(8192.0) - std::log(4096.0));
+  EXPECT_NEAR(pm.compute(as_op(bf16)).to_seconds(), 2.0 * M * N * K / (989e12 * (0.797 + tb * 0.009)), 1e-9);
+  // Current scaling reads each tensor once more for its amax (two kernels);
+  // block scaling writes one fp32 scale per 128 elements to each output.
+  go.precision = models::Precision::Fp8Current;
+  const auto& cur = op_named(models::build_step_graph(m, go).units.at(1).forward, "l0.qkv.fp8_cast");
+  EXPECT_EQ(cur.bytes.count(), 6 * M * K);
+  EXPECT_EQ(cur.kernels, 2);
+  go.precision = models::Precision::Fp8Block;
+  const auto& blk = op_named(models::build_step_graph(m, go).units.at(1).forward, "l0.qkv.fp8_cast");
+  EXPECT_EQ(blk.bytes.count(), 4 * M * K + M * K / 16);
+}
+
+// Below the FP8 curve's first measured size an FP8 GEMM runs at the bf16
+// rate of its shape: 1024^3 at the bf16 curve's 0.179 of 989 TFLOP/s.
+TEST(Fp8, SmallGemmsGetNoMoreThanTheBf16Rate) {
+  const topologies::PerfModel pm(topologies::Topology(topologies::load_cluster("dgx-h100"), 1));
+  core::Op op;
+  op.kind = core::OpKind::Compute;
+  op.compute = core::ComputeKind::Gemm;
+  op.gemm = core::GemmShape{1024, 1024, 1024, 1};
+  op.flops = core::Flops(2.0 * 1024 * 1024 * 1024);
+  op.dtype = core::Dtype::Fp8;
+  op.bytes = core::Bytes(3 * 1024 * 1024);
+  EXPECT_NEAR(pm.compute(op).to_seconds(), 2.0 * 1024 * 1024 * 1024 / (989e12 * 0.179), 1e-9);  // ns ticks
+}
+
+// The FP8 weight all-gather: FSDP over 8 H100s gathers one byte a
+// parameter instead of two, casts each shard (read 2, write 1 byte) before
+// it and transposes the gathered weights (read and write one byte).
+TEST(Fp8, WeightAllGatherHalvesTheBytes) {
+  const models::ModelSpec m = models::load_model("llama3-8b");
+  const topologies::Topology topo(topologies::load_cluster("dgx-h100"), 8);
+  PlanOptions o;
+  o.strategy = Strategy::Fsdp;
+  o.seq_len = 4096;
+  o.global_batch_sequences = 8;
+  o.precision = models::Precision::Fp8Current;
+  const Totals bf16 = totals(lower(m, topo, o));
+  o.fp8_param_gather = true;
+  const core::Schedule s = lower(m, topo, o);
+  const Totals fp8 = totals(s);
+  EXPECT_EQ(2 * fp8.bytes.at("all_gather/dp_shard"), bf16.bytes.at("all_gather/dp_shard"));
+  int casts = 0, transposes = 0;
+  for (const auto& st : s.programs[0].streams) {
+    for (const auto& op : st.ops) {
+      if (op.kind != core::OpKind::Compute) continue;
+      casts += op.name.find("allgather") != std::string::npos && op.name.ends_with(".fp8_cast");
+      transposes += op.name.ends_with(".fp8_transpose");
+      // No weight is cast on the compute stream: it arrives as FP8.
+      EXPECT_FALSE(op.name.ends_with(".fp8_weight_cast")) << op.name;
+    }
+  }
+  EXPECT_GT(casts, 0);
+  EXPECT_EQ(casts, transposes);  // one cast per gather, one transpose per gathered use
+}
+
+// Unsharded parameters keep Transformer Engine's FP8 weight and transpose
+// (two bytes a parameter) beside the bf16 ones, plus the scaling state:
+// delayed scaling a 1,024-entry fp32 amax history for the input, weight and
+// output gradient of each FP8 GEMM (4 per layer: qkv, attn_out, up, down).
+TEST(Fp8, UnshardedWeightsKeepTheirFp8CopyAndScalingState) {
+  const models::ModelSpec m = models::load_model("llama3-8b");
+  const topologies::Topology topo(topologies::load_cluster("dgx-h100"), 8);
+  PlanOptions o;
+  o.strategy = Strategy::Zero1;
+  o.seq_len = 4096;
+  o.global_batch_sequences = 8;
+  const Totals bf16 = totals(lower(m, topo, o));
+  o.precision = models::Precision::Fp8Delayed;
+  const Totals fp8 = totals(lower(m, topo, o));
+  std::int64_t params = 0;
+  for (const auto& u : models::build_step_graph(m, models::GraphOptions{.seq_len = 4096}).units) {
+    params += (u.params + 7) / 8 * 8;  // padded to a multiple of the 8 ranks (g_o)
+  }
+  EXPECT_EQ(fp8.static_alloc - bf16.static_alloc, 2 * params + 32 * 4 * 3 * 4 * 1024);
+}
+
+// Refused by name: FP8 on a device without an fp8 peak, an FP8 weight
+// all-gather without FP8 or without sharded parameters.
+TEST(Fp8, RefusedWhereItCannotRun) {
+  const models::ModelSpec m = models::load_model("llama3-8b");
+  auto keys = [&](const std::string& cluster, const PlanOptions& o) {
+    std::set<std::string> k;
+    for (const auto& p : check_plan(m, topologies::Topology(topologies::load_cluster(cluster), 8), o)) k.insert(p.field);
+    return k;
+  };
+  PlanOptions o;
+  o.strategy = Strategy::Fsdp;
+  o.seq_len = 4096;
+  o.global_batch_sequences = 8;
+  o.precision = models::Precision::Fp8Delayed;
+  EXPECT_TRUE(keys("dgx-h100", o).empty());
+  EXPECT_EQ(keys("dgx-a100", o), (std::set<std::string>{"precision"}));
+  o.fp8_param_gather = true;
+  o.strategy = Strategy::Zero1;
+  EXPECT_EQ(keys("dgx-h100", o), (std::set<std::string>{"fp8_param_gather"}));
+  o.strategy = Strategy::Fsdp;
+  o.precision = models::Precision::Bf16;
+  EXPECT_EQ(keys("dgx-h100", o), (std::set<std::string>{"fp8_param_gather"}));
+}
+
+}  // namespace
+}  // namespace hzp::plan
