@@ -37,6 +37,12 @@ std::string model_parallelism(const plan::ResolvedPlan& plan) {
   const plan::PlanOptions& p = plan.options;
   std::string pipeline = p.pp > 1 ? " (1F1B)" : "";
   if (p.vpp > 1) pipeline = fmt::format(" x {} virtual stages (interleaved 1F1B)", p.vpp);
+  if (p.pp > 1 && p.pipeline_schedule == plan::PipelineSchedule::DualPipe) {
+    pipeline = " (DualPipe: each stage also holds its mirror stage's copy; micro-batches from both ends)";
+  } else if (p.pp > 1 && p.pipeline_schedule != plan::PipelineSchedule::OneFOneB) {
+    pipeline = fmt::format("{} ({}: B and W split)", p.vpp > 1 ? fmt::format(" x {} virtual stages", p.vpp) : "",
+                           plan::to_string(p.pipeline_schedule));
+  }
   std::string sequence;
   if (p.cp > 1) sequence += fmt::format(", cp {} (ring attention)", p.cp);
   if (p.ulysses > 1) sequence += fmt::format(", ulysses {} (all-to-all around attention)", p.ulysses);

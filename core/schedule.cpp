@@ -17,7 +17,7 @@ using Names = std::array<std::pair<E, std::string_view>, N>;
 
 constexpr Names<Dtype, 4> kDtype{
     {{Dtype::Bf16, "bf16"}, {Dtype::Fp16, "fp16"}, {Dtype::Fp32, "fp32"}, {Dtype::Fp8, "fp8"}}};
-constexpr Names<GroupKind, 19> kGroupKind{{{GroupKind::World, "world"},
+constexpr Names<GroupKind, 20> kGroupKind{{{GroupKind::World, "world"},
                                            {GroupKind::DpShard, "dp_shard"},
                                            {GroupKind::DpReplica, "dp_replica"},
                                            {GroupKind::Tp, "tp"},
@@ -35,7 +35,8 @@ constexpr Names<GroupKind, 19> kGroupKind{{{GroupKind::World, "world"},
                                            {GroupKind::DpAll, "dp_all"},
                                            {GroupKind::EdpAll, "edp_all"},
                                            {GroupKind::Etp, "etp"},
-                                           {GroupKind::Ulysses, "ulysses"}}};
+                                           {GroupKind::Ulysses, "ulysses"},
+                                           {GroupKind::PpMirror, "pp_mirror"}}};
 constexpr Names<OpKind, 9> kOpKind{{{OpKind::Compute, "compute"},
                                     {OpKind::Collective, "collective"},
                                     {OpKind::Send, "send"},

@@ -51,7 +51,8 @@ enum class GroupKind {
   DpAll,
   EdpAll,
   Etp,  // expert tensor parallelism when it differs from tp (MoE parallel folding)
-  Ulysses  // DeepSpeed-Ulysses sequence parallelism: the all-to-alls around attention
+  Ulysses,  // DeepSpeed-Ulysses sequence parallelism: the all-to-alls around attention
+  PpMirror  // DualPipe: a stage and its mirror stage, which hold copies of each other's layers
 };
 
 /// A process group: the ranks of one NCCL communicator.

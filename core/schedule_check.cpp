@@ -17,9 +17,11 @@ namespace {
       fmt::format("program {} ('{}') stream '{}' op {} '{}': {}", p.id, p.name, st.name, op.id, op.name, why));
 }
 
+// (DualPipe's copies sum their gradients over pp_mirror, the dense class's op
+// carrying the expert shards too.)
 bool dense_dp(GroupKind k) {
   return k == GroupKind::DpShard || k == GroupKind::DpGrad || k == GroupKind::DpOptim || k == GroupKind::DpReplica ||
-         k == GroupKind::DpRegather || k == GroupKind::DpAll;
+         k == GroupKind::DpRegather || k == GroupKind::DpAll || k == GroupKind::PpMirror;
 }
 bool expert_dp(GroupKind k) {
   return k == GroupKind::Edp || k == GroupKind::EdpGrad || k == GroupKind::EdpOptim || k == GroupKind::EdpReplica ||

@@ -90,6 +90,15 @@ std::vector<Unit> stage_units(const models::StepGraph& graph, int p, const Pipel
       if (layout.stage_of(virtual_stage) == p) chunk = layout.chunk_of(virtual_stage);
     }
     if (chunk >= 0) units.push_back(Unit{&u, chunk});
+    // DualPipe: chunk 1 is a copy of the mirror stage pp - 1 - p (its
+    // embedding on the last stage, its head on the first).
+    const int mirror = layout.pp - 1 - p;
+    if (layout.dual) {
+      const bool copy = (u.kind == models::UnitKind::Embedding && mirror == 0) ||
+                        (u.kind == models::UnitKind::Head && mirror == layout.pp - 1) ||
+                        (u.kind == models::UnitKind::Layer && layout.virtual_stage_of(u.layer) == mirror);
+      if (copy) units.push_back(Unit{&u, 1});
+    }
   }
   std::sort(units.begin(), units.end(), [](const auto& a, const auto& b) {
     auto order = [](const models::Unit* u) {

@@ -147,8 +147,8 @@ void Lowering::add_streams() {
     // once (Megatron batches isend/irecv); receives sit on the compute stream.
     send_fwd_ = b_.add_stream("pp_send_fwd", StreamKind::Comm, main);
     send_bwd_ = b_.add_stream("pp_send_bwd", StreamKind::Comm, main);
-    if (stage_.v_shape) {
-      // A send waits for its receive: ZB-V's chunk 1 sends the other way, each on its own stream.
+    if (stage_.two_way()) {
+      // A send waits for its receive: chunk 1 (ZB-V, DualPipe) sends the other way, each on its own stream.
       send_fwd_v_ = b_.add_stream("pp_send_fwd_v", StreamKind::Comm, main);
       send_bwd_v_ = b_.add_stream("pp_send_bwd_v", StreamKind::Comm, main);
     }
@@ -168,7 +168,7 @@ void Lowering::alloc_nccl_buffers() {
   for (int g : {stage_.tp_group, stage_.ep_group, stage_.etp_group}) {
     if (g >= 0) comms.insert(g);
   }
-  std::int64_t peers = (layout_.pp > 1 ? 2 : 0) + (stage_.cp > 1 ? 2 : 0);
+  std::int64_t peers = (layout_.pp > 1 ? 2 : 0) + (stage_.cp > 1 ? 2 : 0) + (stage_.mirror_group >= 0 ? 1 : 0);
   const std::int64_t communicators = static_cast<std::int64_t>(comms.size()) + peers;
   if (communicators > 0) {
     b_.alloc(comp_, "nccl_buffers", Bytes(communicators * kNcclBufferBytes), core::BufferClass::NcclBuffers);
@@ -205,6 +205,13 @@ void Lowering::plan_uses() {
   ag_done_.assign(uses_.size(), -1);
   use_done_.assign(uses_.size(), -1);
   rs_done_.assign(uses_.size(), -1);
+  first_forward_.assign(units_.size(), uses_.size());
+  last_backward_of_.assign(units_.size(), uses_.size());
+  for (std::size_t j = 0; j < uses_.size(); ++j) {
+    const Use& use = uses_[j];
+    if (!use.backward && first_forward_[use.unit] == uses_.size()) first_forward_[use.unit] = j;
+    if (use.backward && use.part != BackwardPart::Input) last_backward_of_[use.unit] = j;
+  }
   forward_gather_.assign(units_.size() * static_cast<std::size_t>(batch_.micro_batches), -1);
 }
 
@@ -212,7 +219,7 @@ void Lowering::forward(std::size_t j) {
   const Use& use = uses_[j];
   const auto& unit = *units_[use.unit].u;
   ensure_regathered(use.unit);
-  if (auto it = regathered_.find(use.unit); it != regathered_.end() && use.mb == 0) {
+  if (auto it = regathered_.find(use.unit); it != regathered_.end() && j == first_forward_[use.unit]) {
     b_.wait(comp_, it->second, fmt::format("wait {}.regathered", unit.name));
   }
   if (use.gathers) {
@@ -231,7 +238,7 @@ void Lowering::forward(std::size_t j) {
 void Lowering::backward(std::size_t j) {
   const Use& use = uses_[j];
   const auto& unit = *units_[use.unit].u;
-  const bool last_mb = use.mb + 1 == batch_.micro_batches;
+  const bool last_mb = j == last_backward_of_[use.unit];
   const int gathered = gathered_by(j);
   if (gathered >= 0) {
     b_.wait(comp_, ag_done_[static_cast<std::size_t>(gathered)], fmt::format("wait {}.gathered", unit.name));
@@ -408,6 +415,24 @@ class PlanLowering {
     ulysses_groups_ = o_.ulysses > 1 ? detail::add_dp_groups(s_, core::GroupKind::Ulysses, layout_, 1, dp_,
                                                              o_.cp * o_.ulysses, o_.cp)
                                      : ep_groups_;
+    // DualPipe: stage p and stage pp - 1 - p hold copies of each other's
+    // layers; each (tensor rank, data-parallel index) pair sums its copies'
+    // gradients (on the representative of tensor rank 0: the class's).
+    mirror_groups_ = ep_groups_;
+    if (rp_.layout.dual) {
+      for (int p = 0; p < o_.pp / 2; ++p) {
+        for (int d = 0; d < dp_; ++d) {
+          for (int t = 0; t < o_.tp; ++t) {
+            core::Group g;
+            g.id = static_cast<int>(s_.groups.size());
+            g.kind = core::GroupKind::PpMirror;
+            g.ranks = {rank_of(t, d, p, o_.tp, dp_), rank_of(t, d, o_.pp - 1 - p, o_.tp, dp_)};
+            for (int r : g.ranks) mirror_groups_[static_cast<std::size_t>(r)] = g.id;
+            s_.groups.push_back(std::move(g));
+          }
+        }
+      }
+    }
     if (m_.moe) {
       // Experts over their own layout: the dense one unless folded (expert_tp != tp).
       const int etp = o_.expert_tp.value_or(o_.tp);
@@ -442,6 +467,8 @@ class PlanLowering {
     stage.next_rep = rank_of(0, first_d, (p + 1) % o_.pp, o_.tp, dp_);
     stage.order = orders_[static_cast<std::size_t>(p)];
     stage.v_shape = rp_.layout.v_shape;
+    stage.dual = rp_.layout.dual;
+    if (stage.dual) stage.mirror_group = mirror_groups_[static_cast<std::size_t>(rank_of(0, first_d, p, o_.tp, dp_))];
     boundary(stage);
     const auto rep = static_cast<std::size_t>(stage.ranks.front());
     stage.tp_group = tp_groups_[rep];
@@ -498,7 +525,7 @@ class PlanLowering {
   const bool skewed_;
   const detail::RankClasses classes_of_;
   const std::vector<std::vector<PipelineSlot>> orders_;  // each stage's slots
-  std::vector<int> tp_groups_, ep_groups_, etp_groups_, ulysses_groups_;
+  std::vector<int> tp_groups_, ep_groups_, etp_groups_, ulysses_groups_, mirror_groups_;
   std::vector<ShardedParams> param_classes_;
 };
 

@@ -50,17 +50,25 @@ using core::CollectiveKind;
 using core::Dtype;
 
 // The first and last virtual pipeline stage hold the embedding and the head
-// (under ZB-V both on stage 0: chunk 1 ends where chunk 0 began).
-bool Lowering::first_virtual(int chunk) const { return stage_.index == 0 && chunk == 0; }
+// (under ZB-V both on stage 0: chunk 1 ends where chunk 0 began). Under
+// DualPipe each chunk is a whole pipeline: chunk 0 from the first stage to
+// the last, chunk 1 (the copies) from the last back to the first.
+bool Lowering::first_virtual(int chunk) const {
+  if (stage_.dual) return stage_.index == (chunk == 0 ? 0 : layout_.pp - 1);
+  return stage_.index == 0 && chunk == 0;
+}
 bool Lowering::last_virtual(int chunk) const {
+  if (stage_.dual) return stage_.index == (chunk == 0 ? layout_.pp - 1 : 0);
   return stage_.index == (stage_.v_shape ? 0 : layout_.pp - 1) && chunk == layout_.vpp - 1;
 }
 
 // The stage a chunk's activations come from and the one they go to: the
 // previous and the next (stage 0 chunk c: the last stage, chunk c - 1),
-// swapped for ZB-V's chunk 1, which runs back up the stages.
-int Lowering::upstream(int chunk) const { return stage_.v_shape && chunk == 1 ? stage_.next_rep : stage_.prev_rep; }
-int Lowering::downstream(int chunk) const { return stage_.v_shape && chunk == 1 ? stage_.prev_rep : stage_.next_rep; }
+// swapped for chunk 1 of ZB-V and DualPipe, which runs back up the stages.
+int Lowering::upstream(int chunk) const { return stage_.two_way() && chunk == 1 ? stage_.next_rep : stage_.prev_rep; }
+int Lowering::downstream(int chunk) const {
+  return stage_.two_way() && chunk == 1 ? stage_.prev_rep : stage_.next_rep;
+}
 
 // ZB-V's turn on the last stage: chunk 0's activations go on to chunk 1 of
 // the same stage (and chunk 1's gradients back to chunk 0), with no transfer.
@@ -69,11 +77,12 @@ bool Lowering::turns(const Use& use, bool sending) const {
   return use.chunk == ((use.backward == sending) ? 1 : 0);
 }
 
-// The sequence number of the next transfer with `peer`. Under ZB-V a pair of
-// stages exchanges activations and gradients both ways, in orders the two
-// sides need not share, so each kind keeps its own numbers (even and odd).
+// The sequence number of the next transfer with `peer`. Under ZB-V and
+// DualPipe a pair of stages exchanges activations and gradients both ways, in
+// orders the two sides need not share, so each kind keeps its own numbers
+// (even and odd).
 int Lowering::next_seq(std::map<int, int>& seqs, int peer, bool grad) {
-  if (!stage_.v_shape) return seqs[peer]++;
+  if (!stage_.two_way()) return seqs[peer]++;
   const int kind = grad ? 1 : 0;
   return 2 * seqs[2 * peer + kind]++ + kind;
 }
@@ -115,14 +124,14 @@ void Lowering::send(std::size_t j) {
   if (layout_.pp <= 1 || use.part == BackwardPart::Weight || turns(use, true)) return;
   if (!use.backward && !last_virtual(use.chunk)) {
     int ready = b_.record(comp_, fmt::format("act ready mb{} chunk{}", use.mb, use.chunk));
-    const int stream = stage_.v_shape && use.chunk == 1 ? send_fwd_v_ : send_fwd_;
+    const int stream = stage_.two_way() && use.chunk == 1 ? send_fwd_v_ : send_fwd_;
     b_.wait(stream, ready, "wait act ready");
     const int to = downstream(use.chunk);
     b_.send(stream, fmt::format("send act mb{} chunk{}", use.mb, use.chunk), to, next_seq(send_seq_, to, false),
             Bytes(stage_.boundary_bytes), core::OpRole::Pipeline);
   } else if (use.backward && !first_virtual(use.chunk)) {
     int ready = b_.record(comp_, fmt::format("grad ready mb{} chunk{}", use.mb, use.chunk));
-    const int stream = stage_.v_shape && use.chunk == 1 ? send_bwd_v_ : send_bwd_;
+    const int stream = stage_.two_way() && use.chunk == 1 ? send_bwd_v_ : send_bwd_;
     b_.wait(stream, ready, "wait grad ready");
     const int to = upstream(use.chunk);
     b_.send(stream, fmt::format("send grad mb{} chunk{}", use.mb, use.chunk), to, next_seq(send_seq_, to, true),
@@ -215,7 +224,7 @@ void Lowering::backward_weight(std::size_t j) {
     b_.free(comp_, fmt::format("recomputed_w.u{}.mb{}", use.unit, use.mb), held_recomputed);
   }
   const bool waited = reduce_gradients(j);
-  if (use.mb + 1 != batch_.micro_batches) return;
+  if (j != last_backward_of_[use.unit]) return;
   if (opt_.overlap_grad_reduce) {
     reduce_for_optimizer(use.unit, j, waited);
   } else {

@@ -361,6 +361,19 @@ void Lowering::reduce_for_optimizer(std::size_t u, std::size_t j, bool waited) {
 // arrive in backward order), then the regather of its parameters; finally the
 // accumulated gradients are zeroed for the next step.
 void Lowering::step_end() {
+  if (stage_.mirror_group >= 0) {
+    // DualPipe: once every gradient is final, one all-reduce with the rank
+    // holding the other copies sums the two copies' 1/g_o gradient shards
+    // (both ranks hold the same two virtual stages), then every update.
+    std::int64_t bytes = 0;
+    for (auto [u, ev] : reduced_) {
+      for (const auto& c : classes_) bytes += acc_ * c.owned[u] / c.sh.optim;
+    }
+    b_.collective(rs_, "dualpipe.copies_grad_allreduce", CollectiveKind::AllReduce, stage_.mirror_group, Bytes(bytes),
+                  opt_.grad_dtype, core::OpRole::GradReduce, core::ParamClass::Dense);
+    const int summed = b_.record(rs_, "dualpipe.copies_summed");
+    for (auto& r : reduced_) r.second = summed;
+  }
   for (auto [u, ev] : reduced_) optimizer_step(u, ev);
   // Offloaded: the gradients are zeroed (and a broadcast sends updates) once
   // every update is back on the device.

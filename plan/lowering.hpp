@@ -133,6 +133,10 @@ class Lowering {
     int cp_next_rep = -1, cp_prev_rep = -1;  // ring neighbours
     std::int64_t kv_block_bytes = 0;         // K and V of one rank's tokens
     bool v_shape = false;                    // ZB-V: chunk 1 runs from the last stage back to the first
+    bool dual = false;                       // DualPipe: chunk 1 is the mirror stage's copy, run upwards
+    int mirror_group = -1;                   // DualPipe: this rank and the one holding the other copies
+    /// Chunk 1 runs up the stages (ZB-V, DualPipe): sends and receives go both ways.
+    [[nodiscard]] bool two_way() const { return v_shape || dual; }
   };
 
   Lowering(std::vector<Unit> units, const BatchSplit& batch, const PlanOptions& opt,
@@ -249,10 +253,13 @@ class Lowering {
   std::int64_t acc_ = 4;
   std::size_t depth_ = 1;  // the prefetch depth the stack allows (prefetch_depth())
   int comp_ = 0, ag_ = 0, rs_ = 0, send_fwd_ = -1, send_bwd_ = -1, cp_send_ = -1, cp_recv_ = -1, tp_comm_ = -1;
-  int send_fwd_v_ = -1, send_bwd_v_ = -1;  // ZB-V: chunk 1's sends, which run the other way
+  int send_fwd_v_ = -1, send_bwd_v_ = -1;  // ZB-V, DualPipe: chunk 1's sends, which run the other way
   std::vector<Use> uses_;
   std::vector<std::size_t> gather_uses_, reduce_uses_;
   std::vector<int> ag_done_, use_done_, rs_done_, forward_gather_;
+  // Per unit, its first forward and its last backward (or W) use: where a
+  // regathered unit is waited for and where its gradients become final.
+  std::vector<std::size_t> first_forward_, last_backward_of_;
   std::size_t next_gather_ = 0, reduce_index_ = 0;
   std::vector<std::pair<std::size_t, int>> reduced_;
   std::vector<std::size_t> deferred_;  // units whose final reduction waits for the whole backward

@@ -127,8 +127,10 @@ PlanOption pipeline_schedule_option() {
       spec("pipeline_schedule", ValueType::Choice,
            "pipeline schedule: 1f1b (interleaved when vpp > 1), or a zero-bubble schedule (Qi et al. 2024) that "
            "splits each backward into input and weight gradients and defers the weight gradients into the "
-           "bubbles: zb-h1 (vpp 1, 1F1B's peak activations) or zb-v (vpp 2, chunks in a V)"));
-  s.choices = {"1f1b", "zb-h1", "zb-v"};
+           "bubbles: zb-h1 (vpp 1, 1F1B's peak activations) or zb-v (vpp 2, chunks in a V); or dualpipe "
+           "(DeepSeek-V3: vpp 1, pp even, each stage also holds its mirror stage's copy, micro-batches from both "
+           "ends, B and W split)"));
+  s.choices = {"1f1b", "zb-h1", "zb-v", "dualpipe"};
   return {s, [](const PlanOptions& o) -> json { return std::string(to_string(o.pipeline_schedule)); },
           [](PlanOptions& o, const json& v) { o.pipeline_schedule = *parse_pipeline_schedule(v.get<std::string>()); }};
 }

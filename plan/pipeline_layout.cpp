@@ -270,6 +270,7 @@ std::vector<core::Problem> check_pipeline_layout(const models::ModelSpec& m, con
                                                  PipelineLayout& out) {
   std::vector<core::Problem> ps = check_layout(m, o, out);
   out.v_shape = ps.empty() && o.pipeline_schedule == PipelineSchedule::ZbV;
+  out.dual = ps.empty() && o.pipeline_schedule == PipelineSchedule::DualPipe;
   return ps;
 }
 

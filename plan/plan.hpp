@@ -47,9 +47,12 @@ enum class Strategy { Ddp, Zero1, Zero2, Fsdp, Hsdp, Hsdp2, Hpz, Hzp };
 /// when vpp > 1), or one of Qi et al.'s zero-bubble schedules (ICLR 2024),
 /// which split each backward into B (input gradients) and W (weight
 /// gradients) and defer W into the bubbles: ZB-H1 (vpp 1) and ZB-V (vpp 2,
-/// chunks placed in a V).
-enum class PipelineSchedule { OneFOneB, ZbH1, ZbV };
-/// "1f1b" | "zb-h1" | "zb-v", and back (nullopt for any other text).
+/// chunks placed in a V); or DeepSeek-V3's DualPipe (arXiv:2412.19437
+/// §3.2.1, vpp 1, pp even): every stage also holds a copy of the mirror
+/// stage pp − 1 − p, half the micro-batches run down the stages and half up
+/// through the copies, with B and W split.
+enum class PipelineSchedule { OneFOneB, ZbH1, ZbV, DualPipe };
+/// "1f1b" | "zb-h1" | "zb-v" | "dualpipe", and back (nullopt for any other text).
 [[nodiscard]] std::string_view to_string(PipelineSchedule s);
 [[nodiscard]] std::optional<PipelineSchedule> parse_pipeline_schedule(std::string_view s);
 
@@ -322,6 +325,11 @@ struct PipelineLayout {
   /// the embedding and the head both on stage 0). Otherwise Megatron's
   /// v = chunk · pp + stage.
   bool v_shape = false;
+  /// DualPipe's placement: stage p runs virtual stage p as chunk 0 and a copy
+  /// of virtual stage pp − 1 − p as chunk 1 (vpp stays 1: the copies are
+  /// not further virtual stages). Chunk 1 carries the embedding on the last
+  /// stage and the head on the first.
+  bool dual = false;
 
   [[nodiscard]] int virtual_stages() const { return pp * vpp; }
   /// The pipeline stage and chunk virtual stage v runs on, and back.

@@ -24,6 +24,16 @@
 //    parallelogram: the p − 1 passes before the first forward reaches the
 //    last stage, which the paper does not count as bubble (each stage steps
 //    its optimizer when it is done, §4).
+//  - DualPipe (DeepSeek-V3, arXiv:2412.19437 §3.2.1): stage i holds stage i
+//    as chunk 0 and a copy of stage p − 1 − i as chunk 1; half the m
+//    micro-batches run down through chunk 0 and half up through chunk 1, so
+//    both ends of the pipeline start at once. The paper states a bubble of
+//    (p/2 − 1)(T_F&B + T_B − 3·T_W), 2x the parameters and p + 1 micro-batches
+//    of activations. The order is the same list schedule as ZB-V's over two
+//    chains of p virtual stages instead of one of 2p, at most p + 1 chunk
+//    micro-batches in flight per stage; T_F&B (a forward and a backward of
+//    two micro-batches overlapped, which hides EP all-to-alls behind compute)
+//    is not modelled: the two run back to back, T_F + T_B.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -44,12 +54,13 @@ std::string_view to_string(PipelineSchedule s) {
   switch (s) {
     case PipelineSchedule::ZbH1: return "zb-h1";
     case PipelineSchedule::ZbV: return "zb-v";
+    case PipelineSchedule::DualPipe: return "dualpipe";
     default: return "1f1b";
   }
 }
 
 std::optional<PipelineSchedule> parse_pipeline_schedule(std::string_view s) {
-  for (auto k : {PipelineSchedule::OneFOneB, PipelineSchedule::ZbH1, PipelineSchedule::ZbV}) {
+  for (auto k : {PipelineSchedule::OneFOneB, PipelineSchedule::ZbH1, PipelineSchedule::ZbV, PipelineSchedule::DualPipe}) {
     if (to_string(k) == s) return k;
   }
   return std::nullopt;
@@ -88,12 +99,16 @@ std::vector<PipelineSlot> zb_h1(int stage, int pp, std::int64_t m) {
   return out;
 }
 
-// The ZB-V list schedule (see the file comment): every stage's order.
+// The ZB-V list schedule (see the file comment), or DualPipe's (`dual`):
+// every stage's order.
 class VSchedule {
  public:
-  VSchedule(int pp, std::int64_t m, PassTimes times)
+  VSchedule(int pp, std::int64_t m, PassTimes times, bool dual = false)
       : pp_(pp),
         m_(m),
+        dual_(dual),
+        per_chunk_(dual ? m / 2 : m),
+        cap_(dual ? pp + 1 : 2LL * pp),
         cost_{ticks(times.input), ticks(times.forward), ticks(times.weight)},
         f_(static_cast<std::size_t>(2 * pp * m), kNone),
         b_(f_),
@@ -105,7 +120,7 @@ class VSchedule {
   std::vector<std::vector<PipelineSlot>> run() {
     std::vector<Pick> picks(static_cast<std::size_t>(pp_));
     for (int s = 0; s < pp_; ++s) picks[static_cast<std::size_t>(s)] = choose(s);
-    for (std::int64_t left = 6 * pp_ * m_; left > 0; --left) {
+    for (std::int64_t left = (dual_ ? 3 : 6) * pp_ * m_; left > 0; --left) {
       int best = -1;
       for (int s = 0; s < pp_; ++s) {
         const Pick& p = picks[static_cast<std::size_t>(s)];
@@ -125,8 +140,8 @@ class VSchedule {
         }
       }
       if (best < 0) {
-        throw std::logic_error(
-            fmt::format("ZB-V list schedule stalled: pp {}, {} micro-batches, {} passes left", pp_, m_, left));
+        throw std::logic_error(fmt::format("{} list schedule stalled: pp {}, {} micro-batches, {} passes left",
+                                           dual_ ? "DualPipe" : "ZB-V", pp_, m_, left));
       }
       take(best, picks[static_cast<std::size_t>(best)]);
       for (int s = std::max(best - 1, 0); s <= std::min(best + 1, pp_ - 1); ++s) {
@@ -156,18 +171,22 @@ class VSchedule {
   std::int64_t& at(std::vector<std::int64_t>& t, int v, std::int64_t mb) {
     return t[static_cast<std::size_t>(static_cast<std::int64_t>(v) * m_ + mb)];
   }
-  // When pass F (or B) of micro-batch mb can start on virtual stage v; kNone: not yet known.
+  // When pass F (or B) of micro-batch mb can start on virtual stage v; kNone:
+  // not yet known. ZB-V: one chain of 2p virtual stages; DualPipe: two of p
+  // (chunk 1 of stage p - 1 is virtual stage p, the second chain's start).
   std::int64_t ready(bool backward, int v, std::int64_t mb) {
-    if (!backward) return v == 0 ? 0 : at(f_, v - 1, mb);
+    const bool start = v == 0 || (dual_ && v == pp_), end = v == 2 * pp_ - 1 || (dual_ && v == pp_ - 1);
+    if (!backward) return start ? 0 : at(f_, v - 1, mb);
     const std::int64_t f = at(f_, v, mb);
-    if (f == kNone || v == 2 * pp_ - 1) return f;
+    if (f == kNone || end) return f;
     const std::int64_t b = at(b_, v + 1, mb);
     return b == kNone ? kNone : std::max(f, b);
   }
 
   // The stage's candidates in priority order: B of chunk 0 (the end of the
   // critical path), B of chunk 1, F of chunk 1, F of chunk 0 (while fewer
-  // than 2p chunk micro-batches are in flight), then the oldest deferred W.
+  // than 2p chunk micro-batches, DualPipe p + 1, are in flight), then the
+  // oldest deferred W.
   // The first that can start now, else the earliest (the first of equals).
   // `relax`: a chunk-1 forward may pass the cap (it moves admitted work on
   // towards its B), for when every stage would otherwise wait: with W short
@@ -178,8 +197,8 @@ class VSchedule {
     for (auto [kind, chunk] : {std::pair{0, 0}, std::pair{0, 1}, std::pair{1, 1}, std::pair{1, 0}}) {
       const auto c = static_cast<std::size_t>(chunk);
       const std::int64_t next = kind == 0 ? st.next_b[c] : st.next_f[c];
-      const bool capped = st.in_flight >= 2LL * pp_ && (chunk == 0 || !relax);
-      if (next >= m_ || (kind == 1 && capped)) continue;
+      const bool capped = st.in_flight >= cap_ && (chunk == 0 || !relax);
+      if (next >= per_chunk_ || (kind == 1 && capped)) continue;
       const std::int64_t r = ready(kind == 0, virtual_stage(s, chunk), next);
       if (r == kNone) continue;
       const Pick pick{std::max(r, st.free), kind, chunk};
@@ -198,23 +217,31 @@ class VSchedule {
       const auto [chunk, mb] = st.deferred.front();
       st.deferred.pop_front();
       --st.in_flight;
-      out.push_back(weight(mb, chunk));
+      out.push_back(weight(global(mb, chunk), chunk));
     } else if (p.kind == 0) {
       const std::int64_t mb = st.next_b[static_cast<std::size_t>(p.chunk)]++;
       at(b_, virtual_stage(s, p.chunk), mb) = end;
       st.deferred.emplace_back(p.chunk, mb);
-      out.push_back(input(mb, p.chunk));
+      out.push_back(input(global(mb, p.chunk), p.chunk));
     } else {
       const std::int64_t mb = st.next_f[static_cast<std::size_t>(p.chunk)]++;
       at(f_, virtual_stage(s, p.chunk), mb) = end;
       ++st.in_flight;
-      out.push_back(forward(mb, p.chunk));
+      out.push_back(forward(global(mb, p.chunk), p.chunk));
     }
     st.free = end;
   }
 
+  // The step's micro-batch of a chunk's mb-th: DualPipe's chunk 1 runs the second half.
+  [[nodiscard]] std::int64_t global(std::int64_t mb, int chunk) const {
+    return dual_ && chunk == 1 ? per_chunk_ + mb : mb;
+  }
+
   int pp_;
   std::int64_t m_;
+  bool dual_;
+  std::int64_t per_chunk_;  // micro-batches through each chunk
+  std::int64_t cap_;        // chunk micro-batches in flight per stage
   std::array<std::int64_t, 3> cost_;  // ticks of B, F, W (by Pick::kind)
   std::vector<std::int64_t> f_, b_;   // [virtual stage][micro-batch]: end of its F, B
   std::vector<Stage> stages_;
@@ -237,6 +264,7 @@ PassTimes layer_pass_times(const models::StepGraph& graph) {
 std::vector<std::vector<PipelineSlot>> pipeline_orders(int pp, int vpp, std::int64_t m, PipelineSchedule schedule,
                                                        PassTimes times) {
   if (schedule == PipelineSchedule::ZbV) return VSchedule(pp, m, times).run();
+  if (schedule == PipelineSchedule::DualPipe) return VSchedule(pp, m, times, /*dual=*/true).run();
   std::vector<std::vector<PipelineSlot>> out;
   for (int s = 0; s < pp; ++s) {
     out.push_back(schedule == PipelineSchedule::ZbH1 ? zb_h1(s, pp, m) : pipeline_order(s, pp, vpp, m));

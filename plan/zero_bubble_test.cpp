@@ -339,7 +339,8 @@ TEST(ZeroBubble, OptionNeedsItsVirtualStages) {
     }
   }
   EXPECT_EQ(parse_pipeline_schedule("zb-v"), PipelineSchedule::ZbV);
-  EXPECT_FALSE(parse_pipeline_schedule("dualpipe"));
+  EXPECT_EQ(parse_pipeline_schedule("dualpipe"), PipelineSchedule::DualPipe);
+  EXPECT_FALSE(parse_pipeline_schedule("dual-pipe"));
 }
 
 // ZB-V places chunk 1 back up the stages: stage 0 holds the first and the
