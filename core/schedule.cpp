@@ -17,7 +17,7 @@ using Names = std::array<std::pair<E, std::string_view>, N>;
 
 constexpr Names<Dtype, 4> kDtype{
     {{Dtype::Bf16, "bf16"}, {Dtype::Fp16, "fp16"}, {Dtype::Fp32, "fp32"}, {Dtype::Fp8, "fp8"}}};
-constexpr Names<GroupKind, 20> kGroupKind{{{GroupKind::World, "world"},
+constexpr Names<GroupKind, kGroupKinds> kGroupKind{{{GroupKind::World, "world"},
                                            {GroupKind::DpShard, "dp_shard"},
                                            {GroupKind::DpReplica, "dp_replica"},
                                            {GroupKind::Tp, "tp"},

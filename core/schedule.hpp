@@ -4,6 +4,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <nlohmann/json_fwd.hpp>
 #include <optional>
@@ -54,6 +55,8 @@ enum class GroupKind {
   Ulysses,  // DeepSpeed-Ulysses sequence parallelism: the all-to-alls around attention
   PpMirror  // DualPipe: a stage and its mirror stage, which hold copies of each other's layers
 };
+/// How many group kinds there are (tables indexed by kind).
+inline constexpr std::size_t kGroupKinds = static_cast<std::size_t>(GroupKind::PpMirror) + 1;
 
 /// A process group: the ranks of one NCCL communicator.
 struct Group {

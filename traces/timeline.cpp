@@ -182,7 +182,7 @@ TraceHeader header_from(const nlohmann::json& h, const std::string& file) {
 class OpReader {
  public:
   explicit OpReader(const std::string& file) : file_(file) {
-    for (int g = 0; g <= static_cast<int>(core::GroupKind::PpMirror); ++g) {
+    for (int g = 0; g < static_cast<int>(core::kGroupKinds); ++g) {
       group_kinds_.emplace(core::to_string(static_cast<core::GroupKind>(g)), static_cast<core::GroupKind>(g));
     }
   }

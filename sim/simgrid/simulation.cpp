@@ -106,7 +106,7 @@ ProgramInfo Simulation::program_info(const core::Program& prog) const {
 void Simulation::prepare_groups() {
   const auto world = static_cast<std::size_t>(pm_.topology().devices());
   // The group of each kind that holds each rank (groups of one kind partition their ranks).
-  group_of_.assign(16, std::vector<int>(world, -1));
+  group_of_.assign(core::kGroupKinds, std::vector<int>(world, -1));
   for (const auto& g : s_.groups) {
     for (int r : g.ranks) group_of_[static_cast<std::size_t>(g.kind)][static_cast<std::size_t>(r)] = g.id;
   }
