@@ -55,6 +55,7 @@ PlanSearch search_plans(const PlanQuery& q) {
   search::prune_by_memory(s);
   search::screen_groups(s);
   search::verify_best(s);
+  search::refine_best(s);
 
   // Ties (plans the model cannot tell apart) in a fixed order: less memory first, then by name.
   std::sort(s.found.begin(), s.found.end(), [&](const PlanChoice& a, const PlanChoice& b) {

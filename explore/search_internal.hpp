@@ -157,5 +157,6 @@ void enumerate_space(Search& s);
 void prune_by_memory(Search& s);
 void screen_groups(Search& s);
 void verify_best(Search& s);
+void refine_best(Search& s);
 
 }  // namespace hzp::explore::search

@@ -145,4 +145,61 @@ void verify_best(Search& s) {
   }
 }
 
+namespace {
+
+// The schedule and sequence variants of a verified plan that its options
+// allow (plan::check_plan decides): a pipelined plan under ZB-H1 and
+// DualPipe (vpp 1) and ZB-V (vpp 2) on its stages, an uneven plan with the
+// balanced layout of those virtual stages; any plan with its data-parallel
+// ranks traded for Ulysses sequence parallelism of 2, 4 or 8 (sequences
+// split, attention heads split around all-to-alls).
+std::vector<PlanOptions> variants(const Search& s, const Setting& st, const PlanOptions& base) {
+  std::vector<PlanOptions> out;
+  auto add = [&](PlanOptions o) {
+    if (plan::check_plan(s.m, st.pm->topology(), o).empty()) out.push_back(std::move(o));
+  };
+  if (base.pp > 1 && base.pipeline_schedule == plan::PipelineSchedule::OneFOneB) {
+    for (auto schedule : {plan::PipelineSchedule::ZbH1, plan::PipelineSchedule::ZbV, plan::PipelineSchedule::DualPipe}) {
+      PlanOptions o = base;
+      o.pipeline_schedule = schedule;
+      o.vpp = schedule == plan::PipelineSchedule::ZbV ? 2 : 1;
+      if (base.pipeline_layout) o.pipeline_layout = plan::balanced_layout(s.m.layers, o.pp, o.vpp).text();
+      add(o);
+    }
+  }
+  if (base.ulysses == 1) {
+    for (int u : {2, 4, 8}) {
+      PlanOptions o = base;
+      o.ulysses = u;
+      add(o);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+// Where the search's grid has no axis for them (they would multiply every
+// pipelined group, or every group, by four): the zero-bubble and DualPipe
+// schedules and Ulysses, tried on each setting's best verified plan and
+// simulated exactly; a variant that fits is an answer like any other.
+void refine_best(Search& s) {
+  std::vector<std::size_t> which;
+  for (std::size_t si = 0; si < s.settings.size(); ++si) {
+    const PlanChoice* best = nullptr;
+    for (const auto& pc : s.found) {
+      if (pc.cluster != s.settings[si].cluster_name || pc.gpus != s.settings[si].gpus) continue;
+      if (!best || s.score(s.settings[si], pc.step_s) < s.score(s.settings[si], best->step_s)) best = &pc;
+    }
+    if (!best) continue;
+    for (PlanOptions& o : variants(s, s.settings[si], best->options)) {
+      which.push_back(s.alive.size());
+      s.alive.push_back(Candidate{si, s.groups++, std::move(o), false});
+      s.screened.push_back({0, 0, 0, 0, 0});  // not screened: simulated exactly below
+    }
+  }
+  std::set<std::size_t> simulated;
+  verify(s, simulated, which);
+}
+
 }  // namespace hzp::explore::search

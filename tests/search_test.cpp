@@ -3,7 +3,9 @@
 // against the exact simulation where the reduced models mislead.
 #include <gtest/gtest.h>
 
+#include <set>
 #include <stdexcept>
+#include <string>
 
 #include "explore/parallel_map.hpp"
 #include "explore/search_internal.hpp"
@@ -84,6 +86,39 @@ TEST(PlanSearch, ScreenedMemoryFollowsTheLayersWhereTheReducedPeaksDoNot) {
   EXPECT_GT(full.reserved_GiB, 80.0);  // it does not fit an H100
   EXPECT_NEAR(screened.reserved_GiB / full.reserved_GiB, 1.0, 0.1);
   EXPECT_NEAR(screened.step_s / full.step_s, 1.0, 0.05);
+}
+
+// The answer's variants the grid has no axis for: a 1F1B pipeline of
+// Llama-3 8B on 16 H100s (pp 4, 32 layers) is simulated again under ZB-H1,
+// ZB-V (vpp 2) and DualPipe, and with 2 and 4 of its 4 data-parallel ranks
+// turned into Ulysses ranks (32 heads split; 8 does not divide them, refused
+// before simulating); all five fit, so all five are found beside it.
+TEST(PlanSearch, TheAnswerIsTriedUnderTheSchedulesAndUlysses) {
+  explore::PlanQuery q;
+  q.model = "llama3-8b";
+  q.gpus = {16};
+  q.base.seq_len = 4096;
+  q.base.global_batch_sequences = 64;
+  explore::search::Search s(q);
+  plan::PlanOptions o = s.q.base;
+  o.strategy = plan::Strategy::Zero1;
+  o.pp = 4;
+  explore::PlanChoice best;
+  best.cluster = s.settings.at(0).cluster_name;
+  best.gpus = 16;
+  best.options = o;
+  best.step_s = 1;
+  s.found.push_back(best);
+  explore::search::refine_best(s);
+  EXPECT_EQ(s.out.exact, 5);
+  std::set<std::string> found;
+  for (const auto& pc : s.found) {
+    if (&pc == &s.found.front()) continue;
+    found.insert(std::string(plan::to_string(pc.options.pipeline_schedule)) + " vpp" +
+                 std::to_string(pc.options.vpp) + " u" + std::to_string(pc.options.ulysses));
+  }
+  EXPECT_EQ(found, (std::set<std::string>{"zb-h1 vpp1 u1", "zb-v vpp2 u1", "dualpipe vpp1 u1", "1f1b vpp1 u2",
+                                          "1f1b vpp1 u4"}));
 }
 
 }  // namespace
