@@ -109,6 +109,9 @@ Estimate simulate(const models::ModelSpec& m, const topologies::PerfModel& pm, c
                   ShardingTerms* terms) {
   plan::ResolvedPlan resolved;
   if (!plan::check_plan(m, pm.topology(), o, &resolved).empty()) return Estimate{};
+  // A plan whose full Schedule is over --max-ops cannot be simulated exactly:
+  // not an answer (screening, on reduced models, still ranked it).
+  if (plan::estimate_work(m, o, resolved).ops > o.max_ops) return Estimate{};
   {
     core::Schedule s = plan::lower_resolved(m, pm.topology(), o, std::move(resolved)).schedule;
     traces::TraceHeader h;

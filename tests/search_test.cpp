@@ -121,5 +121,20 @@ TEST(PlanSearch, TheAnswerIsTriedUnderTheSchedulesAndUlysses) {
                                           "1f1b vpp1 u4"}));
 }
 
+// A plan too large to build (over max_ops) is no exact answer, not an
+// error that ends the search.
+TEST(PlanSearch, APlanOverTheOpLimitIsSkippedNotFatal) {
+  const models::ModelSpec m = models::load_model("llama3-8b");
+  const topologies::PerfModel pm(topologies::Topology(topologies::load_cluster("dgx-h100"), 8));
+  plan::PlanOptions o;
+  o.stack = stacks::default_stack();
+  o.strategy = plan::Strategy::Fsdp;
+  o.global_batch_sequences = 8;
+  sim::Metrics metrics;
+  EXPECT_TRUE(explore::search::simulate(m, pm, o, metrics).ok);
+  o.max_ops = 100;
+  EXPECT_FALSE(explore::search::simulate(m, pm, o, metrics).ok);
+}
+
 }  // namespace
 }  // namespace hzp
