@@ -85,11 +85,13 @@ TEST(Fp8, GemmAtTheFp8RatePlusItsCasts) {
   // Current scaling reads each tensor once more for its amax (two kernels);
   // block scaling writes one fp32 scale per 128 elements to each output.
   go.precision = models::Precision::Fp8Current;
-  const auto& cur = op_named(models::build_step_graph(m, go).units.at(1).forward, "l0.qkv.fp8_cast");
+  const models::StepGraph current = models::build_step_graph(m, go);
+  const auto& cur = op_named(current.units.at(1).forward, "l0.qkv.fp8_cast");
   EXPECT_EQ(cur.bytes.count(), 6 * M * K);
   EXPECT_EQ(cur.kernels, 2);
   go.precision = models::Precision::Fp8Block;
-  const auto& blk = op_named(models::build_step_graph(m, go).units.at(1).forward, "l0.qkv.fp8_cast");
+  const models::StepGraph block = models::build_step_graph(m, go);
+  const auto& blk = op_named(block.units.at(1).forward, "l0.qkv.fp8_cast");
   EXPECT_EQ(blk.bytes.count(), 4 * M * K + M * K / 16);
 }
 
