@@ -103,12 +103,26 @@ core::ReplayResult AnalyticEngine::walk(const core::Schedule& s, const FreeOps& 
   // ten), and each walk costs as much as the first.
   {
     const Busy busy = comm_busy(s, r);
+    // The uncontended cost of every compute op is its duration in the first
+    // walk (pm_.compute's, or nothing for a free op): read back, not costed again.
+    const core::ReplayResult first = std::move(r);
+    auto uncontended = [&](std::size_t p, const core::Op& op) {
+      const core::Program& prog = s.programs[p];
+      for (std::size_t k = 0; k < prog.streams.size(); ++k) {
+        const auto& ops = prog.streams[k].ops;
+        if (ops.empty() || &op < ops.data() || &op >= ops.data() + ops.size()) continue;
+        const core::OpTime& t = first.times[p][k][static_cast<std::size_t>(&op - ops.data())];
+        return t.end - t.start;
+      }
+      return pm_.compute(op);  // not an op of the Schedule's streams: costed afresh
+    };
     costs.compute_at = [&](const core::Program& prog, const core::Op& op, core::TimePoint start) {
-      if (free && free(op)) return core::Duration{};
-      if (op.kind == core::OpKind::Compute && core::is_offload(op.compute)) return pm_.compute(op);
-      const double work = static_cast<double>(pm_.compute(op).count_ns());
-      const auto& iv = busy[static_cast<std::size_t>(&prog - s.programs.data())];
-      return core::Duration::ns(finish_after(iv, start.count_ns(), work, slowdown) - start.count_ns());
+      const auto p = static_cast<std::size_t>(&prog - s.programs.data());
+      const core::Duration d = uncontended(p, op);
+      if (d.count_ns() == 0 || (op.kind == core::OpKind::Compute && core::is_offload(op.compute))) return d;
+      const auto& iv = busy[p];
+      return core::Duration::ns(finish_after(iv, start.count_ns(), static_cast<double>(d.count_ns()), slowdown) -
+                                start.count_ns());
     };
     r = core::replay(s, costs);
   }
