@@ -230,10 +230,12 @@ int fp8_cast_kernels(Precision p) { return p == Precision::Fp8Current ? 2 : 1; }
 // backward the output gradient's cast-transpose before the input- and
 // weight-gradient GEMMs. Current scaling with tensor parallelism all-reduces
 // each cast tensor's amax (4 bytes) over the tensor-parallel group first.
+// Every kernel it pushes carries `pc` (the routed experts' follow their load).
 void linear(Builder& b, const GraphOptions& o, const std::string& name, std::int64_t m, std::int64_t n,
-            std::int64_t k, std::int64_t batch = 1) {
+            std::int64_t k, std::int64_t batch = 1, core::ParamClass pc = core::ParamClass::Dense) {
   if (o.precision == Precision::Bf16) {
     b.gemm(name, m, n, k, batch);
+    b.ops.back().param_class = pc;
     return;
   }
   const std::int64_t e = b.e;
@@ -242,13 +244,13 @@ void linear(Builder& b, const GraphOptions& o, const std::string& name, std::int
     const auto bytes = static_cast<std::int64_t>(std::llround(per * static_cast<double>(elements)));
     if (backward) {
       b.backward_bandwidth(name + "." + what, ComputeKind::Elementwise, bytes, elements);
-      b.ops.back().kernels = fp8_cast_kernels(o.precision);
       b.flags.back().bwd_kernels = fp8_cast_kernels(o.precision);
     } else {
       b.bandwidth(name + "." + what, ComputeKind::Elementwise, bytes, elements);
-      b.ops.back().kernels = fp8_cast_kernels(o.precision);
       b.flags.back().backward = false;
     }
+    b.ops.back().kernels = fp8_cast_kernels(o.precision);
+    b.ops.back().param_class = pc;
   };
   const bool amax_reduce = o.precision == Precision::Fp8Current && o.tp > 1;
   if (amax_reduce) b.comm(name + ".fp8_amax_allreduce", core::CollectiveKind::AllReduce, 4, true, false);
@@ -256,6 +258,7 @@ void linear(Builder& b, const GraphOptions& o, const std::string& name, std::int
   if (!o.fp8_gathered_weights) cast("fp8_weight_cast", batch * k * n, false);
   b.gemm(name, m, n, k, batch);
   GraphOp& g = b.ops.back();
+  g.param_class = pc;
   g.dtype = core::Dtype::Fp8;
   g.bytes = Bytes(batch * (m * k + k * n + e * m * n));
   cast("fp8_grad_cast", batch * m * n, true);
@@ -289,13 +292,11 @@ void ffn_ops(Builder& b, const ModelSpec& m, const GraphOptions& o, const std::s
              core::ParamClass pc = core::ParamClass::Dense) {
   const std::int64_t h = m.hidden;
   const bool glu = m.ffn_activation == FfnActivation::SwiGlu;
-  linear(b, o, p + tag + "up", rows, glu ? 2 * f : f, h, batch);
-  b.ops.back().param_class = pc;
+  linear(b, o, p + tag + "up", rows, glu ? 2 * f : f, h, batch, pc);
   b.stack_op(p + tag + (glu ? "swiglu" : "gelu"), ComputeKind::Elementwise, glu ? o.kernels.swiglu : o.kernels.gelu,
              batch * rows * f);
   b.ops.back().param_class = pc;
-  linear(b, o, p + tag + "down", rows, h, f, batch);
-  b.ops.back().param_class = pc;
+  linear(b, o, p + tag + "down", rows, h, f, batch, pc);
 }
 
 // Q, K and V: MLA's low-rank projections or one fused QKV GEMM, then the

@@ -95,6 +95,21 @@ TEST(Fp8, GemmAtTheFp8RatePlusItsCasts) {
   EXPECT_EQ(blk.bytes.count(), 4 * M * K + M * K / 16);
 }
 
+// The routed experts' FP8 GEMMs and their casts belong to the experts (their
+// cost follows the expert load under a routing skew), the rest to the dense part.
+TEST(Fp8, ExpertKernelsStayExpertKernels) {
+  models::GraphOptions go{.seq_len = 4096, .micro_batch = 1};
+  go.precision = models::Precision::Fp8Delayed;
+  const models::StepGraph g = models::build_step_graph(models::load_model("mixtral-8x7b"), go);
+  int experts = 0;
+  for (const auto& op : g.units.at(1).forward) {
+    const bool expert = op.name.find(".experts.") != std::string::npos;
+    experts += expert;
+    EXPECT_EQ(op.param_class, expert ? core::ParamClass::Expert : core::ParamClass::Dense) << op.name;
+  }
+  EXPECT_EQ(experts, 3 + 1 + 3);  // up and down with their input and weight casts, the activation between
+}
+
 // Below the FP8 curve's first measured size an FP8 GEMM runs at the bf16
 // rate of its shape: 1024^3 at the bf16 curve's 0.179 of 989 TFLOP/s.
 TEST(Fp8, SmallGemmsGetNoMoreThanTheBf16Rate) {
