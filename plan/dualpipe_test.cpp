@@ -17,51 +17,19 @@
 namespace hzp::plan {
 namespace {
 
-char kind(const PipelineSlot& s) {
-  if (!s.backward) return 'F';
-  return s.part == BackwardPart::Weight ? 'W' : 'B';
-}
+char kind(const PipelineSlot& s) { return test_util::pass_of(s); }
 
-// The step of DualPipe's orders run with pass times tf, tb, tw: each pass
-// starts when its stage is free and what it needs is done. Two chains of p
-// virtual stages: chunk 0 of stage s is position s of the first (micro-batches
-// 0 .. m/2 - 1), chunk 1 of stage s position p - 1 - s of the second.
+// The step of DualPipe's orders run with pass times tf, tb, tw
+// (test_util::pipeline_step): two chains of p virtual stages, chunk 0 of
+// stage s at position s of the first (micro-batches 0 .. m/2 - 1), chunk 1
+// at position p - 1 - s of the second.
 double step_of(int p, std::int64_t m, const std::vector<std::vector<PipelineSlot>>& orders, double tf, double tb,
                double tw) {
-  std::map<std::tuple<char, int, std::int64_t>, double> done;  // (pass, chain position, micro-batch) -> end
-  std::vector<std::size_t> next(static_cast<std::size_t>(p), 0);
-  std::vector<double> free(static_cast<std::size_t>(p), 0);
-  for (bool progress = true; progress;) {
-    progress = false;
-    for (int s = 0; s < p; ++s) {
-      const auto si = static_cast<std::size_t>(s);
-      while (next[si] < orders[si].size()) {
-        const PipelineSlot& slot = orders[si][next[si]];
-        EXPECT_EQ(slot.chunk == 1, slot.micro_batch >= m / 2);
-        const int pos = slot.chunk == 0 ? s : p - 1 - s;
-        const char k = kind(slot);
-        std::vector<std::tuple<char, int, std::int64_t>> needs;
-        if (k == 'F' && pos > 0) needs.emplace_back('F', pos - 1, slot.micro_batch);
-        if (k == 'B') needs.emplace_back('F', pos, slot.micro_batch);
-        if (k == 'B' && pos < p - 1) needs.emplace_back('B', pos + 1, slot.micro_batch);
-        if (k == 'W') needs.emplace_back('B', pos, slot.micro_batch);
-        double start = free[si];
-        bool ready = true;
-        for (const auto& n : needs) {
-          auto it = done.find(n);
-          ready = ready && it != done.end();
-          if (it != done.end()) start = std::max(start, it->second);
-        }
-        if (!ready) break;
-        free[si] = start + (k == 'F' ? tf : k == 'B' ? tb : tw);
-        done[{k, pos, slot.micro_batch}] = free[si];
-        ++next[si];
-        progress = true;
-      }
-    }
+  for (const auto& order : orders) {
+    for (const auto& slot : order) EXPECT_EQ(slot.chunk == 1, slot.micro_batch >= m / 2);
   }
-  for (int s = 0; s < p; ++s) EXPECT_EQ(next[static_cast<std::size_t>(s)], orders[static_cast<std::size_t>(s)].size());
-  return *std::max_element(free.begin(), free.end());
+  auto position = [&](int s, const PipelineSlot& slot) { return slot.chunk == 0 ? s : p - 1 - s; };
+  return test_util::pipeline_step(orders, position, p - 1, tf, tb, tw);
 }
 
 // Every micro-batch runs F, B and W once, W after its B after its F, the
@@ -105,8 +73,8 @@ TEST(DualPipe, EveryPassOnceAndAtMostPPlusOneInFlight) {
 // m(T_F + T_B + T_W) + (p - 1)(T_F + T_B - T_W), up to 6.25 T above the
 // paper's at p = 16: DeepSeek's hand-built order packs W tighter.
 TEST(DualPipe, BubbleAsThePaperStatesForEqualPasses) {
-  for (auto [p, m] : {std::pair{2, 4}, std::pair{4, 8}, std::pair{4, 16}, std::pair{6, 12}, std::pair{8, 32},
-                      std::pair{16, 64}}) {
+  for (auto [p, m] :
+       {std::pair{2, 4}, std::pair{4, 8}, std::pair{4, 16}, std::pair{6, 12}, std::pair{8, 32}, std::pair{16, 64}}) {
     const auto equal = pipeline_orders(p, 1, m, PipelineSchedule::DualPipe);
     EXPECT_DOUBLE_EQ(step_of(p, m, equal, 1, 1, 1), 3.0 * m + (p / 2 - 1) * (3 + 2 - 3)) << "p=" << p << " m=" << m;
     for (double tw : {0.5, 0.25}) {
@@ -153,8 +121,7 @@ TEST(DualPipe, TwoCopiesOfTheParametersAndTheirGradientSum) {
                                                  op.buffer_class == BC::OptimizerStates)) {
             out += op.bytes.count();
           }
-          if (mirror && op.kind == core::OpKind::Collective &&
-              sch.group(op.group).kind == core::GroupKind::PpMirror) {
+          if (mirror && op.kind == core::OpKind::Collective && sch.group(op.group).kind == core::GroupKind::PpMirror) {
             *mirror += op.bytes.count();
           }
         }
@@ -179,11 +146,7 @@ TEST(DualPipe, TwoCopiesOfTheParametersAndTheirGradientSum) {
 TEST(DualPipe, RefusedWhereItCannotRun) {
   const models::ModelSpec m = layers(12);
   auto keys = [&](int gpus, const PlanOptions& o) {
-    std::set<std::string> k;
-    for (const auto& pr : check_plan(m, topologies::Topology(topologies::load_cluster("dgx-h100"), gpus), o)) {
-      k.insert(pr.field);
-    }
-    return k;
+    return test_util::problem_fields(m, topologies::Topology(topologies::load_cluster("dgx-h100"), gpus), o);
   };
   PlanOptions o = test_util::ddp_pipeline(4, 8);
   o.pipeline_schedule = PipelineSchedule::DualPipe;

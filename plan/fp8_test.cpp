@@ -180,9 +180,7 @@ TEST(Fp8, UnshardedWeightsKeepTheirFp8CopyAndScalingState) {
 TEST(Fp8, RefusedWhereItCannotRun) {
   const models::ModelSpec m = models::load_model("llama3-8b");
   auto keys = [&](const std::string& cluster, const PlanOptions& o) {
-    std::set<std::string> k;
-    for (const auto& p : check_plan(m, topologies::Topology(topologies::load_cluster(cluster), 8), o)) k.insert(p.field);
-    return k;
+    return test_util::problem_fields(m, topologies::Topology(topologies::load_cluster(cluster), 8), o);
   };
   PlanOptions o;
   o.strategy = Strategy::Fsdp;

@@ -1,12 +1,18 @@
 // Helpers shared by the plan tests: per-rank communication and memory
 // totals of a Schedule, default plan options, a replay's step and busy times,
-// a four-layer model and a two-stage DDP plan of it.
+// a four-layer model and a two-stage DDP plan of it, the fields a plan is
+// refused by, and the step of pipeline slot orders with given pass times.
 #pragma once
+
+#include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/schedule_replay.hpp"
@@ -110,6 +116,63 @@ inline PlanOptions ddp_two_stages(std::int64_t sequences) {
   o.seq_len = 4096;
   o.pp = 2;
   return o;
+}
+
+// The fields check_plan names for a plan on this topology (empty: accepted).
+inline std::set<std::string> problem_fields(const models::ModelSpec& m, const topologies::Topology& topo,
+                                            const PlanOptions& o) {
+  std::set<std::string> fields;
+  for (const auto& p : check_plan(m, topo, o)) fields.insert(p.field);
+  return fields;
+}
+
+// 'F', 'B' (input gradients, or a whole backward) or 'W' (weight gradients).
+inline char pass_of(const PipelineSlot& s) {
+  if (!s.backward) return 'F';
+  return s.part == BackwardPart::Weight ? 'W' : 'B';
+}
+
+// The step of every stage's slot orders run with pass times tf, tb, tw: each
+// pass starts when its stage is free and what it needs is done. `position`
+// places a stage's slot on its chain of virtual stages 0..last (a chain per
+// micro-batch): F needs the previous position's F (none at 0), B its own F and
+// the next position's B (none at `last`), W its own B. Expects every slot run.
+inline double pipeline_step(const std::vector<std::vector<PipelineSlot>>& orders,
+                            const std::function<int(int, const PipelineSlot&)>& position, int last, double tf,
+                            double tb, double tw) {
+  const auto stages = orders.size();
+  std::map<std::tuple<char, int, std::int64_t>, double> done;  // (pass, position, micro-batch) -> end
+  std::vector<std::size_t> next(stages, 0);
+  std::vector<double> free(stages, 0);
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (std::size_t s = 0; s < stages; ++s) {
+      while (next[s] < orders[s].size()) {
+        const PipelineSlot& slot = orders[s][next[s]];
+        const int pos = position(static_cast<int>(s), slot);
+        const char k = pass_of(slot);
+        std::vector<std::tuple<char, int, std::int64_t>> needs;
+        if (k == 'F' && pos > 0) needs.emplace_back('F', pos - 1, slot.micro_batch);
+        if (k == 'B') needs.emplace_back('F', pos, slot.micro_batch);
+        if (k == 'B' && pos < last) needs.emplace_back('B', pos + 1, slot.micro_batch);
+        if (k == 'W') needs.emplace_back('B', pos, slot.micro_batch);
+        double start = free[s];
+        bool ready = true;
+        for (const auto& n : needs) {
+          auto it = done.find(n);
+          ready = ready && it != done.end();
+          if (it != done.end()) start = std::max(start, it->second);
+        }
+        if (!ready) break;
+        free[s] = start + (k == 'F' ? tf : k == 'B' ? tb : tw);
+        done[{k, pos, slot.micro_batch}] = free[s];
+        ++next[s];
+        progress = true;
+      }
+    }
+  }
+  for (std::size_t s = 0; s < stages; ++s) EXPECT_EQ(next[s], orders[s].size());
+  return *std::max_element(free.begin(), free.end());
 }
 
 }  // namespace hzp::plan::test_util

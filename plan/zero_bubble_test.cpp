@@ -17,10 +17,7 @@
 namespace hzp::plan {
 namespace {
 
-char kind(const PipelineSlot& s) {
-  if (!s.backward) return 'F';
-  return s.part == BackwardPart::Weight ? 'W' : 'B';
-}
+char kind(const PipelineSlot& s) { return test_util::pass_of(s); }
 
 std::string text(const std::vector<PipelineSlot>& order) {
   std::string out;
@@ -191,44 +188,12 @@ TEST(ZeroBubble, ReplayedBubblesMatchThePapersClosedForms) {
   }
 }
 
-// The step of ZB-V's slot orders run with unit pass times: each pass starts
-// when its stage is free and what it needs is done (F: the previous virtual
-// stage's F; B: its own F and the next virtual stage's B; W: its own B).
+// The step of ZB-V's slot orders run with unit pass times: one chain of 2p
+// virtual stages (test_util::pipeline_step).
 std::int64_t unit_step_zb_v(int p, const std::vector<std::vector<PipelineSlot>>& orders) {
   const PipelineLayout v{p, 2, {}, true};
-  std::map<std::tuple<char, int, std::int64_t>, std::int64_t> done;  // (pass, virtual stage, micro-batch) -> end
-  std::vector<std::size_t> next(static_cast<std::size_t>(p), 0);
-  std::vector<std::int64_t> free(static_cast<std::size_t>(p), 0);
-  for (bool progress = true; progress;) {
-    progress = false;
-    for (int s = 0; s < p; ++s) {
-      const auto si = static_cast<std::size_t>(s);
-      while (next[si] < orders[si].size()) {
-        const PipelineSlot& slot = orders[si][next[si]];
-        const int vs = v.virtual_stage(s, slot.chunk);
-        const char k = kind(slot);
-        std::vector<std::tuple<char, int, std::int64_t>> needs;
-        if (k == 'F' && vs > 0) needs.emplace_back('F', vs - 1, slot.micro_batch);
-        if (k == 'B') needs.emplace_back('F', vs, slot.micro_batch);
-        if (k == 'B' && vs < 2 * p - 1) needs.emplace_back('B', vs + 1, slot.micro_batch);
-        if (k == 'W') needs.emplace_back('B', vs, slot.micro_batch);
-        std::int64_t start = free[si];
-        bool ready = true;
-        for (const auto& n : needs) {
-          auto it = done.find(n);
-          ready = ready && it != done.end();
-          if (it != done.end()) start = std::max(start, it->second);
-        }
-        if (!ready) break;
-        free[si] = start + 1;
-        done[{k, vs, slot.micro_batch}] = free[si];
-        ++next[si];
-        progress = true;
-      }
-    }
-  }
-  for (int s = 0; s < p; ++s) EXPECT_EQ(next[static_cast<std::size_t>(s)], orders[static_cast<std::size_t>(s)].size());
-  return *std::max_element(free.begin(), free.end());
+  auto position = [&](int s, const PipelineSlot& slot) { return v.virtual_stage(s, slot.chunk); };
+  return std::llround(test_util::pipeline_step(orders, position, 2 * p - 1, 1, 1, 1));
 }
 
 // ZB-V with T_F = T_B = T_W = T per chunk: the paper's bubble is
