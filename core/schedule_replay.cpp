@@ -7,11 +7,14 @@
 
 #include <fmt/format.h>
 #include <algorithm>
+#include <climits>
 #include <deque>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <tuple>
+#include <unordered_map>
 
 #include "core/error.hpp"
 
@@ -73,14 +76,118 @@ std::string why_stuck(const Op& op) {
   throw ScheduleError("deadlock: no stream can advance");
 }
 
+// What every walk of a Schedule shares, built once (ReplayPlan): each host
+// thread's issue order, the event slots, each group's participants.
+using IssueSlot = std::tuple<int, std::size_t, std::size_t>;  // (op id, stream, index)
+struct ProgramOrder {
+  std::vector<std::vector<IssueSlot>> thread_ops;  // per host thread
+  bool events_dense = true;                        // an event's slot is its id
+  std::unordered_map<int, std::size_t> slot_of;    // else this
+  std::size_t event_slots = 0;
+};
+struct ReplayOrder {
+  std::vector<ProgramOrder> programs;
+  std::vector<std::vector<std::size_t>> participants;  // per group: participating programs
+};
+
+bool uses_event(OpKind k) { return k == OpKind::Record || k == OpKind::Wait || k == OpKind::Sync; }
+
+// One pass over a program's ops (they are large, and each pass over them
+// costs a cache miss per op): the threads' issue order and the event slots.
+//
+// A thread issues its streams' ops in ascending id (unique within the
+// program; each stream's ops ascend). Where the ids are dense, as the
+// lowering writes them, each op is placed by its id and the threads read the
+// table in order; else the (id, stream, index) triples are sorted. Events
+// are looked up by slot: the id itself where the ids are small and
+// non-negative (again what the lowering writes), else an index given to each
+// distinct id.
+ProgramOrder program_order(const Program& prog) {
+  std::size_t n = 0;
+  int lo = INT_MAX, hi = INT_MIN;
+  for (const Stream& st : prog.streams) {
+    if (st.ops.empty()) continue;
+    n += st.ops.size();
+    lo = std::min(lo, st.ops.front().id);
+    hi = std::max(hi, st.ops.back().id);
+  }
+  const std::size_t span = n == 0 ? 0 : static_cast<std::size_t>(static_cast<std::int64_t>(hi) - lo + 1);
+  const bool by_id = n > 0 && hi >= lo && span <= 2 * n + 64;
+  constexpr std::size_t kNone = SIZE_MAX;
+  std::vector<std::pair<std::size_t, std::size_t>> table(by_id ? span : 0, {kNone, 0});
+  std::vector<IssueSlot> order;
+  order.reserve(n);
+  bool placed = by_id;
+  int ev_lo = 0, ev_hi = -1;
+  for (std::size_t k = 0; k < prog.streams.size(); ++k) {
+    const auto& ops = prog.streams[k].ops;
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+      const Op& op = ops[i];
+      if (uses_event(op.kind)) {
+        ev_lo = std::min(ev_lo, op.event);
+        ev_hi = std::max(ev_hi, op.event);
+      }
+      order.emplace_back(op.id, k, i);
+      if (!placed) continue;
+      const std::int64_t j = static_cast<std::int64_t>(op.id) - lo;
+      if (j < 0 || j >= static_cast<std::int64_t>(span) || table[static_cast<std::size_t>(j)].first != kNone) {
+        placed = false;  // out of order or repeated: sort instead
+        continue;
+      }
+      table[static_cast<std::size_t>(j)] = {k, i};
+    }
+  }
+  if (placed) {
+    order.clear();
+    for (std::size_t j = 0; j < span; ++j) {
+      if (table[j].first != kNone) order.emplace_back(static_cast<int>(j) + lo, table[j].first, table[j].second);
+    }
+  } else {
+    std::stable_sort(order.begin(), order.end(),
+                     [](const auto& a, const auto& b) { return std::get<0>(a) < std::get<0>(b); });
+  }
+  ProgramOrder o;
+  o.thread_ops.resize(prog.threads.size());
+  for (const auto& e : order) o.thread_ops.at(static_cast<std::size_t>(prog.streams[std::get<1>(e)].thread)).push_back(e);
+  o.events_dense = ev_lo >= 0 && static_cast<std::size_t>(ev_hi + 1) <= 4 * n + 64;
+  o.event_slots = o.events_dense ? static_cast<std::size_t>(ev_hi + 1) : 0;
+  if (!o.events_dense) {
+    for (const Stream& st : prog.streams) {
+      for (const Op& op : st.ops) {
+        if (uses_event(op.kind) && o.slot_of.emplace(op.event, o.event_slots).second) ++o.event_slots;
+      }
+    }
+  }
+  return o;
+}
+
+// Participants of each group: programs whose representative is a member.
+std::vector<std::vector<std::size_t>> group_participants(const Schedule& s) {
+  std::vector<std::size_t> program_of_rep(static_cast<std::size_t>(std::max(s.step.world_size, 1)), SIZE_MAX);
+  for (std::size_t p = 0; p < s.programs.size(); ++p) {
+    auto rep = static_cast<std::size_t>(s.programs[p].ranks.at(0));
+    if (rep < program_of_rep.size()) program_of_rep[rep] = p;
+  }
+  std::vector<std::vector<std::size_t>> participants(s.groups.size());
+  for (const Group& g : s.groups) {
+    for (int rank : g.ranks) {
+      auto r = static_cast<std::size_t>(rank);
+      if (r < program_of_rep.size() && program_of_rep[r] != SIZE_MAX) {
+        participants[static_cast<std::size_t>(g.id)].push_back(program_of_rep[r]);
+      }
+    }
+  }
+  return participants;
+}
+
 // The walk's state: per host thread its issue cursor, per stream its next op
 // and when it is idle, recorded events, what each blocked stream or thread
 // waits for, and the tables that match collectives and transfers.
 class Replay {
  public:
-  Replay(const Schedule& s, const ReplayCosts& costs) : s_(s), costs_(costs), np_(s.programs.size()) {
+  Replay(const Schedule& s, const ReplayOrder& order, const ReplayCosts& costs)
+      : s_(s), order_(order), costs_(costs), np_(s.programs.size()) {
     init_cursors();
-    init_participants();
   }
 
   ReplayResult run() {
@@ -106,7 +213,7 @@ class Replay {
   // per kernel or collective; a sync op stalls its thread until its event has
   // happened, so issue times are found as the walk goes.
   struct ThreadCursor {
-    std::vector<std::tuple<int, std::size_t, std::size_t>> ops;  // (id, stream, index)
+    const std::vector<IssueSlot>* ops = nullptr;  // the thread's issue order
     std::size_t next = 0;
     TimePoint clock{};
     const Thread* thread = nullptr;
@@ -122,7 +229,7 @@ class Replay {
     issued_count_.resize(np_);
     next_.resize(np_);
     free_at_.resize(np_);
-    recorded_.resize(np_);
+    events_.resize(np_);
     queued_.resize(np_);
     for (std::size_t p = 0; p < np_; ++p) {
       const Program& prog = s_.programs[p];
@@ -130,40 +237,31 @@ class Replay {
       r_.issued[p].resize(prog.streams.size());
       issued_count_[p].assign(prog.streams.size(), 0);
       threads_[p].resize(prog.threads.size());
-      for (std::size_t t = 0; t < prog.threads.size(); ++t) threads_[p][t].thread = &prog.threads[t];
+      for (std::size_t t = 0; t < prog.threads.size(); ++t) {
+        threads_[p][t].thread = &prog.threads[t];
+        threads_[p][t].ops = &order_.programs[p].thread_ops[t];
+      }
       for (std::size_t k = 0; k < prog.streams.size(); ++k) {
         const Stream& st = prog.streams[k];
         r_.times[p][k].resize(st.ops.size());
         r_.issued[p][k].resize(st.ops.size());
-        // Each stream's ops are in ascending id: merge them into the thread's order.
-        auto& ops = threads_[p].at(static_cast<std::size_t>(st.thread)).ops;
-        const auto mid = static_cast<std::ptrdiff_t>(ops.size());
-        for (std::size_t i = 0; i < st.ops.size(); ++i) ops.emplace_back(st.ops[i].id, k, i);
-        std::inplace_merge(ops.begin(), ops.begin() + mid, ops.end());
         remaining_ += st.ops.size();
       }
       next_[p].assign(prog.streams.size(), 0);
       free_at_[p].assign(prog.streams.size(), TimePoint{});
       queued_[p].assign(prog.streams.size(), 0);
+      const std::size_t slots = order_.programs[p].event_slots;
+      EventTable& ev = events_[p];
+      ev.time.assign(slots, TimePoint{});
+      ev.recorded.assign(slots, 0);
+      ev.stream_waiters.assign(slots, {});
+      ev.thread_waiters.assign(slots, {});
     }
   }
 
-  // Participants of each group: programs whose representative is a member.
-  void init_participants() {
-    std::vector<std::size_t> program_of_rep(static_cast<std::size_t>(std::max(s_.step.world_size, 1)), SIZE_MAX);
-    for (std::size_t p = 0; p < np_; ++p) {
-      auto rep = static_cast<std::size_t>(s_.programs[p].ranks.at(0));
-      if (rep < program_of_rep.size()) program_of_rep[rep] = p;
-    }
-    participants_.resize(s_.groups.size());
-    for (const Group& g : s_.groups) {
-      for (int rank : g.ranks) {
-        auto r = static_cast<std::size_t>(rank);
-        if (r < program_of_rep.size() && program_of_rep[r] != SIZE_MAX) {
-          participants_[static_cast<std::size_t>(g.id)].push_back(program_of_rep[r]);
-        }
-      }
-    }
+  [[nodiscard]] std::size_t slot(std::size_t p, int event) const {
+    const ProgramOrder& o = order_.programs[p];
+    return o.events_dense ? static_cast<std::size_t>(event) : o.slot_of.at(event);
   }
 
   // A worklist of streams that may advance; a stream that blocks registers
@@ -189,16 +287,17 @@ class Replay {
   // Issues a thread's ops until it finishes or blocks in a sync.
   void advance_thread(std::size_t p, std::size_t ti) {
     ThreadCursor& t = threads_[p][ti];
-    while (t.next < t.ops.size()) {
-      auto [id, k, i] = t.ops[t.next];
+    while (t.next < t.ops->size()) {
+      auto [id, k, i] = (*t.ops)[t.next];
       const Op& op = s_.programs[p].streams[k].ops[i];
       if (op.kind == OpKind::Sync) {
-        auto it = recorded_[p].find(op.event);
-        if (it == recorded_[p].end()) {
-          thread_waiters_[{p, op.event}].push_back(ti);
+        EventTable& ev = events_[p];
+        const std::size_t e = slot(p, op.event);
+        if (!ev.recorded[e]) {
+          ev.thread_waiters[e].push_back(ti);
           return;
         }
-        t.clock = std::max(t.clock, it->second);
+        t.clock = std::max(t.clock, ev.time[e]);
       }
       r_.issued[p][k][i] = t.clock;
       ++issued_count_[p][k];
@@ -209,14 +308,15 @@ class Replay {
   }
 
   void record_event(std::size_t p, int event, TimePoint t) {
-    recorded_[p][event] = t;
-    if (auto it = stream_waiters_.find({p, event}); it != stream_waiters_.end()) {
-      for (std::size_t k : it->second) push({p, k});
-      stream_waiters_.erase(it);
-    }
-    if (auto it = thread_waiters_.find({p, event}); it != thread_waiters_.end()) {
-      std::vector<std::size_t> blocked = std::move(it->second);
-      thread_waiters_.erase(it);
+    EventTable& ev = events_[p];
+    const std::size_t e = slot(p, event);
+    ev.time[e] = t;
+    ev.recorded[e] = 1;
+    for (std::size_t k : ev.stream_waiters[e]) push({p, k});
+    ev.stream_waiters[e].clear();
+    if (!ev.thread_waiters[e].empty()) {
+      std::vector<std::size_t> blocked = std::move(ev.thread_waiters[e]);
+      ev.thread_waiters[e].clear();
       for (std::size_t ti : blocked) advance_thread(p, ti);
     }
   }
@@ -265,21 +365,30 @@ class Replay {
   }
 
   bool run_wait(Cursor c, const Op& op, TimePoint ready) {
-    auto it = recorded_[c.program].find(op.event);
-    if (it == recorded_[c.program].end()) {
-      stream_waiters_[{c.program, op.event}].push_back(c.stream);
+    EventTable& ev = events_[c.program];
+    const std::size_t e = slot(c.program, op.event);
+    if (!ev.recorded[e]) {
+      ev.stream_waiters[e].push_back(c.stream);
       return false;
     }
-    TimePoint t = std::max(ready, it->second);
+    TimePoint t = std::max(ready, ev.time[e]);
     finish(c, t, t);
     --remaining_;
     return true;
   }
 
   bool run_collective(Cursor c, const Op& op, TimePoint ready) {
-    auto& list = arrived_[{op.group, op.seq}];
+    const auto& parts = order_.participants.at(static_cast<std::size_t>(op.group));
+    if (parts.size() <= 1) {  // one program holds every member: nothing to wait for
+      Duration d = costs_.collective ? costs_.collective(s_.group(op.group), op) : Duration{};
+      finish(c, ready, ready + d);
+      --remaining_;
+      return true;
+    }
+    const auto key = (static_cast<std::uint64_t>(static_cast<std::uint32_t>(op.group)) << 32) |
+                     static_cast<std::uint32_t>(op.seq);
+    auto& list = arrived_[key];
     list.emplace_back(c, ready);
-    const auto& parts = participants_.at(static_cast<std::size_t>(op.group));
     if (list.size() < parts.size()) return false;  // the last member to arrive finishes everyone
     TimePoint start{};
     // All members finish together; an all_to_allv lasts as long as its largest member's share.
@@ -291,7 +400,7 @@ class Replay {
     }
     Duration d = costs_.collective ? costs_.collective(s_.group(op.group), *largest) : Duration{};
     std::vector<std::pair<Cursor, TimePoint>> members = std::move(list);
-    arrived_.erase({op.group, op.seq});
+    arrived_.erase(key);
     for (const auto& a : members) {
       finish(a.first, start, start + d);
       --remaining_;
@@ -324,8 +433,8 @@ class Replay {
   void report_blocked_thread() const {
     for (std::size_t p = 0; p < np_; ++p) {
       for (std::size_t t = 0; t < threads_[p].size(); ++t) {
-        if (threads_[p][t].next >= threads_[p][t].ops.size()) continue;
-        auto [id, k, i] = threads_[p][t].ops[threads_[p][t].next];
+        if (threads_[p][t].next >= threads_[p][t].ops->size()) continue;
+        auto [id, k, i] = (*threads_[p][t].ops)[threads_[p][t].next];
         const Program& prog = s_.programs[p];
         const Op& op = prog.streams[k].ops[i];
         throw ScheduleError(
@@ -336,28 +445,49 @@ class Replay {
   }
 
   const Schedule& s_;
+  const ReplayOrder& order_;
   const ReplayCosts& costs_;
   const std::size_t np_;
   ReplayResult r_;
   std::vector<std::vector<ThreadCursor>> threads_;
   std::vector<std::vector<std::size_t>> issued_count_;  // per stream: ops issued so far
-  std::vector<std::vector<std::size_t>> participants_;  // per group: participating programs
   std::vector<std::vector<std::size_t>> next_;          // next op index per stream
   std::vector<std::vector<TimePoint>> free_at_;         // when each stream is idle
-  std::vector<std::map<int, TimePoint>> recorded_;      // event -> time
-  // Collective arrivals: (group, seq) -> cursors that reached it, with their ready time.
-  std::map<std::pair<int, int>, std::vector<std::pair<Cursor, TimePoint>>> arrived_;
+  // Per program, by event slot: when it was recorded, and who waits for it.
+  struct EventTable {
+    std::vector<TimePoint> time;
+    std::vector<char> recorded;
+    std::vector<std::vector<std::size_t>> stream_waiters, thread_waiters;
+  };
+  std::vector<EventTable> events_;
+  // Collective arrivals of groups spanning several programs: (group, seq) ->
+  // cursors that reached it, with their ready time.
+  std::unordered_map<std::uint64_t, std::vector<std::pair<Cursor, TimePoint>>> arrived_;
   // Point-to-point: (sender rank, receiver rank, seq) -> ready time of each side.
   std::map<std::tuple<int, int, int>, P2p> p2p_;
   std::size_t remaining_ = 0;
   std::deque<Cursor> work_;
   std::vector<std::vector<char>> queued_;
-  std::map<std::pair<std::size_t, int>, std::vector<std::size_t>> stream_waiters_;  // (program, event) -> streams
-  std::map<std::pair<std::size_t, int>, std::vector<std::size_t>> thread_waiters_;  // (program, event) -> threads
 };
 
 }  // namespace
 
-ReplayResult replay(const Schedule& s, const ReplayCosts& costs) { return Replay(s, costs).run(); }
+struct ReplayPlan::Impl {
+  ReplayOrder order;
+};
+
+ReplayPlan::ReplayPlan(const Schedule& s) : s_(s) {
+  auto impl = std::make_unique<Impl>();
+  impl->order.programs.reserve(s.programs.size());
+  for (const Program& prog : s.programs) impl->order.programs.push_back(program_order(prog));
+  impl->order.participants = group_participants(s);
+  impl_ = std::move(impl);
+}
+
+ReplayPlan::~ReplayPlan() = default;
+
+ReplayResult ReplayPlan::replay(const ReplayCosts& costs) const { return Replay(s_, impl_->order, costs).run(); }
+
+ReplayResult replay(const Schedule& s, const ReplayCosts& costs) { return ReplayPlan(s).replay(costs); }
 
 }  // namespace hzp::core

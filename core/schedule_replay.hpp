@@ -6,6 +6,7 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "core/schedule.hpp"
@@ -34,6 +35,25 @@ struct ReplayResult {
   std::vector<std::vector<std::vector<OpTime>>> times;
   /// When each op was issued by its host thread; same indexing.
   std::vector<std::vector<std::vector<TimePoint>>> issued;
+};
+
+/// The part of the walk that does not depend on the costs, built once per
+/// Schedule (each host thread's issue order, the event slots, each group's
+/// participants), for callers that walk one Schedule several times. The
+/// Schedule must outlive it.
+class ReplayPlan {
+ public:
+  explicit ReplayPlan(const Schedule& s);
+  ~ReplayPlan();
+  ReplayPlan(const ReplayPlan&) = delete;
+  ReplayPlan& operator=(const ReplayPlan&) = delete;
+  /// One walk under these costs, as replay().
+  [[nodiscard]] ReplayResult replay(const ReplayCosts& costs) const;
+
+ private:
+  struct Impl;
+  const Schedule& s_;
+  std::unique_ptr<const Impl> impl_;
 };
 
 /// Runs the walk. Throws ScheduleError naming the first op that can never

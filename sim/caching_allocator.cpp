@@ -2,10 +2,11 @@
 #include "sim/caching_allocator.hpp"
 
 #include <stdexcept>
+#include <string>
 
 namespace hzp::sim {
 
-void CachingAllocator::allocate(const std::string& buffer, core::Bytes bytes) {
+void CachingAllocator::allocate(std::string_view buffer, core::Bytes bytes) {
   const std::int64_t request = bytes.count();
   if (request <= 0) {
     live_[buffer] = {-1, 0, 0};
@@ -22,7 +23,7 @@ void CachingAllocator::allocate(const std::string& buffer, core::Bytes bytes) {
     pool.erase(it);
     seg_id = s;
     offset = off;
-    Segment& seg = segments_.at(s);
+    Segment& seg = segments_.at(static_cast<std::size_t>(s));
     // Split when the remainder is worth keeping (PyTorch: > 512 B small, > 1 MiB large).
     const std::int64_t rest = block_size - size;
     if (rest > (small ? kMinBlock : kSmallSize)) {
@@ -36,8 +37,8 @@ void CachingAllocator::allocate(const std::string& buffer, core::Bytes bytes) {
     std::int64_t segment = small                   ? kSmallSegment
                            : size < kMinLargeAlloc ? kLargeSegment
                                                    : (size + kRoundLarge - 1) / kRoundLarge * kRoundLarge;
-    seg_id = next_segment_++;
-    Segment& seg = segments_[seg_id];
+    seg_id = static_cast<int>(segments_.size());
+    Segment& seg = segments_.emplace_back();
     seg.small = small;
     seg.blocks[0] = Block{size, false};
     if (segment > size) {
@@ -47,19 +48,19 @@ void CachingAllocator::allocate(const std::string& buffer, core::Bytes bytes) {
     reserved_ += segment;
   }
   if (!live_.emplace(buffer, std::tuple{seg_id, offset, request}).second) {
-    throw std::logic_error("caching allocator: buffer '" + buffer + "' allocated twice");
+    throw std::logic_error("caching allocator: buffer '" + std::string(buffer) + "' allocated twice");
   }
   allocated_ += request;
 }
 
-void CachingAllocator::free(const std::string& buffer) {
+void CachingAllocator::free(std::string_view buffer) {
   auto lit = live_.find(buffer);
-  if (lit == live_.end()) throw std::logic_error("caching allocator: buffer '" + buffer + "' is not allocated");
+  if (lit == live_.end()) throw std::logic_error("caching allocator: buffer '" + std::string(buffer) + "' is not allocated");
   auto [seg_id, offset, request] = lit->second;
   live_.erase(lit);
   allocated_ -= request;
   if (seg_id < 0) return;
-  Segment& seg = segments_.at(seg_id);
+  Segment& seg = segments_.at(static_cast<std::size_t>(seg_id));
   auto& pool = seg.small ? free_small_ : free_large_;
   auto it = seg.blocks.find(offset);
   it->second.free = true;

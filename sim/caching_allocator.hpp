@@ -9,8 +9,10 @@
 #include <cstdint>
 #include <map>
 #include <set>
-#include <string>
+#include <string_view>
 #include <tuple>
+#include <unordered_map>
+#include <vector>
 
 #include "core/units.hpp"
 
@@ -28,8 +30,10 @@ class CachingAllocator {
   static constexpr std::int64_t kMinLargeAlloc = 10 << 20;
   static constexpr std::int64_t kRoundLarge = 2 << 20;
 
-  void allocate(const std::string& buffer, core::Bytes bytes);
-  void free(const std::string& buffer);
+  /// Buffers are named by view: a name must outlive its allocation (callers
+  /// pass the Schedule's own op.buffer strings).
+  void allocate(std::string_view buffer, core::Bytes bytes);
+  void free(std::string_view buffer);
 
   [[nodiscard]] core::Bytes allocated() const { return core::Bytes(allocated_); }
   [[nodiscard]] core::Bytes reserved() const { return core::Bytes(reserved_); }
@@ -45,11 +49,10 @@ class CachingAllocator {
   };
   using FreeKey = std::tuple<std::int64_t, int, std::int64_t>;  // size, segment, offset
 
-  std::map<int, Segment> segments_;
+  std::vector<Segment> segments_;  // by id
   std::set<FreeKey> free_small_, free_large_;
-  std::map<std::string, std::tuple<int, std::int64_t, std::int64_t>> live_;  // buffer -> segment, offset, requested
+  std::unordered_map<std::string_view, std::tuple<int, std::int64_t, std::int64_t>> live_;  // buffer -> segment, offset, requested
   std::int64_t allocated_ = 0, reserved_ = 0;
-  int next_segment_ = 0;
 };
 
 }  // namespace hzp::sim

@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 #include <vector>
+#include <utility>
 
 #include "core/schedule.hpp"
 #include "core/units.hpp"
@@ -82,8 +83,9 @@ class TraceSink {
   virtual ~TraceSink() = default;
   virtual void on_header(const TraceHeader& h) = 0;
   virtual void on_stream(const StreamInfo& s) = 0;
-  virtual void on_op(const OpRecord& r) = 0;
-  virtual void on_memory(const MemoryPoint& m) = 0;
+  // By value: a sink that keeps the record takes it without a copy.
+  virtual void on_op(OpRecord r) = 0;
+  virtual void on_memory(MemoryPoint m) = 0;
 };
 
 struct Timeline {
@@ -98,8 +100,8 @@ class TimelineRecorder final : public TraceSink {
  public:
   void on_header(const TraceHeader& h) override { t_.header = h; }
   void on_stream(const StreamInfo& s) override { t_.streams.push_back(s); }
-  void on_op(const OpRecord& r) override { t_.ops.push_back(r); }
-  void on_memory(const MemoryPoint& m) override { t_.memory.push_back(m); }
+  void on_op(OpRecord r) override { t_.ops.push_back(std::move(r)); }
+  void on_memory(MemoryPoint m) override { t_.memory.push_back(std::move(m)); }
   [[nodiscard]] const Timeline& timeline() const { return t_; }
   [[nodiscard]] Timeline take() { return std::move(t_); }
 

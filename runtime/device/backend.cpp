@@ -7,6 +7,7 @@
 #include <cmath>
 #include <iostream>
 #include <map>
+#include <utility>
 
 namespace hzp::runtime::device {
 namespace {
@@ -506,7 +507,7 @@ void DeviceBackend::emit(traces::TraceHeader header, traces::TraceSink& sink) co
       if (st.timing[k][i].first != nullptr && st.enqueued[k][i]) {
         traces::OpRecord rec = traces::op_record(st.s, st.prog, stream, stream.ops[i], t[k][i].start, t[k][i].end);
         rec.issued = core::TimePoint::seconds(st.issued_s[k][i]);
-        sink.on_op(rec);
+        sink.on_op(std::move(rec));
       }
     }
   }

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <system_error>
+#include <utility>
 
 namespace hzp::runtime {
 namespace {
@@ -382,7 +383,7 @@ void HostBackend::emit(traces::TraceHeader header, traces::TraceSink& sink) cons
         if (core::is_timed(op.kind)) {
           traces::OpRecord rec = traces::op_record(s_, prog, st, op, times_[p][k][i].start, times_[p][k][i].end);
           rec.issued = issued_[p][k][i];
-          sink.on_op(rec);
+          sink.on_op(std::move(rec));
         }
       }
     }

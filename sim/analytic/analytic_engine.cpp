@@ -94,7 +94,8 @@ core::ReplayResult AnalyticEngine::walk(const core::Schedule& s, const FreeOps& 
   costs.p2p = [&](const core::Program& sender, const core::Op& op) {
     return pm_.p2p(op.bytes, sender.ranks.at(0), op.peer);
   };
-  core::ReplayResult r = core::replay(s, costs);
+  const core::ReplayPlan plan(s);  // shared by the two walks
+  core::ReplayResult r = plan.replay(costs);
   const double slowdown = pm_.topology().spec().device.comm_compute_slowdown;
   if (!interference_ || slowdown <= 1) return r;
   // Compute slowed under the collectives of the uncontended walk, walked
@@ -124,7 +125,7 @@ core::ReplayResult AnalyticEngine::walk(const core::Schedule& s, const FreeOps& 
       return core::Duration::ns(finish_after(iv, start.count_ns(), static_cast<double>(d.count_ns()), slowdown) -
                                 start.count_ns());
     };
-    r = core::replay(s, costs);
+    r = plan.replay(costs);
   }
   return r;
 }
