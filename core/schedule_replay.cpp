@@ -79,10 +79,16 @@ std::string why_stuck(const Op& op) {
 // What every walk of a Schedule shares, built once (ReplayPlan): each host
 // thread's issue order, the event slots, each group's participants.
 using IssueSlot = std::tuple<int, std::size_t, std::size_t>;  // (op id, stream, index)
+// What the walk reads of every op, kept apart from the (large) ops: its
+// kind, its event's slot, what issuing it costs its host thread.
+struct OpBrief {
+  OpKind kind = OpKind::Compute;
+  int event = -1;  // the event slot of a record, wait or sync
+  std::int64_t issue_ns = 0;
+};
 struct ProgramOrder {
+  std::vector<std::vector<OpBrief>> ops;            // per stream
   std::vector<std::vector<IssueSlot>> thread_ops;  // per host thread
-  bool events_dense = true;                        // an event's slot is its id
-  std::unordered_map<int, std::size_t> slot_of;    // else this
   std::size_t event_slots = 0;
 };
 struct ReplayOrder {
@@ -119,10 +125,16 @@ ProgramOrder program_order(const Program& prog) {
   order.reserve(n);
   bool placed = by_id;
   int ev_lo = 0, ev_hi = -1;
+  ProgramOrder o;
+  o.ops.resize(prog.streams.size());
   for (std::size_t k = 0; k < prog.streams.size(); ++k) {
     const auto& ops = prog.streams[k].ops;
+    const Thread& thread = prog.threads.at(static_cast<std::size_t>(prog.streams[k].thread));
+    auto& briefs = o.ops[k];
+    briefs.resize(ops.size());
     for (std::size_t i = 0; i < ops.size(); ++i) {
       const Op& op = ops[i];
+      briefs[i] = {op.kind, op.event, issue_latency(thread, op).count_ns()};
       if (uses_event(op.kind)) {
         ev_lo = std::min(ev_lo, op.event);
         ev_hi = std::max(ev_hi, op.event);
@@ -146,15 +158,18 @@ ProgramOrder program_order(const Program& prog) {
     std::stable_sort(order.begin(), order.end(),
                      [](const auto& a, const auto& b) { return std::get<0>(a) < std::get<0>(b); });
   }
-  ProgramOrder o;
   o.thread_ops.resize(prog.threads.size());
   for (const auto& e : order) o.thread_ops.at(static_cast<std::size_t>(prog.streams[std::get<1>(e)].thread)).push_back(e);
-  o.events_dense = ev_lo >= 0 && static_cast<std::size_t>(ev_hi + 1) <= 4 * n + 64;
-  o.event_slots = o.events_dense ? static_cast<std::size_t>(ev_hi + 1) : 0;
-  if (!o.events_dense) {
-    for (const Stream& st : prog.streams) {
-      for (const Op& op : st.ops) {
-        if (uses_event(op.kind) && o.slot_of.emplace(op.event, o.event_slots).second) ++o.event_slots;
+  const bool events_dense = ev_lo >= 0 && static_cast<std::size_t>(ev_hi + 1) <= 4 * n + 64;
+  o.event_slots = events_dense ? static_cast<std::size_t>(ev_hi + 1) : 0;
+  if (!events_dense) {
+    std::unordered_map<int, std::size_t> slot_of;
+    for (auto& briefs : o.ops) {
+      for (OpBrief& b : briefs) {
+        if (!uses_event(b.kind)) continue;
+        auto [it, added] = slot_of.emplace(b.event, o.event_slots);
+        if (added) ++o.event_slots;
+        b.event = static_cast<int>(it->second);
       }
     }
   }
@@ -216,7 +231,6 @@ class Replay {
     const std::vector<IssueSlot>* ops = nullptr;  // the thread's issue order
     std::size_t next = 0;
     TimePoint clock{};
-    const Thread* thread = nullptr;
   };
   struct P2p {
     std::optional<std::pair<Cursor, TimePoint>> send, recv;
@@ -237,10 +251,7 @@ class Replay {
       r_.issued[p].resize(prog.streams.size());
       issued_count_[p].assign(prog.streams.size(), 0);
       threads_[p].resize(prog.threads.size());
-      for (std::size_t t = 0; t < prog.threads.size(); ++t) {
-        threads_[p][t].thread = &prog.threads[t];
-        threads_[p][t].ops = &order_.programs[p].thread_ops[t];
-      }
+      for (std::size_t t = 0; t < prog.threads.size(); ++t) threads_[p][t].ops = &order_.programs[p].thread_ops[t];
       for (std::size_t k = 0; k < prog.streams.size(); ++k) {
         const Stream& st = prog.streams[k];
         r_.times[p][k].resize(st.ops.size());
@@ -257,11 +268,6 @@ class Replay {
       ev.stream_waiters.assign(slots, {});
       ev.thread_waiters.assign(slots, {});
     }
-  }
-
-  [[nodiscard]] std::size_t slot(std::size_t p, int event) const {
-    const ProgramOrder& o = order_.programs[p];
-    return o.events_dense ? static_cast<std::size_t>(event) : o.slot_of.at(event);
   }
 
   // A worklist of streams that may advance; a stream that blocks registers
@@ -289,10 +295,10 @@ class Replay {
     ThreadCursor& t = threads_[p][ti];
     while (t.next < t.ops->size()) {
       auto [id, k, i] = (*t.ops)[t.next];
-      const Op& op = s_.programs[p].streams[k].ops[i];
+      const OpBrief& op = order_.programs[p].ops[k][i];
       if (op.kind == OpKind::Sync) {
         EventTable& ev = events_[p];
-        const std::size_t e = slot(p, op.event);
+        const auto e = static_cast<std::size_t>(op.event);
         if (!ev.recorded[e]) {
           ev.thread_waiters[e].push_back(ti);
           return;
@@ -301,15 +307,14 @@ class Replay {
       }
       r_.issued[p][k][i] = t.clock;
       ++issued_count_[p][k];
-      t.clock += issue_latency(*t.thread, op);
+      t.clock += Duration::ns(op.issue_ns);
       ++t.next;
       push({p, k});
     }
   }
 
-  void record_event(std::size_t p, int event, TimePoint t) {
+  void record_event(std::size_t p, std::size_t e, TimePoint t) {
     EventTable& ev = events_[p];
-    const std::size_t e = slot(p, event);
     ev.time[e] = t;
     ev.recorded[e] = 1;
     for (std::size_t k : ev.stream_waiters[e]) push({p, k});
@@ -325,20 +330,21 @@ class Replay {
   void advance_stream(Cursor c) {
     const std::size_t p = c.program, k = c.stream;
     const Stream& st = s_.programs[p].streams[k];
+    const std::vector<OpBrief>& briefs = order_.programs[p].ops[k];
     while (next_[p][k] < st.ops.size()) {
       const std::size_t i = next_[p][k];
       if (i >= issued_count_[p][k]) break;  // its thread will push this stream when it issues the op
       const TimePoint ready = std::max(free_at_[p][k], r_.issued[p][k][i]);
-      if (!run_op(c, st.ops[i], ready)) break;
+      if (!run_op(c, briefs[i], st.ops[i], ready)) break;
     }
   }
 
   // Runs the stream's head op from `ready`; false when it blocks.
-  bool run_op(Cursor c, const Op& op, TimePoint ready) {
-    switch (op.kind) {
+  bool run_op(Cursor c, const OpBrief& brief, const Op& op, TimePoint ready) {
+    switch (brief.kind) {
       case OpKind::Compute: {
         const Program& prog = s_.programs[c.program];
-        Duration d = costs_.compute_at ? costs_.compute_at(prog, op, ready)
+        Duration d = costs_.compute_at ? costs_.compute_at(prog, op, OpAt{c.stream, next_[c.program][c.stream]}, ready)
                      : costs_.compute  ? costs_.compute(prog, op)
                                        : Duration{};
         finish(c, ready, ready + d);
@@ -354,9 +360,9 @@ class Replay {
       case OpKind::Record:
         finish(c, ready, ready);
         --remaining_;
-        record_event(c.program, op.event, ready);
+        record_event(c.program, static_cast<std::size_t>(brief.event), ready);
         return true;
-      case OpKind::Wait: return run_wait(c, op, ready);
+      case OpKind::Wait: return run_wait(c, brief, ready);
       case OpKind::Collective: return run_collective(c, op, ready);
       case OpKind::Send:
       case OpKind::Recv: return run_transfer(c, op, ready);
@@ -364,9 +370,9 @@ class Replay {
     return true;
   }
 
-  bool run_wait(Cursor c, const Op& op, TimePoint ready) {
+  bool run_wait(Cursor c, const OpBrief& op, TimePoint ready) {
     EventTable& ev = events_[c.program];
-    const std::size_t e = slot(c.program, op.event);
+    const auto e = static_cast<std::size_t>(op.event);
     if (!ev.recorded[e]) {
       ev.stream_waiters[e].push_back(c.stream);
       return false;

@@ -18,12 +18,17 @@ struct OpTime {
   TimePoint end{};
 };
 
+/// Where an op is in its program: stream and index (times[p][stream][index]).
+struct OpAt {
+  std::size_t stream = 0, index = 0;
+};
+
 /// Costs of the ops that take time. Unset functions cost zero.
 struct ReplayCosts {
   std::function<Duration(const Program&, const Op&)> compute;
   /// When set, a compute op's duration given when it starts (replaces
   /// `compute`): what a device whose rate changes over time needs.
-  std::function<Duration(const Program&, const Op&, TimePoint start)> compute_at;
+  std::function<Duration(const Program&, const Op&, OpAt at, TimePoint start)> compute_at;
   /// A collective's duration once all members have arrived.
   std::function<Duration(const Group&, const Op&)> collective;
   /// A matched send/recv pair; `send` carries the sender's program.

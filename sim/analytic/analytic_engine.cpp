@@ -107,23 +107,16 @@ core::ReplayResult AnalyticEngine::walk(const core::Schedule& s, const FreeOps& 
     // The uncontended cost of every compute op is its duration in the first
     // walk (pm_.compute's, or nothing for a free op): read back, not costed again.
     const core::ReplayResult first = std::move(r);
-    auto uncontended = [&](std::size_t p, const core::Op& op) {
-      const core::Program& prog = s.programs[p];
-      for (std::size_t k = 0; k < prog.streams.size(); ++k) {
-        const auto& ops = prog.streams[k].ops;
-        if (ops.empty() || &op < ops.data() || &op >= ops.data() + ops.size()) continue;
-        const core::OpTime& t = first.times[p][k][static_cast<std::size_t>(&op - ops.data())];
-        return t.end - t.start;
-      }
-      return pm_.compute(op);  // not an op of the Schedule's streams: costed afresh
-    };
-    costs.compute_at = [&](const core::Program& prog, const core::Op& op, core::TimePoint start) {
+    costs.compute_at = [&](const core::Program& prog, const core::Op& op, core::OpAt at, core::TimePoint start) {
       const auto p = static_cast<std::size_t>(&prog - s.programs.data());
-      const core::Duration d = uncontended(p, op);
-      if (d.count_ns() == 0 || (op.kind == core::OpKind::Compute && core::is_offload(op.compute))) return d;
-      const auto& iv = busy[p];
-      return core::Duration::ns(finish_after(iv, start.count_ns(), static_cast<double>(d.count_ns()), slowdown) -
-                                start.count_ns());
+      const core::OpTime& t = first.times[p][at.stream][at.index];
+      const core::Duration d = t.end - t.start;
+      if (d.count_ns() == 0) return d;
+      const std::int64_t end = finish_after(busy[p], start.count_ns(), static_cast<double>(d.count_ns()), slowdown);
+      // Offload runs on the host, not the device's SMs: not slowed (read only
+      // when it matters, as reading the op costs a cache miss).
+      if (end == start.count_ns() + d.count_ns() || core::is_offload(op.compute)) return d;
+      return core::Duration::ns(end - start.count_ns());
     };
     r = plan.replay(costs);
   }
