@@ -160,8 +160,9 @@ ProgramOrder program_order(const Program& prog) {
   }
   o.thread_ops.resize(prog.threads.size());
   for (const auto& e : order) o.thread_ops.at(static_cast<std::size_t>(prog.streams[std::get<1>(e)].thread)).push_back(e);
-  const bool events_dense = ev_lo >= 0 && static_cast<std::size_t>(ev_hi + 1) <= 4 * n + 64;
-  o.event_slots = events_dense ? static_cast<std::size_t>(ev_hi + 1) : 0;
+  const auto ev_span = static_cast<std::int64_t>(ev_hi) + 1;  // no overflow at INT_MAX
+  const bool events_dense = ev_lo >= 0 && static_cast<std::uint64_t>(ev_span) <= 4 * n + 64;
+  o.event_slots = events_dense ? static_cast<std::size_t>(ev_span) : 0;
   if (!events_dense) {
     std::unordered_map<int, std::size_t> slot_of;
     for (auto& briefs : o.ops) {
