@@ -121,8 +121,6 @@ ProgramOrder program_order(const Program& prog) {
   const bool by_id = n > 0 && hi >= lo && span <= 2 * n + 64;
   constexpr std::size_t kNone = SIZE_MAX;
   std::vector<std::pair<std::size_t, std::size_t>> table(by_id ? span : 0, {kNone, 0});
-  std::vector<IssueSlot> order;
-  order.reserve(n);
   bool placed = by_id;
   int ev_lo = 0, ev_hi = -1;
   ProgramOrder o;
@@ -139,7 +137,6 @@ ProgramOrder program_order(const Program& prog) {
         ev_lo = std::min(ev_lo, op.event);
         ev_hi = std::max(ev_hi, op.event);
       }
-      order.emplace_back(op.id, k, i);
       if (!placed) continue;
       const std::int64_t j = static_cast<std::int64_t>(op.id) - lo;
       if (j < 0 || j >= static_cast<std::int64_t>(span) || table[static_cast<std::size_t>(j)].first != kNone) {
@@ -149,12 +146,17 @@ ProgramOrder program_order(const Program& prog) {
       table[static_cast<std::size_t>(j)] = {k, i};
     }
   }
+  std::vector<IssueSlot> order;
+  order.reserve(n);
   if (placed) {
-    order.clear();
     for (std::size_t j = 0; j < span; ++j) {
       if (table[j].first != kNone) order.emplace_back(static_cast<int>(j) + lo, table[j].first, table[j].second);
     }
-  } else {
+  } else {  // rare: a Schedule read from a file with sparse or unordered ids
+    for (std::size_t k = 0; k < prog.streams.size(); ++k) {
+      const auto& ops = prog.streams[k].ops;
+      for (std::size_t i = 0; i < ops.size(); ++i) order.emplace_back(ops[i].id, k, i);
+    }
     std::stable_sort(order.begin(), order.end(),
                      [](const auto& a, const auto& b) { return std::get<0>(a) < std::get<0>(b); });
   }
