@@ -356,36 +356,86 @@ MODALITIES_ROWS = [  # (GPUs, micro-batch, FULL_SHARD samples/s and row, HYBRID_
 ]
 
 
+MODALITIES_2P7B = {"schema_version": 1, "name": "modalities-2.7b",
+                   "source": "Modalities dclm_2_7B configuration (assumed)",
+                   "layers": 32, "hidden": 2560, "heads": 32, "kv_heads": 32, "head_dim": 80, "ffn_hidden": 6784,
+                   "ffn_activation": "swiglu", "vocab": 50304, "tied_embeddings": False, "norm": "rmsnorm",
+                   "qk_norm": False, "bias": False, "dropout": False, "position_embedding": "rope",
+                   "max_seq_len": 4096, "moe": None, "mla": None}
+# The 6.7B rows: GPT-3 6.7B's depth and width (32 layers, 4,096 wide, 32
+# heads) with a SwiGLU FFN of 11,008 and the 2.7B's vocabulary, assumed: hzp
+# counts 46.6 GFLOP a token where the table's MFU and throughput give 45.1.
+MODALITIES_6P7B = dict(MODALITIES_2P7B, name="modalities-6.7b", hidden=4096, head_dim=128, ffn_hidden=11008,
+                       source="GPT-3 6.7B's shape with a SwiGLU FFN (assumed; the tables give 6.7B parameters only)")
+
+
+def modalities_case(name, group, source, model, gpus, mb, strategy, samples):
+    """Modalities on Leonardo: PyTorch FSDP (torch-fsdp1) FULL_SHARD ("fsdp")
+    or HYBRID_SHARD inside a node ("hsdp"), sequence 4,096, one micro-batch a
+    step, no recomputation, bf16."""
+    gbs = gpus * mb
+    plan = megatron_plan(1, 1, 1, mb, gbs, 4096, "none", False, "bf16")
+    plan.update({"strategy": strategy, "param_shard": 4 if strategy == "hsdp" else 0,
+                 "overlap_grad_reduce": True, "pipeline_p2p_sync": False, "flash_attention": True,
+                 "fused_loss": True})
+    return case(name, group, source, model, "leonardo-booster", gpus, plan, "iteration_time_s", gbs / samples,
+                TOL_SHARDED,
+                notes="Step time = global batch (%d) / samples per second. Model dimensions, attention "
+                      "kernel (FlashAttention-2 through SDPA) and the hybrid group (a node) assumed; single "
+                      "runs." % gbs,
+                stack="torch-fsdp1")
+
+
 def modalities_cases():
     # The tables give 2.7B parameters and sequence 4,096 only; the repository's
     # dclm_2_7B configuration (32 layers, 2,560 wide, 32 heads, SwiGLU FFN 6,784,
     # vocabulary 50,304) fits the tables' MFU-to-throughput ratio: assumed.
-    model = {"schema_version": 1, "name": "modalities-2.7b", "source": "Modalities dclm_2_7B configuration (assumed)",
-             "layers": 32, "hidden": 2560, "heads": 32, "kv_heads": 32, "head_dim": 80, "ffn_hidden": 6784,
-             "ffn_activation": "swiglu", "vocab": 50304, "tied_embeddings": False, "norm": "rmsnorm",
-             "qk_norm": False, "bias": False, "dropout": False, "position_embedding": "rope", "max_seq_len": 4096,
-             "moe": None, "mla": None}
     for gpus, mb, (full, full_row), (hybrid, hybrid_row) in MODALITIES_ROWS:
-        gbs = gpus * mb
         for role, samples, row, strategy in (("full", full, full_row, "fsdp"), ("hierarchical", hybrid, hybrid_row,
                                                                                    "hsdp")):
-            plan = megatron_plan(1, 1, 1, mb, gbs, 4096, "none", False, "bf16")
-            plan.update({"strategy": strategy, "param_shard": 4 if strategy == "hsdp" else 0,
-                         "overlap_grad_reduce": True, "pipeline_p2p_sync": False, "flash_attention": True,
-                         "fused_loss": True})
             label = "FULL_SHARD" if role == "full" else "HYBRID_SHARD"
             name = "modalities-leonardo-2p7b-%dgpu-mbs%d-%s" % (gpus, mb, "full" if role == "full" else "hybrid")
-            c = case(name, "modalities-sharded",
-                     MODALITIES % (row, "2.7B, %d GPUs, micro-batch %d, %s, %.2f samples/s" % (gpus, mb, label,
-                                                                                               samples)),
-                     model, "leonardo-booster", gpus, plan, "iteration_time_s", gbs / samples, TOL_SHARDED,
-                     notes="Step time = global batch (%d) / samples per second. Model dimensions, attention "
-                           "kernel (FlashAttention-2 through SDPA) and the hybrid group (a node) assumed; single "
-                           "runs." % gbs,
-                     stack="torch-fsdp1")
+            c = modalities_case(name, "modalities-sharded",
+                                MODALITIES % (row, "2.7B, %d GPUs, micro-batch %d, %s, %.2f samples/s" % (
+                                    gpus, mb, label, samples)),
+                                MODALITIES_2P7B, gpus, mb, strategy, samples)
             c["pair"] = "modalities-leonardo-2p7b-%dgpu-mbs%d" % (gpus, mb)
             c["pair_role"] = role
             write(c)
+
+
+# The same Modalities table's rows that no scored case holds: NOT scored; the
+# (A100 SXM 64GB, torch-fsdp1) calibration is fitted on them
+# (validation/fit_stack_calibration.py leonardo). The 2.7B at micro-batch 4
+# (FULL_SHARD only), its HYBRID_SHARD run at 256 GPUs and micro-batch 1 (no
+# FULL_SHARD partner), and every 6.7B row. The 13B and 28B rows are left out
+# (13B on 8 GPUs runs at 0.37 MFU against 0.57 on 16: a memory-bound
+# configuration on 64 GB parts, not the network or kernels the fit is about).
+MODALITIES_FIT_ROWS = [  # (row, model, GPUs, micro-batch, strategy, samples/s)
+    (4, "2.7b", 8, 4, "fsdp", 19.94), (9, "2.7b", 16, 4, "fsdp", 39.68), (14, "2.7b", 32, 4, "fsdp", 78.3),
+    (19, "2.7b", 64, 4, "fsdp", 155.21), (24, "2.7b", 128, 4, "fsdp", 303.76), (28, "2.7b", 256, 4, "fsdp", 506.08),
+    (25, "2.7b", 256, 1, "hsdp", 294.5),
+    (29, "6.7b", 8, 1, "hsdp", 8.05), (30, "6.7b", 8, 1, "fsdp", 8.01), (31, "6.7b", 8, 2, "fsdp", 9.28),
+    (32, "6.7b", 16, 1, "hsdp", 15.78), (33, "6.7b", 16, 1, "fsdp", 14.97), (34, "6.7b", 16, 2, "fsdp", 18.35),
+    (35, "6.7b", 32, 1, "hsdp", 31.35), (36, "6.7b", 32, 1, "fsdp", 29.57), (37, "6.7b", 32, 2, "fsdp", 36.65),
+    (38, "6.7b", 64, 1, "hsdp", 57.43), (39, "6.7b", 64, 1, "fsdp", 47.94), (40, "6.7b", 64, 2, "fsdp", 72.72),
+    (41, "6.7b", 128, 1, "fsdp", 81.64), (42, "6.7b", 128, 1, "hsdp", 108.05), (43, "6.7b", 128, 2, "fsdp", 131.59),
+    (44, "6.7b", 256, 1, "fsdp", 103.64), (45, "6.7b", 256, 2, "fsdp", 225.24),
+]
+
+
+def modalities_fit_cases():
+    """The unscored Modalities rows the (A100 SXM 64GB, torch-fsdp1) calibration is fitted on."""
+    out = []
+    for row, size, gpus, mb, strategy, samples in MODALITIES_FIT_ROWS:
+        label = "FULL_SHARD" if strategy == "fsdp" else "HYBRID_SHARD"
+        name = "fit-modalities-%s-%dgpu-mbs%d-%s" % (size.replace(".", "p"), gpus, mb,
+                                                     "full" if strategy == "fsdp" else "hybrid")
+        out.append(modalities_case(name, "fit", MODALITIES % (row, "%sB, %d GPUs, micro-batch %d, %s, %.2f "
+                                                               "samples/s" % (size[:-1], gpus, mb, label, samples)),
+                                   MODALITIES_2P7B if size == "2.7b" else MODALITIES_6P7B, gpus, mb, strategy,
+                                   samples))
+    return out
 
 
 # Measurements that contradict each other (validation/consistency.py's rule:
