@@ -31,7 +31,10 @@ FatTreeShape fat_tree_shape(const topologies::Topology& topo) {
     return s;
   }
   const long long per_leaf = rails ? leaf_nodes : leaf_nodes * dpn;
-  const long long leaves = (devices + per_leaf - 1) / per_leaf;
+  // With rails, a block of leaf_nodes nodes fills one leaf per rail, so a
+  // partial last block still needs all its rails' leaves.
+  const long long leaves =
+      rails ? (nodes + leaf_nodes - 1) / leaf_nodes * dpn : (devices + per_leaf - 1) / per_leaf;
   s.down.push_back(static_cast<unsigned>(per_leaf));
   long long below = 1;  // leaves under one switch of the current level
   for (std::size_t i = 1; i < levels; ++i) {

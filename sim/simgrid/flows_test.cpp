@@ -152,6 +152,25 @@ TEST(Platform, RailOptimizedFatTreeShape) {
   EXPECT_NE(leaf[0], leaf[1]);  // other rail
 }
 
+// A node count that leaves the last block of leaves partly empty (21 nodes of
+// DGX A100, 20 a leaf with rails): the last node's eight rails need their own
+// eight leaves, and every device still sits at exactly one position.
+TEST(Platform, RailOptimizedPartialLastBlockPlacesEveryDevice) {
+  topologies::Topology topo(topologies::cluster_from_json(topologies::cluster_text("dgx-a100").first, "a100.json"),
+                            168);
+  const FatTreeShape s = fat_tree_shape(topo);
+  ASSERT_EQ(s.down.size(), 2u);
+  EXPECT_EQ(s.down, (std::vector<unsigned>{20, 16}));  // 2 blocks x 8 rails
+  std::vector<int> seen(168, 0);
+  for (int d : s.device_at) {
+    if (d >= 0) ++seen.at(static_cast<std::size_t>(d));
+  }
+  EXPECT_TRUE(std::all_of(seen.begin(), seen.end(), [](int n) { return n == 1; }));
+  const auto leaf = s.leaf_of_device();
+  EXPECT_NE(leaf[160], leaf[161]);  // node 20's rails 0 and 1
+  EXPECT_EQ(leaf[160], 8);          // the second block's rail-0 leaf
+}
+
 TEST(Platform, OneNodeNeedsOneSwitchAndOversubscriptionThinsUplinks) {
   EXPECT_EQ(fat_tree_shape(h100(8).topology()).down, (std::vector<unsigned>{8}));
   auto [text, file] = topologies::cluster_text("dgx-h100");
