@@ -10,6 +10,7 @@ Usage: validation/fit_calibration.py HZP SHARED_VALIDATION_DIR [rows (default: e
 import datetime, json, os, random, subprocess, sys, tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import fit_common  # noqa: E402
 import generate_cases as g  # noqa: E402
 
 hzp, src = sys.argv[1], sys.argv[2]
@@ -81,26 +82,13 @@ def score(params):
                **links}
         with open(os.path.join(cal_dir, "A100-SXM-80GB.megatron-deepspeed.json"), "w") as f:
             json.dump(cal, f)
-        out = subprocess.run([hzp, "validate", "cases", "--dir", cases, "--calibration-dir", cal_dir, "--json"],
-                             check=True, capture_output=True, text=True).stdout
-        errs = [abs(c["error"]) for c in json.loads(out)["cases"]]
-        seen[key] = (sum(errs) / len(errs), max(errs))
+        seen[key] = fit_common.mean_max_error(hzp, cases, cal_dir)
         print("%s  mean |err| %5.2f%%  max %5.1f%%" % (" ".join("%s=%g" % kv for kv in sorted(params.items())),
                                                       100 * seen[key][0], 100 * seen[key][1]), flush=True)
     return seen[key]
 
 
-best = score(current)
-for _ in range(3):  # rounds
-    moved = False
-    for name, values in grid.items():
-        for v in values:
-            trial = dict(current, **{name: v})
-            r = score(trial)
-            if r[0] < best[0] - 1e-9:
-                best, current, moved = r, trial, True
-    if not moved:
-        break
+best, current = fit_common.coordinate_descent(grid, current, score, rounds=3)
 
 mae, mx = best
 dp = profile(current)

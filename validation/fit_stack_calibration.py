@@ -28,6 +28,7 @@ import datetime, json, os, subprocess, sys, tempfile
 
 here = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, here)
+import fit_common  # noqa: E402
 import generate_cases as g  # noqa: E402
 
 TARGETS = {  # name -> (device, its file name, stack, catalog cluster, fit cases, what they are)
@@ -88,25 +89,12 @@ def main():
         if key not in seen:
             with open(os.path.join(cal_dir, "%s.%s.json" % (device_file, stack)), "w") as f:
                 json.dump(calibration(params, "trial"), f)
-            out = subprocess.run([hzp, "validate", "cases", "--dir", cases, "--calibration-dir", cal_dir, "--json"],
-                                 check=True, capture_output=True, text=True).stdout
-            errs = [abs(c["error"]) for c in json.loads(out)["cases"]]
-            seen[key] = (sum(errs) / len(errs), max(errs))
+            seen[key] = fit_common.mean_max_error(hzp, cases, cal_dir)
             print("%s  mean |err| %5.2f%%  max %5.1f%%" % (" ".join("%s=%s" % kv for kv in sorted(params.items())),
                                                           100 * seen[key][0], 100 * seen[key][1]), flush=True)
         return seen[key]
 
-    best = score(current)
-    for _ in range(4):  # rounds
-        moved = False
-        for name, values in grid.items():
-            for v in values:
-                trial = dict(current, **{name: v})
-                r = score(trial)
-                if r[0] < best[0] - 1e-9:
-                    best, current, moved = r, trial, True
-        if not moved:
-            break
+    best, current = fit_common.coordinate_descent(grid, current, score, rounds=4)
 
     rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     source = (("Fitted %s by validation/fit_stack_calibration.py %s (hzp %s) on " + what + ": coordinate descent "
