@@ -257,7 +257,9 @@ void add_scenario_commands(CLI::App& app, const std::string& command_line, Comma
   s->add_option("--simgrid-cfg", o.sc.engine_options.simgrid_config,
                 "simgrid: a SimGrid setting KEY:VALUE applied after hzp's own (repeatable)");
   s->add_flag("!--no-interference", o.sc.engine_options.interference,
-              "simgrid: compute does not slow down while collectives share the device");
+              "compute does not slow down while collectives share the device");
+  s->add_flag("!--no-link-sharing", o.sc.engine_options.link_sharing,
+              "analytic: collectives running at once on a device each get its links' whole bandwidth");
   s->add_flag("--json", o.json, "print the summary as JSON");
   s->add_option("--trace", o.trace, "write a Chrome/Perfetto trace (one strategy)")->check(file_name());
   s->add_option("--csv", o.csv, "write the timeline as CSV (one strategy)")->check(file_name());

@@ -389,7 +389,10 @@ class Replay {
   bool run_collective(Cursor c, const Op& op, TimePoint ready) {
     const auto& parts = order_.participants.at(static_cast<std::size_t>(op.group));
     if (parts.size() <= 1) {  // one program holds every member: nothing to wait for
-      Duration d = costs_.collective ? costs_.collective(s_.group(op.group), op) : Duration{};
+      Duration d = costs_.collective_at ? costs_.collective_at(s_.group(op.group), op, s_.programs[c.program],
+                                                               OpAt{c.stream, next_[c.program][c.stream]}, ready)
+                   : costs_.collective ? costs_.collective(s_.group(op.group), op)
+                                       : Duration{};
       finish(c, ready, ready + d);
       --remaining_;
       return true;
@@ -407,7 +410,16 @@ class Replay {
       const Op& mine = head(a.first);
       if (mine.bytes > largest->bytes) largest = &mine;
     }
-    Duration d = costs_.collective ? costs_.collective(s_.group(op.group), *largest) : Duration{};
+    Duration d{};
+    if (costs_.collective_at) {
+      for (const auto& a : list) {
+        const Cursor m = a.first;
+        d = std::max(d, costs_.collective_at(s_.group(op.group), *largest, s_.programs[m.program],
+                                             OpAt{m.stream, next_[m.program][m.stream]}, start));
+      }
+    } else if (costs_.collective) {
+      d = costs_.collective(s_.group(op.group), *largest);
+    }
     std::vector<std::pair<Cursor, TimePoint>> members = std::move(list);
     arrived_.erase(key);
     for (const auto& a : members) {

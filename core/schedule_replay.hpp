@@ -31,6 +31,10 @@ struct ReplayCosts {
   std::function<Duration(const Program&, const Op&, OpAt at, TimePoint start)> compute_at;
   /// A collective's duration once all members have arrived.
   std::function<Duration(const Group&, const Op&)> collective;
+  /// When set, a collective's duration seen by one member program given when
+  /// it starts (replaces `collective`); every member finishes when the
+  /// slowest does. `op` is the member's largest share (all_to_allv).
+  std::function<Duration(const Group&, const Op& op, const Program& member, OpAt at, TimePoint start)> collective_at;
   /// A matched send/recv pair; `send` carries the sender's program.
   std::function<Duration(const Program& sender, const Op& send)> p2p;
 };

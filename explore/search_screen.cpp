@@ -85,10 +85,11 @@ Estimate estimate(const models::ModelSpec& m, const topologies::PerfModel& pm, c
   if (!plan::check_plan(m, pm.topology(), o, &resolved).empty()) return Estimate{};
   {
     const core::Schedule s = plan::lower_resolved(m, pm.topology(), o, std::move(resolved), /*check=*/false).schedule;
-    // Screening is uncontended: compute does not slow under collectives here
-    // (a walk less per candidate; the estimate stays a lower bound of the
-    // simulation that ranks the plans reported, which has it).
-    const sim::AnalyticEngine engine(pm, /*interference=*/false);
+    // Screening is uncontended: compute does not slow under collectives and
+    // collectives do not share links here (one walk per candidate; the
+    // estimate stays a lower bound of the simulation that ranks the plans
+    // reported, which has both).
+    const sim::AnalyticEngine engine(pm, sim::Contention::none());
     const sim::StepEstimate e = engine.estimate(s);
     Estimate out{true, e.step.to_seconds(), e.peak_reserved.gib(), e.model_compute.to_seconds(), 0,
                  e.model_states.gib()};

@@ -54,7 +54,7 @@ one_gpu() {
   [ "$mode" = sync ] && flag=--no-async
   if [ "$dry" -eq 1 ]; then
     backend=(--backend host --clock virtual --warmup 1 --steps 1)
-    interference=(--no-interference)  # the host backend has none
+    interference=(--no-interference --no-link-sharing)  # the host backend has neither
   fi
   local args=(--model "$out/llama3-8b-4l.json" --cluster dgx-h200 --gpus 8 --strategy hzp --param-shard 2
     --grad-shard 8 --optim-shard 8 "$flag" --seq-len 4096 --global-batch-seqs 16 --recompute full)

@@ -34,7 +34,8 @@ class Engine {
 /// simgrid-scale.txt: 5.4 M flows, 8,192 ranks in detail, 763 s, 2.8 GB).
 inline constexpr std::int64_t kDefaultMaxFlows = 10'000'000;
 
-/// Settings of the SimGrid engine (the analytic engine takes only `interference`).
+/// Settings of the SimGrid engine (the analytic engine takes only `interference`
+/// and `link_sharing`).
 struct EngineOptions {
   /// "all": every rank in detail; "classes": one representative per rank
   /// class, the other ranks' traffic as background flows.
@@ -43,6 +44,9 @@ struct EngineOptions {
   /// Slow compute down while a collective runs on the same device, by the
   /// device profile's comm_compute_slowdown.
   bool interference = true;
+  /// Analytic engine: concurrent collectives of one device and link class
+  /// share its bandwidth (the SimGrid engine's flows always do).
+  bool link_sharing = true;
   /// Extra SimGrid settings ("key:value"), applied after hzp's own.
   std::vector<std::string> simgrid_config;
   /// Not an input (no sweep key): the most flows a simulation may launch,

@@ -62,8 +62,9 @@ TEST_P(HostEquivalence, VirtualClockRunEqualsTheAnalyticEngine) {
   m.layers = 4;
   const topologies::PerfModel pm(topologies::Topology(topologies::load_cluster("dgx-h100"), 16));
   const core::Schedule s = plan::lower(m, pm.topology(), GetParam().o);
-  // The host backend does not slow compute under collectives: neither does the reference.
-  sim::AnalyticEngine analytic(pm, /*interference=*/false);
+  // The host backend neither slows compute under collectives nor shares links
+  // between them: neither does the reference.
+  sim::AnalyticEngine analytic(pm, sim::Contention::none());
   const double predicted = analytic.estimate(s).step.to_seconds();
   ASSERT_GT(predicted, 0);
   runtime::HostOptions o;

@@ -21,8 +21,9 @@ cd "$work"
 args=(--model llama3-8b --gpus 16 --strategy hzp --param-shard 2 --grad-shard 8 --optim-shard 16
   --global-batch-tokens 128K)
 "$hzp" schedule "${args[@]}" --out s.json > /dev/null
-# The host backend does not slow compute under collectives: neither does the prediction here.
-"$hzp" simulate "${args[@]}" --no-interference --trace predicted.json > /dev/null
+# The host backend neither slows compute under collectives nor shares links
+# between them: neither does the prediction here.
+"$hzp" simulate "${args[@]}" --no-interference --no-link-sharing --trace predicted.json > /dev/null
 "$run" s.json --clock virtual --steps 2 --trace measured.json --summary summary.json > /dev/null 2> run.err ||
   { echo "FAIL: hzp-run"; cat run.err; fail=1; }
 check "summary: two timed steps and a median, virtual clock, reliable" "$py" -c "

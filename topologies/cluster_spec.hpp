@@ -49,7 +49,7 @@ struct DeviceProfile {
   std::map<std::string, AttentionKernel> attention_kernels;
   double hbm_efficiency = 0;  // achievable fraction of HBM bandwidth
   /// How much longer a kernel runs while a collective's kernels share the
-  /// device (SMs and HBM); 1 = no interference. Used by the SimGrid engine.
+  /// device (SMs and HBM); 1 = no interference. Used by both engines.
   double comm_compute_slowdown = 1;
   /// The device's share of its node's host memory, GiB (node.host.memory_GiB
   /// / node.devices, set by the reader; 0: the node's host is not described).

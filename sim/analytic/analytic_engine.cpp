@@ -5,8 +5,12 @@
 #include "sim/analytic/analytic_engine.hpp"
 
 #include <algorithm>
+#include <array>
+#include <cmath>
 #include <map>
+#include <optional>
 #include <tuple>
+#include <unordered_map>
 
 #include "core/schedule_replay.hpp"
 #include "sim/caching_allocator.hpp"
@@ -15,6 +19,42 @@
 namespace hzp::sim {
 
 namespace {
+
+// Shared links: walks, each from the intervals of the walk before, until no
+// collective's end would move by more than kSharingTolerance of the step,
+// at most kSharingWalks.
+constexpr int kSharingWalks = 6;
+constexpr double kSharingTolerance = 1e-3;
+
+// How far the walk `r` is from its own fixed point: the most any
+// collective's end would move (ns) if costed by `collective_at` (the sharing
+// of `r`'s own intervals) from its start in `r`, every member's cost taken
+// and the slowest kept, as the walk does; and r's last end.
+std::pair<std::int64_t, std::int64_t> sharing_residual(const core::Schedule& s, const core::ReplayResult& r,
+                                                       const decltype(core::ReplayCosts::collective_at)& collective_at) {
+  std::unordered_map<std::uint64_t, std::pair<std::int64_t, std::int64_t>> ends;  // (group, seq) -> (costed, walked)
+  std::int64_t last = 0;
+  for (std::size_t p = 0; p < s.programs.size(); ++p) {
+    for (std::size_t k = 0; k < s.programs[p].streams.size(); ++k) {
+      const auto& ops = s.programs[p].streams[k].ops;
+      for (std::size_t i = 0; i < ops.size(); ++i) {
+        const core::OpTime& t = r.times[p][k][i];
+        last = std::max(last, t.end.count_ns());
+        if (ops[i].kind != core::OpKind::Collective) continue;
+        const core::Op& op = ops[i];
+        const std::int64_t costed =
+            t.start.count_ns() + collective_at(s.group(op.group), op, s.programs[p], core::OpAt{k, i}, t.start).count_ns();
+        const auto key = (static_cast<std::uint64_t>(static_cast<std::uint32_t>(op.group)) << 32) |
+                         static_cast<std::uint32_t>(op.seq);
+        auto [it, fresh] = ends.try_emplace(key, costed, t.end.count_ns());
+        if (!fresh) it->second.first = std::max(it->second.first, costed);
+      }
+    }
+  }
+  std::int64_t most = 0;
+  for (const auto& [key, e] : ends) most = std::max(most, std::abs(e.first - e.second));
+  return {most, last};
+}
 
 // Per program: the merged intervals during which a collective or transfer
 // runs on its device, ns.
@@ -69,55 +109,219 @@ std::int64_t finish_after(const std::vector<std::pair<std::int64_t, std::int64_t
   return std::llround(t + work);
 }
 
+// Compute ops at their duration in `first` (uncontended), slowed by
+// `slowdown` inside the busy intervals of their device.
+std::function<core::Duration(const core::Program&, const core::Op&, core::OpAt, core::TimePoint)> slowed_compute(
+    const core::Schedule& s, const core::ReplayResult& first, const Busy& busy, double slowdown) {
+  return [&s, &first, &busy, slowdown](const core::Program& prog, const core::Op& op, core::OpAt at,
+                                       core::TimePoint start) {
+    const auto p = static_cast<std::size_t>(&prog - s.programs.data());
+    const core::OpTime& t = first.times[p][at.stream][at.index];
+    const core::Duration d = t.end - t.start;
+    if (d.count_ns() == 0) return d;
+    const std::int64_t end = finish_after(busy[p], start.count_ns(), static_cast<double>(d.count_ns()), slowdown);
+    // Offload runs on the host, not the device's SMs: not slowed (read only
+    // when it matters, as reading the op costs a cache miss).
+    if (end == start.count_ns() + d.count_ns() || core::is_offload(op.compute)) return d;
+    return core::Duration::ns(end - start.count_ns());
+  };
+}
+
+// Concurrent collectives of one device share its links: those of one link
+// class (inside the scale-up domain, or across domains over the NICs) on
+// different streams split its bandwidth evenly while they move data, as the
+// SimGrid engine's flows do. From the intervals of the walk before, a
+// collective's transfer runs at 1 / (1 + the other streams' collectives of
+// its class in flight). Their latency terms are not shared; sends and
+// receives are neither slowed nor counted (pipeline transfers are small
+// beside the data-parallel collectives that meet here).
+class LinkSharing {
+ public:
+  static constexpr int kClasses = 2;  // 0: scale-up, 1: scale-out
+
+  struct Interval {
+    std::size_t stream;
+    std::int64_t start, end;  // ns, the transfer part
+  };
+
+  /// `transfer_interval(p, k, i)` gives the data-moving part of a collective
+  /// in `r` and its link class, or nothing for other ops.
+  template <class F>
+  LinkSharing(const core::Schedule& s, const core::ReplayResult& r, F transfer_interval) : iv_(s.programs.size()) {
+    for (std::size_t p = 0; p < s.programs.size(); ++p) {
+      for (std::size_t k = 0; k < s.programs[p].streams.size(); ++k) {
+        const auto& ops = s.programs[p].streams[k].ops;
+        for (std::size_t i = 0; i < ops.size(); ++i) {
+          if (ops[i].kind != core::OpKind::Collective) continue;
+          const auto [cls, a, b] = transfer_interval(p, k, i, r.times[p][k][i]);
+          if (cls >= 0 && b > a) iv_[p][static_cast<std::size_t>(cls)].push_back({k, a, b});
+        }
+      }
+      for (auto& v : iv_[p]) {
+        std::sort(v.begin(), v.end(), [](const Interval& x, const Interval& y) { return x.start < y.start; });
+        // Any two streams' transfers overlapping?
+        std::int64_t reach = INT64_MIN;
+        std::size_t reach_stream = 0;
+        for (const Interval& x : v) {
+          if (x.start < reach && x.stream != reach_stream) shared_ = true;
+          if (x.end > reach) reach = x.end, reach_stream = x.stream;
+        }
+      }
+    }
+  }
+
+  /// Whether any device ran transfers of one class on two streams at once.
+  [[nodiscard]] bool any() const { return shared_; }
+
+  /// When `work` ns of uncontended transfer begun at `t0` on stream `k` of
+  /// program `p`, link class `cls`, end.
+  [[nodiscard]] std::int64_t finish(std::size_t p, int cls, std::size_t k, std::int64_t t0, double work) const {
+    const Steps& st = steps(p, cls, k);
+    double t = static_cast<double>(t0);
+    auto it = std::upper_bound(st.begin(), st.end(), t0, [](std::int64_t x, const auto& e) { return x < e.first; });
+    int others = it == st.begin() ? 0 : std::prev(it)->second;
+    for (; work > 0 && it != st.end(); ++it) {
+      const double rate = 1.0 / (1 + others), until = static_cast<double>(it->first);
+      if (t + work / rate <= until) return std::llround(t + work / rate);
+      work -= (until - t) * rate;
+      t = until;
+      others = it->second;
+    }
+    return std::llround(t + work * (1 + others));
+  }
+
+ private:
+  // From .first on, .second transfers of the class run on other streams.
+  using Steps = std::vector<std::pair<std::int64_t, int>>;
+
+  const Steps& steps(std::size_t p, int cls, std::size_t k) const {
+    const auto key = std::tuple{p, cls, k};
+    auto it = steps_.find(key);
+    if (it != steps_.end()) return it->second;
+    std::vector<std::pair<std::int64_t, int>> edges;
+    for (const Interval& x : iv_[p][static_cast<std::size_t>(cls)]) {
+      if (x.stream == k) continue;
+      edges.emplace_back(x.start, +1);
+      edges.emplace_back(x.end, -1);
+    }
+    std::sort(edges.begin(), edges.end());
+    Steps out;
+    int n = 0;
+    for (const auto& [t, d] : edges) {
+      n += d;
+      if (!out.empty() && out.back().first == t) {
+        out.back().second = n;
+      } else {
+        out.emplace_back(t, n);
+      }
+    }
+    return steps_.emplace(key, std::move(out)).first->second;
+  }
+
+  std::vector<std::array<std::vector<Interval>, kClasses>> iv_;
+  bool shared_ = false;
+  mutable std::map<std::tuple<std::size_t, int, std::size_t>, Steps> steps_;
+};
+
+// Each collective's uncontended cost, as its latency and its transfer (the
+// part that shares links), costed once per (group, kind, bytes): collectives
+// repeat.
+class CollectiveCosts {
+ public:
+  struct Cost {
+    core::Duration latency, transfer;
+  };
+  CollectiveCosts(const topologies::PerfModel& pm, const core::Schedule& s) : pm_(pm) {
+    spans_.reserve(s.groups.size());
+    for (const auto& g : s.groups) spans_.push_back(pm_.span(g.ranks));
+  }
+  Cost operator()(const core::Group& g, const core::Op& op) {
+    auto key = std::tuple{g.id, static_cast<int>(op.collective), op.bytes.count()};
+    auto it = cache_.find(key);
+    if (it != cache_.end()) return it->second;
+    const topologies::CollectiveCost c = pm_.collective_cost(op.collective, op.bytes, span(g));
+    const core::Duration total = core::Duration::seconds(c.seconds());
+    const core::Duration latency = std::min(total, core::Duration::seconds(c.latency_s));
+    return cache_.emplace(key, Cost{latency, total - latency}).first->second;
+  }
+  /// 1: the group crosses scale-up domains (its transfers use the NICs); 0: inside one.
+  [[nodiscard]] int link_class(const core::Group& g) const { return span(g).domains > 1 ? 1 : 0; }
+
+ private:
+  [[nodiscard]] const topologies::GroupSpan& span(const core::Group& g) const {
+    return spans_[static_cast<std::size_t>(g.id)];
+  }
+  const topologies::PerfModel& pm_;
+  std::vector<topologies::GroupSpan> spans_;
+  std::map<std::tuple<int, int, std::int64_t>, Cost> cache_;
+};
+
 }  // namespace
 
 core::ReplayResult AnalyticEngine::walk(const core::Schedule& s, const FreeOps& free) const {
-  std::vector<topologies::GroupSpan> spans;
-  spans.reserve(s.groups.size());
-  for (const auto& g : s.groups) spans.push_back(pm_.span(g.ranks));
   check_fits(s, pm_.topology());
-  // Collectives repeat with the same (kind, bytes, group): cost each once.
-  std::map<std::tuple<int, int, std::int64_t>, core::Duration> collective_cache;
+  CollectiveCosts collective_cost(pm_, s);
   core::ReplayCosts costs;
   costs.compute = [&](const core::Program&, const core::Op& op) {
     return free && free(op) ? core::Duration{} : pm_.compute(op);
   };
   costs.collective = [&](const core::Group& g, const core::Op& op) {
     if (free && free(op)) return core::Duration{};
-    auto key = std::tuple{g.id, static_cast<int>(op.collective), op.bytes.count()};
-    auto it = collective_cache.find(key);
-    if (it != collective_cache.end()) return it->second;
-    core::Duration d = pm_.collective(op.collective, op.bytes, spans[static_cast<std::size_t>(g.id)]);
-    collective_cache.emplace(key, d);
-    return d;
+    const CollectiveCosts::Cost c = collective_cost(g, op);
+    return c.latency + c.transfer;
   };
   costs.p2p = [&](const core::Program& sender, const core::Op& op) {
     return pm_.p2p(op.bytes, sender.ranks.at(0), op.peer);
   };
-  const core::ReplayPlan plan(s);  // shared by the two walks
+  const core::ReplayPlan plan(s);  // shared by the walks
   core::ReplayResult r = plan.replay(costs);
+
   const double slowdown = pm_.topology().spec().device.comm_compute_slowdown;
-  if (!interference_ || slowdown <= 1) return r;
-  // Compute slowed under the collectives of the uncontended walk, walked
-  // once more: on the presets the step is then within 0.1 % of where further
-  // walks settle (llama3-8b fsdp on 16 H100: 1.7485 s after one, 1.7474 s after
-  // ten), and each walk costs as much as the first.
-  {
-    const Busy busy = comm_busy(s, r);
-    // The uncontended cost of every compute op is its duration in the first
-    // walk (pm_.compute's, or nothing for a free op): read back, not costed again.
-    const core::ReplayResult first = std::move(r);
-    costs.compute_at = [&](const core::Program& prog, const core::Op& op, core::OpAt at, core::TimePoint start) {
-      const auto p = static_cast<std::size_t>(&prog - s.programs.data());
-      const core::OpTime& t = first.times[p][at.stream][at.index];
-      const core::Duration d = t.end - t.start;
-      if (d.count_ns() == 0) return d;
-      const std::int64_t end = finish_after(busy[p], start.count_ns(), static_cast<double>(d.count_ns()), slowdown);
-      // Offload runs on the host, not the device's SMs: not slowed (read only
-      // when it matters, as reading the op costs a cache miss).
-      if (end == start.count_ns() + d.count_ns() || core::is_offload(op.compute)) return d;
+  const bool interfere = contention_.interference && slowdown > 1;
+  auto transfer_interval = [&](std::size_t p, std::size_t k, std::size_t i,
+                               const core::OpTime& t) -> std::tuple<int, std::int64_t, std::int64_t> {
+    if (t.end <= t.start) return {-1, 0, 0};
+    const core::Op& op = s.programs[p].streams[k].ops[i];
+    const core::Group& g = s.group(op.group);
+    return {collective_cost.link_class(g), t.start.count_ns() + collective_cost(g, op).latency.count_ns(),
+            t.end.count_ns()};
+  };
+  std::optional<LinkSharing> sharing;
+  if (contention_.link_sharing) {
+    sharing.emplace(s, r, transfer_interval);
+    if (!sharing->any()) sharing.reset();
+  }
+  if (!interfere && !sharing) return r;
+
+  // Walked again with what the walk before shows: compute slowed under its
+  // collectives (interference), collectives' transfers shared with the
+  // others of their device and link class. For interference one corrective
+  // walk lands within 0.1 % of where more settle on the presets (llama3-8b
+  // fsdp on 16 H100: 1.7485 s after one, 1.7474 s after ten); shared links
+  // settle more slowly where collectives dominate (see kSharingWalks). The
+  // uncontended cost of every compute op is its duration in the first walk
+  // (pm_.compute's, or nothing for a free op): read back, not costed again.
+  const core::ReplayResult first = std::move(r);
+  const Busy busy = interfere ? comm_busy(s, first) : Busy{};
+  if (interfere) costs.compute_at = slowed_compute(s, first, busy, slowdown);
+  if (sharing) {
+    costs.collective_at = [&](const core::Group& g, const core::Op& op, const core::Program& member, core::OpAt at,
+                              core::TimePoint start) {
+      if (free && free(op)) return core::Duration{};
+      const CollectiveCosts::Cost c = collective_cost(g, op);
+      if (c.transfer.count_ns() == 0) return c.latency;
+      const auto p = static_cast<std::size_t>(&member - s.programs.data());
+      const std::int64_t end = sharing->finish(p, collective_cost.link_class(g), at.stream,
+                                               start.count_ns() + c.latency.count_ns(),
+                                               static_cast<double>(c.transfer.count_ns()));
       return core::Duration::ns(end - start.count_ns());
     };
+  }
+  r = plan.replay(costs);
+  for (int w = 1; sharing && w < kSharingWalks; ++w) {
+    sharing.emplace(s, r, transfer_interval);
+    const auto [moved, step] = sharing_residual(s, r, costs.collective_at);
+    if (static_cast<double>(moved) <= kSharingTolerance * static_cast<double>(step)) break;
     r = plan.replay(costs);
   }
   return r;

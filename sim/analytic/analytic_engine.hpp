@@ -1,8 +1,8 @@
 // The analytic engine: a dependency-order walk over the Schedule with
-// uncontended costs from the performance model, then compute slowed where
-// collectives share its device (walked again with the busy intervals of the
-// walk before). One rank per class; milliseconds per configuration, which is
-// what sweeps and planning use.
+// uncontended costs from the performance model, then walked again with what
+// the walk before shows: compute slowed where collectives share its device,
+// concurrent collectives sharing its links. One rank per class; milliseconds
+// per configuration, which is what sweeps and planning use.
 #pragma once
 
 #include <functional>
@@ -28,13 +28,24 @@ struct StepEstimate {
   core::Bytes model_states{};
 };
 
+/// What the analytic engine models of ops that share a device.
+struct Contention {
+  /// Compute runs slower by the device profile's comm_compute_slowdown while
+  /// a collective or transfer runs on the same device, as in the SimGrid engine.
+  bool interference = true;
+  /// Collectives of one link class (scale-up, or across domains over the
+  /// NICs) running at once on one device split its bandwidth, as the SimGrid
+  /// engine's flows do.
+  bool link_sharing = true;
+  /// Every op at its uncontended cost (plan screening's lower bounds, the
+  /// host runtime's virtual clock).
+  static constexpr Contention none() { return {false, false}; }
+};
+
 class AnalyticEngine final : public Engine {
  public:
-  /// With `interference`, compute runs slower by the device profile's
-  /// comm_compute_slowdown while a collective or transfer runs on the same
-  /// device, as in the SimGrid engine.
-  explicit AnalyticEngine(const topologies::PerfModel& pm, bool interference = true)
-      : pm_(pm), interference_(interference) {}
+  explicit AnalyticEngine(const topologies::PerfModel& pm, Contention contention = {})
+      : pm_(pm), contention_(contention) {}
   [[nodiscard]] std::string name() const override { return "analytic"; }
   void run(const core::Schedule& s, traces::TraceHeader header, traces::TraceSink& sink) override;
   /// Ops a what-if walk treats as taking no time (collectives included).
@@ -46,7 +57,7 @@ class AnalyticEngine final : public Engine {
  private:
   [[nodiscard]] core::ReplayResult walk(const core::Schedule& s, const FreeOps& free = {}) const;
   const topologies::PerfModel& pm_;
-  bool interference_ = true;
+  Contention contention_;
 };
 
 }  // namespace hzp::sim

@@ -65,7 +65,7 @@ core::Schedule overlap_schedule() {
 TEST(AnalyticEngine, OverlapAndExposedCommunication) {
   topologies::PerfModel pm(topologies::Topology(topologies::load_cluster("dgx-h100"), 8));
   core::Schedule s = overlap_schedule();
-  AnalyticEngine engine(pm, /*interference=*/false);
+  AnalyticEngine engine(pm, Contention::none());
   traces::TimelineRecorder rec;
   engine.run(s, {}, rec);
   const traces::Timeline& t = rec.timeline();
@@ -106,7 +106,7 @@ TEST(AnalyticEngine, ComputeSlowsUnderACollectiveOnItsDevice) {
   EXPECT_NEAR(engine.estimate(s).model_compute.to_seconds(), 2 * g, 2e-9);
   // Without interference the first GEMM takes g.
   traces::TimelineRecorder plain;
-  AnalyticEngine(pm, /*interference=*/false).run(s, {}, plain);
+  AnalyticEngine(pm, Contention{.interference = false}).run(s, {}, plain);
   for (const auto& op : plain.timeline().ops) {
     if (op.op_id == 2) {
       EXPECT_NEAR((op.end - op.start).to_seconds(), g, 2e-9);
@@ -127,6 +127,90 @@ TEST(AnalyticEngine, EstimateWithFreeOps) {
   EXPECT_NEAR(engine.estimate(s, free_collectives).step.to_seconds(), 2 * g, 2e-9);
   // Everything free: nothing takes time.
   EXPECT_EQ(engine.estimate(s, [](const core::Op&) { return true; }).step.count_ns(), 0);
+}
+
+// One program of 16 ranks (two DGX H100) with a collective on each of two
+// streams, both issued at 0: a 256 MiB all-gather over all 16 ranks on one,
+// and on the other a 1 GiB all-gather over the same ranks (`across`) or over
+// the first node's 8 (inside).
+core::Schedule two_stream_schedule(bool across) {
+  core::Schedule s;
+  s.name = "two-streams";
+  s.step = core::StepInfo{"m", "dgx-h100", "x", 16, 8192, 16, 1, core::Flops(1e12)};
+  std::vector<int> all(16), node(8);
+  for (int i = 0; i < 16; ++i) all[static_cast<std::size_t>(i)] = i;
+  for (int i = 0; i < 8; ++i) node[static_cast<std::size_t>(i)] = i;
+  s.groups.push_back(core::Group{0, core::GroupKind::DpShard, all});
+  s.groups.push_back(core::Group{1, core::GroupKind::DpGrad, across ? all : node});
+  core::Program p;
+  p.id = 0;
+  p.name = "dp";
+  p.ranks = all;
+  p.threads.push_back(core::Thread{0, "main", core::Duration::ns(0)});
+  for (int k = 0; k < 2; ++k) {
+    core::Stream st{k, k == 0 ? "ag" : "rs", k == 0 ? core::StreamKind::ParamGather : core::StreamKind::GradReduce,
+                    0, {}};
+    core::Op c;
+    c.id = k;
+    c.kind = core::OpKind::Collective;
+    c.name = st.name;
+    c.collective = core::CollectiveKind::AllGather;
+    c.group = k;
+    c.seq = 0;
+    c.bytes = core::Bytes(k == 0 ? 256LL << 20 : 1LL << 30);
+    st.ops.push_back(c);
+    p.streams.push_back(st);
+  }
+  s.programs.push_back(p);
+  return s;
+}
+
+std::map<int, std::pair<std::int64_t, std::int64_t>> op_times(const topologies::PerfModel& pm, Contention c,
+                                                              const core::Schedule& s) {
+  traces::TimelineRecorder rec;
+  AnalyticEngine(pm, c).run(s, {}, rec);
+  std::map<int, std::pair<std::int64_t, std::int64_t>> out;
+  for (const auto& op : rec.timeline().ops) out[op.op_id] = {op.start.count_ns(), op.end.count_ns()};
+  return out;
+}
+
+TEST(AnalyticEngine, CollectivesOfOneLinkClassShareItsBandwidth) {
+  // Both gathers cross the NICs and start together. After its latency L each
+  // moves its bytes (x1 < x2 ns uncontended) at half the bandwidth while the
+  // other runs: the small one ends at L + 2 x1 (2 x1 < x2), the large one then
+  // has x2 - x1 left at full speed and ends at L + x1 + x2.
+  const topologies::PerfModel pm(topologies::Topology(topologies::load_cluster("dgx-h100"), 16));
+  const core::Schedule s = two_stream_schedule(/*across=*/true);
+  const auto span = pm.span(s.groups[0].ranks);
+  ASSERT_EQ(span.domains, 2);
+  const auto c1 = pm.collective_cost(core::CollectiveKind::AllGather, core::Bytes(256LL << 20), span);
+  const auto c2 = pm.collective_cost(core::CollectiveKind::AllGather, core::Bytes(1LL << 30), span);
+  ASSERT_EQ(c1.latency_s, c2.latency_s);  // the same algorithm and protocol
+  const std::int64_t L = core::Duration::seconds(c1.latency_s).count_ns();
+  const std::int64_t x1 = core::Duration::seconds(c1.seconds()).count_ns() - L;
+  const std::int64_t x2 = core::Duration::seconds(c2.seconds()).count_ns() - L;
+  ASSERT_LT(2 * x1, x2);
+  const auto shared = op_times(pm, {}, s);
+  EXPECT_EQ(shared.at(0), std::pair(std::int64_t{0}, L + 2 * x1));
+  EXPECT_EQ(shared.at(1), std::pair(std::int64_t{0}, L + x1 + x2));
+  EXPECT_EQ(AnalyticEngine(pm).estimate(s).step.count_ns(), L + x1 + x2);
+  // Without link sharing each takes its uncontended time.
+  const auto alone = op_times(pm, Contention{.link_sharing = false}, s);
+  EXPECT_EQ(alone.at(0).second, L + x1);
+  EXPECT_EQ(alone.at(1).second, L + x2);
+}
+
+TEST(AnalyticEngine, CollectivesOfDifferentLinkClassesDoNotShare) {
+  // The large gather stays inside the first node (NVLink), the small one
+  // crosses the NICs: each runs at its uncontended cost.
+  const topologies::PerfModel pm(topologies::Topology(topologies::load_cluster("dgx-h100"), 16));
+  const core::Schedule s = two_stream_schedule(/*across=*/false);
+  ASSERT_EQ(pm.span(s.groups[1].ranks).domains, 1);
+  const auto t = op_times(pm, {}, s);
+  EXPECT_EQ(t.at(0).second, pm.collective(core::CollectiveKind::AllGather, core::Bytes(256LL << 20),
+                                          pm.span(s.groups[0].ranks)).count_ns());
+  EXPECT_EQ(t.at(1).second, pm.collective(core::CollectiveKind::AllGather, core::Bytes(1LL << 30),
+                                          pm.span(s.groups[1].ranks)).count_ns());
 }
 
 TEST(AnalyticEngine, RejectsMoreRanksThanDevices) {
