@@ -24,32 +24,37 @@ namespace {
 // collective's end would move by more than kSharingTolerance of the step,
 // at most kSharingWalks.
 constexpr int kSharingWalks = 6;
-constexpr double kSharingTolerance = 1e-3;
+constexpr double kSharingTolerance = 2.5e-3;
+
+// Where a collective is in the Schedule, its link class (0: inside a
+// scale-up domain, 1: across domains) and its latency term, ns.
+struct CollectiveSite {
+  std::size_t program, stream, index;
+  int link_class;
+  std::int64_t latency_ns;
+};
 
 // How far the walk `r` is from its own fixed point: the most any
 // collective's end would move (ns) if costed by `collective_at` (the sharing
 // of `r`'s own intervals) from its start in `r`, every member's cost taken
-// and the slowest kept, as the walk does; and r's last end.
-std::pair<std::int64_t, std::int64_t> sharing_residual(const core::Schedule& s, const core::ReplayResult& r,
+// and the slowest kept, as the walk does; and the last collective's end.
+std::pair<std::int64_t, std::int64_t> sharing_residual(const core::Schedule& s, const std::vector<CollectiveSite>& sites,
+                                                       const core::ReplayResult& r,
                                                        const decltype(core::ReplayCosts::collective_at)& collective_at) {
   std::unordered_map<std::uint64_t, std::pair<std::int64_t, std::int64_t>> ends;  // (group, seq) -> (costed, walked)
+  ends.reserve(sites.size());
   std::int64_t last = 0;
-  for (std::size_t p = 0; p < s.programs.size(); ++p) {
-    for (std::size_t k = 0; k < s.programs[p].streams.size(); ++k) {
-      const auto& ops = s.programs[p].streams[k].ops;
-      for (std::size_t i = 0; i < ops.size(); ++i) {
-        const core::OpTime& t = r.times[p][k][i];
-        last = std::max(last, t.end.count_ns());
-        if (ops[i].kind != core::OpKind::Collective) continue;
-        const core::Op& op = ops[i];
-        const std::int64_t costed =
-            t.start.count_ns() + collective_at(s.group(op.group), op, s.programs[p], core::OpAt{k, i}, t.start).count_ns();
-        const auto key = (static_cast<std::uint64_t>(static_cast<std::uint32_t>(op.group)) << 32) |
-                         static_cast<std::uint32_t>(op.seq);
-        auto [it, fresh] = ends.try_emplace(key, costed, t.end.count_ns());
-        if (!fresh) it->second.first = std::max(it->second.first, costed);
-      }
-    }
+  for (const CollectiveSite& c : sites) {
+    const core::OpTime& t = r.times[c.program][c.stream][c.index];
+    const core::Op& op = s.programs[c.program].streams[c.stream].ops[c.index];
+    last = std::max(last, t.end.count_ns());
+    const std::int64_t costed =
+        t.start.count_ns() +
+        collective_at(s.group(op.group), op, s.programs[c.program], core::OpAt{c.stream, c.index}, t.start).count_ns();
+    const auto key = (static_cast<std::uint64_t>(static_cast<std::uint32_t>(op.group)) << 32) |
+                     static_cast<std::uint32_t>(op.seq);
+    auto [it, fresh] = ends.try_emplace(key, costed, t.end.count_ns());
+    if (!fresh) it->second.first = std::max(it->second.first, costed);
   }
   std::int64_t most = 0;
   for (const auto& [key, e] : ends) most = std::max(most, std::abs(e.first - e.second));
@@ -144,19 +149,14 @@ class LinkSharing {
     std::int64_t start, end;  // ns, the transfer part
   };
 
-  /// `transfer_interval(p, k, i)` gives the data-moving part of a collective
-  /// in `r` and its link class, or nothing for other ops.
-  template <class F>
-  LinkSharing(const core::Schedule& s, const core::ReplayResult& r, F transfer_interval) : iv_(s.programs.size()) {
-    for (std::size_t p = 0; p < s.programs.size(); ++p) {
-      for (std::size_t k = 0; k < s.programs[p].streams.size(); ++k) {
-        const auto& ops = s.programs[p].streams[k].ops;
-        for (std::size_t i = 0; i < ops.size(); ++i) {
-          if (ops[i].kind != core::OpKind::Collective) continue;
-          const auto [cls, a, b] = transfer_interval(p, k, i, r.times[p][k][i]);
-          if (cls >= 0 && b > a) iv_[p][static_cast<std::size_t>(cls)].push_back({k, a, b});
-        }
-      }
+  LinkSharing(std::size_t programs, const std::vector<CollectiveSite>& sites, const core::ReplayResult& r)
+      : iv_(programs), steps_(programs) {
+    for (const CollectiveSite& c : sites) {
+      const core::OpTime& t = r.times[c.program][c.stream][c.index];
+      const std::int64_t start = t.start.count_ns() + c.latency_ns, end = t.end.count_ns();
+      if (end > start) iv_[c.program][static_cast<std::size_t>(c.link_class)].push_back({c.stream, start, end});
+    }
+    for (std::size_t p = 0; p < programs; ++p) {
       for (auto& v : iv_[p]) {
         std::sort(v.begin(), v.end(), [](const Interval& x, const Interval& y) { return x.start < y.start; });
         // Any two streams' transfers overlapping?
@@ -195,9 +195,10 @@ class LinkSharing {
   using Steps = std::vector<std::pair<std::int64_t, int>>;
 
   const Steps& steps(std::size_t p, int cls, std::size_t k) const {
-    const auto key = std::tuple{p, cls, k};
-    auto it = steps_.find(key);
-    if (it != steps_.end()) return it->second;
+    auto& per_stream = steps_[p][static_cast<std::size_t>(cls)];
+    if (per_stream.size() <= k) per_stream.resize(k + 1);
+    auto& slot = per_stream[k];
+    if (slot) return *slot;
     std::vector<std::pair<std::int64_t, int>> edges;
     for (const Interval& x : iv_[p][static_cast<std::size_t>(cls)]) {
       if (x.stream == k) continue;
@@ -215,12 +216,14 @@ class LinkSharing {
         out.emplace_back(t, n);
       }
     }
-    return steps_.emplace(key, std::move(out)).first->second;
+    slot = std::move(out);
+    return *slot;
   }
 
   std::vector<std::array<std::vector<Interval>, kClasses>> iv_;
   bool shared_ = false;
-  mutable std::map<std::tuple<std::size_t, int, std::size_t>, Steps> steps_;
+  // Built on first use: [program][class][stream].
+  mutable std::vector<std::array<std::vector<std::optional<Steps>>, kClasses>> steps_;
 };
 
 // Each collective's uncontended cost, as its latency and its transfer (the
@@ -278,17 +281,20 @@ core::ReplayResult AnalyticEngine::walk(const core::Schedule& s, const FreeOps& 
 
   const double slowdown = pm_.topology().spec().device.comm_compute_slowdown;
   const bool interfere = contention_.interference && slowdown > 1;
-  auto transfer_interval = [&](std::size_t p, std::size_t k, std::size_t i,
-                               const core::OpTime& t) -> std::tuple<int, std::int64_t, std::int64_t> {
-    if (t.end <= t.start) return {-1, 0, 0};
-    const core::Op& op = s.programs[p].streams[k].ops[i];
-    const core::Group& g = s.group(op.group);
-    return {collective_cost.link_class(g), t.start.count_ns() + collective_cost(g, op).latency.count_ns(),
-            t.end.count_ns()};
-  };
+  std::vector<CollectiveSite> sites;
   std::optional<LinkSharing> sharing;
   if (contention_.link_sharing) {
-    sharing.emplace(s, r, transfer_interval);
+    for (std::size_t p = 0; p < s.programs.size(); ++p) {
+      for (std::size_t k = 0; k < s.programs[p].streams.size(); ++k) {
+        const auto& ops = s.programs[p].streams[k].ops;
+        for (std::size_t i = 0; i < ops.size(); ++i) {
+          if (ops[i].kind != core::OpKind::Collective) continue;
+          const core::Group& g = s.group(ops[i].group);
+          sites.push_back({p, k, i, collective_cost.link_class(g), collective_cost(g, ops[i]).latency.count_ns()});
+        }
+      }
+    }
+    sharing.emplace(s.programs.size(), sites, r);
     if (!sharing->any()) sharing.reset();
   }
   if (!interfere && !sharing) return r;
@@ -319,8 +325,8 @@ core::ReplayResult AnalyticEngine::walk(const core::Schedule& s, const FreeOps& 
   }
   r = plan.replay(costs);
   for (int w = 1; sharing && w < kSharingWalks; ++w) {
-    sharing.emplace(s, r, transfer_interval);
-    const auto [moved, step] = sharing_residual(s, r, costs.collective_at);
+    sharing.emplace(s.programs.size(), sites, r);
+    const auto [moved, step] = sharing_residual(s, sites, r, costs.collective_at);
     if (static_cast<double>(moved) <= kSharingTolerance * static_cast<double>(step)) break;
     r = plan.replay(costs);
   }
