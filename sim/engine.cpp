@@ -18,7 +18,9 @@ std::unique_ptr<Engine> make_engine(const std::string& name, const topologies::P
     throw core::InputError("command line", "--nccl-channels",
                            fmt::format("expected 1 to 64 channels, got {}", options.nccl_channels));
   }
-  if (name == "analytic") return std::make_unique<AnalyticEngine>(pm, Contention{options.interference, options.link_sharing});
+  if (name == "analytic") {
+    return std::make_unique<AnalyticEngine>(pm, Contention{options.interference, options.link_sharing});
+  }
   if (name == "simgrid") {
     simgrid::check_simgrid_settings(options.simgrid_config);
     return std::make_unique<simgrid::SimGridEngine>(pm, options);

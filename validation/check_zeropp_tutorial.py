@@ -4,10 +4,11 @@
 They are neither scored nor fitted on: an independent check of how ZeRO-3's
 all-gathers and reduce-scatters cost when they meet on one NIC a node.
 Usage: validation/check_zeropp_tutorial.py HZP [extra hzp validate options]"""
-import json, os, shutil, subprocess, sys, tempfile
+import os, shutil, subprocess, sys, tempfile
 
 here = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, here)
+import fit_common  # noqa: E402
 import generate_cases as g  # noqa: E402
 
 
@@ -15,9 +16,7 @@ def main():
     hzp = sys.argv[1]
     work = tempfile.mkdtemp(prefix="hzp-zeropp-tutorial-")
     try:
-        for c in g.zeropp_tutorial_cases():
-            with open(os.path.join(work, c["name"] + ".json"), "w") as f:
-                json.dump(c, f)
+        fit_common.write_cases(g.zeropp_tutorial_cases(), work)
         return subprocess.run([hzp, "validate", "cases", "--dir", work, "-j", "2", *sys.argv[2:]]).returncode
     finally:
         shutil.rmtree(work)

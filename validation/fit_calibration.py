@@ -24,10 +24,8 @@ work = tempfile.mkdtemp(prefix="hzp-fit-")
 cases, cal_dir = os.path.join(work, "cases"), os.path.join(work, "cal")
 os.makedirs(cases)
 os.makedirs(cal_dir)
-for i, row in fit_rows:
-    c = g.vtrain_case("fit-%04d" % i, "fit", row, None, 1.0, "ground_truth_single.csv")
-    with open(os.path.join(cases, c["name"] + ".json"), "w") as f:
-        json.dump(c, f)
+fit_common.write_cases([g.vtrain_case("fit-%04d" % i, "fit", row, None, 1.0, "ground_truth_single.csv")
+                        for i, row in fit_rows], cases)
 
 # The catalog's GEMM efficiency curve (cube root of m·n·k -> fraction of
 # peak): its points from 4096 up are public measurements (fp16 GEMMs of

@@ -1,6 +1,14 @@
-"""What the calibration fitters share: scoring a trial calibration on a
-directory of fit cases, and the coordinate descent over grids of values."""
-import json, subprocess
+"""What the calibration fitters share: writing case objects to a directory,
+scoring a trial calibration on it, and the coordinate descent over grids of
+values."""
+import json, os, subprocess
+
+
+def write_cases(cases, directory):
+    """Writes each case object to <directory>/<name>.json (what `hzp validate cases --dir` reads)."""
+    for c in cases:
+        with open(os.path.join(directory, c["name"] + ".json"), "w") as f:
+            json.dump(c, f)
 
 
 def mean_max_error(hzp, cases_dir, cal_dir):

@@ -54,9 +54,7 @@ def main():
     cases, cal_dir = os.path.join(work, "cases"), os.path.join(work, "cal")
     os.makedirs(cases)
     os.makedirs(cal_dir)
-    for c in fit_cases:
-        with open(os.path.join(cases, c["name"] + ".json"), "w") as f:
-            json.dump(c, f)
+    fit_common.write_cases(fit_cases, cases)
 
     with open(os.path.join(here, "..", "topologies", "catalog", cluster + ".json")) as f:
         catalog = json.load(f)
