@@ -23,15 +23,14 @@ LoweredPtr Simulation::lower(int group, core::CollectiveKind kind, std::int64_t 
   return l;
 }
 
-// A mirror group's flows that leave their leaf switch: the only ones that
-// share a link with anything simulated (flows inside a leaf use just the
-// two NICs, and a mirror group's NICs are its own).
+// A mirror group's flows that climb above their leaf switch (`climbs`): the
+// only ones that share a link with anything simulated.
 LoweredPtr Simulation::background(int group, core::CollectiveKind kind, std::int64_t bytes) {
   auto key = std::tuple{-1 - group, static_cast<int>(kind), bytes};
   auto it = lowered_.find(key);
   if (it != lowered_.end()) return it->second;
   auto l = std::make_shared<Lowered>(*lower(group, kind, bytes));
-  std::erase_if(l->set.flows, [this](const Flow& f) { return leaf(f.src) == leaf(f.dst); });
+  std::erase_if(l->set.flows, [this](const Flow& f) { return !climbs(f.src, f.dst); });
   lowered_.emplace(key, l);
   return l;
 }

@@ -172,13 +172,13 @@ void Simulation::transfer(Rank& r, std::size_t k, std::size_t i, const Op& op) {
 }
 
 // In `--ranks classes`, a transfer across domains: the sender's class mates
-// send to their own peers at the same time (background flows that leave their leaf).
+// send to their own peers at the same time (background flows that climb above their leaf).
 void Simulation::mirror_transfer(const Op& op, int src, int dst) {
   const core::Program& sender =
       s_.programs[static_cast<std::size_t>(program_of_rank_.at(static_cast<std::size_t>(src)))];
   for (int m : sender.ranks) {
     const int to = m + (dst - src);
-    if (m == src || to < 0 || to >= pm_.topology().devices() || leaf(m) == leaf(to)) continue;
+    if (m == src || to < 0 || to >= pm_.topology().devices() || !climbs(m, to)) continue;
     auto l = std::make_shared<Lowered>();
     l->set = lower_p2p(pm_, op.bytes, m, to);
     give(m, Proxy::Job{nullptr, l});

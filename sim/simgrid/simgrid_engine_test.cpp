@@ -8,6 +8,8 @@
 
 #include <gtest/gtest.h>
 #include <cmath>
+#include <optional>
+#include <stdexcept>
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
@@ -282,6 +284,48 @@ TEST(SimGridEngine, RefusesSettingsThatCrashOrStallSimGridBeforeSimulating) {
 // The flow estimate the engine refuses a simulation by (--max-flows) against
 // the flows a simulation reports: FSDP over two nodes (every group leaves
 // its domain) and hzp with node-local gathers, in both scale modes.
+// The flows a simulation reports (engine_detail's "N flows").
+long long reported_flows(const traces::Timeline& t) {
+  const std::string& detail = t.header.engine_detail;
+  const std::size_t at = detail.find(" flows");
+  if (at == std::string::npos) throw std::runtime_error("no flow count in: " + detail);
+  const std::size_t from = detail.rfind(' ', at - 1) + 1;
+  return std::stoll(detail.substr(from, at - from));
+}
+
+// In --ranks classes a group of the representative's kind without a
+// representative runs as background only where its flows climb above their
+// leaf switch. On dgx-h100 with 2-node leaf blocks per rail (leaf radix 4),
+// 32 GPUs: a two-node all-gather's ring has 8 NVLink flows per node (the
+// devices' own ports) and, with 16 channels over 8 NICs, one flow per member
+// to its rail peer in the other node (16). A mirror inside one leaf block
+// (nodes 2-3) adds nothing; one that straddles two blocks (nodes 1-2) adds
+// its 16 flows across nodes and none of its 16 over NVLink.
+TEST(SimGridEngine, BackgroundGroupsPutOnlyTheFlowsThatClimbAboveTheirLeaf) {
+  topologies::ClusterSpec spec = topologies::load_cluster("dgx-h100");
+  spec.scale_out.tiers[0].radix = 4;
+  const topologies::PerfModel pm(topologies::Topology(spec, 32));
+  auto range = [](int from, int to) {
+    std::vector<int> r;
+    for (int i = from; i < to; ++i) r.push_back(i);
+    return r;
+  };
+  auto flows = [&](std::vector<int> rep_group, std::optional<std::vector<int>> mirror) {
+    Builder b({0}, 32);
+    auto a = b.stream("a");
+    b.collective(a, CollectiveKind::AllGather, b.group(GroupKind::DpShard, std::move(rep_group)), 64 << 20);
+    if (mirror) b.group(GroupKind::DpShard, std::move(*mirror));
+    return reported_flows(run(b.s, pm, quiet("classes")));
+  };
+  std::vector<int> nodes_0_3 = range(0, 8), nodes_1_2 = range(8, 24);
+  for (int r = 24; r < 32; ++r) nodes_0_3.push_back(r);
+  const long long alone = flows(range(0, 16), std::nullopt);
+  EXPECT_EQ(alone, 32);  // the representative's group: 16 over NVLink, 16 across its two nodes
+  EXPECT_EQ(flows(range(0, 16), range(16, 32)), alone);
+  EXPECT_EQ(flows(nodes_0_3, std::nullopt), 32);
+  EXPECT_EQ(flows(nodes_0_3, nodes_1_2), 32 + 16);
+}
+
 TEST(SimGridEngine, EstimatesItsFlowsBeforeSimulating) {
   auto m = models::load_model("llama3-8b");
   m.layers = 4;

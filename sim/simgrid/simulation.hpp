@@ -140,6 +140,13 @@ class Simulation {
   SimResult collect();
   [[nodiscard]] sg4::Host* host(int rank) const { return hosts_.at(static_cast<std::size_t>(rank)); }
   [[nodiscard]] int leaf(int device) const { return leaf_.at(static_cast<std::size_t>(device)); }
+  /// Whether a flow from `a` to `b` climbs above its leaf switch: the only
+  /// flows of a background group that share a link with anything simulated
+  /// (inside a scale-up domain a flow takes the devices' own NVLink ports,
+  /// inside a leaf their own NICs, and a background group's are its own).
+  [[nodiscard]] bool climbs(int a, int b) const {
+    return pm_.topology().domain_of(a) != pm_.topology().domain_of(b) && leaf(a) != leaf(b);
+  }
 
   // Runs an actor's body; the first error stops the simulation and is
   // rethrown once the engine returns.
