@@ -73,6 +73,16 @@ std::vector<ScenarioOption> make_table() {
                  [](Scenario& s, const json& v) { s.oversubscription = number_or_null(v); }});
   }
   {
+    OptionSpec c = spec("power_limit", ValueType::Number,
+                        "what-if: the devices' board power limit (the rated one or a cap the device profile lists "
+                        "as measured; tensor-core work runs at that cap's clock)",
+                        1, 1e5);
+    c.nullable = true;
+    c.unit = "W";
+    t.push_back({c, [](const Scenario& s) -> json { return optional_number(s.power_limit_w); },
+                 [](Scenario& s, const json& v) { s.power_limit_w = number_or_null(v); }});
+  }
+  {
     OptionSpec c = spec("engine", ValueType::Choice, "analytic (fast, uncontended) | simgrid (flow-level contention)");
     c.choices = {"analytic", "simgrid"};
     t.push_back({c, [](const Scenario& s) -> json { return s.engine; },
@@ -95,7 +105,7 @@ std::vector<ScenarioOption> make_table() {
 }  // namespace
 
 topologies::ClusterOverlay Scenario::overlay() const {
-  return topologies::ClusterOverlay{calibration, nic_gbps, oversubscription};
+  return topologies::ClusterOverlay{calibration, nic_gbps, oversubscription, power_limit_w};
 }
 
 const std::vector<ScenarioOption>& scenario_option_table() {

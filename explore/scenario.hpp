@@ -40,6 +40,9 @@ struct Scenario {
   /// switches' down:up oversubscription.
   std::optional<double> nic_gbps;
   std::optional<double> oversubscription;
+  /// What-if: the devices' board power limit, W (the rated one or a cap the
+  /// device profile lists with its measured tensor clock).
+  std::optional<double> power_limit_w;
   /// A model given as JSON text instead of `model` (a validation case's), and
   /// the name its errors are reported under.
   std::optional<std::pair<std::string, std::string>> model_json;

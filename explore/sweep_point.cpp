@@ -64,6 +64,7 @@ PointResult run_point(const SweepPoint& pt, const WorkLimits& limits) {
     row["nic_gbps"] = r.cluster.scale_out.nic_Gbps;
     row["oversubscription"] =
         r.cluster.scale_out.tiers.empty() ? 1.0 : r.cluster.scale_out.tiers.front().oversubscription;
+    row["power_limit"] = r.cluster.device.power ? json(r.cluster.device.power->limit_W) : json();
     const json resolved = plan::plan_options_json(run.plan.options);
     for (const auto& [key, value] : resolved.items()) row[key] = value;
     row["engine_detail"] = r.engine_detail;

@@ -15,6 +15,17 @@ namespace {
 
 using core::StrictObject;
 
+}  // namespace
+
+std::string power_limits_expected(const DeviceProfile::Power& w) {
+  std::string caps;
+  for (const auto& c : w.caps) caps += fmt::format("{}{:g} W", caps.empty() ? "" : ", ", c.limit_W);
+  return fmt::format("expected the rated {:g} W or a cap whose clock was measured ({})", w.rated_W,
+                     caps.empty() ? "none listed" : caps);
+}
+
+namespace {
+
 EfficiencyCurve read_curve(StrictObject& o, const std::string& key, double max_eff) {
   const auto& a = o.array(key);
   EfficiencyCurve c;
@@ -31,6 +42,34 @@ EfficiencyCurve read_curve(StrictObject& o, const std::string& key, double max_e
   }
   if (c.points.empty() || c.points.size() > 256) o.fail(key, "expected 1 to 256 [size, efficiency] pairs");
   return c;
+}
+
+// The device's power section; the limit it runs under sets the tensor clock.
+void read_power(StrictObject p, DeviceProfile& dev) {
+  DeviceProfile::Power w;
+  w.rated_W = p.number("rated_W", 1, 1e5);
+  w.compute_clock_MHz = p.number("compute_clock_MHz", 1, 1e5);
+  const std::size_t caps = p.array("caps").size();
+  for (std::size_t i = 0; i < caps; ++i) {
+    StrictObject c = p.element("caps", i);
+    DeviceProfile::PowerCap cap{c.number("limit_W", 1, 1e5), c.number("tensor_clock_MHz", 1, 1e5)};
+    if (cap.limit_W >= w.rated_W) c.fail("limit_W", fmt::format("expected a cap below the rated {:g} W", w.rated_W));
+    if (cap.tensor_clock_MHz > w.compute_clock_MHz) {
+      c.fail("tensor_clock_MHz", fmt::format("expected at most the compute clock, {:g} MHz", w.compute_clock_MHz));
+    }
+    if (c.str("source").empty()) c.fail("source", "expected where the clock under this cap was measured");
+    c.finish();
+    w.caps.push_back(cap);
+  }
+  w.limit_W = p.has("limit_W") ? p.number("limit_W", 1, 1e5) : w.rated_W;
+  dev.tensor_clock_scale = 1;
+  if (w.limit_W != w.rated_W) {
+    auto it = std::find_if(w.caps.begin(), w.caps.end(), [&](const auto& c) { return c.limit_W == w.limit_W; });
+    if (it == w.caps.end()) p.fail("limit_W", power_limits_expected(w));
+    dev.tensor_clock_scale = it->tensor_clock_MHz / w.compute_clock_MHz;
+  }
+  p.finish();
+  dev.power = std::move(w);
 }
 
 DeviceProfile read_device(StrictObject d) {
@@ -64,6 +103,7 @@ DeviceProfile read_device(StrictObject d) {
   }
   dev.hbm_efficiency = d.number("hbm_efficiency", 1e-3, 1);
   if (d.has("comm_compute_slowdown")) dev.comm_compute_slowdown = d.number("comm_compute_slowdown", 1, 10);
+  if (d.has("power")) read_power(d.object("power"), dev);
   d.finish();
 
   return dev;

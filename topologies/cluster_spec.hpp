@@ -51,6 +51,24 @@ struct DeviceProfile {
   /// How much longer a kernel runs while a collective's kernels share the
   /// device (SMs and HBM); 1 = no interference. Used by both engines.
   double comm_compute_slowdown = 1;
+  /// Board power. `rated_W` is the limit the efficiency curves were measured
+  /// under and `compute_clock_MHz` the SM clock `peak_tflops` is quoted at;
+  /// each cap is a lower limit with the SM clock a power-saturating
+  /// tensor-core GEMM was measured to hold there. `limit_W` is the limit this
+  /// run's devices are held to (the what-if --power-limit): the rated one or
+  /// a listed cap, nothing in between (no clock is extrapolated).
+  struct PowerCap {
+    double limit_W = 0, tensor_clock_MHz = 0;
+  };
+  struct Power {
+    double rated_W = 0, limit_W = 0, compute_clock_MHz = 0;
+    std::vector<PowerCap> caps;
+  };
+  std::optional<Power> power;
+  /// Tensor-core work (GEMMs, fused attention) runs at this fraction of the
+  /// efficiency curves' rate: 1 at the rated limit, a cap's tensor clock over
+  /// the compute clock under it (throughput follows the SM clock).
+  double tensor_clock_scale = 1;
   /// The device's share of its node's host memory, GiB (node.host.memory_GiB
   /// / node.devices, set by the reader; 0: the node's host is not described).
   /// Step metrics check offloaded state against it, as HBM against hbm_GiB.
@@ -133,6 +151,9 @@ struct ClusterSpec {
 };
 
 [[nodiscard]] ClusterSpec cluster_from_json(const std::string& text, const std::string& file);
+/// What a power limit must be for a device with this power section (the
+/// rated limit or a listed cap), as an error's "expected ..." text.
+[[nodiscard]] std::string power_limits_expected(const DeviceProfile::Power& power);
 /// A catalog name or a .json file.
 [[nodiscard]] ClusterSpec load_cluster(const std::string& name_or_path);
 /// The JSON text `load_cluster` would parse ({text, file name for errors}).

@@ -2,8 +2,10 @@
 #include "topologies/overlay.hpp"
 
 #include <fmt/format.h>
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
+#include "core/error.hpp"
 #include "core/json_reader.hpp"
 
 namespace hzp::topologies {
@@ -40,6 +42,26 @@ std::string apply_calibration(nlohmann::ordered_json& j, const std::string& path
   return stack;
 }
 
+// The devices held to `watts`: their profile's rated limit or one of its
+// measured caps (checked here, so that the error names the flag).
+void set_power_limit(nlohmann::ordered_json& j, const std::string& file, double watts) {
+  const ClusterSpec spec = cluster_from_json(j.dump(), file);
+  const auto& power = spec.device.power;
+  if (!power) {
+    throw core::InputError("command line", "--power-limit",
+                           fmt::format("expected a cluster whose device profile has a power section; {}'s {} has none",
+                                       spec.name, spec.device.name));
+  }
+  const bool listed = watts == power->rated_W || std::any_of(power->caps.begin(), power->caps.end(),
+                                                             [&](const auto& c) { return c.limit_W == watts; });
+  if (!listed) {
+    throw core::InputError("command line", "--power-limit",
+                           fmt::format("{} for {}'s {}, got {:g} W", power_limits_expected(*power), spec.name,
+                                       spec.device.name, watts));
+  }
+  j["device"]["power"]["limit_W"] = watts;
+}
+
 }  // namespace
 
 std::pair<std::string, std::string> overlaid_cluster_text(const std::string& name_or_path,
@@ -57,6 +79,7 @@ std::pair<std::string, std::string> overlaid_cluster_text(const std::string& nam
   if (overlay.oversubscription && !j["scale_out"]["tiers"].empty()) {
     j["scale_out"]["tiers"][0]["oversubscription"] = *overlay.oversubscription;
   }
+  if (overlay.power_limit_w) set_power_limit(j, file, *overlay.power_limit_w);
   return {j.dump(2), file};
 }
 

@@ -1,6 +1,7 @@
 // A cluster as a run sees it: the catalog entry or file, with a calibration
 // overlay (device-profile values fitted for its device) and what-if changes
-// (NIC speed, the leaf switches' oversubscription) applied to its JSON.
+// (NIC speed, the leaf switches' oversubscription, the devices' power limit)
+// applied to its JSON.
 #pragma once
 
 #include <optional>
@@ -18,7 +19,11 @@ struct ClusterOverlay {
   std::string calibration;
   std::optional<double> nic_gbps;          // scale_out.nic_Gbps
   std::optional<double> oversubscription;  // the first tier's down:up ratio
-  [[nodiscard]] bool empty() const { return calibration.empty() && !nic_gbps && !oversubscription; }
+  /// device.power.limit_W: the rated limit or a cap the device profile lists.
+  std::optional<double> power_limit_w;
+  [[nodiscard]] bool empty() const {
+    return calibration.empty() && !nic_gbps && !oversubscription && !power_limit_w;
+  }
 };
 
 struct ResolvedCluster {

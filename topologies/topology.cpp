@@ -217,6 +217,7 @@ Duration PerfModel::compute(const core::Op& op) const {
       eff = 0;  // bandwidth-bound kernels: bytes only
       break;
   }
+  eff *= d.tensor_clock_scale;  // under a power cap the tensor cores run at its clock
   double t_flops = eff > 0 ? core::compute_seconds(op.flops, peak * eff) : 0;
   double t_bytes = transfer_seconds(op.bytes, Bandwidth::from_GBps(d.hbm_GBps) * d.hbm_efficiency);
   return Duration::seconds(std::max(t_flops, t_bytes));

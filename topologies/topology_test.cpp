@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "core/error.hpp"
+#include "topologies/overlay.hpp"
 
 namespace hzp::topologies {
 namespace {
@@ -115,6 +116,68 @@ TEST(PerfModel, OversubscriptionDividesTheNicAboveTheLeaf) {
   PerfModel pm(Topology(spec, 1024));
   EXPECT_NEAR(pm.nccl().nic_GBps(0), 50, 1e-9);        // inside one leaf
   EXPECT_NEAR(pm.nccl().nic_GBps(1), 50 / 4.0, 1e-9);  // through the spine
+}
+
+// Under a power cap the device profile lists, tensor-core work runs at the
+// cap's measured clock over the compute clock the peaks are quoted at
+// (dgx-h100: 1610 / 1830 MHz at 500 W), bandwidth-bound kernels as before.
+TEST(PerfModel, APowerCapRunsTensorCoreWorkAtItsClock) {
+  ClusterOverlay capped;
+  capped.power_limit_w = 500;
+  const ClusterSpec spec = resolve_cluster("dgx-h100", capped).spec;
+  ASSERT_TRUE(spec.device.power.has_value());
+  EXPECT_EQ(spec.device.power->limit_W, 500);
+  EXPECT_DOUBLE_EQ(spec.device.tensor_clock_scale, 1610.0 / 1830.0);
+  PerfModel rated(Topology(load_cluster("dgx-h100"), 8)), low(Topology(spec, 8));
+  core::Op gemm;
+  gemm.kind = core::OpKind::Compute;
+  gemm.compute = core::ComputeKind::Gemm;
+  gemm.gemm = core::GemmShape{8192, 8192, 8192, 1};
+  gemm.flops = core::Flops(2.0 * 8192 * 8192 * 8192);
+  gemm.bytes = core::Bytes(3LL * 8192 * 8192 * 2);
+  EXPECT_NEAR(low.compute(gemm).to_seconds(), gemm.flops.count() / (989e12 * 0.806 * 1610 / 1830), 1e-9);
+  core::Op attention = gemm;
+  attention.compute = core::ComputeKind::Attention;
+  attention.gemm.reset();
+  attention.attention_kernel = "flash3";
+  EXPECT_NEAR(low.compute(attention).to_seconds() / rated.compute(attention).to_seconds(), 1830.0 / 1610.0, 1e-6);
+  core::Op ew;
+  ew.kind = core::OpKind::Compute;
+  ew.compute = core::ComputeKind::Elementwise;
+  ew.bytes = core::Bytes(3350000000LL);
+  EXPECT_EQ(low.compute(ew), rated.compute(ew));
+  // The rated limit is the catalog's own profile.
+  ClusterOverlay rated_limit;
+  rated_limit.power_limit_w = 700;
+  EXPECT_EQ(resolve_cluster("dgx-h100", rated_limit).spec.device.tensor_clock_scale, 1.0);
+}
+
+// A limit whose clock nobody measured is refused, naming the flag and what
+// the profile lists; so is any limit for a device without a power section.
+TEST(ClusterOverlay, APowerLimitMustBeRatedOrAMeasuredCap) {
+  ClusterOverlay o;
+  o.power_limit_w = 450;
+  try {
+    (void)resolve_cluster("dgx-h100", o);
+    ADD_FAILURE() << "450 W accepted";
+  } catch (const core::InputError& e) {
+    EXPECT_EQ(e.key(), "--power-limit");
+    EXPECT_NE(std::string(e.what()).find("expected the rated 700 W or a cap whose clock was measured (500 W)"),
+              std::string::npos)
+        << e.what();
+  }
+  o.power_limit_w = 300;
+  EXPECT_THROW((void)resolve_cluster("dgx2-v100", o), core::InputError);
+  // In a cluster file the same rule names the file's key.
+  auto [text, file] = cluster_text("dgx-h100");
+  const std::string from = "\"limit_W\": 700,";
+  text.replace(text.find(from), from.size(), "\"limit_W\": 600,");
+  try {
+    (void)cluster_from_json(text, "capped.json");
+    ADD_FAILURE() << "600 W accepted";
+  } catch (const core::InputError& e) {
+    EXPECT_EQ(e.key(), "device.power.limit_W") << e.what();
+  }
 }
 
 TEST(PerfModel, GemmRoofline) {
