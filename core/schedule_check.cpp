@@ -3,8 +3,13 @@
 
 #include <fmt/format.h>
 #include <algorithm>
-#include <map>
+#include <climits>
+#include <cstdint>
 #include <set>
+#include <string_view>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
 
 #include "core/error.hpp"
 #include "core/schedule_replay.hpp"
@@ -108,6 +113,7 @@ class ProgramCheck {
   ProgramCheck(const Schedule& s, const Program& p) : s_(s), p_(p) {}
 
   void run() {
+    reserve_ids();
     for (const Stream& st : p_.streams) {
       if (st.thread < 0 || static_cast<std::size_t>(st.thread) >= p_.threads.size()) {
         throw ScheduleError(
@@ -115,7 +121,7 @@ class ProgramCheck {
       }
       int previous = -1;
       for (const Op& op : st.ops) {
-        if (!ids_.insert(op.id).second) fail_at(p_, st, op, "duplicate op id");
+        if (!first_use(op.id)) fail_at(p_, st, op, "duplicate op id");
         if (op.id <= previous)
           fail_at(p_, st, op,
                   fmt::format("op ids must ascend along a stream (they are the host issue order); {} follows {}", op.id,
@@ -131,6 +137,33 @@ class ProgramCheck {
   }
 
  private:
+  // Op ids are dense in what the lowering writes: a bitmap over the range the
+  // streams' first and last ids span (each stream ascends, or fails), a set
+  // for any id outside it.
+  void reserve_ids() {
+    std::size_t n = 0;
+    std::int64_t lo = INT64_MAX, hi = INT64_MIN;
+    for (const Stream& st : p_.streams) {
+      if (st.ops.empty()) continue;
+      n += st.ops.size();
+      lo = std::min<std::int64_t>(lo, st.ops.front().id);
+      hi = std::max<std::int64_t>(hi, st.ops.back().id);
+    }
+    if (n == 0 || hi < lo || static_cast<std::uint64_t>(hi - lo) > 4 * n + 64) return;
+    ids_lo_ = lo;
+    seen_.assign(static_cast<std::size_t>(hi - lo + 1), 0);
+  }
+  bool first_use(int id) {
+    const std::int64_t j = static_cast<std::int64_t>(id) - ids_lo_;
+    if (j >= 0 && j < static_cast<std::int64_t>(seen_.size())) {
+      char& bit = seen_[static_cast<std::size_t>(j)];
+      if (bit) return false;
+      bit = 1;
+      return true;
+    }
+    return ids_.insert(id).second;
+  }
+
   void check_op(const Stream& st, const Op& op) {
     switch (op.kind) {
       case OpKind::Record:
@@ -165,7 +198,8 @@ class ProgramCheck {
   // Every free matches an alloc of the same buffer, size and class, once; buffers
   // never freed stay live to the end of the step (model state).
   void check_frees() const {
-    std::set<std::string> freed;
+    std::unordered_set<std::string_view> freed;
+    freed.reserve(frees_.size());
     for (auto [st, op] : frees_) {
       auto it = allocs_.find(op->buffer);
       if (it == allocs_.end())
@@ -184,10 +218,10 @@ class ProgramCheck {
 
   // Sequence numbers per group run 0, 1, 2, ... in the order the host issues them.
   void check_seqs() {
-    std::map<int, int> next_seq;  // group -> expected seq, in issue (id) order
+    std::vector<int> next_seq(s_.groups.size(), 0);  // group -> expected seq, in issue (id) order
     std::sort(collectives_.begin(), collectives_.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
     for (const auto& [id, op] : collectives_) {
-      int& expect = next_seq[op->group];
+      int& expect = next_seq[static_cast<std::size_t>(op->group)];
       if (op->seq != expect) {
         throw ScheduleError(
             fmt::format("program {} op {} '{}': collective on group {} has seq {}, expected {} (issue order)", p_.id,
@@ -208,9 +242,12 @@ class ProgramCheck {
 
   const Schedule& s_;
   const Program& p_;
-  std::set<int> ids_;
-  std::map<int, int> records_;
-  std::map<std::string, std::pair<Bytes, BufferClass>> allocs_;
+  std::int64_t ids_lo_ = 0;
+  std::vector<char> seen_;  // [id - ids_lo_]
+  std::set<int> ids_;       // ids outside seen_'s range
+  std::unordered_map<int, int> records_;
+  // By view: the Schedule's own buffer names outlive the check.
+  std::unordered_map<std::string_view, std::pair<Bytes, BufferClass>> allocs_;
   std::vector<std::pair<const Stream*, const Op*>> frees_;
   std::vector<std::pair<int, const Op*>> collectives_;
 };
@@ -224,12 +261,14 @@ void check_structure(const Schedule& s) {
 
 void check_collective_agreement(const Schedule& s) {
   // (group, seq) -> the first op seen, to compare every participant against.
-  std::map<std::pair<int, int>, std::pair<const Program*, const Op*>> first;
+  std::unordered_map<std::uint64_t, std::pair<const Program*, const Op*>> first;
   for (const Program& p : s.programs) {
     for (const Stream& st : p.streams) {
       for (const Op& op : st.ops) {
         if (op.kind != OpKind::Collective) continue;
-        auto [it, inserted] = first.try_emplace({op.group, op.seq}, &p, &op);
+        const auto key = (static_cast<std::uint64_t>(static_cast<std::uint32_t>(op.group)) << 32) |
+                         static_cast<std::uint32_t>(op.seq);
+        auto [it, inserted] = first.try_emplace(key, &p, &op);
         if (inserted) continue;
         const Op& o = *it->second.second;
         // All-to-all is all_to_allv: members may send different amounts.
@@ -248,10 +287,10 @@ void check_collective_agreement(const Schedule& s) {
 
 }  // namespace
 
-void check_schedule(const Schedule& s) {
+void check_schedule(const Schedule& s, Progress progress) {
   check_structure(s);
   check_collective_agreement(s);
-  (void)replay(s, ReplayCosts{});
+  if (progress == Progress::Walk) (void)replay(s, ReplayCosts{});
 }
 
 }  // namespace hzp::core

@@ -19,6 +19,11 @@ namespace hzp::core {
 ///    every participant issues the same (kind, bytes, dtype) at each seq
 ///    (bytes may differ for all-to-all, which is all_to_allv);
 ///  - progress: a replay reaches the end (no deadlock, no unmatched op).
-void check_schedule(const Schedule& s);
+///    Callers that hand the Schedule to an engine next may leave this to the
+///    engine's own walk (`Progress::ByTheEngine`): it names the same first
+///    stuck op, and a walk of a large Schedule costs as much as the rest of
+///    the check.
+enum class Progress { Walk, ByTheEngine };
+void check_schedule(const Schedule& s, Progress progress = Progress::Walk);
 
 }  // namespace hzp::core

@@ -259,6 +259,39 @@ TEST(ScheduleCheck, RejectsSequenceGapAndUnrecordedEvent) {
   EXPECT_NE(schedule_error(s).find("waits for event 9, which is never recorded"), std::string::npos);
 }
 
+// A deadlock is the walk's finding: a caller whose engine walks the Schedule
+// next leaves it to that walk, and the rest of the check still runs.
+TEST(ScheduleCheck, LeavesProgressToTheEngineWhenAsked) {
+  Schedule s = two_rank_schedule();
+  auto& ag = s.programs[0].streams[1].ops;
+  auto& comp = s.programs[0].streams[0].ops;
+  ag.insert(ag.begin(), event_op(0, OpKind::Wait, 8));
+  ag[1].id = 1;
+  ag[2].id = 2;
+  for (int i = 0; i < 3; ++i) comp[static_cast<std::size_t>(i)].id = 3 + i;
+  comp.push_back(event_op(6, OpKind::Record, 8));
+  EXPECT_THROW(check_schedule(s), ScheduleError);
+  EXPECT_NO_THROW(check_schedule(s, Progress::ByTheEngine));
+  EXPECT_THROW((void)replay(s, ReplayCosts{}), ScheduleError);
+  s.programs[0].streams[0].ops[0].id = 1;  // now a duplicate id: found without the walk
+  EXPECT_THROW(check_schedule(s, Progress::ByTheEngine), ScheduleError);
+}
+
+// Duplicate ids are found where ids are dense (a table over their range) and
+// where they are spread far apart (a set).
+TEST(ScheduleCheck, RejectsDuplicateIdsDenseOrSparse) {
+  Schedule s = two_rank_schedule();
+  s.programs[0].streams[1].ops[0].id = 2;  // the all-gather takes the compute stream's first id
+  EXPECT_NE(schedule_error(s).find("op 2 'ag': duplicate op id"), std::string::npos) << schedule_error(s);
+  Schedule sparse = two_rank_schedule();
+  for (auto& st : sparse.programs[0].streams) {
+    for (auto& op : st.ops) op.id *= 1000000;
+  }
+  EXPECT_EQ(schedule_error(sparse), "(accepted)");
+  sparse.programs[0].streams[1].ops[0].id = 2000000;
+  EXPECT_NE(schedule_error(sparse).find("duplicate op id"), std::string::npos) << schedule_error(sparse);
+}
+
 TEST(ScheduleCheck, RejectsIdsOutOfIssueOrder) {
   Schedule s = two_rank_schedule();
   std::swap(s.programs[0].streams[0].ops[0].id, s.programs[0].streams[0].ops[2].id);

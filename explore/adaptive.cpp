@@ -10,6 +10,7 @@
 #include <memory>
 
 #include "core/error.hpp"
+#include "core/schedule_check.hpp"
 #include "sim/engine.hpp"
 
 namespace hzp::explore {
@@ -56,7 +57,8 @@ class Evaluator {
 
   ShardCandidate operator()(const plan::PlanOptions& o) const {
     ShardCandidate c;
-    core::Schedule s = plan::lower(model_, pm_.topology(), o);
+    core::Schedule s = plan::lower(model_, pm_.topology(), o, /*check=*/false);
+    core::check_schedule(s, core::Progress::ByTheEngine);  // the engine's walk finds any deadlock
     traces::TraceHeader header;
     header.schedule_sha256 = "(adaptive search)";  // not hashed: only the fastest plan is kept
     traces::TimelineRecorder rec;

@@ -6,6 +6,7 @@
 
 #include "core/error.hpp"
 #include "core/io.hpp"
+#include "core/schedule_check.hpp"
 #include "core/sha256.hpp"
 #include "plan/options.hpp"
 #include "sim/engine.hpp"
@@ -185,7 +186,9 @@ ScenarioResult run_scenario(const Scenario& sc) {
     plan::PlanOptions o = sc.plan;
     o.strategy = strategy;
     o.stack = in.stack;
-    plan::LoweredPlan lowered = plan::lower_plan(r.model, pm.topology(), o);
+    // The engine's walk checks progress (deadlocks) as it simulates.
+    plan::LoweredPlan lowered = plan::lower_plan(r.model, pm.topology(), o, /*check=*/false);
+    core::check_schedule(lowered.schedule, core::Progress::ByTheEngine);
     run.schedule = std::move(lowered.schedule);
     run.plan = std::move(lowered.plan);
     stamp_inputs(run.schedule, r.model_sha256, r.cluster_sha256, *in.stack);

@@ -7,6 +7,7 @@
 #include <limits>
 #include <map>
 
+#include "core/schedule_check.hpp"
 #include "explore/parallel_map.hpp"
 #include "explore/search_internal.hpp"
 #include "sim/analytic/analytic_engine.hpp"
@@ -114,7 +115,8 @@ Estimate simulate(const models::ModelSpec& m, const topologies::PerfModel& pm, c
   // not an answer (screening, on reduced models, still ranked it).
   if (plan::estimate_work(m, o, resolved).ops > o.max_ops) return Estimate{};
   {
-    core::Schedule s = plan::lower_resolved(m, pm.topology(), o, std::move(resolved)).schedule;
+    core::Schedule s = plan::lower_resolved(m, pm.topology(), o, std::move(resolved), /*check=*/false).schedule;
+    core::check_schedule(s, core::Progress::ByTheEngine);  // the engine's walk finds any deadlock
     traces::TraceHeader h;
     h.schedule_sha256 = "(plan search)";
     traces::TimelineRecorder rec;
