@@ -64,11 +64,18 @@ validation::Scored run_case(const validation::Case& c, const std::string& calibr
   sc.stack = c.stack;
   if (!c.stack_json.empty()) sc.stack_json = std::pair{c.stack_json, c.file + " (stack)"};
   sc.nic_gbps = c.nic_gbps;
+  sc.power_limit_w = c.power_limit;
   sc.gpus = c.gpus;
   sc.plan = plan::plan_from_json(c.plan_json, c.file + " (plan)");
   sc.strategies = {sc.plan.strategy};
   sc.hash_schedules = false;
-  const ScenarioResult r = run_scenario(sc);
+  ScenarioResult r;
+  try {
+    r = run_scenario(sc);
+  } catch (const core::InputError& e) {
+    if (e.key() != "--power-limit") throw;
+    throw core::InputError(c.file, "power_limit", e.expected());  // the case's key, not the flag
+  }
   const sim::Metrics& m = r.runs.at(0).metrics;
   validation::Scored s{c.name, c.group, c.quantity, c.measured, 0, c.tolerance, m.fits()};
   const double step = m.step_time.to_seconds();

@@ -2,14 +2,19 @@
 // determinism of the bytes every output carries.
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include "cli/report.hpp"
 #include "core/error.hpp"
 #include "core/schedule.hpp"
 #include "core/schedule_check.hpp"
+#include "explore/cases.hpp"
 #include "explore/scenario.hpp"
 #include "models/model_spec.hpp"
+#include "plan/plan_file.hpp"
 #include "topologies/cluster_spec.hpp"
 #include "traces/timeline.hpp"
+#include "validation/cases.hpp"
 
 namespace hzp {
 namespace {
@@ -54,6 +59,43 @@ TEST(EndToEnd, FsdpShardsMemoryDdpDoesNot) {
   EXPECT_GT(fsdp.step_time, core::Duration{});
   EXPECT_GT(fsdp.mfu, 0.2);
   EXPECT_LT(fsdp.mfu, 0.9);
+}
+
+// A validation case may say the power limit its devices ran under: the
+// prediction moves with the cap's tensor clock (GEMM-bound here, so nearly
+// 1830 / 1610 slower), and a limit the profile does not list names the
+// case's key, not the command-line flag.
+TEST(EndToEnd, ACaseRunsUnderItsPowerLimit) {
+  plan::PlanOptions fsdp;
+  fsdp.strategy = plan::Strategy::Fsdp;
+  fsdp.seq_len = 8192;
+  fsdp.global_batch_sequences = 8;
+  fsdp.global_batch_tokens.reset();
+  nlohmann::json j = {{"schema_version", 1},
+                      {"name", "capped"},
+                      {"group", "g"},
+                      {"source", "test"},
+                      {"notes", ""},
+                      {"model", nlohmann::json::parse(models::model_text("llama3-8b").text)},
+                      {"cluster", "dgx-h100"},
+                      {"stack", "hzp-async"},
+                      {"gpus", 8},
+                      {"plan", nlohmann::json::parse(plan::plan_to_json(fsdp))},
+                      {"measured", {{"quantity", "iteration_time_s"}, {"value", 1.0}, {"flops_convention", nullptr}}},
+                      {"tolerance", 0.5}};
+  const double rated = explore::run_case(validation::case_from_json(j.dump(), "capped.json")).predicted;
+  j["power_limit"] = 500;
+  const double capped = explore::run_case(validation::case_from_json(j.dump(), "capped.json")).predicted;
+  EXPECT_GT(capped / rated, 1.08) << rated << " s rated, " << capped << " s at 500 W";
+  EXPECT_LT(capped / rated, 1830.0 / 1610.0 + 1e-9) << rated << " s rated, " << capped << " s at 500 W";
+  j["power_limit"] = 450;
+  try {
+    (void)explore::run_case(validation::case_from_json(j.dump(), "capped.json"));
+    ADD_FAILURE() << "450 W accepted";
+  } catch (const core::InputError& e) {
+    EXPECT_EQ(e.file(), "capped.json");
+    EXPECT_EQ(e.key(), "power_limit");
+  }
 }
 
 }  // namespace

@@ -62,6 +62,7 @@ Case case_from_json(const std::string& text, const std::string& file) {
       o.fail("pair_role", fmt::format("expected \"hierarchical\" or \"full\", got \"{}\"", c.pair_role));
   }
   if (o.has("nic_gbps")) c.nic_gbps = o.number("nic_gbps", 0, 1e6, true);
+  if (o.has("power_limit")) c.power_limit = o.number("power_limit", 1, 1e5);
   c.gpus = static_cast<int>(o.integer("gpus", 1, 1 << 20));
   const nlohmann::json& plan = o.raw("plan");
   if (!plan.is_object()) o.fail("plan", "expected the full plan object (a plan file's schema)");

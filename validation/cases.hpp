@@ -36,6 +36,9 @@ struct Case {
   /// Why this measurement contradicts another of the set (validation/consistency.py); empty: it does not.
   std::string inconsistent;
   std::optional<double> nic_gbps;  // what-if NIC speed per device, Gb/s
+  /// The devices' board power limit the run was held to, W, where it was
+  /// below the rated one (the rated limit or a cap the device profile lists).
+  std::optional<double> power_limit;
   int gpus = 0;
   std::string plan_json;  // the plan object, as JSON text (read by the plan loader)
   Quantity quantity = Quantity::IterationTime;

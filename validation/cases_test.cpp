@@ -43,6 +43,7 @@ TEST(Cases, ReadsAFullCase) {
   EXPECT_DOUBLE_EQ(c.measured, 140.0);
   EXPECT_EQ(c.gpus, 8);
   EXPECT_FALSE(c.nic_gbps);
+  EXPECT_FALSE(c.power_limit);
   EXPECT_EQ(nlohmann::json::parse(c.plan_json)["tp"], 8);
 }
 
