@@ -44,10 +44,19 @@ int cmd_models(bool json) {
   return 0;
 }
 
+// The limits --power-limit accepts: the rated one, then the measured caps.
+std::vector<double> power_limits(const topologies::ClusterSpec& c) {
+  std::vector<double> w;
+  if (!c.device.power) return w;
+  w.push_back(c.device.power->rated_W);
+  for (const auto& cap : c.device.power->caps) w.push_back(cap.limit_W);
+  return w;
+}
+
 int cmd_clusters(bool json) {
   nlohmann::ordered_json j = nlohmann::ordered_json::array();
-  std::string text = fmt::format("{:<16} {:<20} {:>9} {:>8} {:>14} {:>12}\n", "name", "device", "bf16 TF", "HBM GiB",
-                                 "scale-up", "NIC/device");
+  std::string text = fmt::format("{:<16} {:<20} {:>9} {:>8} {:>14} {:>12}  {}\n", "name", "device", "bf16 TF",
+                                 "HBM GiB", "scale-up", "NIC/device", "power W (--power-limit)");
   for (const auto& name : topologies::cluster_catalog_names()) {
     topologies::ClusterSpec c = topologies::load_cluster(name);
     std::string up = fmt::format("{}x{} {:.0f}GB/s", c.devices_per_node / c.scale_up.domain_devices,
@@ -60,9 +69,13 @@ int cmd_clusters(bool json) {
                  {"scale_up_domain", c.scale_up.domain_devices},
                  {"scale_up_GBps", c.scale_up.bw_GBps},
                  {"nic_GBps_per_device", c.nic_GBps_per_device()},
+                 {"power_limits_W", power_limits(c)},
                  {"source", c.source}});
-    text += fmt::format("{:<16} {:<20} {:>9.0f} {:>8.1f} {:>14} {:>9.1f}GB/s\n", name, c.device.name,
-                        c.device.peak_tflops.at(core::Dtype::Bf16), c.device.hbm_GiB, up, c.nic_GBps_per_device());
+    std::string power = "-";
+    if (!power_limits(c).empty()) power = fmt::format("{}", fmt::join(power_limits(c), ", "));
+    text += fmt::format("{:<16} {:<20} {:>9.0f} {:>8.1f} {:>14} {:>9.1f}GB/s  {}\n", name, c.device.name,
+                        c.device.peak_tflops.at(core::Dtype::Bf16), c.device.hbm_GiB, up, c.nic_GBps_per_device(),
+                        power);
   }
   std::cout << (json ? j.dump(2) + "\n" : text);
   return 0;
