@@ -222,8 +222,9 @@ void add_plan_command(CLI::App& app, Commands& out) {
       ->capture_default_str();
   cmd->add_option("--gpus", pa.gpus, "GPU counts (e.g. 256,512,1024)")->delimiter(',')->capture_default_str();
   pa.batch_flags.add(cmd, plan_specs({"global_batch_tokens", "global_batch_sequences", "seq_len"}), option_defaults());
-  pa.overlay_flags.add(cmd, scenario_specs(false, {"stack", "calibration", "nic_gbps", "oversubscription", "power_limit"}),
-                       option_defaults());
+  pa.overlay_flags.add(
+      cmd, scenario_specs(false, {"stack", "calibration", "nic_gbps", "oversubscription", "power_limit"}),
+      option_defaults());
   cmd->add_option("--memory-limit-GiB", pa.memory_limit_GiB, "memory budget per device (default: HBM)")
       ->check(number_in(0.001, 1e6));
   cmd->add_option("--price-per-gpu-hour", pa.price, "USD per GPU-hour (default: the cluster file's, if any)")
