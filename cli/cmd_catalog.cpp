@@ -61,6 +61,7 @@ int cmd_clusters(bool json) {
     topologies::ClusterSpec c = topologies::load_cluster(name);
     std::string up = fmt::format("{}x{} {:.0f}GB/s", c.devices_per_node / c.scale_up.domain_devices,
                                  c.scale_up.domain_devices, c.scale_up.bw_GBps);
+    const std::vector<double> limits = power_limits(c);
     j.push_back({{"name", name},
                  {"device", c.device.name},
                  {"bf16_tflops", c.device.peak_tflops.at(core::Dtype::Bf16)},
@@ -69,10 +70,9 @@ int cmd_clusters(bool json) {
                  {"scale_up_domain", c.scale_up.domain_devices},
                  {"scale_up_GBps", c.scale_up.bw_GBps},
                  {"nic_GBps_per_device", c.nic_GBps_per_device()},
-                 {"power_limits_W", power_limits(c)},
+                 {"power_limits_W", limits},
                  {"source", c.source}});
-    std::string power = "-";
-    if (!power_limits(c).empty()) power = fmt::format("{}", fmt::join(power_limits(c), ", "));
+    const std::string power = limits.empty() ? "-" : fmt::format("{}", fmt::join(limits, ", "));
     text += fmt::format("{:<16} {:<20} {:>9.0f} {:>8.1f} {:>14} {:>9.1f}GB/s  {}\n", name, c.device.name,
                         c.device.peak_tflops.at(core::Dtype::Bf16), c.device.hbm_GiB, up, c.nic_GBps_per_device(),
                         power);

@@ -15,16 +15,13 @@ namespace {
 
 using core::StrictObject;
 
-}  // namespace
-
+// What a power limit must be: the rated limit or a listed cap.
 std::string power_limits_expected(const DeviceProfile::Power& w) {
   std::string caps;
   for (const auto& c : w.caps) caps += fmt::format("{}{:g} W", caps.empty() ? "" : ", ", c.limit_W);
   return fmt::format("expected the rated {:g} W or a cap whose clock was measured ({})", w.rated_W,
                      caps.empty() ? "none listed" : caps);
 }
-
-namespace {
 
 EfficiencyCurve read_curve(StrictObject& o, const std::string& key, double max_eff) {
   const auto& a = o.array(key);

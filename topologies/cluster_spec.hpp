@@ -151,9 +151,6 @@ struct ClusterSpec {
 };
 
 [[nodiscard]] ClusterSpec cluster_from_json(const std::string& text, const std::string& file);
-/// What a power limit must be for a device with this power section (the
-/// rated limit or a listed cap), as an error's "expected ..." text.
-[[nodiscard]] std::string power_limits_expected(const DeviceProfile::Power& power);
 /// A catalog name or a .json file.
 [[nodiscard]] ClusterSpec load_cluster(const std::string& name_or_path);
 /// The JSON text `load_cluster` would parse ({text, file name for errors}).

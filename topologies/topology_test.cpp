@@ -118,6 +118,26 @@ TEST(PerfModel, OversubscriptionDividesTheNicAboveTheLeaf) {
   EXPECT_NEAR(pm.nccl().nic_GBps(1), 50 / 4.0, 1e-9);  // through the spine
 }
 
+// A bf16 GEMM of n x n x n (2n^3 FLOPs, three n x n bf16 matrices).
+core::Op square_gemm(std::int64_t n) {
+  core::Op op;
+  op.kind = core::OpKind::Compute;
+  op.compute = core::ComputeKind::Gemm;
+  op.gemm = core::GemmShape{n, n, n, 1};
+  op.flops = core::Flops(2.0 * static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(n));
+  op.bytes = core::Bytes(3 * n * n * 2);
+  return op;
+}
+
+// An elementwise kernel that moves `bytes` of HBM.
+core::Op bandwidth_kernel(std::int64_t bytes) {
+  core::Op op;
+  op.kind = core::OpKind::Compute;
+  op.compute = core::ComputeKind::Elementwise;
+  op.bytes = core::Bytes(bytes);
+  return op;
+}
+
 // Under a power cap the device profile lists, tensor-core work runs at the
 // cap's measured clock over the compute clock the peaks are quoted at
 // (dgx-h100: 1610 / 1830 MHz at 500 W), bandwidth-bound kernels as before.
@@ -129,22 +149,14 @@ TEST(PerfModel, APowerCapRunsTensorCoreWorkAtItsClock) {
   EXPECT_EQ(spec.device.power->limit_W, 500);
   EXPECT_DOUBLE_EQ(spec.device.tensor_clock_scale, 1610.0 / 1830.0);
   PerfModel rated(Topology(load_cluster("dgx-h100"), 8)), low(Topology(spec, 8));
-  core::Op gemm;
-  gemm.kind = core::OpKind::Compute;
-  gemm.compute = core::ComputeKind::Gemm;
-  gemm.gemm = core::GemmShape{8192, 8192, 8192, 1};
-  gemm.flops = core::Flops(2.0 * 8192 * 8192 * 8192);
-  gemm.bytes = core::Bytes(3LL * 8192 * 8192 * 2);
+  const core::Op gemm = square_gemm(8192);
   EXPECT_NEAR(low.compute(gemm).to_seconds(), gemm.flops.count() / (989e12 * 0.806 * 1610 / 1830), 1e-9);
   core::Op attention = gemm;
   attention.compute = core::ComputeKind::Attention;
   attention.gemm.reset();
   attention.attention_kernel = "flash3";
   EXPECT_NEAR(low.compute(attention).to_seconds() / rated.compute(attention).to_seconds(), 1830.0 / 1610.0, 1e-6);
-  core::Op ew;
-  ew.kind = core::OpKind::Compute;
-  ew.compute = core::ComputeKind::Elementwise;
-  ew.bytes = core::Bytes(3350000000LL);
+  const core::Op ew = bandwidth_kernel(3350000000LL);
   EXPECT_EQ(low.compute(ew), rated.compute(ew));
   // The rated limit is the catalog's own profile.
   ClusterOverlay rated_limit;
@@ -182,18 +194,10 @@ TEST(ClusterOverlay, APowerLimitMustBeRatedOrAMeasuredCap) {
 
 TEST(PerfModel, GemmRoofline) {
   PerfModel pm(Topology(load_cluster("dgx-h100"), 8));
-  core::Op op;
-  op.kind = core::OpKind::Compute;
-  op.compute = core::ComputeKind::Gemm;
-  op.gemm = core::GemmShape{8192, 8192, 8192, 1};
-  op.flops = core::Flops(2.0 * 8192 * 8192 * 8192);
-  op.bytes = core::Bytes(3LL * 8192 * 8192 * 2);
+  const core::Op op = square_gemm(8192);
   EXPECT_NEAR(pm.compute(op).to_seconds(), op.flops.count() / (989e12 * 0.806), 1e-9);
   // A bandwidth kernel: bytes / (3.35 TB/s · 0.85).
-  core::Op ew;
-  ew.kind = core::OpKind::Compute;
-  ew.compute = core::ComputeKind::Elementwise;
-  ew.bytes = core::Bytes(3350000000LL);
+  const core::Op ew = bandwidth_kernel(3350000000LL);
   EXPECT_NEAR(3.35e9 / (3350e9 * 0.85), pm.compute(ew).to_seconds(), 1e-9);
 }
 
