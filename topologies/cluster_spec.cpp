@@ -152,6 +152,15 @@ ScaleOut read_scale_out(StrictObject out) {
   if (out.has("step_latency_us")) {
     if (const auto l = out.number_or_null("step_latency_us", 0, 1e4)) so.step_latency_us = *l;
   }
+  if (out.has("step_latency_by_protocol_us")) {
+    if (so.step_latency_us) {
+      out.fail("step_latency_by_protocol_us", "expected it or step_latency_us, not both");
+    }
+    StrictObject by = out.object("step_latency_by_protocol_us");
+    so.step_latency_by_protocol_us = {by.number("LL", 0, 1e4), by.number("LL128", 0, 1e4), by.number("Simple", 0, 1e4)};
+    by.finish();
+  }
+  if (out.has("plugin_latency_us")) so.plugin_latency_us = out.number("plugin_latency_us", 0, 1e4);
   const auto& tiers = out.array("tiers");
   if (tiers.empty() || tiers.size() > 6) out.fail("tiers", "expected one to six fabric tiers");
   for (std::size_t i = 0; i < tiers.size(); ++i) {

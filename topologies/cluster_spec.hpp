@@ -3,6 +3,7 @@
 // Every figure in the catalog names its public source.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -39,7 +40,7 @@ struct DeviceProfile {
   /// and below the curve's first size at the bf16 rate. Empty: FP8 GEMMs run
   /// at `gemm`'s fractions of the fp8 peak.
   EfficiencyCurve gemm_fp8;
-  double attention_efficiency = 0;          // fused attention kernels, fraction of peak
+  double attention_efficiency = 0;  // fused attention kernels, fraction of peak
   /// Per fused-attention kernel family ("flash2", "flash3", "cudnn"): the
   /// fraction of peak its forward and its backward reach on this device; a
   /// family not listed runs at attention_efficiency both ways.
@@ -116,6 +117,17 @@ struct ScaleOut {
   /// A measured Simple ring step latency across the leaf replacing NCCL's NET
   /// entry (the other protocols scale with it); unset: NCCL's.
   std::optional<double> step_latency_us;
+  /// A step across the leaf at each protocol (LL, LL128, Simple), for every
+  /// algorithm alike: a fabric whose step is dominated by the network's own
+  /// latency rather than NCCL's protocol (AWS EFA, as aws-ofi-nccl's tuner
+  /// models it). Unset: NCCL's NET row (scaled by step_latency_us).
+  std::optional<std::array<double, 3>> step_latency_by_protocol_us;
+  /// The latency the network plugin reports to NCCL (ncclNetProperties_t
+  /// .latency). NCCL's tuner adds it to every step across the fabric, twice
+  /// for Simple (tuning.cc, since 2.12.7): it moves NCCL's choice of
+  /// algorithm and protocol, not the time a step takes. NCCL's InfiniBand
+  /// and socket transports report 0.
+  double plugin_latency_us = 0;
   std::vector<FabricTier> tiers;  // leaf first
 };
 

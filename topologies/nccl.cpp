@@ -18,8 +18,11 @@
 // bw[a][p] starts from the Simple ring's bus bandwidth (inside a domain the
 // scale-up link at its measured ring plateau; across, the NICs the ring's
 // channels leave a domain through, and the raw link), scaled and capped by
-// the protocol (NCCL's factors and per-generation caps). NCCL chooses on the
-// estimate with every channel busy; what runs is spread over only the
+// the protocol (NCCL's factors and per-generation caps). A fabric may give
+// its NET step per protocol instead (EFA: the network's latency, whatever the
+// protocol). NCCL chooses on the estimate with every channel busy and each
+// NET step charged the network plugin's reported latency too (twice for
+// Simple: tuning.cc's latencyInter); what runs is spread over only the
 // channels the message fills (enqueue.cc: a channel per threads × bytes per
 // thread), so a small collective's speed depends on its per-channel chunk,
 // not on N alone.
@@ -174,6 +177,8 @@ NcclModel::NcclModel(const ClusterSpec& spec, const NcclTuning& tuning) : t_(&tu
   nic_ring_efficiency_ = spec.scale_out.ring_efficiency;
   const double nccl_net = tuning.step_latency_us[idx(LinkClass::Net)][idx(A::Ring)][idx(P::Simple)];
   if (spec.scale_out.step_latency_us && nccl_net > 0) net_step_scale_ = *spec.scale_out.step_latency_us / nccl_net;
+  net_step_by_protocol_us_ = spec.scale_out.step_latency_by_protocol_us;
+  plugin_latency_us_ = spec.scale_out.plugin_latency_us;
   nics_per_device_ = static_cast<double>(spec.scale_out.nics_per_node) / spec.devices_per_node;
   for (const auto& tier : spec.scale_out.tiers) {
     tier_oversubscription_.push_back(tier.oversubscription);
@@ -199,6 +204,7 @@ double NcclModel::net_step_us(NcclAlgorithm a, NcclProtocol p, int top_tier) con
   for (int i = 1; i <= top_tier && i < static_cast<int>(tier_hop_us_.size()); ++i) {
     hops += tier_hop_us_[static_cast<std::size_t>(i)] * 2;
   }
+  if (net_step_by_protocol_us_) return (*net_step_by_protocol_us_)[idx(p)] + hops;
   return t_->step_latency_us[idx(LinkClass::Net)][idx(a)][idx(p)] * net_step_scale_ + hops;
 }
 
@@ -236,6 +242,59 @@ int NcclModel::channels_used(NcclProtocol p, double bytes, int channels) const {
   const double per_channel = t_->threads_per_channel[idx(p)] * t_->channel_threshold_bytes[idx(p)];
   const double fill = per_channel > 0 ? std::floor(bytes / per_channel) : channels;
   return static_cast<int>(std::clamp(fill, 1.0, static_cast<double>(channels)));
+}
+
+NcclModel::Steps NcclModel::steps(NcclAlgorithm a, NcclProtocol p, CollectiveKind kind, double N, const GroupSpan& g,
+                                  double intra, double inter) const {
+  using A = NcclAlgorithm;
+  using P = NcclProtocol;
+  const NcclTuning& t = *t_;
+  const double n = g.ranks;
+  const int D = g.domains;
+  const int ppn = std::max(1, g.ranks / std::max(1, D));
+  const int ch = channels(g);
+  double latency_us = t.base_latency_us[idx(a)][idx(p)];
+  double moved = 0;
+  switch (a) {
+    case A::Ring: {
+      const bool all_reduce = kind == CollectiveKind::AllReduce;
+      if (D > 1) intra = std::max(intra, t.net_overhead_us * (p == P::Simple ? 3 : 1));
+      if (kind == CollectiveKind::Broadcast) {
+        // A chain over every rank, as NCCL's ring model costs it: n steps, of
+        // which one per domain crosses the network (tuning.cc: nsteps =
+        // nRanks, nInterSteps = nNodes).
+        latency_us += (n - (D > 1 ? D : 0)) * intra + (D > 1 ? D * inter : 0);
+        moved = N;
+        break;
+      }
+      const double steps = (all_reduce ? 2 : 1) * (n - 1);
+      const double inter_steps = D > 1 ? (all_reduce ? 2 : 1) * (D - 1) : 0;
+      latency_us += (steps - inter_steps) * intra + inter_steps * inter;
+      if (all_reduce && p == P::Simple && D > 1 && N / (ch * n) >= 64) {
+        latency_us *= ampere_or_later_ ? t.ring_plateau_factor : t.ring_plateau_factor_pre_ampere;
+      }
+      moved = (all_reduce ? 2 : 1) * (n - 1) / n * N;
+      break;
+    }
+    case A::Tree:
+      latency_us += 2 * ((ppn - 1) * intra + log2_floor(D) * inter);
+      moved = 2 * N;
+      break;
+    case A::Nvls:
+      latency_us = intra;  // NCCL's NVLS latency replaces the base
+      moved = 2 * (n - 1) / n * N;
+      break;
+    case A::NvlsTree:
+      latency_us += intra + 2 * log2_floor(D) * inter;
+      moved = 2 * (n - 1) / n * N;
+      break;
+    case A::Pat:
+      latency_us += log2_floor(D) * inter / t.pat_net_divisor + t.pat_per_rank_us * n;
+      moved = (n - 1) / n * N;
+      break;
+    default: break;
+  }
+  return {latency_us, moved};
 }
 
 CollectiveChoice NcclModel::cost(NcclAlgorithm a, NcclProtocol p, CollectiveKind kind, double N,
@@ -280,53 +339,17 @@ CollectiveChoice NcclModel::cost(NcclAlgorithm a, NcclProtocol p, CollectiveKind
   if (a == A::Pat) bw *= t.pat_factor;
 
   // Steps: inside a domain at the link's latency, across at the NET one
-  // (with one rank per node, NCCL charges the tree's NET step).
-  const double base = t.base_latency_us[idx(a)][idx(p)];
-  double intra = intra_step_us(a, p);
+  // (with one rank per node, NCCL charges the tree's NET step). NCCL's
+  // estimate adds the network plugin's reported latency to each NET step,
+  // twice for Simple; the time a step takes does not include it.
+  const double intra = intra_step_us(a, p);
   const double inter = net_step_us(ppn == 1 ? A::Tree : a, p, g.top_tier);
-  double latency_us = base;
-  double moved = 0;
-  switch (a) {
-    case A::Ring: {
-      const bool all_reduce = kind == CollectiveKind::AllReduce;
-      if (D > 1) intra = std::max(intra, t.net_overhead_us * (p == P::Simple ? 3 : 1));
-      if (kind == CollectiveKind::Broadcast) {
-        // A chain over every rank, as NCCL's ring model costs it: n steps, of
-        // which one per domain crosses the network (tuning.cc: nsteps =
-        // nRanks, nInterSteps = nNodes).
-        latency_us += (n - (D > 1 ? D : 0)) * intra + (D > 1 ? D * inter : 0);
-        moved = N;
-        break;
-      }
-      const double steps = (all_reduce ? 2 : 1) * (n - 1);
-      const double inter_steps = D > 1 ? (all_reduce ? 2 : 1) * (D - 1) : 0;
-      latency_us += (steps - inter_steps) * intra + inter_steps * inter;
-      if (all_reduce && p == P::Simple && D > 1 && N / (ch * n) >= 64) {
-        latency_us *= ampere_or_later_ ? t.ring_plateau_factor : t.ring_plateau_factor_pre_ampere;
-      }
-      moved = (all_reduce ? 2 : 1) * (n - 1) / n * N;
-      break;
-    }
-    case A::Tree:
-      latency_us += 2 * ((ppn - 1) * intra + log2_floor(D) * inter);
-      moved = 2 * N;
-      break;
-    case A::Nvls:
-      latency_us = intra;  // NCCL's NVLS latency replaces the base
-      moved = 2 * (n - 1) / n * N;
-      break;
-    case A::NvlsTree:
-      latency_us += intra + 2 * log2_floor(D) * inter;
-      moved = 2 * (n - 1) / n * N;
-      break;
-    case A::Pat:
-      latency_us += log2_floor(D) * inter / t.pat_net_divisor + t.pat_per_rank_us * n;
-      moved = (n - 1) / n * N;
-      break;
-    default: break;
-  }
-  c.latency_s = latency_us * 1e-6;
-  c.estimate_s = bw > 0 ? c.latency_s + moved / (bw * 1e9) : std::numeric_limits<double>::infinity();
+  const double plugin = plugin_latency_us_ * (p == P::Simple ? 2 : 1);
+  const Steps run = steps(a, p, kind, N, g, intra, inter);
+  const double estimate_us = plugin > 0 ? steps(a, p, kind, N, g, intra, inter + plugin).latency_us : run.latency_us;
+  const double moved = run.moved;
+  c.latency_s = run.latency_us * 1e-6;
+  c.estimate_s = bw > 0 ? estimate_us * 1e-6 + moved / (bw * 1e9) : std::numeric_limits<double>::infinity();
 
   // What runs: a message that fills fewer channels runs on fewer (after the
   // choice, as in enqueue.cc).

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <array>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -132,6 +133,14 @@ class NcclModel {
   [[nodiscard]] CollectiveChoice cost(NcclAlgorithm a, NcclProtocol p, core::CollectiveKind kind, double bytes,
                                       const GroupSpan& g) const;
   [[nodiscard]] int channels_used(NcclProtocol p, double bytes, int channels) const;
+  struct Steps {
+    double latency_us = 0;  // base + steps
+    double moved = 0;       // bytes over the busiest link
+  };
+  /// The step latencies of (a, p) over `g` with a step inside a domain
+  /// costing `intra` and one across `inter` µs, and the bytes it moves.
+  [[nodiscard]] Steps steps(NcclAlgorithm a, NcclProtocol p, core::CollectiveKind kind, double bytes,
+                            const GroupSpan& g, double intra, double inter) const;
 
   const NcclTuning* t_;
   NcclArch arch_ = NcclArch::Hopper;
@@ -144,6 +153,8 @@ class NcclModel {
   double nic_GBps_ = 0;         // per device, before oversubscription
   double nic_ring_efficiency_ = 1;
   double net_step_scale_ = 1;
+  std::optional<std::array<double, kNcclProtocols>> net_step_by_protocol_us_;
+  double plugin_latency_us_ = 0;  // added to NET steps in NCCL's estimate only
   double nics_per_device_ = 1;
   std::vector<double> tier_oversubscription_;
   std::vector<double> tier_hop_us_;

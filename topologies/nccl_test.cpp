@@ -177,5 +177,55 @@ TEST(NcclModel, BroadcastChainCrossesTheNetworkOncePerNode) {
   EXPECT_NEAR(b.transfer_s, N / (b.bus_GBps * 1e9), 1e-15);
 }
 
+TEST(NcclModel, AFabricStepPerProtocolReplacesNcclsNetRow) {
+  // 2 nodes × 8 with a fabric whose step costs 20 µs at LL and LL128 and 23 at
+  // Simple, whatever the algorithm (EFA, as aws-ofi-nccl's tuner models it).
+  // Tree LL all-reduce: 6.8 + 2 · (7 · 0.6 + 1 · 20) = 55.2 µs; Tree Simple:
+  // 8.4 + 2 · (7 · 4.0 + 23) = 110.4; ring LL128 all-gather: 14.0 + 14 NVLink
+  // steps at 1.9 + 1 step across at 20 = 60.6.
+  ClusterSpec spec = h100();
+  spec.scale_out.step_latency_by_protocol_us = std::array<double, 3>{20, 20, 23};
+  PerfModel pm(Topology(spec, 16));
+  const GroupSpan g = pm.span(iota(16));
+  const auto ar = pm.nccl().candidates(CollectiveKind::AllReduce, 8, g);
+  EXPECT_NEAR(pick(ar, NcclAlgorithm::Tree, NcclProtocol::LL).latency_s * 1e6, 55.2, 1e-9);
+  EXPECT_NEAR(pick(ar, NcclAlgorithm::Tree, NcclProtocol::Simple).latency_s * 1e6, 110.4, 1e-9);
+  const auto ag = pm.nccl().candidates(CollectiveKind::AllGather, 8, g);
+  EXPECT_NEAR(pick(ag, NcclAlgorithm::Ring, NcclProtocol::LL128).latency_s * 1e6, 60.6, 1e-9);
+}
+
+TEST(NcclModel, ThePluginsLatencyMovesTheChoiceNotTheTime) {
+  // A network plugin reporting 75 µs: NCCL adds it to each step across the
+  // fabric in its estimate, twice for Simple. Over 2 nodes every all-reduce
+  // algorithm crosses twice (ring 2 · (2 − 1), tree and NVLSTree 2 · log2 2),
+  // so each estimate grows by 150 µs (LL, LL128) or 300 µs (Simple; 420 for
+  // the ring, whose plateau factor 1.4 scales its whole latency at this
+  // size) and no time does.
+  ClusterSpec spec = h100();
+  PerfModel plain(Topology(spec, 16));
+  spec.scale_out.plugin_latency_us = 75;
+  PerfModel efa(Topology(spec, 16));
+  const GroupSpan g = plain.span(iota(16));
+  const double N = 8 << 20;
+  const auto before = plain.nccl().candidates(CollectiveKind::AllReduce, N, g);
+  const auto after = efa.nccl().candidates(CollectiveKind::AllReduce, N, g);
+  ASSERT_EQ(before.size(), after.size());
+  for (std::size_t i = 0; i < before.size(); ++i) {
+    const bool simple = after[i].protocol == NcclProtocol::Simple;
+    const double extra_us = !simple ? 150 : after[i].algorithm == NcclAlgorithm::Ring ? 420 : 300;
+    EXPECT_NEAR((after[i].estimate_s - before[i].estimate_s) * 1e6, extra_us, 1e-6) << to_string(after[i].algorithm);
+    EXPECT_DOUBLE_EQ(after[i].seconds(), before[i].seconds());
+  }
+  // At 8 MiB NVLSTree Simple is cheapest by less than 150 µs over Tree
+  // LL128; the plugin's latency hands the choice to Tree LL128.
+  const auto simple = plain.nccl().choose(CollectiveKind::AllReduce, N, g);
+  const auto ll128 = pick(before, NcclAlgorithm::Tree, NcclProtocol::LL128);
+  ASSERT_EQ(simple.algorithm, NcclAlgorithm::NvlsTree);
+  EXPECT_LT(ll128.estimate_s - simple.estimate_s, 150e-6);
+  const auto chosen = efa.nccl().choose(CollectiveKind::AllReduce, N, g);
+  EXPECT_EQ(chosen.algorithm, NcclAlgorithm::Tree);
+  EXPECT_EQ(chosen.protocol, NcclProtocol::LL128);
+}
+
 }  // namespace
 }  // namespace hzp::topologies

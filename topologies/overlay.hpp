@@ -21,9 +21,7 @@ struct ClusterOverlay {
   std::optional<double> oversubscription;  // the first tier's down:up ratio
   /// device.power.limit_W: the rated limit or a cap the device profile lists.
   std::optional<double> power_limit_w;
-  [[nodiscard]] bool empty() const {
-    return calibration.empty() && !nic_gbps && !oversubscription && !power_limit_w;
-  }
+  [[nodiscard]] bool empty() const { return calibration.empty() && !nic_gbps && !oversubscription && !power_limit_w; }
 };
 
 struct ResolvedCluster {

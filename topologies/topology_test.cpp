@@ -19,8 +19,8 @@ std::vector<int> iota(int n, int start = 0) {
 
 TEST(ClusterCatalog, AllEntriesLoad) {
   auto names = cluster_catalog_names();
-  EXPECT_EQ(names, (std::vector<std::string>{"dgx-a100", "dgx-b200", "dgx-h100", "dgx-h200", "dgx2-v100", "gb200-nvl72",
-                                             "leonardo-booster", "mesh16-roce200"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"aws-p5", "dgx-a100", "dgx-b200", "dgx-h100", "dgx-h200", "dgx2-v100",
+                                             "gb200-nvl72", "leonardo-booster", "mesh16-roce200"}));
   for (const auto& n : names) EXPECT_EQ(load_cluster(n).name, n);
 }
 
@@ -35,6 +35,21 @@ TEST(ClusterSpec, VersionOneNamesWhatChanged) {
   } catch (const core::InputError& e) {
     EXPECT_EQ(e.key(), "schema_version");
     EXPECT_NE(std::string(e.what()).find("ring_efficiency"), std::string::npos);
+  }
+}
+
+TEST(ClusterSpec, AFabricStepIsEitherScaledOrGivenPerProtocol) {
+  auto [text, file] = cluster_text("dgx-h100");
+  const std::size_t at = text.find("\"step_latency_us\": null", text.find("\"scale_out\""));
+  ASSERT_NE(at, std::string::npos);
+  text.replace(at, 23,
+               "\"step_latency_us\": 14, \"step_latency_by_protocol_us\": {\"LL\": 1, \"LL128\": 1, \"Simple\": 2}");
+  try {
+    (void)cluster_from_json(text, "both.json");
+    FAIL();
+  } catch (const core::InputError& e) {
+    EXPECT_EQ(e.key(), "scale_out.step_latency_by_protocol_us");
+    EXPECT_NE(std::string(e.what()).find("not both"), std::string::npos);
   }
 }
 
