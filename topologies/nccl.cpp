@@ -244,15 +244,18 @@ int NcclModel::channels_used(NcclProtocol p, double bytes, int channels) const {
   return static_cast<int>(std::clamp(fill, 1.0, static_cast<double>(channels)));
 }
 
-NcclModel::Steps NcclModel::steps(NcclAlgorithm a, NcclProtocol p, CollectiveKind kind, double N, const GroupSpan& g,
+NcclModel::Shape NcclModel::shape(const GroupSpan& g) const {
+  const int D = g.domains;
+  return {static_cast<double>(g.ranks), D, std::max(1, g.ranks / std::max(1, D)), channels(g)};
+}
+
+NcclModel::Steps NcclModel::steps(NcclAlgorithm a, NcclProtocol p, CollectiveKind kind, double N, const Shape& sh,
                                   double intra, double inter) const {
   using A = NcclAlgorithm;
   using P = NcclProtocol;
   const NcclTuning& t = *t_;
-  const double n = g.ranks;
-  const int D = g.domains;
-  const int ppn = std::max(1, g.ranks / std::max(1, D));
-  const int ch = channels(g);
+  const double n = sh.ranks;
+  const int D = sh.domains, ppn = sh.per_domain, ch = sh.channels;
   double latency_us = t.base_latency_us[idx(a)][idx(p)];
   double moved = 0;
   switch (a) {
@@ -302,10 +305,9 @@ CollectiveChoice NcclModel::cost(NcclAlgorithm a, NcclProtocol p, CollectiveKind
   using A = NcclAlgorithm;
   using P = NcclProtocol;
   const NcclTuning& t = *t_;
-  const double n = g.ranks;
-  const int D = g.domains;
-  const int ppn = std::max(1, g.ranks / std::max(1, D));
-  const int ch = channels(g);
+  const Shape sh = shape(g);
+  const double n = sh.ranks;
+  const int D = sh.domains, ppn = sh.per_domain, ch = sh.channels;
   const auto arch = static_cast<std::size_t>(arch_);
   const std::size_t col = node_column(D);
 
@@ -345,8 +347,8 @@ CollectiveChoice NcclModel::cost(NcclAlgorithm a, NcclProtocol p, CollectiveKind
   const double intra = intra_step_us(a, p);
   const double inter = net_step_us(ppn == 1 ? A::Tree : a, p, g.top_tier);
   const double plugin = plugin_latency_us_ * (p == P::Simple ? 2 : 1);
-  const Steps run = steps(a, p, kind, N, g, intra, inter);
-  const double estimate_us = plugin > 0 ? steps(a, p, kind, N, g, intra, inter + plugin).latency_us : run.latency_us;
+  const Steps run = steps(a, p, kind, N, sh, intra, inter);
+  const double estimate_us = plugin > 0 ? steps(a, p, kind, N, sh, intra, inter + plugin).latency_us : run.latency_us;
   const double moved = run.moved;
   c.latency_s = run.latency_us * 1e-6;
   c.estimate_s = bw > 0 ? estimate_us * 1e-6 + moved / (bw * 1e9) : std::numeric_limits<double>::infinity();

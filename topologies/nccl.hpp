@@ -133,14 +133,22 @@ class NcclModel {
   [[nodiscard]] CollectiveChoice cost(NcclAlgorithm a, NcclProtocol p, core::CollectiveKind kind, double bytes,
                                       const GroupSpan& g) const;
   [[nodiscard]] int channels_used(NcclProtocol p, double bytes, int channels) const;
+  /// A group as the step formulas see it: ranks, domains, ranks per domain
+  /// (at least one) and the channels NCCL builds.
+  struct Shape {
+    double ranks = 0;
+    int domains = 1, per_domain = 1, channels = 1;
+  };
+  [[nodiscard]] Shape shape(const GroupSpan& g) const;
   struct Steps {
     double latency_us = 0;  // base + steps
     double moved = 0;       // bytes over the busiest link
   };
-  /// The step latencies of (a, p) over `g` with a step inside a domain
-  /// costing `intra` and one across `inter` µs, and the bytes it moves.
-  [[nodiscard]] Steps steps(NcclAlgorithm a, NcclProtocol p, core::CollectiveKind kind, double bytes,
-                            const GroupSpan& g, double intra, double inter) const;
+  /// The step latencies of (a, p) over a group of shape `sh` with a step
+  /// inside a domain costing `intra` and one across `inter` µs, and the
+  /// bytes it moves.
+  [[nodiscard]] Steps steps(NcclAlgorithm a, NcclProtocol p, core::CollectiveKind kind, double bytes, const Shape& sh,
+                            double intra, double inter) const;
 
   const NcclTuning* t_;
   NcclArch arch_ = NcclArch::Hopper;
