@@ -198,6 +198,10 @@ void SimGridEngine::check(const core::Schedule& s) const {
 }
 
 void SimGridEngine::run(const core::Schedule& s, traces::TraceHeader header, traces::TraceSink& sink) {
+  if (!HZP_HAVE_SIMGRID) {
+    throw core::InputError("command line", "--engine",
+                           "expected analytic: this hzp was built without SimGrid (a runtime-only build)");
+  }
   check_fits(s, pm_.topology());
   check(s);
   // The walk with zero costs names the first offending op of a broken
