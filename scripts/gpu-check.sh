@@ -7,7 +7,8 @@
 # Schedule (llama3-8b with 4 layers, hierarchical ZeRO async and sync,
 # collectives emulated) against the analytic prediction, the GEMM, overlap
 # and (two or more GPUs) collective microbenchmarks and a calibration fitted
-# from them, and torch_ref's model three ways: hzp's prediction, hzp-run's
+# from them, GEMM rates by shape and under sustained load (PyTorch), and
+# torch_ref's model three ways: hzp's prediction, hzp-run's
 # measurement of the same Schedule and PyTorch's own steps (when `import
 # torch` works), each with its time per kernel class.
 #
@@ -148,8 +149,9 @@ torch_ref() {
   if [ "$dry" -eq 1 ]; then
     "$py" scripts/gpu/torch_ref.py "$work/torch-ref.json" --tiny
   else
-    # Its own budget: 150 s, or what the deadline leaves after torch_prof's minute.
-    local budget=${TORCH_BUDGET_S:-150} room=$(($(left) - 60))
+    # Its own budget: 150 s, or what the deadline leaves for it after the
+    # GEMM probe's and torch_prof's two minutes.
+    local budget=${TORCH_BUDGET_S:-150} room=$(($(left) - 120))
     [ "$room" -lt "$budget" ] && budget=$room
     "$py" scripts/gpu/torch_ref.py "$work/torch-ref.json" --budget "$budget"
   fi
@@ -159,13 +161,19 @@ torch_prof() {
   [ "$dry" -eq 1 ] && tiny=(--tiny)
   "$py" scripts/gpu/torch_prof.py "$work/torch-prof.json" "${tiny[@]}"
 }
+# GEMM rates by shape and under 15 s of back-to-back load, with clocks and power.
+gemm_probe() {
+  local tiny=()
+  [ "$dry" -eq 1 ] && tiny=(--tiny)
+  "$py" scripts/gpu/gemm_probe.py "$work/gemm-probe.json" "${tiny[@]}"
+}
 collectives() {
   rm -rf "$work/rendezvous" && mkdir -p "$work/rendezvous" &&
     mpirun --allow-run-as-root -np "$gpus" "$build/bin/hzp-run" bench collectives --ranks-per-node "$gpus" \
       --cluster dgx-h200 --rendezvous "$work/rendezvous" --out "$work/bench-collectives.json" --force
 }
 export -f left configure_args build_runtime machine run_ctest model_4l run_schedule hzp_plan torch_model torch_ref \
-  torch_prof collectives
+  torch_prof gemm_probe collectives
 
 if [ "$dry" -eq 1 ]; then
   [ -x "$build/bin/hzp" ] && [ -x "$build/bin/hzp-run" ] || { echo "gpu-check: no build in $build" >&2; exit 1; }
@@ -204,9 +212,11 @@ else
 fi
 if "$py" -c "import torch" 2> /dev/null && { [ "$gpus" -ge 1 ] || [ "$dry" -eq 1 ]; }; then
   stage torch-ref torch_ref
+  stage gemm-probe gemm_probe
   stage torch-prof torch_prof
 else
   skip torch-ref "no PyTorch here"
+  skip gemm-probe "no PyTorch here"
   skip torch-prof "no PyTorch here"
 fi
 bench=()

@@ -179,6 +179,17 @@ def main():
                 lines.append(f"  {r['variant']}: hzp predicts {100 * (r['hzp']['predicted_step_s'] / m - 1):+.1f} % "
                              f"against PyTorch's step ({'a CPU check: --tiny' if ref.get('tiny') else 'same GPU'})")
 
+    g = load(a.work, "gemm-probe.json")
+    if g and g.get("sustained_summary"):
+        ss, w = g["sustained_summary"], g["sustained"]
+        clocks = [r["sm_MHz"] for r in w if "sm_MHz" in r]
+        power = [r["power_W"] for r in w if "power_W" in r]
+        lines.append("")
+        lines.append(f"GEMM 8192^3 back to back ({g['device']}, PyTorch): first half-second "
+                     f"{ss['first_window_tflops']:.1f} TFLOP/s, median after 5 s {ss['median_after_5s_tflops']:.1f}"
+                     + (f"; SM clock {clocks[0]} -> {clocks[-1]} MHz" if clocks else "")
+                     + (f", power {max(power):.0f} W of {g['facts'].get('power_limit_W', 0):.0f} W" if power else ""))
+        result["gemm_sustained"] = ss
     o = load(a.work, "bench-overlap.json")
     if o:
         lines.append("GEMM slowdown beside a collective on N SMs")
