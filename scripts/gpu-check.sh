@@ -28,7 +28,8 @@
 #   GPU_CHECK_DEADLINE_S (the whole check's seconds, default 480: a stage
 #   still running then is stopped and reported, and the files are written),
 #   TORCH_BUDGET_S (torch_ref's seconds, default 150 or what the deadline leaves),
-#   GPU_CHECK_DEVICE_TESTS (the logic tests' ctest pattern; tests set it).
+#   GPU_CHECK_DEVICE_TESTS (the logic tests' ctest pattern; tests set it),
+#   HZP_COMMIT (the revision to report when the copy has no usable .git).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -103,7 +104,13 @@ machine() {
   fi
   echo "nproc: $(nproc); $(uname -srm); $(c++ --version 2> /dev/null | head -1); cmake $(cmake --version | head -1)"
   "$py" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)" 2> /dev/null || echo "torch: none"
-  echo "hzp: $(git -C "$root" rev-parse HEAD 2> /dev/null || echo "${HZP_COMMIT:-unknown}")$(git -C "$root" diff --quiet 2> /dev/null || echo ' (modified)')"
+  # HZP_COMMIT names the commit where the tree was copied without its .git
+  # (or with a stale one).
+  if [ -n "${HZP_COMMIT:-}" ]; then
+    echo "hzp: $HZP_COMMIT"
+  else
+    echo "hzp: $(git -C "$root" rev-parse HEAD 2> /dev/null || echo unknown)$(git -C "$root" diff --quiet 2> /dev/null || echo ' (modified)')"
+  fi
 }
 # ctest_stage PATTERN-ARGS...: a ctest run in which matching nothing fails.
 run_ctest() { (cd "$build" && ctest --no-tests=error --output-on-failure "$@"); }

@@ -45,14 +45,18 @@ double time_median(cudaStream_t stream, int reps, Fn fn) {
   return median(t);
 }
 
-// One bf16 GEMM, its operands and its plan: the backend's GEMM path.
+// One bf16 GEMM, its operands (random, as the backend's) and its plan: the
+// backend's GEMM path.
 struct Matmul {
   core::GemmShape s;
   Gemms gemms;
   DeviceBuffer buffer;
   explicit Matmul(const core::GemmShape& shape)
       : s(shape),
-        buffer(device_alloc(gemm_bytes(s, core::Dtype::Bf16), fmt::format("GEMM {}x{}x{} operands", s.m, s.n, s.k))) {}
+        buffer(device_alloc(gemm_bytes(s, core::Dtype::Bf16), fmt::format("GEMM {}x{}x{} operands", s.m, s.n, s.k))) {
+    check(launch_fill_random(buffer.get(), gemm_bytes(s, core::Dtype::Bf16), 1, nullptr), "random GEMM operands");
+    check(cudaDeviceSynchronize(), "random GEMM operands");
+  }
   void run(cudaStream_t stream) {
     gemms.run(s, core::Dtype::Bf16, buffer.get(), stream,
               fmt::format("GEMM {}x{}x{} batch {}", s.m, s.n, s.k, s.batch));

@@ -134,6 +134,10 @@ std::uint64_t CudaApi::pool_used_high(const std::string& what) {
   check(cudaMemPoolGetAttribute(current_pool(what), cudaMemPoolAttrUsedMemHigh, &v), what);
   return v;
 }
+void CudaApi::fill_random(Handle buffer, std::size_t bytes, std::uint64_t seed, Handle stream,
+                          const std::string& what) {
+  check(cuda::launch_fill_random(buffer, bytes, seed, stream_of(stream)), what);
+}
 void CudaApi::launch_bandwidth(Handle buffer, std::size_t bytes, Handle stream, const std::string& what) {
   check(cuda::launch_bandwidth(buffer, bytes, stream_of(stream)), what);
 }

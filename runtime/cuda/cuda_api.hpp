@@ -31,6 +31,8 @@ class CudaApi final : public device::DeviceApi {
   void pool_reset_peaks(const std::string& what) override;
   std::uint64_t pool_reserved_high(const std::string& what) override;
   std::uint64_t pool_used_high(const std::string& what) override;
+  void fill_random(device::Handle buffer, std::size_t bytes, std::uint64_t seed, device::Handle stream,
+                   const std::string& what) override;
   void launch_bandwidth(device::Handle buffer, std::size_t bytes, device::Handle stream,
                         const std::string& what) override;
   void launch_emulated(device::Handle buffer, std::size_t bytes, int blocks, std::uint64_t ns, device::Handle stream,

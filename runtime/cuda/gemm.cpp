@@ -1,6 +1,8 @@
 // cuBLASLt GEMMs (see gemm.hpp).
 #include "runtime/cuda/gemm.hpp"
 
+#include <cmath>
+
 #include "runtime/cuda/check.hpp"
 
 namespace hzp::runtime::cuda {
@@ -71,7 +73,10 @@ void Gemms::run(const core::GemmShape& s, core::Dtype dtype, void* buffer, cudaS
   const void* a = base;
   const void* b = base + static_cast<std::size_t>(s.m * s.k * s.batch) * elem;
   void* c = base + static_cast<std::size_t>((s.m * s.k + s.k * s.n) * s.batch) * elem;
-  const float alpha = 1, beta = 0;
+  // Outputs land where later GEMMs read operands: alpha = sqrt(3 / k) keeps
+  // a product of two operands uniform in [-1, 1) (variance 1/3 each) at
+  // that variance, so a step's data neither overflows nor decays to zeros.
+  const float alpha = std::sqrt(3.0F / static_cast<float>(s.k)), beta = 0;
   check(cublasLtMatmul(handle_.get(), p.desc.get(), &alpha, a, p.a.get(), b, p.b.get(), &beta, c, p.c.get(), c,
                        p.c.get(), &p.algo, workspace_.get(), workspace_bytes_, stream),
         what + ": cublasLtMatmul");

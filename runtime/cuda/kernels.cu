@@ -46,7 +46,33 @@ __global__ void busy_copy(float4* buffer, std::size_t n, std::uint64_t nanosecon
   }
 }
 
+// SplitMix64's finaliser: a well-mixed 64-bit hash of the element's index.
+__device__ __forceinline__ std::uint64_t mix(std::uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+// Element i: a float uniform in [-1, 1) from 24 hash bits, kept as its upper
+// 16 bits (bf16 by truncation).
+__global__ void fill_bf16(std::uint16_t* out, std::size_t n, std::uint64_t seed) {
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+    const float u = static_cast<float>(mix(seed ^ (i * 0xd6e8feb86659fd93ULL)) >> 40) * (2.0f / 16777216.0f) - 1.0f;
+    out[i] = static_cast<std::uint16_t>(__float_as_uint(u) >> 16);
+  }
+}
+
 }  // namespace
+
+cudaError_t launch_fill_random(void* buffer, std::size_t bytes, std::uint64_t seed, cudaStream_t stream) {
+  const std::size_t n = bytes / 2;
+  if (n == 0) return cudaSuccess;
+  const unsigned blocks = static_cast<unsigned>(n / 256 + 1 < 65535 ? n / 256 + 1 : 65535);
+  fill_bf16<<<blocks, 256, 0, stream>>>(static_cast<std::uint16_t*>(buffer), n, seed);
+  return cudaGetLastError();
+}
 
 cudaError_t launch_bandwidth(void* buffer, std::size_t bytes, cudaStream_t stream) {
   const std::size_t n = bytes / 2 / sizeof(float4);

@@ -8,6 +8,11 @@
 
 namespace hzp::runtime::cuda {
 
+/// Fills `bytes` of `buffer` with bf16 values uniform in [-1, 1), each from a
+/// hash of (`seed`, its index): operands with a model's bit patterns, not
+/// cudaMalloc's zeros (device::DeviceApi::fill_random).
+cudaError_t launch_fill_random(void* buffer, std::size_t bytes, std::uint64_t seed, cudaStream_t stream);
+
 /// Reads half of `bytes` from `buffer` and writes the other half: a
 /// bandwidth-bound op (element-wise, norm, optimizer, softmax) moving the
 /// bytes the Schedule states. `buffer` holds at least `bytes`.

@@ -37,6 +37,7 @@ struct DeviceBackend::State {
   StepSync sync;
   std::set<std::string> persistent;
   std::vector<Handle> streams, scratch, gemm;  // per stream (a cuBLASLt handle per stream)
+  std::vector<std::size_t> scratch_bytes;      // per stream
   std::map<int, Handle> events;
   std::vector<std::vector<std::pair<Handle, Handle>>> timing;  // [stream][op]: start, end
   std::vector<std::vector<char>> enqueued, finished;           // [stream][op], under `progress`
@@ -97,6 +98,7 @@ struct DeviceBackend::State {
     gemm[k] = api.gemm_create("cuBLASLt for stream " + stream.name);
     const std::size_t need = plan_stream(k);
     scratch[k] = api.malloc_device(need, fmt::format("scratch of {} bytes for stream {}", need, stream.name));
+    scratch_bytes[k] = need;
     timing[k].resize(stream.ops.size());
     issued_s[k].assign(stream.ops.size(), 0.0);
     enqueued[k].assign(stream.ops.size(), 0);
@@ -304,6 +306,7 @@ DeviceBackend::DeviceBackend(DeviceApi& api, const core::Schedule& s, const Rank
     api.pool_keep_reserved("memory pool release threshold");
     const std::size_t ns = st.prog.streams.size();
     st.streams.assign(ns, nullptr), st.scratch.assign(ns, nullptr), st.gemm.assign(ns, nullptr);
+    st.scratch_bytes.assign(ns, 0);
     st.timing.resize(ns), st.enqueued.resize(ns), st.finished.resize(ns), st.issued_s.resize(ns);
     for (std::size_t k = 0; k < ns; ++k) st.prepare_stream(k);
     st.origin = api.event_create(true, "origin event");
@@ -352,6 +355,12 @@ void DeviceBackend::begin_step() {
   st.sync.begin_step();
   // The pool's high-water marks are since the last reset: per step.
   st.api.pool_reset_peaks("reset the pool's high-water marks");
+  // Fresh random operands in every scratch buffer, on the first stream before
+  // the origin: a step's GEMMs never read zeros or the last step's products,
+  // and the fills are outside every timed op.
+  for (std::size_t k = 0; k < st.scratch.size(); ++k) {
+    st.api.fill_random(st.scratch[k], st.scratch_bytes[k], k + 1, st.streams.at(0), "random operands");
+  }
   st.api.event_record(st.origin, st.streams.at(0), "origin event");
   st.host_origin = st.o.now();
   // Every stream starts after the origin.

@@ -91,9 +91,10 @@ class FakeApi final : public DeviceApi {
   bool stream_done(Handle, const std::string&) override { return true; }
   float elapsed_ms(Handle, Handle, const std::string&) override { return 0; }
   void device_synchronize(const std::string&) override { log({"device_synchronize"}); }
-  Handle malloc_device(std::size_t, const std::string&) override {
-    log({"malloc_device"});
-    return fresh();
+  Handle malloc_device(std::size_t bytes, const std::string&) override {
+    const Handle p = fresh();
+    log({"malloc_device", p, nullptr, bytes});
+    return p;
   }
   void free_device(Handle p) override { log({"free_device", p}); }
   Handle malloc_host(std::size_t, const std::string&) override { return &host_; }
@@ -109,6 +110,9 @@ class FakeApi final : public DeviceApi {
   void pool_reset_peaks(const std::string&) override { log({"pool_reset_peaks"}); }
   std::uint64_t pool_reserved_high(const std::string&) override { return 0; }
   std::uint64_t pool_used_high(const std::string&) override { return 0; }
+  void fill_random(Handle b, std::size_t bytes, std::uint64_t, Handle s, const std::string&) override {
+    log({"fill_random", b, s, bytes});
+  }
   void launch_bandwidth(Handle, std::size_t, Handle s, const std::string&) override { log({"kernel", nullptr, s}); }
   void launch_emulated(Handle, std::size_t, int, std::uint64_t, Handle s, const std::string&) override {
     log({"emulated", nullptr, s});
@@ -365,6 +369,40 @@ TEST(DeviceBackend, PlansGemmsBeforeTheStep) {
     }
   }
   EXPECT_EQ(api->named("gemm_run").size(), 2U);
+}
+
+// Every step's GEMMs read random operands: each scratch buffer is filled
+// whole, on the first stream, after the synchronisation that opens the step
+// and before its origin event (outside every timed op), once per step.
+TEST(DeviceBackend, FillsEveryScratchBufferBeforeEachStep) {
+  const int steps = 2;
+  const auto api = run_rank(small(), 0, steps);
+  std::map<Handle, std::size_t> scratch;  // buffer -> bytes (a scratch buffer is at least 1 MiB)
+  for (const Call& c : api->named("malloc_device")) {
+    if (c.count >= (std::size_t{1} << 20)) scratch[c.a] = c.count;
+  }
+  ASSERT_FALSE(scratch.empty());
+  std::map<Handle, int> fills;
+  int steps_seen = 0;
+  bool opened = false;  // a step's synchronisation seen, its origin not yet
+  std::size_t fills_in_step = 0;
+  for (const Call& c : api->calls) {
+    if (c.name == "pool_reset_peaks") {
+      opened = true, fills_in_step = 0;
+    } else if (c.name == "fill_random") {
+      EXPECT_TRUE(opened) << "a fill outside a step's opening";
+      ASSERT_TRUE(scratch.contains(c.a)) << "a fill of something not a scratch buffer";
+      EXPECT_EQ(c.count, scratch[c.a]) << "a partial fill";
+      ++fills[c.a], ++fills_in_step;
+    } else if (c.name == "record" && opened) {
+      EXPECT_EQ(fills_in_step, scratch.size()) << "the origin before every buffer was filled";
+      opened = false, ++steps_seen;
+    } else if (c.name == "gemm_run" || c.name == "kernel") {
+      EXPECT_FALSE(opened) << "an op between the fills and the origin";
+    }
+  }
+  EXPECT_GE(steps_seen, steps);
+  for (const auto& [buffer, n] : fills) EXPECT_EQ(n, steps_seen);
 }
 
 // Two host threads, each issuing collectives on its own group with nothing

@@ -142,7 +142,7 @@ def main():
 
     ref, prof = load(a.work, "torch-ref.json"), load(a.work, "torch-prof.json")
     # torch_ref's variants beside the hzp stack that models each.
-    pairs = [("eager", "eager", "torch-torch-fsdp2", "eager"),
+    pairs = [("eager", "eager", "torch-torch-fsdp2", "eager-amp"),
              ("torch.compile", "compile", "torch-torch-fsdp2-compile", None)]
     cols, three = [], []
     for variant, short, name, prof_variant in pairs:
