@@ -1,9 +1,13 @@
 # Writes OUT with the source tree's git revision ("-dirty" with uncommitted
 # changes), touching it only when the revision changed. Run at every build
 # (target hzp_git_revision) so outputs never carry a stale revision.
+# HZP_COMMIT in the environment names the revision of a copy whose .git is
+# missing or stale (a GPU machine is sent the working tree; gpu-check.sh).
 execute_process(COMMAND git rev-parse --short=12 HEAD WORKING_DIRECTORY ${SRC}
   OUTPUT_VARIABLE rev OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET RESULT_VARIABLE failed)
-if(failed OR NOT rev)
+if(DEFINED ENV{HZP_COMMIT} AND NOT "$ENV{HZP_COMMIT}" STREQUAL "")
+  string(SUBSTRING "$ENV{HZP_COMMIT}" 0 12 rev)
+elseif(failed OR NOT rev)
   set(rev "unknown")
 else()
   execute_process(COMMAND git diff --quiet HEAD -- WORKING_DIRECTORY ${SRC} RESULT_VARIABLE dirty ERROR_QUIET)

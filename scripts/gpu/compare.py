@@ -12,8 +12,9 @@ Prints, from whatever the stages left in WORK_DIR:
     each with its time per kernel class (from the two traces and from
     torch_prof.py's profile of one eager step).
 The classes: gemm, attention, norm/rotary/activation, loss, optimizer,
-copies/casts, other kernels, and idle (the compute stream waiting: on the
-host in PyTorch's eager mode, on communication or nothing in hzp's Schedules).
+copies/casts, other kernels, and idle (the compute stream waiting: PyTorch's
+unprofiled step less its profiled kernel time; in hzp's Schedules the step
+less the compute stream's busy time).
 """
 import argparse
 import json
@@ -67,7 +68,10 @@ def trace_classes(trace, step_s):
     return out
 
 
-def torch_classes(prof, variant):
+def torch_classes(prof, variant, step_s):
+    """Kernel seconds per class of the profiled step; idle is the unprofiled
+    median step (torch_ref) less the kernel time, since the profiler itself
+    slows the host (its own wall time is longer)."""
     if not prof:
         return None
     for v in prof.get("variants", []):
@@ -75,7 +79,7 @@ def torch_classes(prof, variant):
             out = {c: 0.0 for c in CLASSES}
             for k, s in v["classes_s"].items():
                 out[TORCH_CLASS.get(k, "other")] += s
-            out["idle"] = max(0.0, v["wall_per_step_s"] - v["kernel_time_per_step_s"])
+            out["idle"] = max(0.0, step_s - v["kernel_time_per_step_s"]) if step_s else None
             return out
     return None
 
@@ -150,7 +154,7 @@ def main():
         t = torch_variant(ref, variant)
         t_step = t.get("median_step_s") if t else None
         row = {"variant": variant, "hzp": r, "torch": t,
-               "torch_classes_s": torch_classes(prof, prof_variant) if prof_variant else None}
+               "torch_classes_s": torch_classes(prof, prof_variant, t_step) if prof_variant else None}
         three.append(row)
         if r:
             cols.append((f"hzp ({short})", r["predicted_step_s"], r["predicted_classes_s"]))
