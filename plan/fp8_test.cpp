@@ -46,7 +46,8 @@ core::Op as_op(const models::GraphOp& g) {
 // FP8 operands and writes bf16: 8192·4096 + 4096·6144 + 2·8192·6144 bytes,
 // and runs at the fp8 peak (1979 TFLOP/s) times the catalog's FP8 curve at
 // the cube root of m·n·k, interpolated in log size between (5161, 0.679)
-// and (6502, 0.741); every cast at 85 % of 3,350 GB/s.
+// and (6502, 0.741); every cast at 85 % of 3,350 GB/s plus the device's
+// 5 us kernel tail.
 TEST(Fp8, GemmAtTheFp8RatePlusItsCasts) {
   const models::ModelSpec m = models::load_model("llama3-8b");
   const topologies::PerfModel pm(topologies::Topology(topologies::load_cluster("dgx-h100"), 1));
@@ -69,7 +70,7 @@ TEST(Fp8, GemmAtTheFp8RatePlusItsCasts) {
   const double eff = 0.679 + t * (0.741 - 0.679);
   EXPECT_NEAR(pm.compute(as_op(gemm)).to_seconds(), 2.0 * M * N * K / (1979e12 * eff), 1e-9);
   const double hbm = 3350e9 * 0.85;
-  EXPECT_NEAR(pm.compute(as_op(in)).to_seconds(), 134'217'728 / hbm, 1e-9);
+  EXPECT_NEAR(pm.compute(as_op(in)).to_seconds(), 134'217'728 / hbm + 5e-6, 1e-9);
   // The cast-transposes come before the GEMM that reads them: forward in, weight, GEMM; backward grad first.
   std::vector<std::string> order;
   for (const auto& op : layer.backward) {

@@ -7,7 +7,8 @@
 # Schedule (llama3-8b with 4 layers, hierarchical ZeRO async and sync,
 # collectives emulated) against the analytic prediction, the GEMM, overlap
 # and (two or more GPUs) collective microbenchmarks and a calibration fitted
-# from them, GEMM rates by shape and under sustained load (PyTorch), and
+# from them, GEMM rates by shape and under sustained load and element-wise
+# kernels' bandwidth and per-kernel cost (PyTorch), and
 # torch_ref's model three ways: hzp's prediction, hzp-run's
 # measurement of the same Schedule and PyTorch's own steps (when `import
 # torch` works), each with its time per kernel class.
@@ -174,13 +175,19 @@ gemm_probe() {
   [ "$dry" -eq 1 ] && tiny=(--tiny)
   "$py" scripts/gpu/gemm_probe.py "$work/gemm-probe.json" "${tiny[@]}"
 }
+# Element-wise kernels' bandwidth and per-kernel cost (kernel_tail_us).
+kernel_probe() {
+  local tiny=()
+  [ "$dry" -eq 1 ] && tiny=(--tiny)
+  "$py" scripts/gpu/kernel_probe.py "$work/kernel-probe.json" "${tiny[@]}"
+}
 collectives() {
   rm -rf "$work/rendezvous" && mkdir -p "$work/rendezvous" &&
     mpirun --allow-run-as-root -np "$gpus" "$build/bin/hzp-run" bench collectives --ranks-per-node "$gpus" \
       --cluster dgx-h200 --rendezvous "$work/rendezvous" --out "$work/bench-collectives.json" --force
 }
 export -f left configure_args build_runtime machine run_ctest model_4l run_schedule hzp_plan torch_model torch_ref \
-  torch_prof gemm_probe collectives
+  torch_prof gemm_probe kernel_probe collectives
 
 if [ "$dry" -eq 1 ]; then
   [ -x "$build/bin/hzp" ] && [ -x "$build/bin/hzp-run" ] || { echo "gpu-check: no build in $build" >&2; exit 1; }
@@ -220,10 +227,12 @@ fi
 if "$py" -c "import torch" 2> /dev/null && { [ "$gpus" -ge 1 ] || [ "$dry" -eq 1 ]; }; then
   stage torch-ref torch_ref
   stage gemm-probe gemm_probe
+  stage kernel-probe kernel_probe
   stage torch-prof torch_prof
 else
   skip torch-ref "no PyTorch here"
   skip gemm-probe "no PyTorch here"
+  skip kernel-probe "no PyTorch here"
   skip torch-prof "no PyTorch here"
 fi
 bench=()

@@ -99,6 +99,7 @@ DeviceProfile read_device(StrictObject d) {
     k.finish();
   }
   dev.hbm_efficiency = d.number("hbm_efficiency", 1e-3, 1);
+  if (d.has("kernel_tail_us")) dev.kernel_tail_us = d.number("kernel_tail_us", 0, 1e3);
   if (d.has("comm_compute_slowdown")) dev.comm_compute_slowdown = d.number("comm_compute_slowdown", 1, 10);
   if (d.has("power")) read_power(d.object("power"), dev);
   d.finish();

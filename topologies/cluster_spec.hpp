@@ -49,6 +49,12 @@ struct DeviceProfile {
   };
   std::map<std::string, AttentionKernel> attention_kernels;
   double hbm_efficiency = 0;  // achievable fraction of HBM bandwidth
+  /// The device's own time per bandwidth-bound kernel beyond its bytes
+  /// (launch, ramp and tail: a fit of time = bytes / (HBM · hbm_efficiency)
+  /// + kernel_tail over tensor sizes), charged per kernel of an element-wise,
+  /// norm, embedding, loss or optimizer op. 0 where not measured. Host issue
+  /// cost is apart (launch_latency_us, the stack's host.kernel_us).
+  double kernel_tail_us = 0;
   /// How much longer a kernel runs while a collective's kernels share the
   /// device (SMs and HBM); 1 = no interference. Used by both engines.
   double comm_compute_slowdown = 1;

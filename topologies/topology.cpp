@@ -220,7 +220,10 @@ Duration PerfModel::compute(const core::Op& op) const {
   eff *= d.tensor_clock_scale;  // under a power cap the tensor cores run at its clock
   double t_flops = eff > 0 ? core::compute_seconds(op.flops, peak * eff) : 0;
   double t_bytes = transfer_seconds(op.bytes, Bandwidth::from_GBps(d.hbm_GBps) * d.hbm_efficiency);
-  return Duration::seconds(std::max(t_flops, t_bytes));
+  // A bandwidth-bound op pays each of its kernels' launch, ramp and tail on
+  // the device (GEMM and attention efficiencies were measured with theirs).
+  const double t_tails = eff > 0 ? 0 : d.kernel_tail_us * 1e-6 * op.kernels;
+  return Duration::seconds(std::max(t_flops, t_bytes) + t_tails);
 }
 
 }  // namespace hzp::topologies

@@ -210,9 +210,34 @@ TEST(PerfModel, GemmRoofline) {
   PerfModel pm(Topology(load_cluster("dgx-h100"), 8));
   const core::Op op = square_gemm(8192);
   EXPECT_NEAR(pm.compute(op).to_seconds(), op.flops.count() / (989e12 * 0.806), 1e-9);
-  // A bandwidth kernel: bytes / (3.35 TB/s · 0.85).
+  // A bandwidth kernel: bytes / (3.35 TB/s · 0.85) and its 5 us tail.
   const core::Op ew = bandwidth_kernel(3350000000LL);
-  EXPECT_NEAR(3.35e9 / (3350e9 * 0.85), pm.compute(ew).to_seconds(), 1e-9);
+  EXPECT_NEAR(3.35e9 / (3350e9 * 0.85) + 5e-6, pm.compute(ew).to_seconds(), 1e-9);
+}
+
+// Bandwidth-bound ops pay the device's kernel tail once per kernel (H200:
+// 5 us, measured): a 64 MiB element-wise op of one kernel, and an eager
+// RMSNorm of seven kernels moving the same bytes; GEMMs and attention
+// (efficiencies measured with their tails) pay none. Durations are whole
+// nanoseconds.
+TEST(PerfModel, BandwidthKernelsPayATailPerKernel) {
+  PerfModel pm(Topology(load_cluster("dgx-h200"), 8));
+  const std::int64_t bytes = 64LL << 20;
+  const double stream_s = static_cast<double>(bytes) / (4800e9 * 0.88);  // 15.89 us
+  core::Op one = bandwidth_kernel(bytes);
+  EXPECT_NEAR(pm.compute(one).to_seconds(), stream_s + 5e-6, 1e-9);
+  core::Op norm = one;
+  norm.compute = core::ComputeKind::Norm;
+  norm.kernels = 7;
+  EXPECT_NEAR(pm.compute(norm).to_seconds(), stream_s + 35e-6, 1e-9);
+  const core::Op gemm = square_gemm(8192);
+  EXPECT_NEAR(pm.compute(gemm).to_seconds(), gemm.flops.count() / (989e12 * 0.806), 1e-9);
+  core::Op attention = gemm;
+  attention.compute = core::ComputeKind::Attention;
+  attention.gemm.reset();
+  attention.attention_kernel = "flash2";
+  attention.role = core::OpRole::Backward;
+  EXPECT_NEAR(pm.compute(attention).to_seconds(), gemm.flops.count() / (989e12 * 0.248), 1e-9);
 }
 
 }  // namespace
