@@ -182,7 +182,10 @@ int cmd_simulate(Options& o, const std::string& command_line) {
     const topologies::PerfModel pm(topologies::Topology(r.cluster, r.gpus));
     text << "\n" << explore::why_text(explore::plan_terms(r, pm), r.cluster.device.hbm_GiB, explore::kModelTolerance);
     if (o.explain) {
-      for (const auto& run : r.runs) text << "\n" << cli::explain(run.schedule, run.plan, pm);
+      for (const auto& run : r.runs) {
+        text << "\n" << cli::explain(run.schedule, run.plan, pm) << "\n"
+             << cli::time_split_text(run.metrics.split, run.schedule, run.metrics.step_time);
+      }
     }
   }
   if (one && !r.runs[0].metrics.fits()) {

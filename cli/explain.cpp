@@ -139,4 +139,21 @@ std::string explain(const core::Schedule& s, const plan::ResolvedPlan& plan, con
   return out;
 }
 
+std::string time_split_text(const sim::TimeSplit& split, const core::Schedule& s, core::Duration step) {
+  const double total = step.to_seconds();
+  if (split.program < 0 || total <= 0) return "";
+  std::string out = fmt::format("Where the step goes on {} of rank class {} ({:.4f} s):\n  ", split.stream,
+                                s.programs.at(static_cast<std::size_t>(split.program)).name, total);
+  auto item = [&](std::string_view name, core::Duration d) {
+    out += fmt::format("{} {:.4f} s ({:.1f} %), ", name, d.to_seconds(), 100 * d.to_seconds() / total);
+  };
+  for (const auto& [name, d] : split.classes) {
+    if (d.count_ns() > 0) item(name, d);
+  }
+  item("host_bound", split.host_bound);
+  item("waiting", split.waiting);
+  out.resize(out.size() - 2);
+  return out + "\n";
+}
+
 }  // namespace hzp::cli

@@ -6,6 +6,7 @@
 
 #include "core/schedule.hpp"
 #include "plan/plan.hpp"
+#include "sim/metrics.hpp"
 #include "topologies/topology.hpp"
 
 namespace hzp::cli {
@@ -13,5 +14,9 @@ namespace hzp::cli {
 /// `plan` is the resolved plan the Schedule was lowered from.
 [[nodiscard]] std::string explain(const core::Schedule& s, const plan::ResolvedPlan& plan,
                                   const topologies::PerfModel& pm);
+
+/// Where the busiest compute stream's step goes, by kernel class (sim::TimeSplit):
+/// one line of seconds and shares, to hold next to a profiler's breakdown.
+[[nodiscard]] std::string time_split_text(const sim::TimeSplit& split, const core::Schedule& s, core::Duration step);
 
 }  // namespace hzp::cli

@@ -142,6 +142,16 @@ std::string summary_json(const ScenarioResult& r, const std::string& command_lin
     for (const auto& [k, d] : m.exposed_comm) exposed[k] = d.to_seconds();
     x["exposed_comm_s"] = exposed;
     x["compute_idle_s"] = m.compute_idle.to_seconds();
+    // The busiest compute stream's step by kernel class (sim::TimeSplit).
+    if (m.split.program >= 0) {
+      nlohmann::ordered_json split;
+      split["rank_class"] = run.schedule.programs.at(static_cast<std::size_t>(m.split.program)).name;
+      split["stream"] = m.split.stream;
+      for (const auto& [name, d] : m.split.classes) split[name] = d.to_seconds();
+      split["host_bound"] = m.split.host_bound.to_seconds();
+      split["waiting"] = m.split.waiting.to_seconds();
+      x["time_split_s"] = split;
+    }
     nlohmann::ordered_json busy = nlohmann::ordered_json::object();
     for (const auto& b : m.busy) busy[b.stream] = b.fraction;
     x["stream_busy_fraction"] = busy;

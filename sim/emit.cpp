@@ -9,7 +9,8 @@
 namespace hzp::sim {
 
 void emit_timeline(const core::Schedule& s, const std::vector<std::vector<std::vector<core::OpTime>>>& times,
-                   const traces::TraceHeader& header, traces::TraceSink& sink) {
+                   const traces::TraceHeader& header, traces::TraceSink& sink,
+                   const std::vector<std::vector<std::vector<core::TimePoint>>>* issued) {
   sink.on_header(header);
   traces::emit_streams(s, sink);
   for (std::size_t p = 0; p < s.programs.size(); ++p) {
@@ -23,7 +24,9 @@ void emit_timeline(const core::Schedule& s, const std::vector<std::vector<std::v
         const core::Op& op = st.ops[i];
         const core::OpTime& t = times[p][k][i];
         if (core::is_timed(op.kind)) {
-          sink.on_op(traces::op_record(s, prog, st, op, t.start, t.end));
+          traces::OpRecord rec = traces::op_record(s, prog, st, op, t.start, t.end);
+          if (issued) rec.issued = (*issued)[p][k][i];
+          sink.on_op(rec);
           continue;
         }
         switch (op.kind) {

@@ -10,7 +10,11 @@
 namespace hzp::sim {
 
 /// `times[program][stream][op index]`; `header` is passed to the sink first.
+/// `issued`, same indexing, when the engine knows when each op's host thread
+/// issued it (the analytic engine): the records carry it, so that host-bound
+/// waiting can be told from waiting on the device (metrics.hpp, TimeSplit).
 void emit_timeline(const core::Schedule& s, const std::vector<std::vector<std::vector<core::OpTime>>>& times,
-                   const traces::TraceHeader& header, traces::TraceSink& sink);
+                   const traces::TraceHeader& header, traces::TraceSink& sink,
+                   const std::vector<std::vector<std::vector<core::TimePoint>>>* issued = nullptr);
 
 }  // namespace hzp::sim

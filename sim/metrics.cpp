@@ -138,6 +138,7 @@ Metrics compute_metrics(const core::Schedule& s, const traces::Timeline& t, cons
       m.busy.push_back(StreamBusy{static_cast<int>(p), st.name, f});
     }
   }
+  m.split = time_split(s, t, m.step_time);
   const core::Bytes capacity = core::gib(device.hbm_GiB);
   for (std::size_t p = 0; p < np; ++p) {
     ProgramMemory pm{static_cast<int>(p), s.programs[p].name, core::Bytes(0), core::Bytes(0), true, {}};

@@ -33,6 +33,26 @@ struct ProgramMemory {
   bool host_fits = true;
 };
 
+/// Where one compute stream's step goes, by kernel class, so that it can be
+/// held next to a profiler's breakdown of a real step. `classes` in a fixed
+/// order: gemm, attention_forward, attention_backward (recomputed forwards
+/// are forwards), norm_rotary_activation (norm and element-wise kernels of the
+/// passes), loss, optimizer (the optimizer step, on the device or the host),
+/// copies_casts (element-wise kernels of the sharding: FSDP copy-in/out, FP8
+/// weight casts, gradient accumulation and zeroing; host copies),
+/// embedding_other, communication (collectives, sends and receives run on the
+/// compute stream itself). The compute stream's idle time splits into
+/// host_bound (its host thread had not yet issued the next op: the device
+/// waits on the host) and waiting (on other streams: communication, events,
+/// the step's ends). classes + host_bound + waiting = the step.
+struct TimeSplit {
+  int program = -1;  // the rank class whose compute stream is busiest
+  std::string stream;
+  std::vector<std::pair<std::string, core::Duration>> classes;
+  core::Duration host_bound{};
+  core::Duration waiting{};
+};
+
 struct Metrics {
   core::Duration step_time{};
   double tokens_per_s = 0;
@@ -46,6 +66,7 @@ struct Metrics {
   /// Compute-stream time with nothing running on it.
   core::Duration compute_idle{};
   std::vector<StreamBusy> busy;
+  TimeSplit split;
   std::vector<ProgramMemory> memory;
   [[nodiscard]] bool fits() const;
   [[nodiscard]] core::Bytes peak_memory() const;
@@ -63,5 +84,10 @@ struct Metrics {
 /// compute op (union of intervals minus union of intervals).
 [[nodiscard]] Metrics compute_metrics(const core::Schedule& s, const traces::Timeline& t,
                                       const topologies::DeviceProfile& device);
+
+/// The busiest compute stream's step by kernel class (time_split.cpp). Host-
+/// bound time needs the records' issue times; without them (the SimGrid
+/// engine, traces without args.issued_us) all idle time is `waiting`.
+[[nodiscard]] TimeSplit time_split(const core::Schedule& s, const traces::Timeline& t, core::Duration step);
 
 }  // namespace hzp::sim

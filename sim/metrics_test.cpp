@@ -1,7 +1,10 @@
-// Exposed communication and busy fractions from a hand-made Timeline.
+// Exposed communication, busy fractions and the time split by kernel class
+// from hand-made Timelines.
 #include "sim/metrics.hpp"
 
 #include <gtest/gtest.h>
+
+#include <map>
 
 namespace hzp::sim {
 namespace {
@@ -38,6 +41,74 @@ TEST(Metrics, ExposedIsCommMinusCompute) {
   EXPECT_DOUBLE_EQ(m.busy[0].fraction, 80.0 / 120.0);
   EXPECT_DOUBLE_EQ(m.busy[1].fraction, 70.0 / 120.0);
   EXPECT_DOUBLE_EQ(m.tokens_per_s, 1000 / 120e-9);
+}
+
+// The compute stream's step by class: a GEMM [0,10), a forward norm [10,15),
+// then the host issues the backward attention at 20 and it waits on nothing
+// else until 25 (host-bound 5, waiting 5), attention [25,40), an FSDP
+// copy-out (element-wise, ParamGather role) [40,42), a receive on the compute
+// stream [42,44); the step ends at 50 with the other stream (waiting 6). The
+// other stream's work (busier in wall time, but not a compute stream) is not
+// split. Every nanosecond of the step lands in exactly one bucket.
+TEST(Metrics, TimeSplitByKernelClassAndHostBoundGaps) {
+  core::Schedule s;
+  s.step = core::StepInfo{"m", "c", "x", 1, 100, 10, 1, core::Flops(1e12)};
+  core::Program p;
+  p.ranks = {0};
+  auto compute = [](int id, core::ComputeKind k, core::OpRole role) {
+    core::Op op;
+    op.id = id;
+    op.kind = core::OpKind::Compute;
+    op.compute = k;
+    op.role = role;
+    return op;
+  };
+  core::Op recv;
+  recv.id = 5;
+  recv.kind = core::OpKind::Recv;
+  p.streams = {core::Stream{0, "compute", core::StreamKind::Compute, 0,
+                            {compute(0, core::ComputeKind::Gemm, core::OpRole::Forward),
+                             compute(1, core::ComputeKind::Norm, core::OpRole::Forward),
+                             compute(2, core::ComputeKind::Attention, core::OpRole::Backward),
+                             compute(3, core::ComputeKind::Elementwise, core::OpRole::ParamGather), recv}},
+               core::Stream{1, "comm", core::StreamKind::GradReduce, 0, {}}};
+  s.programs.push_back(p);
+  traces::Timeline t;
+  auto rec = [](int stream, int id, core::OpKind kind, std::int64_t a, std::int64_t b) {
+    traces::OpRecord r;
+    r.stream = stream;
+    r.op_id = id;
+    r.kind = kind;
+    r.start = core::TimePoint::ns(a);
+    r.end = core::TimePoint::ns(b);
+    return r;
+  };
+  t.ops = {rec(0, 0, core::OpKind::Compute, 0, 10), rec(0, 1, core::OpKind::Compute, 10, 15),
+           rec(0, 2, core::OpKind::Compute, 25, 40), rec(0, 3, core::OpKind::Compute, 40, 42),
+           rec(0, 5, core::OpKind::Recv, 42, 44), rec(1, 9, core::OpKind::Collective, 0, 50)};
+  t.ops[2].issued = core::TimePoint::ns(20);
+  const TimeSplit split = time_split(s, t, core::Duration::ns(50));
+  EXPECT_EQ(split.program, 0);
+  EXPECT_EQ(split.stream, "compute");
+  std::map<std::string, std::int64_t> ns;
+  std::int64_t total = 0;
+  for (const auto& [name, d] : split.classes) {
+    ns[name] = d.count_ns();
+    total += d.count_ns();
+  }
+  EXPECT_EQ(ns["gemm"], 10);
+  EXPECT_EQ(ns["norm_rotary_activation"], 5);
+  EXPECT_EQ(ns["attention_backward"], 15);
+  EXPECT_EQ(ns["attention_forward"], 0);
+  EXPECT_EQ(ns["copies_casts"], 2);
+  EXPECT_EQ(ns["communication"], 2);
+  EXPECT_EQ(split.host_bound.count_ns(), 5);
+  EXPECT_EQ(split.waiting.count_ns(), 5 + 6);
+  EXPECT_EQ(total + split.host_bound.count_ns() + split.waiting.count_ns(), 50);
+  // Without issue times (SimGrid, older traces) the whole gap is waiting.
+  t.ops[2].issued.reset();
+  EXPECT_EQ(time_split(s, t, core::Duration::ns(50)).host_bound.count_ns(), 0);
+  EXPECT_EQ(time_split(s, t, core::Duration::ns(50)).waiting.count_ns(), 16);
 }
 
 }  // namespace

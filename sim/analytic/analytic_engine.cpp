@@ -339,7 +339,7 @@ void AnalyticEngine::run(const core::Schedule& s, traces::TraceHeader header, tr
   if (header.schedule_sha256.empty()) header.schedule_sha256 = core::schedule_hash(s);
   header.schedule_name = s.name;
   header.schedule_provenance_json = s.provenance_json;
-  emit_timeline(s, r.times, header, sink);
+  emit_timeline(s, r.times, header, sink, &r.issued);
 }
 
 StepEstimate AnalyticEngine::estimate(const core::Schedule& s, const FreeOps& free) const {

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 #include <map>
+#include <tuple>
 
 #include "core/error.hpp"
 #include "sim/metrics.hpp"
@@ -252,6 +253,50 @@ TEST(AnalyticEngine, MemoryPeakFromAllocs) {
   Metrics m = compute_metrics(s, rec.timeline(), pm.topology().spec().device);
   EXPECT_EQ(m.peak_memory().count(), 3LL << 30);
   EXPECT_TRUE(m.fits());
+}
+
+// A host slower than its kernels (item 3 of the Hopper issue): five
+// element-wise kernels of no bytes on an H200 cost its 5 us kernel tail each;
+// a host thread that needs 20 us to issue each one starts kernel i at 20·i us,
+// so the step is 4·20 + 5 = 85 us, of which 25 us run and 60 us are the
+// device waiting on the host. A host at 2 us a kernel keeps it busy: 25 us.
+TEST(AnalyticEngine, AHostSlowerThanItsKernelsLeavesTheDeviceWaiting) {
+  topologies::PerfModel pm(topologies::Topology(topologies::load_cluster("dgx-h200"), 1));
+  auto schedule = [](std::int64_t launch_us) {
+    core::Schedule s;
+    s.name = "host-bound";
+    s.step = core::StepInfo{"m", "dgx-h200", "x", 1, 1, 1, 1, core::Flops(1)};
+    core::Program p;
+    p.name = "dp";
+    p.ranks = {0};
+    p.threads.push_back(core::Thread{0, "main", core::Duration::us(launch_us)});
+    core::Stream comp{0, "compute", core::StreamKind::Compute, 0, {}};
+    for (int i = 0; i < 5; ++i) {
+      core::Op op;
+      op.id = i;
+      op.kind = core::OpKind::Compute;
+      op.name = "ew";
+      op.compute = core::ComputeKind::Elementwise;
+      op.role = core::OpRole::Forward;
+      comp.ops.push_back(op);
+    }
+    p.streams = {comp};
+    s.programs.push_back(p);
+    return s;
+  };
+  for (auto [launch_us, step_us, host_us] : {std::tuple{20, 85, 60}, std::tuple{2, 25, 0}}) {
+    const core::Schedule s = schedule(launch_us);
+    AnalyticEngine engine(pm, Contention::none());
+    traces::TimelineRecorder rec;
+    engine.run(s, {}, rec);
+    topologies::DeviceProfile d = pm.topology().spec().device;
+    const Metrics m = compute_metrics(s, rec.timeline(), d);
+    EXPECT_EQ(m.step_time.count_ns(), step_us * 1000LL) << launch_us;
+    EXPECT_EQ(m.split.host_bound.count_ns(), host_us * 1000LL) << launch_us;
+    EXPECT_EQ(m.split.waiting.count_ns(), 0) << launch_us;
+    EXPECT_EQ(m.split.classes.at(3).first, "norm_rotary_activation");
+    EXPECT_EQ(m.split.classes.at(3).second.count_ns(), 25000) << launch_us;
+  }
 }
 
 }  // namespace
