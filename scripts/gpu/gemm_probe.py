@@ -17,11 +17,15 @@ Two measurements for hzp's GEMM model (the Hopper issue):
 """
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
 
 import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gpu_timing import median_s  # noqa: E402
 
 
 def nvml():
@@ -39,25 +43,6 @@ def nvml():
                       "max_sm_MHz": pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_SM)}
     except Exception as e:  # noqa: BLE001 (no NVML: the rates alone)
         return (lambda: {}), {"nvml": f"unavailable: {type(e).__name__}: {e}"}
-
-
-def timed(fn, device, reps=10, warmup=3):
-    for _ in range(warmup):
-        fn()
-    if device.type != "cuda":
-        ts = []
-        for _ in range(reps):
-            t0 = time.perf_counter()
-            fn()
-            ts.append(time.perf_counter() - t0)
-        return statistics.median(ts)
-    ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
-    for s, e in ev:
-        s.record()
-        fn()
-        e.record()
-    torch.cuda.synchronize()
-    return statistics.median(s.elapsed_time(e) * 1e-3 for s, e in ev)
 
 
 def shapes(tiny):
@@ -101,14 +86,14 @@ def main():
     for m, n, k in shapes(a.tiny):
         x = torch.randn(m, k, device=device, dtype=dt)
         w = torch.randn(n, k, device=device, dtype=dt)
-        s = timed(lambda: torch.nn.functional.linear(x, w), device)
+        s = median_s(lambda: torch.nn.functional.linear(x, w), device)
         row = {"dtype": str(dt).replace("torch.", ""), "m": m, "n": n, "k": k, "seconds": s,
                "tflops": 2.0 * m * n * k / s / 1e12, **read()}
         res["shapes"].append(row)
         del x, w
         if device.type == "cuda":
             try:
-                s8 = timed(fp8_gemm(device, m, n, k), device)
+                s8 = median_s(fp8_gemm(device, m, n, k), device)
                 res["shapes"].append({"dtype": "float8_e4m3fn", "m": m, "n": n, "k": k, "seconds": s8,
                                       "tflops": 2.0 * m * n * k / s8 / 1e12, **read()})
             except Exception as e:  # noqa: BLE001 (no FP8 GEMM in this torch or shape)

@@ -17,31 +17,14 @@ a fixed cost per kernel, the Hopper issue):
 """
 import argparse
 import json
-import statistics
+import os
 import sys
-import time
 
 import torch
 import torch.nn.functional as F
 
-
-def median_s(fn, device, reps=20, warmup=3):
-    for _ in range(warmup):
-        fn()
-    if device.type != "cuda":
-        ts = []
-        for _ in range(reps):
-            t0 = time.perf_counter()
-            fn()
-            ts.append(time.perf_counter() - t0)
-        return statistics.median(ts)
-    ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
-    for s, e in ev:
-        s.record()
-        fn()
-        e.record()
-    torch.cuda.synchronize()
-    return statistics.median(s.elapsed_time(e) * 1e-3 for s, e in ev)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gpu_timing import median_s  # noqa: E402
 
 
 def ops(n, device):
@@ -95,7 +78,7 @@ def main():
     for log2n in range(11, top, 2):
         n = 1 << log2n
         for name, fn, nbytes in ops(n, device):
-            s = median_s(fn, device)
+            s = median_s(fn, device, reps=20)
             res["bandwidth"].append({"op": name, "elements": n, "bytes": nbytes, "seconds": s,
                                      "GBps": nbytes / s / 1e9, "hbm_fraction": nbytes / s / 1e9 / a.hbm_GBps})
         if device.type == "cuda":
