@@ -193,6 +193,23 @@ void require_regular_file(const std::string& path, bool may_be_missing) {
   }
 }
 
+void require_own_file(const std::string& path) {
+  for (const char* suffix : {"", "-wal", "-shm", "-journal"}) {
+    const std::string p = path + suffix;
+    struct stat st {};
+    if (::lstat(p.c_str(), &st) != 0) {
+      if (errno == ENOENT) continue;
+      throw InputError(p, "", "cannot open file");
+    }
+    if (S_ISLNK(st.st_mode)) {
+      throw InputError(p, "", "expected a regular file hzp writes itself, not a symbolic link");
+    }
+    if (!S_ISREG(st.st_mode)) {
+      throw InputError(p, "", fmt::format("expected a regular file (it is {})", file_kind(st.st_mode)));
+    }
+  }
+}
+
 std::string read_file(const std::string& path) {
   const std::int64_t limit = max_input_bytes();
   if (path == "-") return read_bounded(STDIN_FILENO, "standard input", limit);

@@ -45,6 +45,11 @@ inline constexpr std::int64_t kDefaultMaxInputBytes = 256LL << 20;
 /// followed) or, with `may_be_missing`, does not exist: what a database
 /// (SQLite opens it itself) is checked with before it is opened.
 void require_regular_file(const std::string& path, bool may_be_missing);
+/// InputError naming the file unless `path` and the side files SQLite keeps
+/// beside it (`-wal`, `-shm`, `-journal`) are each a regular file or absent —
+/// never a symbolic link, dangling or not: an output hzp writes in place (a
+/// sweep database) must not write through a planted link.
+void require_own_file(const std::string& path);
 
 /// Writes all of `data` to a file descriptor (a pipe between hzp's
 /// processes), retrying on EINTR; false if the other end is gone.

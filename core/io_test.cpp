@@ -167,6 +167,42 @@ TEST(ReadFile, RegularFilesOnlyAndBounded) {
   fs::remove_all(dir);
 }
 
+// A file hzp writes in place (a sweep database, issue 42 item 4): a planted
+// link to a target or a dangling one, for the database or one of SQLite's
+// side files, is refused naming it; a regular file or none passes.
+TEST(RequireOwnFile, NeverThroughALink) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / fmt::format("hzp_io_own_{}", ::getpid());
+  fs::create_directories(dir);
+  const std::string db = (dir / "e1.db").string();
+  EXPECT_NO_THROW(require_own_file(db));  // absent
+  write_file_atomic((dir / "target").string(), "precious");
+  auto refused = [](const std::string& path, const std::string& named, const std::string& want) {
+    try {
+      require_own_file(path);
+      ADD_FAILURE() << path << " accepted";
+    } catch (const InputError& e) {
+      EXPECT_EQ(e.file(), named);
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
+  };
+  fs::create_symlink(dir / "target", db);
+  refused(db, db, "not a symbolic link");
+  fs::remove(db);
+  fs::create_symlink(dir / "nowhere", db);  // dangling: SQLite would create its target
+  refused(db, db, "not a symbolic link");
+  fs::remove(db);
+  write_file_atomic(db, "");
+  EXPECT_NO_THROW(require_own_file(db));
+  fs::create_symlink(dir / "target", db + "-wal");
+  refused(db, db + "-wal", "not a symbolic link");
+  fs::remove(db + "-wal");
+  fs::create_directory(db + "-journal");
+  refused(db, db + "-journal", "expected a regular file (it is a folder)");
+  EXPECT_EQ(read_file((dir / "target").string()), "precious");
+  fs::remove_all(dir);
+}
+
 // "-" is standard input, under the same limit.
 TEST(ReadFile, DashIsStandardInput) {
   int fds[2];

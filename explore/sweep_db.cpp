@@ -47,8 +47,11 @@ std::string column_signature() {
 
 SweepDb::SweepDb(const std::string& path, const std::string& spec_hash, const std::string& spec_json)
     : path_(path), last_commit_(now_s()) {
-  core::require_regular_file(path, /*may_be_missing=*/true);  // SQLite would block on a FIFO
-  if (sqlite3_open_v2(path.c_str(), &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr) != SQLITE_OK) {
+  // Written in place: never through a planted link (nor a FIFO SQLite would
+  // block on); NOFOLLOW keeps a link made after the check out too.
+  core::require_own_file(path);
+  if (sqlite3_open_v2(path.c_str(), &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOFOLLOW,
+                      nullptr) != SQLITE_OK) {
     std::string msg = db_ ? sqlite3_errmsg(db_) : "out of memory";
     sqlite3_close(db_);
     db_ = nullptr;

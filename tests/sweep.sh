@@ -97,6 +97,22 @@ fi
   { echo "FAIL: export"; fail=1; }
 check "CSV: a header and 12 rows" test "$(wc -l < full.csv)" -eq 13
 check "JSON: 12 rows" "$py" -c "import json; assert len(json.load(open('full.json'))['rows']) == 12"
+# The database is never written through a planted link (issue 42, item 4):
+# to a file, dangling, or as the destination of a merge; one line, exit 2,
+# the target untouched and nothing created.
+echo precious > target
+ln -s target linked.db
+ln -s created-by-sqlite dangling.db
+for db in linked.db dangling.db; do
+  "$hzp" sweep --set gpus=16 --set strategy=fsdp --set global_batch_tokens=1M --db "$db" > link.out 2>&1
+  check "sweep --db $db (a link) is refused with exit 2" test $? -eq 2
+  check "... in one line naming it" test "$(wc -l < link.out)" -eq 1 -a -n "$(grep "$db" link.out)"
+done
+"$hzp" sweep merge linked.db full.db > /dev/null 2>&1
+check "sweep merge into a link is refused with exit 2" test $? -eq 2
+check "the link's target is untouched" test "$(cat target)" = precious
+check "a dangling link's target is not created" test ! -e created-by-sqlite
+
 "$hzp" plot heatmap full.db --x grad_shard --y optim_shard --out heat.png > /dev/null || { echo "FAIL: heatmap"; fail=1; }
 check "heatmap PNG" "$py" -c "assert open('heat.png','rb').read(8) == b'\x89PNG\r\n\x1a\n'"
 "$hzp" simulate --model llama3-8b --gpus 16 --strategy hzp --global-batch-tokens 128K --trace t.json > /dev/null
