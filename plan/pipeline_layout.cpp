@@ -269,6 +269,19 @@ std::vector<core::Problem> check_layout(const models::ModelSpec& m, const PlanOp
 std::vector<core::Problem> check_pipeline_layout(const models::ModelSpec& m, const PlanOptions& o,
                                                  PipelineLayout& out) {
   std::vector<core::Problem> ps = check_layout(m, o, out);
+  // A virtual stage with nothing to run (no layer, and neither the embedding
+  // of the first nor the head of the last) would have to pass activations
+  // and gradients through; hzp does not lower such stages (issue 42, item 3).
+  for (int v = 1; ps.empty() && v + 1 < out.virtual_stages(); ++v) {
+    if (out.layers_of(v) > 0) continue;
+    const std::string field = o.pipeline_layout     ? "pipeline_layout"
+                              : o.first_stage_layers ? "first_stage_layers"
+                                                     : "last_stage_layers";
+    ps.push_back({field, fmt::format("expected every pipeline stage between the first and the last to hold a "
+                                     "layer, got none on virtual stage {} (stage {}, chunk {}): hzp does not model "
+                                     "stages that only pass activations through",
+                                     v, out.stage_of(v), out.chunk_of(v))});
+  }
   out.v_shape = ps.empty() && o.pipeline_schedule == PipelineSchedule::ZbV;
   out.dual = ps.empty() && o.pipeline_schedule == PipelineSchedule::DualPipe;
   return ps;

@@ -93,6 +93,29 @@ TEST(PipelineLayout, FirstAndLastStageLayers) {
   EXPECT_EQ(ps[0].field, "first_stage_layers");
 }
 
+// A stage between the first and the last with no layer (issue 42, item 3:
+// it used to deadlock the lowering) is refused, naming the field that made
+// it; a first stage of only the embedding or a last of only the head runs.
+TEST(PipelineLayout, RefusesAnEmptyMiddleStage) {
+  const models::ModelSpec m = models::load_model("llama3-8b");  // 32 layers
+  PlanOptions o = pipeline(4, 1);
+  o.first_stage_layers = 16;
+  o.last_stage_layers = 16;  // 0 layers over the 2 stages between
+  PipelineLayout unused;
+  auto ps = check_pipeline_layout(m, o, unused);
+  ASSERT_EQ(ps.size(), 1u);
+  EXPECT_EQ(ps[0].field, "first_stage_layers");
+  EXPECT_NE(ps[0].message.find("virtual stage 1 (stage 1, chunk 0)"), std::string::npos) << ps[0].message;
+  PlanOptions l = pipeline(4, 1);
+  l.pipeline_layout = "Et*16||t*16|L";
+  ps = check_pipeline_layout(m, l, unused);
+  ASSERT_EQ(ps.size(), 1u);
+  EXPECT_EQ(ps[0].field, "pipeline_layout");
+  l.pipeline_layout = "E|t*16|t*16|L";
+  EXPECT_TRUE(check_pipeline_layout(m, l, unused).empty());
+  EXPECT_EQ(counts(unused), (std::vector<int>{0, 16, 16, 0}));
+}
+
 // 94 layers on pp 8 x vpp 4 = 32 virtual stages: ceil(94 / 32) = 3, two
 // short, taken from the two ends: v 0 and v 31 hold 2. Stage 0 holds v 0, 8,
 // 16, 24 (2 + 3 + 3 + 3 = 11), stage 7 holds v 7, 15, 23, 31 (11).
