@@ -11,7 +11,7 @@ namespace {
 
 [[noreturn]] void no_sqlite(const std::string& path) {
   throw core::InputError(path, "--db",
-                         "a build of hzp with SQLite (this one was configured without it: a runtime-only build; "
+                         "expected a build of hzp with SQLite (this one was configured without it: a runtime-only build; "
                          "sweeps need the full build)");
 }
 
