@@ -7,11 +7,11 @@
 # Schedule (llama3-8b with 4 layers, hierarchical ZeRO async and sync,
 # collectives emulated) against the analytic prediction, the GEMM, overlap
 # and (two or more GPUs) collective microbenchmarks and a calibration fitted
-# from them, GEMM rates by shape and under sustained load and element-wise
-# kernels' bandwidth and per-kernel cost (PyTorch), and
-# torch_ref's model three ways: hzp's prediction, hzp-run's
-# measurement of the same Schedule and PyTorch's own steps (when `import
-# torch` works), each with its time per kernel class.
+# from them, and, when `import torch` works, GEMM rates by shape and under
+# sustained load, element-wise kernels' bandwidth and per-kernel cost, and
+# torch_ref's model three ways: hzp's prediction, hzp-run's measurement of
+# the same Schedule and PyTorch's own steps, each with its time per kernel
+# class.
 #
 # Each stage reports ok / FAILED / skipped with the reason; a failed stage
 # does not stop the others; the script exits 1 when any failed. A test
@@ -113,7 +113,7 @@ machine() {
     echo "hzp: $(git -C "$root" rev-parse HEAD 2> /dev/null || echo unknown)$(git -C "$root" diff --quiet 2> /dev/null || echo ' (modified)')"
   fi
 }
-# ctest_stage PATTERN-ARGS...: a ctest run in which matching nothing fails.
+# run_ctest ARGS...: a ctest run in which matching no test fails.
 run_ctest() { (cd "$build" && ctest --no-tests=error --output-on-failure "$@"); }
 model_4l() {
   "$py" - "$work/llama3-8b-4l.json" << 'PY'
