@@ -42,6 +42,9 @@ constexpr int kExitInternal = 1;
 constexpr int kExitBadInput = 2;
 constexpr int kExitAborted = 3;
 constexpr int kExitUnreliable = 4;
+// The most warm-up or timed steps a run takes, and timed steps with --trace.
+constexpr int kMaxSteps = 100000;
+constexpr int kMaxTracedSteps = 1000;
 
 struct Args {
   std::string schedule;
@@ -157,7 +160,7 @@ int run_host(const Args& a, const hzp::core::Schedule& s, const std::string& com
         wall ? fmt::format("host backend, {} rank classes, wall clock, time scale {:.4g}, {} late ops",
                            s.programs.size(), o.time_scale, backend.late_ops())
              : fmt::format("host backend, {} rank classes, virtual clock", s.programs.size());
-    backend.emit(header(s, "host", detail, command_line), st.timeline);
+    if (!a.trace.empty()) backend.emit(header(s, "host", detail, command_line), st.timeline);
     measured.push_back(std::move(st));
   }
   std::vector<std::size_t> order(measured.size());
@@ -246,6 +249,7 @@ int run_cuda_rank(const Args& a, const hzp::core::Schedule& s, const hzp::runtim
     }
     if (i < a.warmup) continue;
     steps.push_back(step);
+    if (a.trace.empty()) continue;  // only a traced run keeps each step's Timeline
     traces::TimelineRecorder rec;
     backend.emit(header(s, "cuda",
                         fmt::format("cuda backend, rank {} of {} on GPU {}{}; {}", rank, s.step.world_size, device,
@@ -482,6 +486,18 @@ int run_parsed(const Args& args, [[maybe_unused]] const BenchArgs& b, bool bench
   if (a.schedule.empty()) throw core::InputError("command line", "schedule", "expected a Schedule file");
   if (a.warmup < 1 || a.steps < 1)
     throw core::InputError("command line", "--steps", "expected --warmup and --steps >= 1");
+  // A run holds a few numbers a step, and with --trace each timed step's
+  // Timeline until the median is known (issue 42, item 2): both bounded.
+  if (a.warmup > kMaxSteps || a.steps > kMaxSteps) {
+    throw core::InputError("command line", a.steps > kMaxSteps ? "--steps" : "--warmup",
+                           fmt::format("expected at most {} steps", kMaxSteps));
+  }
+  if (!a.trace.empty() && a.steps > kMaxTracedSteps) {
+    throw core::InputError("command line", "--steps",
+                           fmt::format("expected at most {} timed steps with --trace (each step's Timeline is kept "
+                                       "until the median is known), got {}",
+                                       kMaxTracedSteps, a.steps));
+  }
   if (!(a.step_seconds > 0)) throw core::InputError("command line", "--step-seconds", "expected a positive number");
   if (a.backend != "host" && a.clock != "wall") {
     throw core::InputError("command line", "--clock", "expected wall with --backend cuda (a GPU keeps its own time)");

@@ -112,6 +112,21 @@ expect_error "--backend: expected" s.json --backend cuda  # no GPU here (or no C
 expect_error "--clock: " s.json --clock lamport
 expect_error "--clock: expected wall with --backend cuda" s.json --backend cuda --clock virtual
 expect_error "expected --warmup and --steps >= 1" s.json --steps 0
+# Bounded steps, and memory flat over them (issue 42, item 2: a run kept every
+# step's Timeline, about 215 KB a step here, whether or not it wrote a trace).
+expect_error "--steps: expected at most 100000 steps" s.json --clock virtual --steps 1000000
+expect_error "--warmup: expected at most 100000 steps" s.json --clock virtual --warmup 1000000
+expect_error "--steps: expected at most 1000 timed steps with --trace" s.json --clock virtual --steps 1001 --trace t.json
+check "... and nothing written" test ! -e t.json
+# Peak resident memory of 5 and of 105 timed steps: flat (the old growth was
+# about 21 MB). Not under AddressSanitizer, whose quarantine holds freed memory.
+if ! ldd "$run" | grep -q libasan; then
+  rss() { /usr/bin/time -f %M "$run" s.json --clock virtual --steps "$1" 2>&1 > /dev/null | tail -1; }
+  small=$(rss 5)
+  large=$(rss 105)
+  check "100 more timed steps add under 8 MB of resident memory ($small -> $large KB)" \
+    test "$((large - small))" -lt 8192
+fi
 # (This run initialises MPI: under AddressSanitizer its leak check is off, as
 # in tests/mpi_host.sh — OpenMPI leaves MPI_Init's allocations to the exit.)
 ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0" OMPI_COMM_WORLD_RANK=0 OMPI_COMM_WORLD_SIZE=2 \

@@ -269,7 +269,7 @@ TEST(AnalyticEngine, AHostSlowerThanItsKernelsLeavesTheDeviceWaiting) {
     core::Program p;
     p.name = "dp";
     p.ranks = {0};
-    p.threads.push_back(core::Thread{0, "main", core::Duration::us(launch_us)});
+    p.threads.push_back(core::Thread{0, "main", core::Duration::us(static_cast<double>(launch_us))});
     core::Stream comp{0, "compute", core::StreamKind::Compute, 0, {}};
     for (int i = 0; i < 5; ++i) {
       core::Op op;
