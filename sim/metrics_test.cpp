@@ -109,6 +109,17 @@ TEST(Metrics, TimeSplitByKernelClassAndHostBoundGaps) {
   t.ops[2].issued.reset();
   EXPECT_EQ(time_split(s, t, core::Duration::ns(50)).host_bound.count_ns(), 0);
   EXPECT_EQ(time_split(s, t, core::Duration::ns(50)).waiting.count_ns(), 16);
+  // A measured trace whose first op starts after its origin: the step starts
+  // there, and the split is the same.
+  for (auto& r : t.ops) {
+    r.start = r.start + core::Duration::ns(100);
+    r.end = r.end + core::Duration::ns(100);
+  }
+  t.ops[2].issued = core::TimePoint::ns(120);
+  const TimeSplit later = time_split(s, t, core::Duration::ns(50));
+  EXPECT_EQ(later.host_bound.count_ns(), 5);
+  EXPECT_EQ(later.waiting.count_ns(), 11);
+  EXPECT_EQ(later.classes.at(0).second.count_ns(), 10);
 }
 
 }  // namespace

@@ -64,8 +64,12 @@ TimeSplit time_split(const core::Schedule& s, const traces::Timeline& t, core::D
   }
   std::sort(recs.begin(), recs.end(), [](const auto* a, const auto* b) { return a->start < b->start; });
   // Ops of one stream run one after another; a gap before an op is host-bound
-  // up to when its host thread issued it, waiting after that.
-  core::TimePoint free_at{};  // the step starts at time 0
+  // up to when its host thread issued it, waiting after that. The step starts
+  // with the Timeline's first op (0 in the engines; a measured trace's origin
+  // may precede it).
+  core::TimePoint begin = t.ops.front().start;
+  for (const auto& r : t.ops) begin = std::min(begin, r.start);
+  core::TimePoint free_at = begin;
   std::int64_t host_ns = 0, wait_ns = 0;
   for (const auto* r : recs) {
     const std::int64_t gap = std::max<std::int64_t>(0, (r->start - free_at).count_ns());
@@ -77,10 +81,10 @@ TimeSplit time_split(const core::Schedule& s, const traces::Timeline& t, core::D
     }
     auto it = by_id.find(r->op_id);
     const std::size_t c = it != by_id.end() ? class_of(*it->second) : 7;
-    out.classes[c].second += r->end - std::max(r->start, free_at);
+    if (r->end > free_at) out.classes[c].second += r->end - std::max(r->start, free_at);
     free_at = std::max(free_at, r->end);
   }
-  wait_ns += std::max<std::int64_t>(0, step.count_ns() - free_at.since_start().count_ns());
+  wait_ns += std::max<std::int64_t>(0, step.count_ns() - (free_at - begin).count_ns());
   out.host_bound = core::Duration::ns(host_ns);
   out.waiting = core::Duration::ns(wait_ns);
   return out;
