@@ -55,8 +55,6 @@ TimeSplit time_split(const core::Schedule& s, const traces::Timeline& t, core::D
   const core::Stream& st = s.programs[static_cast<std::size_t>(program)].streams[static_cast<std::size_t>(stream)];
   out.program = program;
   out.stream = st.name;
-  std::map<int, const core::Op*> by_id;
-  for (const auto& op : st.ops) by_id.emplace(op.id, &op);
 
   std::vector<const traces::OpRecord*> recs;
   for (const auto& r : t.ops) {
@@ -79,8 +77,10 @@ TimeSplit time_split(const core::Schedule& s, const traces::Timeline& t, core::D
       host_ns += host;
       wait_ns += gap - host;
     }
-    auto it = by_id.find(r->op_id);
-    const std::size_t c = it != by_id.end() ? class_of(*it->second) : 7;
+    // A stream's ops are in ascending id (the order its thread issues them).
+    const auto it = std::lower_bound(st.ops.begin(), st.ops.end(), r->op_id,
+                                     [](const core::Op& op, int id) { return op.id < id; });
+    const std::size_t c = it != st.ops.end() && it->id == r->op_id ? class_of(*it) : 7;
     if (r->end > free_at) out.classes[c].second += r->end - std::max(r->start, free_at);
     free_at = std::max(free_at, r->end);
   }
