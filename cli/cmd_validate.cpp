@@ -33,8 +33,33 @@ struct ValidateArgs {
   std::string calibration_dir = "validation/calibration";
   bool json = false;
   bool check = false;
+  std::string baseline = "validation/cases_baseline.json";
+  bool baseline_given = false;
+  std::string write_baseline;
   int jobs = 0;
 };
+
+// The known misses --check holds the cases to: the file given, or the
+// default one where it exists (a case directory of one's own has none).
+validation::MissBaseline load_baseline(const ValidateArgs& a) {
+  if (!a.baseline_given && !std::filesystem::exists(a.baseline)) return {};
+  return validation::miss_baseline_from_json(core::read_file(a.baseline), a.baseline);
+}
+
+std::string baseline_json(const validation::MissBaseline& b) {
+  nlohmann::ordered_json j;
+  j["schema_version"] = 1;
+  j["note"] =
+      "The validation cases outside their tolerance (their measurement's noise) and their signed error when this "
+      "file was written. `hzp validate cases --check` fails on a case outside its tolerance that is not listed, or "
+      "a listed one whose |error| grew by more than one percentage point. Rewrite it with `hzp validate cases "
+      "--write-baseline validation/cases_baseline.json` and review the diff.";
+  j["hzp_version"] = core::version();
+  j["git_revision"] = core::git_revision();
+  auto& m = j["misses"] = nlohmann::ordered_json::object();
+  for (const auto& [name, e] : b.errors) m[name] = std::round(e * 1e4) / 1e4;
+  return j.dump(2) + "\n";
+}
 
 int cmd_validate_cases(const ValidateArgs& a) {
   const auto cases = validation::load_cases(a.dir, a.filters);
@@ -43,13 +68,27 @@ int cmd_validate_cases(const ValidateArgs& a) {
   }
   const int jobs = a.jobs > 0 ? a.jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   if (!a.json) std::cerr << fmt::format("simulating {} cases on {} processes...\n", cases.size(), jobs);
+  const validation::MissBaseline baseline = a.check ? load_baseline(a) : validation::MissBaseline{};
   const auto scored = explore::run_cases(cases, jobs, a.calibration_dir);
   std::cout << (a.json ? explore::cases_json(scored) : explore::cases_table(scored));
+  if (!a.write_baseline.empty()) {
+    if (!a.filters.empty()) {
+      throw core::InputError(a.write_baseline, "--write-baseline", "expected every case (no --filter)");
+    }
+    core::write_file_atomic(a.write_baseline, baseline_json(validation::misses_of(scored)));
+  }
   if (!a.check) return 0;
-  int missed = 0;
-  for (const auto& s : scored) missed += s.within() ? 0 : 1;
-  if (missed > 0) std::cerr << fmt::format("hzp: {} of {} cases outside their tolerance\n", missed, scored.size());
-  return missed > 0 ? kExitValidationMiss : 0;
+  int missed = 0, recorded = 0;
+  for (const auto& s : scored) {
+    missed += s.within() ? 0 : 1;
+    recorded += !s.within() && baseline.errors.contains(s.name) ? 1 : 0;
+  }
+  const validation::BaselineCheck c = validation::check_misses(scored, baseline);
+  for (const auto& n : c.notes) std::cerr << "hzp: note: " << n << "\n";
+  for (const auto& f : c.failures) std::cerr << "hzp: " << f << "\n";
+  std::cerr << fmt::format("hzp: {} of {} cases outside their tolerance, {} of them recorded misses ({})\n", missed,
+                           scored.size(), recorded, baseline.errors.empty() ? "no baseline" : a.baseline);
+  return c.failures.empty() ? 0 : kExitValidationMiss;
 }
 
 struct CollectivesArgs {
@@ -233,7 +272,15 @@ void add_validate_commands(CLI::App& app, Commands& out) {
           "calibrations: <dir>/<device name>.<stack>.json (fitted under that stack), else <dir>/<device name>.json")
       ->capture_default_str();
   cases->add_flag("--json", va.json, "as JSON");
-  cases->add_flag("--check", va.check, "exit 4 when a case is outside its tolerance");
+  cases->add_flag("--check", va.check,
+                  "exit 4 when a case is outside its tolerance and not a recorded miss, or a recorded miss got worse");
+  cases
+      ->add_option("--baseline", va.baseline,
+                   "the recorded misses --check allows (used where it exists unless given)")
+      ->capture_default_str()
+      ->each([&va](const std::string&) { va.baseline_given = true; });
+  cases->add_option("--write-baseline", va.write_baseline, "write the cases outside their tolerance as a baseline")
+      ->check(file_name());
   cases->add_option("-j,--jobs", va.jobs, "processes (default: the core count)")->check(jobs());
   out.push_back(std::move(vc));
 

@@ -20,7 +20,7 @@ std::vector<int> iota(int n, int start = 0) {
 TEST(ClusterCatalog, AllEntriesLoad) {
   auto names = cluster_catalog_names();
   EXPECT_EQ(names, (std::vector<std::string>{"aws-p4de", "aws-p5", "dgx-a100", "dgx-b200", "dgx-h100", "dgx-h200",
-                                             "dgx2-v100", "gb200-nvl72", "leonardo-booster", "mesh16-roce200"}));
+                                             "dgx2-v100", "gb200-nvl72", "grand-teton-h100", "leonardo-booster", "mesh16-roce200"}));
   for (const auto& n : names) EXPECT_EQ(load_cluster(n).name, n);
 }
 

@@ -154,7 +154,11 @@ std::vector<Summary> summarize(const std::vector<Scored>& scored) {
   };
   for (const auto& s : scored) add(s.group, s);
   for (const auto& s : scored) {
-    if (!memory_quantity(s.quantity)) add(s.group.ends_with("-sharded") ? "sharded-dp" : "megatron-era", s);
+    if (memory_quantity(s.quantity)) continue;
+    add(s.group.starts_with("hopper-")   ? "hopper"
+        : s.group.ends_with("-sharded") ? "sharded-dp"
+                                         : "megatron-era",
+        s);
   }
   for (const auto& s : scored) add(memory_quantity(s.quantity) ? "memory" : "all", s);
   for (const auto& s : scored) {
@@ -184,6 +188,60 @@ std::vector<PairScore> score_pairs(const std::vector<Scored>& scored) {
     const bool time = h->quantity == Quantity::IterationTime;
     auto speedup = [&](double hv, double fv) { return time ? fv / hv : hv / fv; };
     out.push_back({name, speedup(h->measured, f->measured), speedup(h->predicted, f->predicted)});
+  }
+  return out;
+}
+
+MissBaseline miss_baseline_from_json(const std::string& text, const std::string& file) {
+  const nlohmann::json j = core::parse_json(text, file);
+  core::StrictObject o(j, file);
+  core::require_schema_version(o, 1);
+  (void)o.str("note");
+  (void)o.str("hzp_version");
+  (void)o.str("git_revision");
+  const nlohmann::json& misses = o.raw("misses");
+  if (!misses.is_object()) o.fail("misses", "expected an object of case name -> signed relative error");
+  MissBaseline b;
+  for (const auto& [name, e] : misses.items()) {
+    if (!e.is_number() || !std::isfinite(e.get<double>())) {
+      o.fail("misses." + name, "expected the case's signed relative error, a finite number");
+    }
+    b.errors.emplace(name, e.get<double>());
+  }
+  o.finish();
+  return b;
+}
+
+MissBaseline misses_of(const std::vector<Scored>& scored) {
+  MissBaseline b;
+  for (const auto& s : scored) {
+    if (!s.within()) b.errors.emplace(s.name, s.error());
+  }
+  return b;
+}
+
+BaselineCheck check_misses(const std::vector<Scored>& scored, const MissBaseline& baseline) {
+  BaselineCheck out;
+  for (const auto& s : scored) {
+    const auto it = baseline.errors.find(s.name);
+    const double e = s.error();
+    if (it == baseline.errors.end()) {
+      if (!s.within()) {
+        out.failures.push_back(fmt::format("{}: {:+.1f}% is outside its tolerance of {:.0f}% (a new miss)", s.name,
+                                           100 * e, 100 * s.tolerance));
+      }
+      continue;
+    }
+    const double was = it->second;
+    if (!std::isfinite(e) || std::abs(e) > std::abs(was) + kMissSlack) {
+      out.failures.push_back(fmt::format("{}: {:+.1f}%, worse than the recorded miss of {:+.1f}%", s.name, 100 * e,
+                                         100 * was));
+    } else if (s.within()) {
+      out.notes.push_back(fmt::format("{}: {:+.1f}% is within its tolerance now (recorded {:+.1f}%)", s.name,
+                                      100 * e, 100 * was));
+    } else if (std::abs(e) < std::abs(was) - kMissSlack) {
+      out.notes.push_back(fmt::format("{}: {:+.1f}%, better than the recorded {:+.1f}%", s.name, 100 * e, 100 * was));
+    }
   }
   return out;
 }

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <optional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -103,10 +104,39 @@ struct Summary {
   std::string worst;  // the case with the largest |error|
 };
 /// Per group (in first-seen order) and, last, over the time-like quantities
-/// (iteration time, TFLOP/s, tokens/s): "megatron-era" (every group not
-/// ending in "-sharded"), "sharded-dp" (groups ending in "-sharded"), "all",
+/// (iteration time, TFLOP/s, tokens/s): "hopper" (groups starting with
+/// "hopper-": H100/H200 runs), "sharded-dp" (the other groups ending in
+/// "-sharded"), "megatron-era" (the rest), "all",
 /// "all consistent" (without the cases marked inconsistent); "memory" when
 /// there are memory cases.
 [[nodiscard]] std::vector<Summary> summarize(const std::vector<Scored>& scored);
+
+/// The known misses: the signed error of every case outside its tolerance
+/// when the baseline was written (`hzp validate cases --write-baseline`). A
+/// case's tolerance is its measurement's noise; the baseline is what keeps CI
+/// honest while the model misses some of them: a recorded miss may not get
+/// worse, and no new case may fall outside its tolerance.
+struct MissBaseline {
+  std::map<std::string, double> errors;  // case name -> signed relative error as recorded
+};
+/// Reads a baseline; throws InputError naming `file` and the key.
+[[nodiscard]] MissBaseline miss_baseline_from_json(const std::string& text, const std::string& file);
+/// The misses among `scored` (cases outside their tolerance), as a baseline.
+[[nodiscard]] MissBaseline misses_of(const std::vector<Scored>& scored);
+
+/// How far a recorded miss may drift before the check fails: one percentage
+/// point of |error| (the cases are deterministic; a move this large is a
+/// change of the model, to be reviewed as a new baseline).
+inline constexpr double kMissSlack = 0.01;
+
+struct BaselineCheck {
+  std::vector<std::string> failures;  // one line each: a new miss, or a recorded miss grown past its slack
+  std::vector<std::string> notes;     // recorded misses now within tolerance or better by more than the slack
+};
+/// Each scored case against the baseline: a case outside its tolerance fails
+/// unless recorded, and a recorded one fails when its |error| grew by more
+/// than kMissSlack. Cases the baseline records but `scored` lacks are ignored
+/// (a --filter run).
+[[nodiscard]] BaselineCheck check_misses(const std::vector<Scored>& scored, const MissBaseline& baseline);
 
 }  // namespace hzp::validation

@@ -139,3 +139,71 @@ TEST(Cases, PairsScoreTheSpeedupOfHierarchicalOverFull) {
 
 }  // namespace
 }  // namespace hzp::validation
+
+namespace hzp::validation {
+namespace {
+
+TEST(Cases, HopperGroupsAreSummarisedApart) {
+  const std::vector<Scored> s = {{"h1", "hopper-x-sharded", Quantity::TokensPerGpu, 100, 120, 0.05, true},
+                                 {"a1", "a", Quantity::IterationTime, 1.0, 1.1, 0.05, true}};
+  const auto sum = summarize(s);
+  // hopper-x-sharded, a, hopper (not sharded-dp), megatron-era, all, all consistent
+  ASSERT_EQ(sum.size(), 6U);
+  EXPECT_EQ(sum[2].group, "hopper");
+  EXPECT_NEAR(sum[2].mean_abs, 0.20, 1e-12);
+  EXPECT_EQ(sum[3].group, "megatron-era");
+  EXPECT_EQ(sum[3].cases, 1);
+}
+
+TEST(Cases, RecordedMissesMayNotGrowAndNewOnesFail) {
+  // Tolerance 5 %: "in" +3 % (within), "new" +8 % (a miss not recorded),
+  // "same" -20.5 % recorded at -20 % (within the 1-point slack), "worse"
+  // +31.5 % recorded at +30 % (1.5 points worse), "better" +10 % recorded at
+  // +25 %, "fixed" +2 % recorded at +12 %, "gone" recorded but not scored.
+  const std::vector<Scored> s = {{"in", "g", Quantity::IterationTime, 1.0, 1.03, 0.05, true},
+                                 {"new", "g", Quantity::IterationTime, 1.0, 1.08, 0.05, true},
+                                 {"same", "g", Quantity::IterationTime, 1.0, 0.795, 0.05, true},
+                                 {"worse", "g", Quantity::IterationTime, 1.0, 1.315, 0.05, true},
+                                 {"better", "g", Quantity::IterationTime, 1.0, 1.10, 0.05, true},
+                                 {"fixed", "g", Quantity::IterationTime, 1.0, 1.02, 0.05, true}};
+  const MissBaseline b{{{"same", -0.20}, {"worse", 0.30}, {"better", 0.25}, {"fixed", 0.12}, {"gone", 0.5}}};
+  const BaselineCheck c = check_misses(s, b);
+  ASSERT_EQ(c.failures.size(), 2U);
+  EXPECT_NE(c.failures[0].find("new: +8.0% is outside its tolerance of 5%"), std::string::npos) << c.failures[0];
+  EXPECT_NE(c.failures[1].find("worse: +31.5%, worse than the recorded miss of +30.0%"), std::string::npos)
+      << c.failures[1];
+  ASSERT_EQ(c.notes.size(), 2U);
+  EXPECT_NE(c.notes[0].find("better: +10.0%, better than the recorded +25.0%"), std::string::npos) << c.notes[0];
+  EXPECT_NE(c.notes[1].find("fixed: +2.0% is within its tolerance now"), std::string::npos) << c.notes[1];
+
+  const MissBaseline written = misses_of(s);
+  EXPECT_EQ(written.errors.size(), 4U);  // new, same, worse, better
+  EXPECT_NEAR(written.errors.at("worse"), 0.315, 1e-12);
+  EXPECT_TRUE(check_misses(s, written).failures.empty());
+}
+
+TEST(Cases, BaselineFileIsReadStrictly) {
+  const std::string good = R"({"schema_version": 1, "note": "n", "hzp_version": "v", "git_revision": "r",
+                               "misses": {"a": 0.25, "b": -0.1}})";
+  const MissBaseline b = miss_baseline_from_json(good, "base.json");
+  EXPECT_EQ(b.errors.size(), 2U);
+  EXPECT_DOUBLE_EQ(b.errors.at("b"), -0.1);
+  for (const auto& [bad, key] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"schema_version": 1, "note": "n", "hzp_version": "v", "git_revision": "r", "misses": {"a": "x"}})",
+            "misses.a"},
+           {R"({"schema_version": 1, "note": "n", "hzp_version": "v", "git_revision": "r", "misses": []})", "misses"},
+           {R"({"schema_version": 1, "note": "n", "hzp_version": "v", "git_revision": "r", "misses": {},
+                "extra": 1})",
+            "extra"}}) {
+    try {
+      (void)miss_baseline_from_json(bad, "base.json");
+      ADD_FAILURE() << "accepted " << bad;
+    } catch (const core::InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("base.json"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(key), std::string::npos) << e.what();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace hzp::validation
