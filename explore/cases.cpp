@@ -99,6 +99,11 @@ validation::Scored run_case(const validation::Case& c, const std::string& calibr
       s.predicted = worst ? class_GiB(*worst, {"act"}) : 0.0;
       break;
     }
+    case validation::Quantity::ReservedGiB: {
+      const sim::ProgramMemory* worst = m.worst_memory();
+      s.predicted = worst ? static_cast<double>(worst->peak_reserved.count()) / (1024.0 * 1024 * 1024) : 0.0;
+      break;
+    }
   }
   return s;
 }

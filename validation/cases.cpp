@@ -19,12 +19,15 @@ constexpr std::pair<Quantity, std::string_view> kQuantities[] = {
     {Quantity::TflopsPerGpu, "tflops_per_gpu"},
     {Quantity::StatesGiB, "states_GiB"},
     {Quantity::ActivationsGiB, "activations_GiB"},
+    {Quantity::ReservedGiB, "reserved_GiB"},
     {Quantity::TokensPerGpu, "tokens_per_s_per_gpu"},
 };
 
 constexpr std::string_view kMegatron2021 = "megatron-2021";
 
-bool memory_quantity(Quantity q) { return q == Quantity::StatesGiB || q == Quantity::ActivationsGiB; }
+bool memory_quantity(Quantity q) {
+  return q == Quantity::StatesGiB || q == Quantity::ActivationsGiB || q == Quantity::ReservedGiB;
+}
 
 }  // namespace
 
@@ -77,8 +80,8 @@ Case case_from_json(const std::string& text, const std::string& file) {
     }
   }
   if (!known) {
-    m.fail("quantity", fmt::format("expected iteration_time_s, tflops_per_gpu, states_GiB, activations_GiB or "
-                                   "tokens_per_s_per_gpu, got \"{}\"",
+    m.fail("quantity", fmt::format("expected iteration_time_s, tflops_per_gpu, states_GiB, activations_GiB, "
+                                   "reserved_GiB or tokens_per_s_per_gpu, got \"{}\"",
                                    q));
   }
   c.measured = m.number("value", 0, 1e300, true);

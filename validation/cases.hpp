@@ -18,6 +18,8 @@ enum class Quantity {
   StatesGiB,       // "states_GiB": parameters + gradients + optimizer state per GPU of the transformer
                    //   layers (Korthikanti's count: the rank class holding the least, a stage of layers only)
   ActivationsGiB,  // "activations_GiB": activations held per GPU at the peak
+  ReservedGiB,     // "reserved_GiB": the most device memory the caching allocator held on any GPU
+                   //   (PyTorch's reserved_bytes.all.peak)
   TokensPerGpu,    // "tokens_per_s_per_gpu": training tokens per second per GPU
 };
 [[nodiscard]] std::string_view to_string(Quantity q);

@@ -45,6 +45,12 @@ TEST(Cases, ReadsAFullCase) {
   EXPECT_FALSE(c.nic_gbps);
   EXPECT_FALSE(c.power_limit);
   EXPECT_EQ(nlohmann::json::parse(c.plan_json)["tp"], 8);
+
+  nlohmann::json memory = good_case();
+  memory["measured"] = {{"quantity", "reserved_GiB"}, {"value", 82.4}, {"flops_convention", nullptr}};
+  const Case m = case_from_json(memory.dump(), "case.json");
+  EXPECT_EQ(m.quantity, Quantity::ReservedGiB);
+  EXPECT_EQ(to_string(m.quantity), "reserved_GiB");
 }
 
 TEST(Cases, NamesTheKeyOfABadCase) {
