@@ -46,6 +46,7 @@ void read_power(StrictObject p, DeviceProfile& dev) {
   DeviceProfile::Power w;
   w.rated_W = p.number("rated_W", 1, 1e5);
   w.compute_clock_MHz = p.number("compute_clock_MHz", 1, 1e5);
+  if (p.has("sustained_fraction")) w.sustained_fraction = p.number("sustained_fraction", 0, 1, true);
   const std::size_t caps = p.array("caps").size();
   for (std::size_t i = 0; i < caps; ++i) {
     StrictObject c = p.element("caps", i);
@@ -59,11 +60,11 @@ void read_power(StrictObject p, DeviceProfile& dev) {
     w.caps.push_back(cap);
   }
   w.limit_W = p.has("limit_W") ? p.number("limit_W", 1, 1e5) : w.rated_W;
-  dev.tensor_clock_scale = 1;
+  dev.tensor_clock_scale = w.sustained_fraction;
   if (w.limit_W != w.rated_W) {
     auto it = std::find_if(w.caps.begin(), w.caps.end(), [&](const auto& c) { return c.limit_W == w.limit_W; });
     if (it == w.caps.end()) p.fail("limit_W", power_limits_expected(w));
-    dev.tensor_clock_scale = it->tensor_clock_MHz / w.compute_clock_MHz;
+    dev.tensor_clock_scale *= it->tensor_clock_MHz / w.compute_clock_MHz;
   }
   p.finish();
   dev.power = std::move(w);

@@ -64,17 +64,24 @@ struct DeviceProfile {
   /// tensor-core GEMM was measured to hold there. `limit_W` is the limit this
   /// run's devices are held to (the what-if --power-limit): the rated one or
   /// a listed cap, nothing in between (no clock is extrapolated).
+  /// `sustained_fraction`: the efficiency curves are short-burst maxima; a
+  /// training run keeps tensor-core work going for hours, and at the rated
+  /// limit it holds this fraction of the burst rate (the board at its power
+  /// limit lowers the clock); 1 where nothing was measured.
   struct PowerCap {
     double limit_W = 0, tensor_clock_MHz = 0;
   };
   struct Power {
     double rated_W = 0, limit_W = 0, compute_clock_MHz = 0;
+    double sustained_fraction = 1;
     std::vector<PowerCap> caps;
   };
   std::optional<Power> power;
   /// Tensor-core work (GEMMs, fused attention) runs at this fraction of the
-  /// efficiency curves' rate: 1 at the rated limit, a cap's tensor clock over
-  /// the compute clock under it (throughput follows the SM clock).
+  /// efficiency curves' rate: the sustained fraction at the rated limit, and
+  /// under a cap that times the cap's tensor clock over the compute clock
+  /// (throughput follows the SM clock; the cap's clock ratio is taken to hold
+  /// for the sustained state too).
   double tensor_clock_scale = 1;
   /// The device's share of its node's host memory, GiB (node.host.memory_GiB
   /// / node.devices, set by the reader; 0: the node's host is not described).

@@ -153,18 +153,19 @@ core::Op bandwidth_kernel(std::int64_t bytes) {
 }
 
 // Under a power cap the device profile lists, tensor-core work runs at the
-// cap's measured clock over the compute clock the peaks are quoted at
-// (dgx-h100: 1610 / 1830 MHz at 500 W), bandwidth-bound kernels as before.
+// cap's measured clock over the compute clock the peaks are quoted at, on top
+// of the sustained fraction (dgx-h100: 0.825 x 1610 / 1830 MHz at 500 W),
+// bandwidth-bound kernels as before.
 TEST(PerfModel, APowerCapRunsTensorCoreWorkAtItsClock) {
   ClusterOverlay capped;
   capped.power_limit_w = 500;
   const ClusterSpec spec = resolve_cluster("dgx-h100", capped).spec;
   ASSERT_TRUE(spec.device.power.has_value());
   EXPECT_EQ(spec.device.power->limit_W, 500);
-  EXPECT_DOUBLE_EQ(spec.device.tensor_clock_scale, 1610.0 / 1830.0);
+  EXPECT_DOUBLE_EQ(spec.device.tensor_clock_scale, 0.825 * 1610.0 / 1830.0);
   PerfModel rated(Topology(load_cluster("dgx-h100"), 8)), low(Topology(spec, 8));
   const core::Op gemm = square_gemm(8192);
-  EXPECT_NEAR(low.compute(gemm).to_seconds(), gemm.flops.count() / (989e12 * 0.806 * 1610 / 1830), 1e-9);
+  EXPECT_NEAR(low.compute(gemm).to_seconds(), gemm.flops.count() / (989e12 * 0.806 * 0.825 * 1610 / 1830), 1e-9);
   core::Op attention = gemm;
   attention.compute = core::ComputeKind::Attention;
   attention.gemm.reset();
@@ -175,7 +176,7 @@ TEST(PerfModel, APowerCapRunsTensorCoreWorkAtItsClock) {
   // The rated limit is the catalog's own profile.
   ClusterOverlay rated_limit;
   rated_limit.power_limit_w = 700;
-  EXPECT_EQ(resolve_cluster("dgx-h100", rated_limit).spec.device.tensor_clock_scale, 1.0);
+  EXPECT_EQ(resolve_cluster("dgx-h100", rated_limit).spec.device.tensor_clock_scale, 0.825);
 }
 
 // A limit whose clock nobody measured is refused, naming the flag and what
@@ -206,10 +207,36 @@ TEST(ClusterOverlay, APowerLimitMustBeRatedOrAMeasuredCap) {
   }
 }
 
+// A training run holds tensor-core work at the sustained fraction of the
+// burst curves (H100/H200: 0.825, measured on an H200 at 700 W); a device
+// without a measured fraction (A100) keeps the curves; the fraction must be
+// in (0, 1].
+TEST(PerfModel, TensorCoreWorkRunsAtTheSustainedFraction) {
+  EXPECT_EQ(load_cluster("dgx-h200").device.power->sustained_fraction, 0.825);
+  EXPECT_EQ(load_cluster("dgx-a100").device.tensor_clock_scale, 1.0);
+  const core::Op gemm = square_gemm(8192);
+  PerfModel a100(Topology(load_cluster("dgx-a100"), 8)), h200(Topology(load_cluster("dgx-h200"), 8));
+  // 2 * 8192^3 = 1.0995e12 FLOP at 989 TFLOP/s x 0.806 x 0.825 = 657.6 TFLOP/s: 1.672 ms.
+  EXPECT_NEAR(h200.compute(gemm).to_seconds(), 1.0995116e12 / 657.6e12, 2e-7);
+  const double a100_eff = load_cluster("dgx-a100").device.gemm.at(8192);
+  EXPECT_NEAR(a100.compute(gemm).to_seconds(), gemm.flops.count() / (312e12 * a100_eff), 1e-9);
+  for (const char* bad : {"0", "1.2"}) {
+    auto [text, file] = cluster_text("dgx-h200");
+    const std::string from = "\"sustained_fraction\": 0.825";
+    text.replace(text.find(from), from.size(), std::string("\"sustained_fraction\": ") + bad);
+    try {
+      (void)cluster_from_json(text, "sustained.json");
+      ADD_FAILURE() << bad << " accepted";
+    } catch (const core::InputError& e) {
+      EXPECT_EQ(e.key(), "device.power.sustained_fraction") << e.what();
+    }
+  }
+}
+
 TEST(PerfModel, GemmRoofline) {
   PerfModel pm(Topology(load_cluster("dgx-h100"), 8));
   const core::Op op = square_gemm(8192);
-  EXPECT_NEAR(pm.compute(op).to_seconds(), op.flops.count() / (989e12 * 0.806), 1e-9);
+  EXPECT_NEAR(pm.compute(op).to_seconds(), op.flops.count() / (989e12 * 0.806 * 0.825), 1e-9);
   // A bandwidth kernel: bytes / (3.35 TB/s · 0.85) and its 5 us tail.
   const core::Op ew = bandwidth_kernel(3350000000LL);
   EXPECT_NEAR(3.35e9 / (3350e9 * 0.85) + 5e-6, pm.compute(ew).to_seconds(), 1e-9);
@@ -231,13 +258,13 @@ TEST(PerfModel, BandwidthKernelsPayATailPerKernel) {
   norm.kernels = 7;
   EXPECT_NEAR(pm.compute(norm).to_seconds(), stream_s + 35e-6, 1e-9);
   const core::Op gemm = square_gemm(8192);
-  EXPECT_NEAR(pm.compute(gemm).to_seconds(), gemm.flops.count() / (989e12 * 0.806), 1e-9);
+  EXPECT_NEAR(pm.compute(gemm).to_seconds(), gemm.flops.count() / (989e12 * 0.806 * 0.825), 1e-9);
   core::Op attention = gemm;
   attention.compute = core::ComputeKind::Attention;
   attention.gemm.reset();
   attention.attention_kernel = "flash2";
   attention.role = core::OpRole::Backward;
-  EXPECT_NEAR(pm.compute(attention).to_seconds(), gemm.flops.count() / (989e12 * 0.248), 1e-9);
+  EXPECT_NEAR(pm.compute(attention).to_seconds(), gemm.flops.count() / (989e12 * 0.248 * 0.825), 1e-9);
 }
 
 }  // namespace
