@@ -57,6 +57,11 @@ void read_power(StrictObject p, DeviceProfile& dev) {
     }
     if (c.str("source").empty()) c.fail("source", "expected where the clock under this cap was measured");
     c.finish();
+    for (const auto& other : w.caps) {
+      if (other.limit_W == cap.limit_W) {
+        c.fail("limit_W", fmt::format("expected each cap once ({:g} W is listed twice)", cap.limit_W));
+      }
+    }
     w.caps.push_back(cap);
   }
   w.limit_W = p.has("limit_W") ? p.number("limit_W", 1, 1e5) : w.rated_W;

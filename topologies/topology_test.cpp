@@ -233,6 +233,23 @@ TEST(PerfModel, TensorCoreWorkRunsAtTheSustainedFraction) {
   }
 }
 
+// Two caps at the same limit would make the clock depend on their order
+// (issue 42, item 12): refused, naming the second one's key.
+TEST(ClusterSpec, RefusesAPowerCapListedTwice) {
+  auto [text, file] = cluster_text("dgx-h100");
+  const std::string from = "\"caps\": [";
+  const std::string twin =
+      "{\"limit_W\": 500, \"tensor_clock_MHz\": 1000, \"source\": \"a second measurement\"}, ";
+  text.replace(text.find(from), from.size(), from + twin);
+  try {
+    (void)cluster_from_json(text, "twice.json");
+    ADD_FAILURE() << "a cap listed twice accepted";
+  } catch (const core::InputError& e) {
+    EXPECT_EQ(e.key(), "device.power.caps[1].limit_W") << e.what();
+    EXPECT_NE(std::string(e.what()).find("500 W is listed twice"), std::string::npos) << e.what();
+  }
+}
+
 TEST(PerfModel, GemmRoofline) {
   PerfModel pm(Topology(load_cluster("dgx-h100"), 8));
   const core::Op op = square_gemm(8192);
