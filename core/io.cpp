@@ -193,6 +193,19 @@ void require_regular_file(const std::string& path, bool may_be_missing) {
   }
 }
 
+void require_writable_folder(const std::string& path) {
+  if (path.empty() || path == "-") return;
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  const std::string folder = parent.empty() ? "." : parent.string();
+  std::error_code ec;
+  if (!std::filesystem::is_directory(folder, ec)) {
+    throw InputError(path, "", fmt::format("expected a file in an existing folder ({} is not one)", folder));
+  }
+  if (::access(folder.c_str(), W_OK | X_OK) != 0) {
+    throw InputError(path, "", fmt::format("expected a file in a folder this user can write ({} is not)", folder));
+  }
+}
+
 void require_own_file(const std::string& path) {
   for (const char* suffix : {"", "-wal", "-shm", "-journal"}) {
     const std::string p = path + suffix;

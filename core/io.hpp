@@ -50,6 +50,10 @@ void require_regular_file(const std::string& path, bool may_be_missing);
 /// never a symbolic link, dangling or not: an output hzp writes in place (a
 /// sweep database) must not write through a planted link.
 void require_own_file(const std::string& path);
+/// InputError naming `path` unless its folder exists and this process may
+/// write there ("-" and "" pass): checked before a run whose outputs are
+/// written at its end, so a long measurement is not lost to a bad path.
+void require_writable_folder(const std::string& path);
 
 /// Writes all of `data` to a file descriptor (a pipe between hzp's
 /// processes), retrying on EINTR; false if the other end is gone.

@@ -458,10 +458,13 @@ CLI::App* add_bench_command(CLI::App& app, BenchArgs& b) {
 // What the parsed command line asks for: the benchmarks, or the Schedule
 // checked and run on a backend. Errors are thrown for main to report.
 // Refuses to replace an output unless --force, before any work.
+// An output is checked before the first step: new unless --force, in a
+// folder that exists and can be written (issue 42, item 7).
 void check_new(const std::string& path, bool force) {
   if (!path.empty() && !force && std::filesystem::exists(path)) {
     throw hzp::core::InputError(path, "", "already exists; pass --force to overwrite it");
   }
+  hzp::core::require_writable_folder(path);
 }
 
 int run_parsed(const Args& args, [[maybe_unused]] const BenchArgs& b, bool bench, const std::string& command_line) {

@@ -141,4 +141,7 @@ expect_error "--trace: expected a non-empty string, got nothing" s.json --trace 
 # An existing output is replaced only with --force, checked before the run (issue 19, item 7).
 expect_error "measured.json: already exists; pass --force to overwrite it" s.json --trace measured.json
 expect_error "summary.json: already exists; pass --force to overwrite it" s.json --summary summary.json
+# ...and so is its folder: before, 100,000 steps ran and then the write failed (issue 42, item 7).
+expect_error "/proc/no-such-hzp/y.json: expected a file in an existing folder (/proc/no-such-hzp is not one)" \
+  s.json --clock virtual --steps 100000 --summary /proc/no-such-hzp/y.json
 exit $fail
