@@ -78,6 +78,12 @@ bool apply_megatron_args(Options& o) {
   }
   std::error_code ec;
   const bool file = std::filesystem::is_regular_file(o.megatron_args, ec);
+  // A path that names something other than a regular file (a folder, a
+  // FIFO, a device) is not taken for the arguments themselves.
+  if (!file && std::filesystem::exists(o.megatron_args, ec)) {
+    throw core::InputError(o.megatron_args, "--from-megatron-args",
+                           "expected a regular file of Megatron-LM arguments (or the arguments themselves)");
+  }
   const MegatronImport m = import_megatron_args(file ? core::read_file(o.megatron_args) : o.megatron_args,
                                                 file ? o.megatron_args : std::string("--from-megatron-args"));
   cli::apply_values(m.values, o.sc);

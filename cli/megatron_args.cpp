@@ -1,6 +1,8 @@
 // Megatron-LM arguments as plan options (see megatron_args.hpp).
 #include "cli/megatron_args.hpp"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include <optional>
@@ -76,6 +78,15 @@ MegatronImport import_megatron_args(const std::string& text, const std::string& 
               {"pipeline_p2p_sync", true},
               {"fused_loss", false}};
   const std::vector<std::string> w = words_of(text);
+  // Text without a single flag is no command line: a mistyped file name, or
+  // an empty file (issue 42, item 10).
+  if (std::none_of(w.begin(), w.end(), [](const std::string& x) { return x.rfind("--", 0) == 0; })) {
+    throw core::InputError(source, "",
+                           w.empty() ? "expected Megatron-LM arguments (e.g. --tensor-model-parallel-size 8), got nothing"
+                                     : fmt::format("expected Megatron-LM arguments (e.g. --tensor-model-parallel-size "
+                                                   "8) or a file of them; '{}' is neither (no such file, no flag)",
+                                                   w.front()));
+  }
   for (std::size_t i = 0; i < w.size(); ++i) {
     if (w[i].rfind("--", 0) != 0) {
       m.ignored.push_back(w[i]);

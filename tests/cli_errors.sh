@@ -41,6 +41,15 @@ cat > "$work/badstack.json" <<'JSON'
 JSON
 
 expect_error "--model: unknown model 'llama9'" simulate --model llama9
+# --from-megatron-args: a missing file, a folder, a FIFO, /dev/zero or blank text are not arguments (issue 42, item 10).
+expect_error "'args.txt' is neither (no such file, no flag)" simulate --from-megatron-args args.txt
+expect_error "expected a regular file of Megatron-LM arguments" simulate --from-megatron-args "$work"
+expect_error "expected a regular file of Megatron-LM arguments" simulate --from-megatron-args /dev/zero
+mkfifo "$work/args.fifo"
+expect_error "expected a regular file of Megatron-LM arguments" simulate --from-megatron-args "$work/args.fifo"
+expect_error "got nothing" simulate --from-megatron-args "   "
+printf '  \n' > "$work/blank.txt"
+expect_error "blank.txt: expected Megatron-LM arguments" simulate --from-megatron-args "$work/blank.txt"
 expect_error "--stack: unknown stack 'torch-fsdp3'; expected a catalog name" simulate --stack torch-fsdp3
 expect_error "badstack.json: source: missing required key" simulate --stack "$work/badstack.json"
 expect_error "--async: the stack torch-fsdp2 issues collectives from the training loop's thread" \
