@@ -281,7 +281,9 @@ expect_error 'cal_a100.json: device: expected the cluster'"'"'s device "H100 SXM
 expect_error "cal_bad.json: device_profile.gemm_speed: expected a key of the cluster file's device_profile" \
   simulate --gpus 8 --calibration "$work/cal_bad.json"
 for args in "--dir $(dirname "$0")/../validation/cases --filter nothing-like-this|--filter: expected cases matching" \
-  "--dir $work/no-such-dir|no-such-dir: expected a directory of validation cases"; do
+  "--dir $work/no-such-dir|no-such-dir: expected a directory of validation cases" \
+  "--filter zeropp --write-baseline $work/b.json|b.json: --write-baseline: expected every case (no --filter)" \
+  "--filter zeropp --check --baseline $work/no-such-baseline.json|no-such-baseline.json: cannot open file"; do
   # shellcheck disable=SC2086
   "$hzp" validate cases ${args%|*} > /dev/null 2> "$work/stderr"
   rc=$?
