@@ -152,9 +152,17 @@ std::string to_csv(const Timeline& t) {
 namespace {
 
 // "12.345" microseconds (three decimals, as `us` writes them) -> nanoseconds.
-std::int64_t ns_of(const nlohmann::json& v, const std::string& file, const std::string& key) {
+// A time in a trace, microseconds: a finite number within 10^12 us (11.6
+// days) of the origin, never below `min_us` (a duration is not negative),
+// so that no absurd value overflows the integer nanoseconds (issue 42, item 8).
+std::int64_t ns_of(const nlohmann::json& v, const std::string& file, const std::string& key, double min_us = -1e12) {
+  constexpr double kMaxUs = 1e12;
   if (!v.is_number()) throw core::InputError(file, key, "expected a number of microseconds");
-  return std::llround(v.get<double>() * 1000.0);
+  const double us = v.get<double>();
+  if (!std::isfinite(us) || us < min_us || us > kMaxUs) {
+    throw core::InputError(file, key, fmt::format("expected microseconds in [{:g}, {:g}], got {:g}", min_us, kMaxUs, us));
+  }
+  return std::llround(us * 1000.0);
 }
 
 // The hzp header in the trace's otherData.
@@ -213,7 +221,7 @@ class OpReader {
     }
     const std::int64_t start = ns_of(e.value("ts", nlohmann::json()), file_, at + ".ts");
     r.start = core::TimePoint::ns(start);
-    r.end = core::TimePoint::ns(start + ns_of(e.value("dur", nlohmann::json()), file_, at + ".dur"));
+    r.end = core::TimePoint::ns(start + ns_of(e.value("dur", nlohmann::json()), file_, at + ".dur", 0));
     return r;
   }
 

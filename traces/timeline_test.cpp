@@ -6,6 +6,7 @@
 
 #include <map>
 #include <nlohmann/json.hpp>
+#include <tuple>
 
 #include "core/error.hpp"
 
@@ -120,6 +121,18 @@ TEST(ChromeTrace, NamesWhatIsWrongWithABadTrace) {
   ASSERT_NE(at, std::string::npos);
   good.replace(at, kind.size(), "\"group_kind\":\"nope\"");
   EXPECT_NE(err(good).find("args.group_kind"), std::string::npos) << err(good);
+  // Absurd times: a start 10^308 us before the origin, a duration of 10^308
+  // us or below zero (issue 42, item 8: they made a step of -9.2e12 ms).
+  const std::string trace = to_chrome_trace(sample());
+  for (const auto& [from, to, key] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"\"ts\":", "\"ts\":-1e308,\"was\":", ".ts"},
+           {"\"dur\":", "\"dur\":1e308,\"was\":", ".dur"},
+           {"\"dur\":", "\"dur\":-1,\"was\":", ".dur"}}) {
+    std::string bad = trace;
+    bad.replace(bad.find(from), from.size(), to);
+    const std::string e = err(bad);
+    EXPECT_NE(e.find(key + ": expected microseconds in"), std::string::npos) << e;
+  }
 }
 
 // Three rank classes of two ranks each; group 0 (dp_shard) spans all three,
