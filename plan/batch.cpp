@@ -324,9 +324,14 @@ std::vector<core::Problem> check_plan(const models::ModelSpec& m, const topologi
   if (o.fp8_param_gather && o.precision == models::Precision::Bf16) {
     ps.push_back({"fp8_param_gather", "an FP8 weight all-gather needs an FP8 precision (fp8-delayed, fp8-current "
                                       "or fp8-block)"});
-  } else if (o.fp8_param_gather && ps.empty() && r.shards.param <= 1) {
-    ps.push_back({"fp8_param_gather", "parameters are not sharded (g_p = 1), so nothing is gathered: expected "
-                                      "false, or a plan with g_p > 1"});
+  } else if (o.fp8_param_gather && ps.empty() && r.shards.param <= 1 && r.shards.optim <= 1) {
+    ps.push_back({"fp8_param_gather", "nothing is gathered (g_p = 1: parameters unsharded; g_o = 1: no updated "
+                                      "shards to regather): expected false, or a plan with g_p or g_o > 1"});
+  } else if (o.fp8_param_gather && ps.empty() && r.shards.param <= 1 &&
+             stack.spec.collectives.regather == stacks::Regather::Broadcast) {
+    ps.push_back({"fp8_param_gather", fmt::format("the stack {} regathers updated parameters by bf16 broadcasts, "
+                                                  "not an FP8 all-gather: expected false",
+                                                  stack.spec.name)});
   } else if (o.fp8_param_gather && stack.spec.collectives.int8_weights) {
     ps.push_back({"fp8_param_gather", fmt::format("the stack {} already gathers int8 weights (qwZ): expected false",
                                                   stack.spec.name)});

@@ -176,8 +176,51 @@ TEST(Fp8, UnshardedWeightsKeepTheirFp8CopyAndScalingState) {
   EXPECT_EQ(fp8.static_alloc - bf16.static_alloc, 2 * params + 32 * 4 * 3 * 4 * 1024);
 }
 
+// Megatron-Core's --fp8-param-gather under the distributed optimizer (zero1:
+// g_p = 1, g_o = 8): the FP8 weights are the parameters, one byte and one
+// for the transpose, the same two bytes as the bf16 copy they replace, so
+// the static memory above bf16 is the scaling state alone (where plain FP8
+// adds two bytes a parameter); the regather of updated shards moves one byte
+// a parameter, after a cast of each owner's fp32 shard (read 4, write 1 byte)
+// and before one transpose of the weights (read and write 1 byte).
+TEST(Fp8, PrimaryWeightsUnderTheDistributedOptimizer) {
+  const models::ModelSpec m = models::load_model("llama3-8b");
+  const topologies::Topology topo(topologies::load_cluster("dgx-h100"), 8);
+  PlanOptions o;
+  o.strategy = Strategy::Zero1;
+  o.seq_len = 4096;
+  o.global_batch_sequences = 8;
+  const Totals bf16 = totals(lower(m, topo, o));
+  o.precision = models::Precision::Fp8Delayed;
+  const Totals fp8 = totals(lower(m, topo, o));
+  o.fp8_param_gather = true;
+  const core::Schedule s = lower(m, topo, o);
+  const Totals primary = totals(s);
+  const std::int64_t scaling = 32 * 4 * 3 * 4 * 1024;  // 32 layers x 4 GEMMs x 3 scales x 1,024 fp32
+  EXPECT_EQ(primary.static_alloc - bf16.static_alloc, scaling);
+  std::int64_t params = 0;
+  for (const auto& u : models::build_step_graph(m, models::GraphOptions{.seq_len = 4096}).units) {
+    params += (u.params + 7) / 8 * 8;  // padded to a multiple of the 8 ranks (g_o)
+  }
+  EXPECT_EQ(fp8.static_alloc - primary.static_alloc, 2 * params);  // 16.06 GB for 8.03e9 parameters
+  EXPECT_EQ(2 * primary.bytes.at("all_gather/dp_regather"), fp8.bytes.at("all_gather/dp_regather"));
+  std::int64_t cast = 0, transpose = 0, weight_casts = 0;
+  for (const auto& st : s.programs[0].streams) {
+    for (const auto& op : st.ops) {
+      if (op.kind != core::OpKind::Compute) continue;
+      if (op.name.ends_with(".param_allgather.optim.fp8_cast")) cast += op.bytes.count();
+      if (op.name.ends_with(".param_allgather.optim.fp8_transpose")) transpose += op.bytes.count();
+      weight_casts += op.name.ends_with(".fp8_weight_cast") ? 1 : 0;
+    }
+  }
+  const std::int64_t gathered = fp8.bytes.at("all_gather/dp_regather") / 2;  // parameters regathered
+  EXPECT_EQ(cast, 5 * (gathered / 8));
+  EXPECT_EQ(transpose, 2 * gathered);
+  EXPECT_EQ(weight_casts, 0);  // the weights are FP8 already
+}
+
 // Refused by name: FP8 on a device without an fp8 peak, an FP8 weight
-// all-gather without FP8 or without sharded parameters.
+// all-gather without FP8 or with nothing to gather (ddp: g_p = g_o = 1).
 TEST(Fp8, RefusedWhereItCannotRun) {
   const models::ModelSpec m = models::load_model("llama3-8b");
   auto keys = [&](const std::string& cluster, const PlanOptions& o) {
@@ -192,6 +235,8 @@ TEST(Fp8, RefusedWhereItCannotRun) {
   EXPECT_EQ(keys("dgx-a100", o), (std::set<std::string>{"precision"}));
   o.fp8_param_gather = true;
   o.strategy = Strategy::Zero1;
+  EXPECT_TRUE(keys("dgx-h100", o).empty());
+  o.strategy = Strategy::Ddp;
   EXPECT_EQ(keys("dgx-h100", o), (std::set<std::string>{"fp8_param_gather"}));
   o.strategy = Strategy::Fsdp;
   o.precision = models::Precision::Bf16;

@@ -52,8 +52,11 @@ void Lowering::alloc_model_state() {
     params += 2 * owned / c.sh.param;
     // FP8 with unsharded parameters: Transformer Engine keeps each weight's
     // FP8 copy and its FP8 transpose across the step (two bytes a parameter);
-    // sharded ones are cast per gather inside the gathered buffer.
-    if (fp8 && c.sh.param == 1) params += 2 * owned;
+    // sharded ones are cast per gather inside the gathered buffer. With
+    // fp8_param_gather the FP8 weights are the parameters (Megatron-Core's
+    // --fp8-param-gather: no bf16 copy), one byte each and one more for the
+    // transpose: the same two bytes as the bf16 copy they replace.
+    if (fp8 && c.sh.param == 1 && !opt_.fp8_param_gather) params += 2 * owned;
     grads += acc_ * owned / c.sh.grad;
     states += kOptimizerStateBytesPerParam * owned / c.sh.optim;
   }
@@ -240,13 +243,34 @@ bool Lowering::regathers(std::size_t u) const {
 // The all-gather of the last update's 1/g_o shards back to 1/g_p (on the
 // parameter stream, ahead of this unit's own gather when it has one).
 int Lowering::regather(std::size_t u) {
+  regather_collectives(u);
+  return b_.record(ag_, fmt::format("{}.regathered", units_[u].u->name));
+}
+
+// Unit u's updated 1/g_o shards gathered to 1/g_p on the parameter stream.
+// With fp8_param_gather the parameters are FP8: each owner casts its updated
+// fp32 shard to them (read 4, write 1 byte), the all-gather moves one byte a
+// parameter, and unsharded FP8 weights are transposed once for the step's
+// GEMMs (read and write one byte).
+void Lowering::regather_collectives(std::size_t u) {
   const auto& unit = *units_[u].u;
+  const bool fp8 = opt_.fp8_param_gather;
   for (const auto& c : classes_) {
     if (c.owned[u] == 0 || c.sh.optim / c.sh.param <= 1) continue;
-    b_.collective(ag_, fmt::format("{}{}.param_allgather.optim", unit.name, c.tag), CollectiveKind::AllGather,
-                  c.groups.regather, Bytes(2 * c.owned[u] / c.sh.param), Dtype::Bf16, core::OpRole::ParamGather, c.cls);
+    const std::string name = fmt::format("{}{}.param_allgather.optim", unit.name, c.tag);
+    const std::int64_t gathered = c.owned[u] / c.sh.param;
+    if (fp8) {
+      const std::int64_t shard = c.owned[u] / c.sh.optim;
+      b_.compute(ag_, name + ".fp8_cast", ComputeKind::Elementwise, Flops(static_cast<double>(shard)),
+                 Bytes(5 * shard), Dtype::Fp32, core::OpRole::ParamGather, c.cls);
+    }
+    b_.collective(ag_, name, CollectiveKind::AllGather, c.groups.regather, Bytes((fp8 ? 1 : 2) * gathered),
+                  fp8 ? Dtype::Fp8 : Dtype::Bf16, core::OpRole::ParamGather, c.cls);
+    if (fp8 && c.sh.param == 1) {
+      b_.compute(ag_, name + ".fp8_transpose", ComputeKind::Elementwise, Flops(0), Bytes(2 * gathered), Dtype::Bf16,
+                 core::OpRole::ParamGather, c.cls);
+    }
   }
-  return b_.record(ag_, fmt::format("{}.regathered", unit.name));
 }
 
 // With --overlap-param-gather: regather each unit once, before its first use.
@@ -431,11 +455,7 @@ void Lowering::optimizer_step(std::size_t u, int ev) {
   if (!regather || opt_.overlap_param_gather || stack_.collectives.regather == stacks::Regather::Broadcast) return;
   int done = uploaded >= 0 ? uploaded : b_.record(comp_, fmt::format("{}.updated", unit.name));
   b_.wait(ag_, done, fmt::format("wait {}.updated", unit.name));
-  for (const auto& c : classes_) {
-    if (c.owned[u] == 0 || c.sh.optim / c.sh.param <= 1) continue;
-    b_.collective(ag_, fmt::format("{}{}.param_allgather.optim", unit.name, c.tag), CollectiveKind::AllGather,
-                  c.groups.regather, Bytes(2 * c.owned[u] / c.sh.param), Dtype::Bf16, core::OpRole::ParamGather, c.cls);
-  }
+  regather_collectives(u);
 }
 
 }  // namespace hzp::plan::detail

@@ -221,6 +221,7 @@ class Lowering {
   int gathered_by(std::size_t j) const;
   bool regathers(std::size_t u) const;
   int regather(std::size_t u);
+  void regather_collectives(std::size_t u);
   void ensure_regathered(std::size_t u);
   void take_grad_buffer(std::size_t j);
   bool reduce_gradients(std::size_t j);

@@ -359,8 +359,10 @@ void add_precision_options(std::vector<PlanOption>& t) {
   }
   t.push_back(field<&PlanOptions::fp8_param_gather>(optional_in_file(aka(
       flags(spec("fp8_param_gather", ValueType::Boolean,
-                 "FP8 weight all-gather: shards cast to FP8 before the parameter all-gather (half the bytes), the "
-                 "gathered weights only transposed (needs an FP8 precision and g_p > 1)"),
+                 "FP8 weight all-gather: shards cast to FP8 before the parameter all-gather and the optimizer's "
+                 "regather (half the bytes), the gathered weights only transposed; with g_p = 1 the FP8 weights "
+                 "are the parameters (no bf16 copy; Megatron-Core's --fp8-param-gather) (needs an FP8 precision and "
+                 "g_p or g_o > 1)"),
             "--fp8-param-gather", "--no-fp8-param-gather"),
       {"--fp8-all-gather"}))));
 }
