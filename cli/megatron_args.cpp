@@ -87,7 +87,23 @@ MegatronImport import_megatron_args(const std::string& text, const std::string& 
                                                    "8) or a file of them; '{}' is neither (no such file, no flag)",
                                                    w.front()));
   }
+  // --fp8-format (e4m3 or hybrid) turns FP8 on; the recipe is
+  // --fp8-recipe's, delayed scaling by Megatron-LM's default.
+  const bool recipe_given = std::any_of(w.begin(), w.end(), [](const std::string& x) { return x == "--fp8-recipe"; });
   for (std::size_t i = 0; i < w.size(); ++i) {
+    if (w[i] == "--fp8-format" && i + 1 < w.size() && w[i + 1].rfind("--", 0) != 0) {
+      const std::string format = w[++i];
+      if (format != "e4m3" && format != "hybrid") {
+        throw core::InputError(source, "--fp8-format", fmt::format("expected e4m3 or hybrid, got '{}'", format));
+      }
+      if (!recipe_given) {
+        m.mapped.push_back(fmt::format("--fp8-format {} -> precision fp8-delayed (Megatron-LM's default "
+                                       "--fp8-recipe delayed)",
+                                       format));
+        m.values.emplace_back("precision", "fp8-delayed");
+      }
+      continue;
+    }
     if (w[i].rfind("--", 0) != 0) {
       m.ignored.push_back(w[i]);
       continue;

@@ -166,6 +166,21 @@ TEST(FieldNames, PyTorchStrategiesAndMegatronFlagsReachTheirOptions) {
   EXPECT_EQ(v["sequence_parallel"], false);  // Megatron-LM's default
   EXPECT_EQ(m.ignored, (std::vector<std::string>{"--num-layers 80", "--bf16"}));
   EXPECT_THROW((void)cli::import_megatron_args("--tensor-model-parallel-size eight", "args"), core::InputError);
+
+  // FP8: --fp8-format turns it on with Megatron-LM's default recipe
+  // (delayed scaling) unless --fp8-recipe names another, before or after it.
+  auto precision = [](const std::string& args) {
+    nlohmann::json p;
+    for (const auto& [key, value] : cli::import_megatron_args(args, "args").values) {
+      if (key == "precision") p = value;
+    }
+    return p;
+  };
+  EXPECT_EQ(precision("--fp8-format hybrid --use-distributed-optimizer --fp8-param-gather"), "fp8-delayed");
+  EXPECT_EQ(precision("--fp8-recipe tensorwise --fp8-format e4m3"), "fp8-current");
+  EXPECT_EQ(precision("--fp8-format hybrid --fp8-recipe blockwise"), "fp8-block");
+  EXPECT_TRUE(precision("--bf16").is_null());
+  EXPECT_THROW((void)cli::import_megatron_args("--fp8-format e5m2", "args"), core::InputError);
 }
 
 // Two plans of a 10 s step; `slow` differs from `fast` only where a test says.
