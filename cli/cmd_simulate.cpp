@@ -167,6 +167,9 @@ int cmd_simulate(Options& o, const std::string& command_line) {
     o.sc.strategies = {plan::Strategy::Hzp};
   }
   for (const auto* path : {&o.trace, &o.csv, &o.summary}) check_writable(o, *path);
+  if (o.out_dir == "-") {
+    throw core::InputError("command line", "--out-dir", "expected a folder (standard output holds one file: --trace -)");
+  }
   if (int(o.trace == "-") + int(o.csv == "-") + int(o.summary == "-") > 1) {
     throw core::InputError("command line", "-", "expected at most one of --trace, --csv, --summary on standard output");
   }

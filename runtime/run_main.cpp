@@ -401,6 +401,9 @@ int run_bench(const BenchArgs& b) {
 std::function<std::string(const std::string&)> number_in(double min, double max) {
   return hzp::core::text_check(hzp::core::option_spec("number", hzp::core::ValueType::Number, "", min, max));
 }
+std::function<std::string(const std::string&)> integer_in(double min, double max) {
+  return hzp::core::text_check(hzp::core::option_spec("integer", hzp::core::ValueType::Integer, "", min, max));
+}
 std::function<std::string(const std::string&)> file_name() {
   return hzp::core::text_check(hzp::core::option_spec("file", hzp::core::ValueType::Text, ""));
 }
@@ -431,11 +434,16 @@ void add_run_options(CLI::App& app, Args& a) {
       ->check(number_in(0.1, 604800));
   app.add_flag("--skip-check", a.skip_check, "run without checking the Schedule first (to debug hangs)");
   app.add_flag("--force", a.force, "replace --trace and --summary if they exist");
-  app.add_option("--local-gpus", a.local_gpus, "cuda: one process driving this many GPUs as ranks 0..N-1");
+  app.add_option("--local-gpus", a.local_gpus, "cuda: one process driving this many GPUs as ranks 0..N-1")
+      ->check(integer_in(1, 4096));
   app.add_flag("--emulate-collectives", a.emulate,
                "cuda, one GPU: collectives as kernels on the NCCL channels' SMs lasting the model's time");
-  app.add_option("--rank", a.rank, "with --emulate-collectives: the rank whose class to run")->capture_default_str();
-  app.add_option("--nccl-channels", a.nccl_channels, "SMs an emulated collective occupies")->capture_default_str();
+  app.add_option("--rank", a.rank, "with --emulate-collectives: the rank whose class to run")
+      ->capture_default_str()
+      ->check(integer_in(0, 1 << 20));
+  app.add_option("--nccl-channels", a.nccl_channels, "SMs an emulated collective occupies")
+      ->capture_default_str()
+      ->check(integer_in(1, 1024));
   app.add_option("--rendezvous", a.rendezvous, "a fresh shared directory for the NCCL id (torchrun-style launch)");
 }
 
@@ -477,6 +485,9 @@ int run_parsed(const Args& args, [[maybe_unused]] const BenchArgs& b, bool bench
   Args a = args;
   if (host_mpi && launch.rank != 0) a.trace.clear(), a.summary.clear();
   if (bench) check_new(b.out, b.force);
+  if (a.trace == "-" && a.summary == "-") {
+    throw core::InputError("command line", "--summary", "expected at most one of --trace and --summary on standard output");
+  }
   check_new(a.trace, a.force);
   check_new(a.summary, a.force);
   if (bench) {

@@ -41,6 +41,7 @@ cat > "$work/badstack.json" <<'JSON'
 JSON
 
 expect_error "--model: unknown model 'llama9'" simulate --model llama9
+expect_error "--out-dir: expected a folder (standard output holds one file: --trace -)" simulate --gpus 16 --out-dir -
 # --from-megatron-args: a missing file, a folder, a FIFO, /dev/zero or blank text are not arguments (issue 42, item 10).
 expect_error "'args.txt' is neither (no such file, no flag)" simulate --from-megatron-args args.txt
 expect_error "expected a regular file of Megatron-LM arguments" simulate --from-megatron-args "$work"

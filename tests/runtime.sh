@@ -141,6 +141,11 @@ expect_error "--trace: expected a non-empty string, got nothing" s.json --trace 
 # An existing output is replaced only with --force, checked before the run (issue 19, item 7).
 expect_error "measured.json: already exists; pass --force to overwrite it" s.json --trace measured.json
 expect_error "summary.json: already exists; pass --force to overwrite it" s.json --summary summary.json
+# Counts are whole numbers in range, and standard output takes one document (issue 42, item 13).
+expect_error "--rank: expected an integer in [0, 1048576], got '-1'" s.json --rank -1
+expect_error "--local-gpus: expected an integer in [1, 4096], got '-1'" s.json --local-gpus -1
+expect_error "--nccl-channels: expected an integer in [1, 1024], got '-1'" s.json --nccl-channels -1
+expect_error "--summary: expected at most one of --trace and --summary on standard output" s.json --trace - --summary -
 # ...and so is its folder: before, 100,000 steps ran and then the write failed (issue 42, item 7).
 expect_error "/proc/no-such-hzp/y.json: expected a file in an existing folder (/proc/no-such-hzp is not one)" \
   s.json --clock virtual --steps 100000 --summary /proc/no-such-hzp/y.json
