@@ -14,6 +14,7 @@
 #include "cli/option_flags.hpp"
 #include "core/error.hpp"
 #include "core/io.hpp"
+#include "core/options.hpp"
 #include "explore/search.hpp"
 
 namespace hzp::cli {
@@ -58,12 +59,9 @@ std::optional<double> parse_train_tokens(const std::string& text) {
     default: break;
   }
   if (mult != 1) digits.pop_back();
-  char* end = nullptr;
-  const double v = std::strtod(digits.c_str(), &end);
-  if (digits.empty() || end != digits.c_str() + digits.size() || !std::isfinite(v) || v <= 0 || v * mult > 1e18) {
-    return std::nullopt;
-  }
-  return v * mult;
+  const std::optional<double> v = core::parse_decimal(digits);
+  if (!v || *v * mult < 1 || *v * mult > 1e18) return std::nullopt;  // at least one token
+  return *v * mult;
 }
 
 std::string plan_text(const explore::PlanSearch& r, const std::vector<explore::RankedPlan>& rows, const PlanArgs& a) {
@@ -175,7 +173,7 @@ int cmd_plan(PlanArgs& a) {
     a.train_tokens = parse_train_tokens(a.train_tokens_text);
     if (!a.train_tokens) {
       throw core::InputError("command line", "--train-tokens",
-                             fmt::format("expected a positive token count with an optional decimal suffix K, M, G "
+                             fmt::format("expected a token count of at least 1 with an optional decimal suffix K, M, G "
                                          "or B, T (15T = 15e12), got '{}'",
                                          a.train_tokens_text));
     }

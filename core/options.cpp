@@ -162,6 +162,16 @@ std::string value_to_text(const OptionSpec& s, const json& v) {
   return v.dump();
 }
 
+std::optional<double> parse_decimal(std::string_view text) {
+  if (text.empty() || text.find_first_not_of("0123456789.eE-+") != std::string_view::npos || text.front() == '+') {
+    return std::nullopt;
+  }
+  double v = 0;
+  const auto r = std::from_chars(text.data(), text.data() + text.size(), v, std::chars_format::general);
+  if (r.ec != std::errc() || r.ptr != text.data() + text.size() || !std::isfinite(v)) return std::nullopt;
+  return v;
+}
+
 Checked value_from_text(const OptionSpec& s, std::string_view text) {
   const std::string quoted = fmt::format("'{}'", text);
   if (text.empty()) return bad(s, "nothing");
@@ -173,11 +183,9 @@ Checked value_from_text(const OptionSpec& s, std::string_view text) {
       return check_value(s, json(*v));
     }
     case ValueType::Number: {
-      const std::string t(text);
-      char* end = nullptr;
-      const double d = std::strtod(t.c_str(), &end);
-      if (end != t.c_str() + t.size() || !std::isfinite(d)) return bad(s, quoted);
-      Checked c = check_value(s, json(d));
+      const std::optional<double> d = parse_decimal(text);
+      if (!d) return bad(s, quoted);
+      Checked c = check_value(s, json(*d));
       if (!c.problem.empty()) return bad(s, quoted);
       return c;
     }

@@ -116,6 +116,10 @@ struct Checked {
 /// Parses command-line or `--set` text for the option, then checks it.
 /// Integers reject signs, fractions and overflow; numbers reject NaN and inf.
 [[nodiscard]] Checked value_from_text(const OptionSpec& spec, std::string_view text);
+/// A decimal number as people write one ("12", "0.5", "-3", "1.5e9"), the
+/// whole text: no hexadecimal ("0x10"), no sign "+", no inf or nan, no
+/// surrounding space; nullopt otherwise.
+[[nodiscard]] std::optional<double> parse_decimal(std::string_view text);
 
 /// A check of a hand-declared flag's text against `spec` (the same parser as
 /// the option tables'): "" when it is good, else what was expected. Fits

@@ -220,7 +220,9 @@ void model_problems(const models::ModelSpec& m, const PlanOptions& o, const Batc
     ps.push_back({"variability_classes", fmt::format("expected a divisor of the data-parallel size {}, got {}",
                                                      batch.data_parallel, o.variability_classes)});
   }
-  if (!(o.doc_mean_tokens >= 0)) ps.push_back({"doc_mean_tokens", "expected a number >= 0"});
+  if (!(o.doc_mean_tokens == 0 || o.doc_mean_tokens >= 1)) {
+    ps.push_back({"doc_mean_tokens", "expected 0 (one document a sequence) or a mean length of at least 1 token"});
+  }
   if (!(o.compute_jitter >= 0 && o.compute_jitter <= 1))
     ps.push_back({"compute_jitter", "expected a number in [0, 1]"});
   if (!(o.moe_skew >= 0 && o.moe_skew <= 10)) ps.push_back({"moe_skew", "expected a number in [0, 10]"});

@@ -24,6 +24,7 @@
 #include "runtime/launch.hpp"
 #include "runtime/mpi.hpp"
 #include "runtime/platform_info.hpp"
+#include "runtime/run_args.hpp"
 #include "topologies/cluster_spec.hpp"
 #include "traces/bench_results.hpp"
 #include "traces/timeline.hpp"
@@ -35,6 +36,8 @@
 
 namespace {
 
+using namespace hzp::run_cli;
+
 // Exit codes (README): 0 ok, 1 internal error, 2 bad input, 3 aborted (the
 // watchdog, a device or NCCL failure), 4 unreliable (a wall-clock host run
 // with more than kMaxLateFraction of its timed ops late; outputs written and marked).
@@ -42,44 +45,6 @@ constexpr int kExitInternal = 1;
 constexpr int kExitBadInput = 2;
 constexpr int kExitAborted = 3;
 constexpr int kExitUnreliable = 4;
-// The most warm-up or timed steps a run takes, and timed steps with --trace.
-constexpr int kMaxSteps = 100000;
-constexpr int kMaxTracedSteps = 1000;
-
-struct Args {
-  std::string schedule;
-  std::string backend = "host";
-  std::string clock = "wall";  // host backend: wall | virtual
-  std::string cluster;         // default: the Schedule's
-  double step_seconds = 2.0;
-  double late_ms = 2.0;  // host backend: wake-ups later than this count as real time
-  int warmup = 1;
-  int steps = 3;
-  std::string trace;
-  std::string summary;
-  double watchdog_s = 30;
-  bool skip_check = false;
-  bool force = false;  // replace --trace / --summary if they exist
-  // CUDA backend
-  int local_gpus = 0;    // one process driving this many GPUs (ranks 0..N-1)
-  bool emulate = false;  // one GPU: collectives as timed kernels
-  int rank = 0;          // with --emulate-collectives: the rank to run
-  int nccl_channels = 16;
-  std::string rendezvous;  // shared directory for the NCCL id (torchrun-style launches)
-};
-
-struct BenchArgs {
-  std::string kind;  // gemm | collectives | overlap
-  std::string schedule;
-  std::string out;
-  int reps = 20;
-  int ranks_per_node = 8;
-  std::string rendezvous;
-  std::vector<int> channels{1, 2, 4, 8, 16, 32};
-  std::string cluster;  // names the results' device as the catalog does (hzp calibrate matches it)
-  bool force = false;   // replace --out if it exists
-};
-
 hzp::traces::TraceHeader header(const hzp::core::Schedule& s, const std::string& engine, const std::string& detail,
                                 const std::string& command_line) {
   hzp::traces::TraceHeader h;
@@ -396,85 +361,8 @@ int run_bench(const BenchArgs& b) {
 }
 #endif
 
-// The run's Schedule and flags.
-// Checks through the option tables' parser: NaN, inf, signs and overflow refused with the flag's name.
-std::function<std::string(const std::string&)> number_in(double min, double max) {
-  return hzp::core::text_check(hzp::core::option_spec("number", hzp::core::ValueType::Number, "", min, max));
-}
-std::function<std::string(const std::string&)> integer_in(double min, double max) {
-  return hzp::core::text_check(hzp::core::option_spec("integer", hzp::core::ValueType::Integer, "", min, max));
-}
-std::function<std::string(const std::string&)> file_name() {
-  return hzp::core::text_check(hzp::core::option_spec("file", hzp::core::ValueType::Text, ""));
-}
-
-void add_run_options(CLI::App& app, Args& a) {
-  app.add_option("schedule", a.schedule, "Schedule JSON (hzp schedule --out)");
-  app.add_option("--backend", a.backend, "host (CPU threads, model durations) | cuda (GPUs)")->capture_default_str();
-  app.add_option("--cluster", a.cluster, "cluster for the performance model (default: the Schedule's)");
-  app.add_option("--clock", a.clock,
-                 "host backend: wall (sleep each op's time, scaled to --step-seconds; a run with over 5 % of its "
-                 "timed ops late is unreliable, exit 4) | virtual (time advanced by the backend: deterministic, "
-                 "load-independent, equal to the analytic engine)")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"wall", "virtual"}));
-  app.add_option("--step-seconds", a.step_seconds, "host backend, wall clock: wall seconds a timed step should take")
-      ->capture_default_str()
-      ->check(number_in(1e-3, 86400));
-  app.add_option("--late-ms", a.late_ms,
-                 "host backend: a worker waking later than this after an op's end counts the delay as real")
-      ->capture_default_str()
-      ->check(number_in(0, 60000));
-  app.add_option("--warmup", a.warmup, "untimed steps first")->capture_default_str();
-  app.add_option("--steps", a.steps, "timed steps (the median is reported)")->capture_default_str();
-  app.add_option("--trace", a.trace, "write the median step's Timeline (Chrome trace JSON)")->check(file_name());
-  app.add_option("--summary", a.summary, "write the steps, the median and the peak memory as JSON")->check(file_name());
-  app.add_option("--watchdog-s", a.watchdog_s, "abort (exit 3) when no op is issued or finishes for this long")
-      ->capture_default_str()
-      ->check(number_in(0.1, 604800));
-  app.add_flag("--skip-check", a.skip_check, "run without checking the Schedule first (to debug hangs)");
-  app.add_flag("--force", a.force, "replace --trace and --summary if they exist");
-  app.add_option("--local-gpus", a.local_gpus, "cuda: one process driving this many GPUs as ranks 0..N-1")
-      ->check(integer_in(1, 4096));
-  app.add_flag("--emulate-collectives", a.emulate,
-               "cuda, one GPU: collectives as kernels on the NCCL channels' SMs lasting the model's time");
-  app.add_option("--rank", a.rank, "with --emulate-collectives: the rank whose class to run")
-      ->capture_default_str()
-      ->check(integer_in(0, 1 << 20));
-  app.add_option("--nccl-channels", a.nccl_channels, "SMs an emulated collective occupies")
-      ->capture_default_str()
-      ->check(integer_in(1, 1024));
-  app.add_option("--rendezvous", a.rendezvous, "a fresh shared directory for the NCCL id (torchrun-style launch)");
-}
-
-// The `bench` subcommand and its flags.
-CLI::App* add_bench_command(CLI::App& app, BenchArgs& b) {
-  auto* bench = app.add_subcommand("bench", "microbenchmarks for hzp calibrate (cuda backend)");
-  bench->add_option("kind", b.kind, "gemm | collectives | overlap")->required();
-  bench->add_option("--schedule", b.schedule, "gemm: every distinct GEMM shape of this Schedule (default: a grid)");
-  bench->add_option("--out", b.out, "results JSON")->required()->check(file_name());
-  bench->add_flag("--force", b.force, "replace --out if it exists");
-  bench->add_option("--reps", b.reps, "timed repetitions (median)")->capture_default_str();
-  bench->add_option("--ranks-per-node", b.ranks_per_node, "collectives: ranks per node")->capture_default_str();
-  bench->add_option("--rendezvous", b.rendezvous, "collectives: shared directory for the NCCL id");
-  bench->add_option("--cluster", b.cluster,
-                    "name the results' device as this cluster's catalog device (what hzp calibrate expects)");
-  bench->add_option("--channels", b.channels, "overlap: SM counts of the collective beside the GEMM")->delimiter(',');
-  return bench;
-}
-
 // What the parsed command line asks for: the benchmarks, or the Schedule
 // checked and run on a backend. Errors are thrown for main to report.
-// Refuses to replace an output unless --force, before any work.
-// An output is checked before the first step: new unless --force, in a
-// folder that exists and can be written (issue 42, item 7).
-void check_new(const std::string& path, bool force) {
-  if (!path.empty() && !force && std::filesystem::exists(path)) {
-    throw hzp::core::InputError(path, "", "already exists; pass --force to overwrite it");
-  }
-  hzp::core::require_writable_folder(path);
-}
-
 int run_parsed(const Args& args, [[maybe_unused]] const BenchArgs& b, bool bench, const std::string& command_line) {
   using namespace hzp;
   const runtime::LaunchInfo launch = runtime::detect_launch([](const char* n) { return std::getenv(n); });
@@ -484,12 +372,7 @@ int run_parsed(const Args& args, [[maybe_unused]] const BenchArgs& b, bool bench
       args.backend == "host" && launch.world > 1 && launch.launcher == "mpirun" && runtime::mpi_built();
   Args a = args;
   if (host_mpi && launch.rank != 0) a.trace.clear(), a.summary.clear();
-  if (bench) check_new(b.out, b.force);
-  if (a.trace == "-" && a.summary == "-") {
-    throw core::InputError("command line", "--summary", "expected at most one of --trace and --summary on standard output");
-  }
-  check_new(a.trace, a.force);
-  check_new(a.summary, a.force);
+  check_outputs(a, b, bench);
   if (bench) {
 #ifdef HZP_HAVE_CUDA
     return run_bench(b);

@@ -42,6 +42,18 @@ JSON
 
 expect_error "--model: unknown model 'llama9'" simulate --model llama9
 expect_error "--out-dir: expected a folder (standard output holds one file: --trace -)" simulate --gpus 16 --out-dir -
+# Numbers are decimal and meaningful (issue 42, item 13): no hexadecimal, no document shorter than a token,
+# no training budget below one token.
+expect_error "--doc-mean-tokens: expected 0 (one document a sequence) or a mean length of at least 1 token" \
+  simulate --gpus 16 --doc-mean-tokens 1e-300
+expect_error "--doc-mean-tokens: expected a finite number in [0, 2097152], got '0x10'" simulate --gpus 16 --doc-mean-tokens 0x10
+"$hzp" plan --gpus 16 --train-tokens 1e-300 > /dev/null 2> "$work/stderr"
+rc=$?
+if [ "$rc" -ne 2 ] || [ "$(wc -l < "$work/stderr")" -ne 1 ] ||
+  ! grep -qF -- "--train-tokens: expected a token count of at least 1" "$work/stderr"; then
+  echo "FAIL: hzp plan --train-tokens 1e-300 -> rc=$rc: $(cat "$work/stderr")"
+  fail=1
+fi
 # --from-megatron-args: a missing file, a folder, a FIFO, /dev/zero or blank text are not arguments (issue 42, item 10).
 expect_error "'args.txt' is neither (no such file, no flag)" simulate --from-megatron-args args.txt
 expect_error "expected a regular file of Megatron-LM arguments" simulate --from-megatron-args "$work"

@@ -11,6 +11,7 @@
 
 #include "cli/option_flags.hpp"
 #include "core/error.hpp"
+#include "core/options.hpp"
 #include "explore/adaptive.hpp"
 #include "explore/scenario.hpp"
 #include "explore/search.hpp"
@@ -121,6 +122,13 @@ TEST(OptionTable, BadValuesNameTheKeyAndTheFlag) {
             "expected an integer in [1, 4096], got '99999999999999999999'");
   const auto* jitter = plan::find_plan_option("compute_jitter");
   EXPECT_EQ(core::value_from_text(jitter->spec, "nan").problem, "expected a finite number in [0, 1], got 'nan'");
+  // Numbers are decimal as people write them (issue 42, item 13).
+  for (const char* good : {"12", "0.5", "1.5e9", "-3", "2E3", ".5"}) EXPECT_TRUE(core::parse_decimal(good)) << good;
+  for (const char* bad : {"0x10", "+1", "inf", "nan", " 1", "1 ", "1e", "", "1e999", "--1"}) {
+    EXPECT_FALSE(core::parse_decimal(bad)) << bad;
+  }
+  EXPECT_EQ(*core::parse_decimal("1.5e9"), 1.5e9);
+  EXPECT_EQ(core::value_from_text(jitter->spec, "0x0.1").problem, "expected a finite number in [0, 1], got '0x0.1'");
   EXPECT_EQ(cli::flag_for_field("global_batch_sequences"), "--global-batch-sequences");
   EXPECT_EQ(cli::flag_for_field("reshard_after_forward"), "--reshard-after-forward");
   EXPECT_EQ(cli::flag_for_field("nic_gbps"), "--nic-gbps");
