@@ -81,11 +81,14 @@ MegatronImport import_megatron_args(const std::string& text, const std::string& 
   // Text without a single flag is no command line: a mistyped file name, or
   // an empty file (issue 42, item 10).
   if (std::none_of(w.begin(), w.end(), [](const std::string& x) { return x.rfind("--", 0) == 0; })) {
-    throw core::InputError(source, "",
-                           w.empty() ? "expected Megatron-LM arguments (e.g. --tensor-model-parallel-size 8), got nothing"
-                                     : fmt::format("expected Megatron-LM arguments (e.g. --tensor-model-parallel-size "
-                                                   "8) or a file of them; '{}' is neither (no such file, no flag)",
-                                                   w.front()));
+    constexpr const char* kExpected = "expected Megatron-LM arguments (e.g. --tensor-model-parallel-size 8)";
+    if (w.empty()) throw core::InputError(source, "", fmt::format("{}, got nothing", kExpected));
+    if (w.size() == 1 && source == "--from-megatron-args") {  // a file name that names no file
+      throw core::InputError(source, "",
+                             fmt::format("{} or a file of them; '{}' is neither (no such file, no flag)", kExpected,
+                                         w.front()));
+    }
+    throw core::InputError(source, "", fmt::format("{}, found no flag", kExpected));
   }
   // --fp8-format (e4m3 or hybrid) turns FP8 on; the recipe is
   // --fp8-recipe's, delayed scaling by Megatron-LM's default.

@@ -63,6 +63,9 @@ expect_error "expected a regular file of Megatron-LM arguments" simulate --from-
 expect_error "got nothing" simulate --from-megatron-args "   "
 printf '  \n' > "$work/blank.txt"
 expect_error "blank.txt: expected Megatron-LM arguments" simulate --from-megatron-args "$work/blank.txt"
+printf 'tp 8 pp 2\n' > "$work/words.txt"
+expect_error "words.txt: expected Megatron-LM arguments (e.g. --tensor-model-parallel-size 8), found no flag" \
+  simulate --from-megatron-args "$work/words.txt"
 expect_error "--stack: unknown stack 'torch-fsdp3'; expected a catalog name" simulate --stack torch-fsdp3
 expect_error "badstack.json: source: missing required key" simulate --stack "$work/badstack.json"
 expect_error "--async: the stack torch-fsdp2 issues collectives from the training loop's thread" \

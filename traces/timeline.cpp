@@ -151,10 +151,10 @@ std::string to_csv(const Timeline& t) {
 
 namespace {
 
-// "12.345" microseconds (three decimals, as `us` writes them) -> nanoseconds.
-// A time in a trace, microseconds: a finite number within 10^12 us (11.6
-// days) of the origin, never below `min_us` (a duration is not negative),
-// so that no absurd value overflows the integer nanoseconds (issue 42, item 8).
+// "12.345" microseconds (three decimals, as `us` writes them) -> nanoseconds:
+// a finite number within 10^12 us (11.6 days) of the origin, never below
+// `min_us` (a duration is not negative), so that no absurd value overflows
+// the integer nanoseconds (issue 42, item 8).
 std::int64_t ns_of(const nlohmann::json& v, const std::string& file, const std::string& key, double min_us = -1e12) {
   constexpr double kMaxUs = 1e12;
   if (!v.is_number()) throw core::InputError(file, key, "expected a number of microseconds");
