@@ -52,6 +52,15 @@ PlanSearch search_plans(const PlanQuery& q) {
 
   search::Search s(q);
   search::enumerate_space(s);
+  // No layout splits the batch: bad input (the reason that removed every
+  // candidate), not "no plan fits the memory budget".
+  if (s.space.empty() && s.why_unsplit) {
+    core::Problem p = *s.why_unsplit;
+    p.message = fmt::format("the batch splits under none of the {} layouts tried (tensor, pipeline, micro-batch); "
+                            "the first: {}",
+                            s.unsplit, p.message);
+    throw core::ProblemError({std::move(p)});
+  }
   search::prune_by_memory(s);
   search::screen_groups(s);
   search::verify_best(s);

@@ -13,6 +13,7 @@
 #include <tuple>
 #include <vector>
 
+#include "core/error.hpp"
 #include "explore/adaptive.hpp"
 #include "explore/search.hpp"
 #include "models/model_spec.hpp"
@@ -129,6 +130,8 @@ struct Search {
   double tokens_per_step = 0;
   std::vector<Candidate> space;  // 1. every well-formed candidate
   std::size_t groups = 0;
+  long long unsplit = 0;             // layouts (tp, pp, micro-batch, ...) whose batch does not split
+  std::optional<core::Problem> why_unsplit;  // the first of their reasons
   // 2. candidates that pass the memory bound, with their Adam time and sharded model states (GiB)
   std::vector<Candidate> alive;
   std::vector<double> adam, states;

@@ -69,7 +69,11 @@ void add_group(Search& s, std::size_t si, int tp, int pp, int vpp, plan::Pipelin
       o.micro_batch = mb;
       o.recompute = rc;
       plan::BatchSplit split;
-      if (!plan::check_batch(s.m, st.gpus, o, split).empty()) continue;
+      if (std::vector<core::Problem> ps = plan::check_batch(s.m, st.gpus, o, split); !ps.empty()) {
+        ++s.unsplit;
+        if (!s.why_unsplit) s.why_unsplit = ps.front();
+        continue;
+      }
       const std::size_t group = s.groups++;
       const bool base = tp == 1 && pp == 1 && ep == 1 && mb == s.q.base.micro_batch && rc == s.q.base.recompute;
       for (Strategy x :

@@ -132,6 +132,9 @@ expect_fail "--jobs: expected an integer in [1," plan -j -1
 expect_fail "--memory-limit-GiB: expected a finite number" plan --memory-limit-GiB inf
 # A batch no plan can split is bad input (2), not "no plan fits" (3).
 expect_fail "--global-batch-tokens: expected a positive multiple of the sequence length 8192, got 1" plan --global-batch-tokens 1
+# ...and so is a batch no layout splits over the GPUs (issue 42, item 9: it said "no plan fits the memory budget").
+expect_fail "--global-batch-sequences: the batch splits under none of the 216 layouts tried" \
+  plan --gpus 1000 --global-batch-sequences 2048
 # A filter whose operand is neither a key nor a finite number is refused, not ignored.
 expect_fail "expected a key or a finite number, got '1e400' in filter 'gpus > 1e400'" sweep --set gpus=16 --db "$work/w.db" --where "gpus > 1e400"
 [ ! -e "$work/j.db" ] && [ ! -e "$work/w.db" ] || { echo "FAIL: a refused sweep left a database behind"; fail=1; }
