@@ -68,7 +68,7 @@ std::vector<ScenarioOption> make_table() {
   }
   {
     OptionSpec c = spec("oversubscription", ValueType::Number,
-                        "what-if: the leaf switches' down:up oversubscription (the first tier's)", 0.001, 1e6);
+                        "what-if: the leaf switches' down:up oversubscription (the first tier's)", 1, 64);
     c.nullable = true;
     t.push_back({c, [](const Scenario& s) -> json { return optional_number(s.oversubscription); },
                  [](Scenario& s, const json& v) { s.oversubscription = number_or_null(v); }});

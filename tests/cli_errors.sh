@@ -135,6 +135,10 @@ expect_fail "--global-batch-tokens: expected a positive multiple of the sequence
 # ...and so is a batch no layout splits over the GPUs (issue 42, item 9: it said "no plan fits the memory budget").
 expect_fail "--global-batch-sequences: the batch splits under none of the 216 layouts tried" \
   plan --gpus 1000 --global-batch-sequences 2048
+# One range per option in every channel (issue 42, item 11): the what-if's range is the cluster file's.
+expect_error "--oversubscription: expected a finite number in [1, 64] or null, got '0.001'" simulate --gpus 16 --oversubscription 0.001
+expect_fail "oversubscription" sweep --set oversubscription=0.001 --set gpus=16 --db "$work/o.db"
+[ ! -e "$work/o.db" ] || { echo "FAIL: a refused sweep key left a database behind"; fail=1; }
 # A filter whose operand is neither a key nor a finite number is refused, not ignored.
 expect_fail "expected a key or a finite number, got '1e400' in filter 'gpus > 1e400'" sweep --set gpus=16 --db "$work/w.db" --where "gpus > 1e400"
 [ ! -e "$work/j.db" ] && [ ! -e "$work/w.db" ] || { echo "FAIL: a refused sweep left a database behind"; fail=1; }
