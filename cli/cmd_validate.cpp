@@ -68,13 +68,16 @@ int cmd_validate_cases(const ValidateArgs& a) {
   const validation::MissBaseline baseline = a.check ? load_baseline(a) : validation::MissBaseline{};
   const auto cases = validation::load_cases(a.dir, a.filters);
   if (cases.empty()) {
-    throw core::InputError(a.dir, "--filter", fmt::format("expected cases matching '{}'", fmt::join(a.filters, "' or '")));
+    throw core::InputError(a.dir, "--filter",
+                           fmt::format("expected cases matching '{}'", fmt::join(a.filters, "' or '")));
   }
   const int jobs = a.jobs > 0 ? a.jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   if (!a.json) std::cerr << fmt::format("simulating {} cases on {} processes...\n", cases.size(), jobs);
   const auto scored = explore::run_cases(cases, jobs, a.calibration_dir);
   std::cout << (a.json ? explore::cases_json(scored) : explore::cases_table(scored));
-  if (!a.write_baseline.empty()) core::write_file_atomic(a.write_baseline, baseline_json(validation::misses_of(scored)));
+  if (!a.write_baseline.empty()) {
+    core::write_file_atomic(a.write_baseline, baseline_json(validation::misses_of(scored)));
+  }
   if (!a.check) return 0;
   int missed = 0, recorded = 0;
   for (const auto& s : scored) {

@@ -155,25 +155,38 @@ TEST(Fp8, WeightAllGatherHalvesTheBytes) {
   EXPECT_EQ(casts, transposes);  // one cast per gather, one transpose per gathered use
 }
 
+// Llama-3 8B under zero1 on 8 H100, sequence 4096, 8 sequences: the plan
+// the two tests below start from, and its parameters padded to a multiple of
+// the 8 ranks (g_o), as the lowering holds them.
+struct Zero1Llama {
+  models::ModelSpec m = models::load_model("llama3-8b");
+  topologies::Topology topo{topologies::load_cluster("dgx-h100"), 8};
+  PlanOptions o = [] {
+    PlanOptions p;
+    p.strategy = Strategy::Zero1;
+    p.seq_len = 4096;
+    p.global_batch_sequences = 8;
+    return p;
+  }();
+  [[nodiscard]] std::int64_t padded_params() const {
+    std::int64_t n = 0;
+    for (const auto& u : models::build_step_graph(m, models::GraphOptions{.seq_len = 4096}).units) {
+      n += (u.params + 7) / 8 * 8;
+    }
+    return n;
+  }
+};
+
 // Unsharded parameters keep Transformer Engine's FP8 weight and transpose
 // (two bytes a parameter) beside the bf16 ones, plus the scaling state:
 // delayed scaling a 1,024-entry fp32 amax history for the input, weight and
 // output gradient of each FP8 GEMM (4 per layer: qkv, attn_out, up, down).
 TEST(Fp8, UnshardedWeightsKeepTheirFp8CopyAndScalingState) {
-  const models::ModelSpec m = models::load_model("llama3-8b");
-  const topologies::Topology topo(topologies::load_cluster("dgx-h100"), 8);
-  PlanOptions o;
-  o.strategy = Strategy::Zero1;
-  o.seq_len = 4096;
-  o.global_batch_sequences = 8;
-  const Totals bf16 = totals(lower(m, topo, o));
-  o.precision = models::Precision::Fp8Delayed;
-  const Totals fp8 = totals(lower(m, topo, o));
-  std::int64_t params = 0;
-  for (const auto& u : models::build_step_graph(m, models::GraphOptions{.seq_len = 4096}).units) {
-    params += (u.params + 7) / 8 * 8;  // padded to a multiple of the 8 ranks (g_o)
-  }
-  EXPECT_EQ(fp8.static_alloc - bf16.static_alloc, 2 * params + 32 * 4 * 3 * 4 * 1024);
+  Zero1Llama z;
+  const Totals bf16 = totals(lower(z.m, z.topo, z.o));
+  z.o.precision = models::Precision::Fp8Delayed;
+  const Totals fp8 = totals(lower(z.m, z.topo, z.o));
+  EXPECT_EQ(fp8.static_alloc - bf16.static_alloc, 2 * z.padded_params() + 32 * 4 * 3 * 4 * 1024);
 }
 
 // Megatron-Core's --fp8-param-gather under the distributed optimizer (zero1:
@@ -184,25 +197,16 @@ TEST(Fp8, UnshardedWeightsKeepTheirFp8CopyAndScalingState) {
 // a parameter, after a cast of each owner's fp32 shard (read 4, write 1 byte)
 // and before one transpose of the weights (read and write 1 byte).
 TEST(Fp8, PrimaryWeightsUnderTheDistributedOptimizer) {
-  const models::ModelSpec m = models::load_model("llama3-8b");
-  const topologies::Topology topo(topologies::load_cluster("dgx-h100"), 8);
-  PlanOptions o;
-  o.strategy = Strategy::Zero1;
-  o.seq_len = 4096;
-  o.global_batch_sequences = 8;
-  const Totals bf16 = totals(lower(m, topo, o));
-  o.precision = models::Precision::Fp8Delayed;
-  const Totals fp8 = totals(lower(m, topo, o));
-  o.fp8_param_gather = true;
-  const core::Schedule s = lower(m, topo, o);
+  Zero1Llama z;
+  const Totals bf16 = totals(lower(z.m, z.topo, z.o));
+  z.o.precision = models::Precision::Fp8Delayed;
+  const Totals fp8 = totals(lower(z.m, z.topo, z.o));
+  z.o.fp8_param_gather = true;
+  const core::Schedule s = lower(z.m, z.topo, z.o);
   const Totals primary = totals(s);
   const std::int64_t scaling = 32 * 4 * 3 * 4 * 1024;  // 32 layers x 4 GEMMs x 3 scales x 1,024 fp32
   EXPECT_EQ(primary.static_alloc - bf16.static_alloc, scaling);
-  std::int64_t params = 0;
-  for (const auto& u : models::build_step_graph(m, models::GraphOptions{.seq_len = 4096}).units) {
-    params += (u.params + 7) / 8 * 8;  // padded to a multiple of the 8 ranks (g_o)
-  }
-  EXPECT_EQ(fp8.static_alloc - primary.static_alloc, 2 * params);  // 16.06 GB for 8.03e9 parameters
+  EXPECT_EQ(fp8.static_alloc - primary.static_alloc, 2 * z.padded_params());  // 16.06 GB for 8.03e9 parameters
   EXPECT_EQ(2 * primary.bytes.at("all_gather/dp_regather"), fp8.bytes.at("all_gather/dp_regather"));
   std::int64_t cast = 0, transpose = 0, weight_casts = 0;
   for (const auto& st : s.programs[0].streams) {

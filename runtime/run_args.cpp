@@ -87,7 +87,8 @@ void check_outputs(const Args& a, const BenchArgs& b, bool bench) {
     core::require_writable_folder(path);
   };
   if (a.trace == "-" && a.summary == "-") {
-    throw core::InputError("command line", "--summary", "expected at most one of --trace and --summary on standard output");
+    throw core::InputError("command line", "--summary",
+                           "expected at most one of --trace and --summary on standard output");
   }
   if (bench) check_new(b.out, b.force);
   check_new(a.trace, a.force);

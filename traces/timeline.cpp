@@ -160,7 +160,8 @@ std::int64_t ns_of(const nlohmann::json& v, const std::string& file, const std::
   if (!v.is_number()) throw core::InputError(file, key, "expected a number of microseconds");
   const double us = v.get<double>();
   if (!std::isfinite(us) || us < min_us || us > kMaxUs) {
-    throw core::InputError(file, key, fmt::format("expected microseconds in [{:g}, {:g}], got {:g}", min_us, kMaxUs, us));
+    throw core::InputError(file, key,
+                           fmt::format("expected microseconds in [{:g}, {:g}], got {:g}", min_us, kMaxUs, us));
   }
   return std::llround(us * 1000.0);
 }
