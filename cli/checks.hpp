@@ -15,20 +15,9 @@
 
 namespace hzp::cli {
 
-/// A file or directory name: not empty.
-inline std::function<std::string(const std::string&)> file_name() {
-  return core::text_check(core::option_spec("file", core::ValueType::Text, ""));
-}
-
-/// A finite number in [min, max].
-inline std::function<std::string(const std::string&)> number_in(double min, double max) {
-  return core::text_check(core::option_spec("number", core::ValueType::Number, "", min, max));
-}
-
-/// A whole number in [min, max].
-inline std::function<std::string(const std::string&)> integer_in(double min, double max) {
-  return core::text_check(core::option_spec("integer", core::ValueType::Integer, "", min, max));
-}
+using core::file_name;
+using core::integer_in;
+using core::number_in;
 
 /// Worker processes: 1 to 4 x the cores (more only queue for the same cores).
 inline std::function<std::string(const std::string&)> jobs() {

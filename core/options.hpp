@@ -125,6 +125,17 @@ struct Checked {
 /// the option tables'): "" when it is good, else what was expected. Fits
 /// CLI11's Option::check.
 [[nodiscard]] std::function<std::string(const std::string&)> text_check(OptionSpec spec);
+/// Checks of flags declared by hand, through text_check: a file or directory
+/// name (not empty), a finite number in [min, max], a whole number in [min, max].
+[[nodiscard]] inline std::function<std::string(const std::string&)> file_name() {
+  return text_check(option_spec("file", ValueType::Text, ""));
+}
+[[nodiscard]] inline std::function<std::string(const std::string&)> number_in(double min, double max) {
+  return text_check(option_spec("number", ValueType::Number, "", min, max));
+}
+[[nodiscard]] inline std::function<std::string(const std::string&)> integer_in(double min, double max) {
+  return text_check(option_spec("integer", ValueType::Integer, "", min, max));
+}
 
 /// "16M" -> 16·2^20 (K, M, G are powers of two); nullopt unless a positive
 /// integer of at most 12 digits with an optional suffix.

@@ -101,7 +101,7 @@ validation::Scored run_case(const validation::Case& c, const std::string& calibr
     }
     case validation::Quantity::ReservedGiB: {
       const sim::ProgramMemory* worst = m.worst_memory();
-      s.predicted = worst ? static_cast<double>(worst->peak_reserved.count()) / (1024.0 * 1024 * 1024) : 0.0;
+      s.predicted = worst ? worst->peak_reserved.gib() : 0.0;
       break;
     }
   }

@@ -8,20 +8,9 @@
 #include "core/options.hpp"
 
 namespace hzp::run_cli {
-namespace {
-
-// Checks through the option tables' parser: NaN, inf, signs and overflow refused with the flag's name.
-std::function<std::string(const std::string&)> number_in(double min, double max) {
-  return core::text_check(core::option_spec("number", core::ValueType::Number, "", min, max));
-}
-std::function<std::string(const std::string&)> integer_in(double min, double max) {
-  return core::text_check(core::option_spec("integer", core::ValueType::Integer, "", min, max));
-}
-std::function<std::string(const std::string&)> file_name() {
-  return core::text_check(core::option_spec("file", core::ValueType::Text, ""));
-}
-
-}  // namespace
+using core::file_name;
+using core::integer_in;
+using core::number_in;
 
 // The run's Schedule and flags.
 void add_run_options(CLI::App& app, Args& a) {
