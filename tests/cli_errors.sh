@@ -316,6 +316,16 @@ for args in "--dir $(dirname "$0")/../validation/cases --filter nothing-like-thi
   fi
 done
 
+# Every value a flag accepts finishes (issue 42, item 1): at the slowest NIC
+# the flag allows, SimGrid's clock passes 8,192 s, where a step of its doubles
+# exceeds the old 1e-12 s "compute done" threshold and a slowed kernel spun
+# forever (> 120 s at full CPU); now 0.1 s.
+for gbps in 0.001 0.002 0.0025; do
+  timeout 60 "$hzp" simulate --model llama3-8b --gpus 16 --strategy fsdp --global-batch-tokens 128K --engine simgrid \
+    --nic-gbps "$gbps" > "$work/stdout" 2> "$work/stderr" ||
+    { echo "FAIL: simgrid at --nic-gbps $gbps -> rc=$?: $(tail -1 "$work/stderr")"; fail=1; }
+done
+
 # --help works for every subcommand.
 for sub in simulate schedule models clusters; do
   "$hzp" "$sub" --help > /dev/null || { echo "FAIL: hzp $sub --help"; fail=1; }

@@ -2,7 +2,9 @@
 #include "sim/simgrid/device_rate.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <iterator>
+#include <limits>
 
 namespace hzp::sim::simgrid {
 
@@ -42,13 +44,21 @@ void Device::run(std::size_t stream, double work) {
   }
   Waiter& w = waiter(stream);
   double t = now_s();
-  while (true) {
+  while (work > resolution(t)) {
     (void)w.cv->wait_until(w.lock, t + work / rate());
     const double t2 = now_s();
     work -= work_between(t, t2);
     t = t2;
-    if (work <= 1e-12) return;
   }
+}
+
+double Device::resolution(double t) {
+  // The work a wait can still make progress on: a nanosecond (the trace's
+  // unit), or a few steps of the clock where its doubles are coarser (past
+  // 8,192 simulated seconds a step of the clock exceeds 1e-12 s, and a
+  // wait shorter than one step never advances it: the stream spun forever).
+  const double step = std::nextafter(t, std::numeric_limits<double>::infinity()) - t;
+  return std::max(1e-9, 4 * step);
 }
 
 double Device::work_between(double t0, double t1) const {

@@ -48,6 +48,8 @@ struct Device {
   void retire(std::size_t stream);
   /// Runs `work` seconds of uncontended compute on `stream`, at the rate of the moment.
   void run(std::size_t stream, double work);
+  /// Below this much work (seconds) at clock time `t`, compute is done.
+  [[nodiscard]] static double resolution(double t);
   /// Uncontended compute done in [t0, t1].
   [[nodiscard]] double work_between(double t0, double t1) const;
   /// When `work` seconds of uncontended compute begun at `t0` were done.
