@@ -60,10 +60,17 @@ int cmd_sweep(const SweepArgs& a) {
         "{} point(s) ran a rounded global batch (--round-batch): columns batch_sequences and batch_rounded_from\n",
         sum.rounded);
   }
+  for (const auto& e : sum.first_errors) std::cerr << "sweep: " << e << "\n";
+  if (sum.errors > static_cast<std::int64_t>(sum.first_errors.size())) {
+    std::cerr << fmt::format("sweep: {} more error(s): hzp sweep export {} --csv FILE holds every reason\n",
+                             sum.errors - static_cast<std::int64_t>(sum.first_errors.size()), o.db);
+  }
   if (sum.interrupted) {
     std::cerr << "hzp: sweep interrupted; run the same command again to resume\n";
     return 130;
   }
+  // A sweep whose every point failed answered nothing: not a success.
+  if (sum.ran > 0 && sum.errors == sum.ran) return kExitEveryPointFailed;
   return 0;
 }
 

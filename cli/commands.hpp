@@ -16,6 +16,8 @@ inline constexpr int kExitInfeasible = 3;
 /// `hzp validate cases|collectives --check`: a case or fabric outside its
 /// tolerance (the model missed; not an error of the program).
 inline constexpr int kExitValidationMiss = 4;
+/// `hzp sweep`: every point that ran ended in an error (rows recorded).
+inline constexpr int kExitEveryPointFailed = 5;
 
 class Command {
  public:

@@ -77,6 +77,8 @@ struct SweepSummary {
   std::int64_t ran = 0;
   std::int64_t ok = 0, infeasible = 0, errors = 0;
   std::int64_t rounded = 0;  // points whose global batch --round-batch changed
+  static constexpr std::int64_t kErrorsShown = 3;
+  std::vector<std::string> first_errors;  // "point N: reason" of the first kErrorsShown errors
   double seconds = 0;
   bool interrupted = false;
 };

@@ -134,11 +134,27 @@ class Runner {
   double last_progress_ = 0;
 };
 
+// The files and catalog names the points read (model, cluster, stack,
+// calibration, with the cluster's what-ifs), each distinct combination
+// resolved once before anything runs: a path to /dev/zero or a misspelt
+// model is the sweep's bad input (exit 2), not a row of errors.
+void check_inputs(const std::vector<SweepPoint>& points, const std::string& spec_file) {
+  std::set<std::string> seen;
+  for (const SweepPoint& p : points) {
+    nlohmann::ordered_json files = nlohmann::ordered_json::object();
+    for (const char* k : {"model", "cluster", "stack", "calibration", "nic_gbps", "oversubscription", "power_limit_w"}) {
+      if (p.inputs.contains(k)) files[k] = p.inputs[k];
+    }
+    if (seen.insert(files.dump()).second) (void)resolve_inputs(scenario_of(p.inputs, spec_file));
+  }
+}
+
 std::vector<SweepPoint> rank_points(const SweepSpec& spec, const std::string& spec_file, const SweepOptions& o) {
   std::vector<SweepPoint> mine;
   for (auto& p : expand(spec, spec_file)) {
     if (p.index % o.ranks == o.rank) mine.push_back(std::move(p));
   }
+  check_inputs(mine, spec_file);
   return mine;
 }
 
@@ -165,7 +181,10 @@ void Runner::record(json row) {
   const std::string status = row.value("status", "error");
   if (status == "ok") ++sum_.ok;
   if (status == "infeasible") ++sum_.infeasible;
-  if (status == "error") ++sum_.errors;
+  if (status == "error" && ++sum_.errors <= SweepSummary::kErrorsShown) {
+    sum_.first_errors.push_back(fmt::format("point {}: {}", row.value("point", std::int64_t{-1}),
+                                            row.value("error", std::string("(no message)"))));
+  }
   if (row.contains("batch_rounded_from") && !row["batch_rounded_from"].is_null()) ++sum_.rounded;
   db_.add(row);
   ++finished_;

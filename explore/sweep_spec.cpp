@@ -66,7 +66,21 @@ struct Filter {
   Expr lhs, rhs;
   std::string op;
   std::string text;
+  std::string where;  // where the filter was given ("where[0]")
 };
+
+// The value a point runs with for `key`: its own, else the option's default
+// (what the point's Scenario starts from).
+json value_at(const std::string& key, const json& point) {
+  if (auto it = point.find(key); it != point.end()) return *it;
+  static const Scenario defaults;
+  if (const ScenarioOption* row = find_scenario_option(key)) return row->get(defaults);
+  return plan::find_plan_option(key)->get(defaults.plan);
+}
+
+bool numeric(core::ValueType t) {
+  return t == core::ValueType::Integer || t == core::ValueType::Number || t == core::ValueType::TokenCount;
+}
 
 class FilterParser {
  public:
@@ -138,7 +152,14 @@ class FilterParser {
       fail(pos_ < text_.size() ? fmt::format("expected a key or a number at '{}'", text_.substr(pos_))
                                : std::string("expected a key or a number at the end"));
     if (std::isalpha(static_cast<unsigned char>(word[0])) || word[0] == '_') {
-      if (word != "divides" && find_key(word)) return Expr{0, word, 0, {}};
+      const core::OptionSpec* spec = word == "divides" ? nullptr : find_key(word);
+      if (spec && !numeric(spec->type)) {
+        fail(fmt::format("'{}' is {}, not a number: filters compare numbers", word,
+                         spec->type == core::ValueType::Boolean ? "true or false"
+                         : spec->type == core::ValueType::Triple ? "a triple"
+                                                                 : "text"));
+      }
+      if (spec) return Expr{0, word, 0, {}};
       if (word == "divides") fail("expected a key or a number before 'divides'");
       const auto near = core::closest(word, known_keys());
       fail(near ? fmt::format("unknown key '{}' (did you mean '{}'?)", word, *near)
@@ -163,41 +184,60 @@ class FilterParser {
 };
 
 Filter parse_filter(const std::string& text, const std::string& file, const std::string& where) {
-  return FilterParser(text, file, where).parse();
+  Filter f = FilterParser(text, file, where).parse();
+  f.where = where;
+  return f;
 }
 
-// The expression's value at a point; nullopt when a key is not set there or
-// is not a number (then the filter does not apply).
-std::optional<double> evaluate(const Expr& e, const json& point) {
-  if (e.op == 0) {
-    if (e.name.empty()) return e.number;
-    auto it = point.find(e.name);
-    if (it != point.end() && it->is_number()) return it->get<double>();
-    return std::nullopt;
-  }
-  const auto a = evaluate(e.args[0], point);
-  const auto b = evaluate(e.args[1], point);
-  if (!a || !b) return std::nullopt;
-  switch (e.op) {
-    case '+': return *a + *b;
-    case '-': return *a - *b;
-    case '*': return *a * *b;
-    default: return *b == 0 ? std::nullopt : std::optional<double>(*a / *b);
-  }
-}
+// Evaluates filters at points: every key at the value the point runs with
+// (its own or the default), never skipped. A key left unset (null: derived
+// when the point runs) and a division by zero are refused, naming the point.
+class FilterEvaluator {
+ public:
+  FilterEvaluator(const Filter& f, const json& point, const std::string& file) : f_(f), point_(point), file_(file) {}
 
-bool passes(const Filter& f, const json& point) {
-  const auto l = evaluate(f.lhs, point);
-  const auto r = evaluate(f.rhs, point);
-  if (!l || !r) return true;
-  if (f.op == "<") return *l < *r;
-  if (f.op == "<=") return *l <= *r;
-  if (f.op == "==") return *l == *r;
-  if (f.op == "!=") return *l != *r;
-  if (f.op == ">=") return *l >= *r;
-  if (f.op == ">") return *l > *r;
-  return *l != 0 && std::fmod(*r, *l) == 0;  // divides
-}
+  bool passes() const {
+    const double l = evaluate(f_.lhs), r = evaluate(f_.rhs);
+    if (f_.op == "<") return l < r;
+    if (f_.op == "<=") return l <= r;
+    if (f_.op == "==") return l == r;
+    if (f_.op == "!=") return l != r;
+    if (f_.op == ">=") return l >= r;
+    if (f_.op == ">") return l > r;
+    return l != 0 && std::fmod(r, l) == 0;  // divides
+  }
+
+ private:
+  double evaluate(const Expr& e) const {
+    if (e.op == 0) return e.name.empty() ? e.number : key(e.name);
+    const double a = evaluate(e.args[0]), b = evaluate(e.args[1]);
+    switch (e.op) {
+      case '+': return a + b;
+      case '-': return a - b;
+      case '*': return a * b;
+      default:
+        if (b == 0) fail("divides by zero");
+        return a / b;
+    }
+  }
+  double key(const std::string& name) const {
+    const json v = value_at(name, point_);
+    if (v.is_number()) return v.get<double>();
+    if (const core::OptionSpec* spec = find_key(name); spec && v.is_string()) {  // a token count as text ("16M")
+      if (const core::Checked c = core::check_value(*spec, v); c.problem.empty() && c.value.is_number()) {
+        return c.value.get<double>();
+      }
+    }
+    fail(fmt::format("'{}' is unset (derived when the point runs); set it in base or axes to filter on it", name));
+  }
+  [[noreturn]] void fail(const std::string& what) const {
+    throw core::InputError(file_, f_.where, fmt::format("filter '{}' {} at point {}", f_.text, what, point_.dump()));
+  }
+
+  const Filter& f_;
+  const json& point_;
+  const std::string& file_;
+};
 
 }  // namespace
 
@@ -327,10 +367,16 @@ std::vector<SweepPoint> expand(const SweepSpec& spec, const std::string& file) {
       inputs[it->first] = it->second[static_cast<std::size_t>(rest % n)];
       rest /= n;
     }
-    if (!std::all_of(filters.begin(), filters.end(), [&](const Filter& f) { return passes(f, inputs); })) continue;
+    if (!std::all_of(filters.begin(), filters.end(),
+                     [&](const Filter& f) { return FilterEvaluator(f, inputs, file).passes(); })) {
+      continue;
+    }
     // The identity of a point: its inputs with keys sorted.
     nlohmann::json sorted = nlohmann::json::parse(inputs.dump());
     points.push_back(SweepPoint{idx, inputs, sorted.dump()});
+  }
+  if (points.empty()) {
+    throw core::InputError(file, "where", fmt::format("the filters keep none of the {} point(s)", total));
   }
   return points;
 }

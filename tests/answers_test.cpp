@@ -78,7 +78,7 @@ std::vector<explore::SweepPoint> points(const std::vector<std::string>& sets, co
 TEST(SweepFilters, ConstantsAndArithmeticOnBothSides) {
   EXPECT_EQ(points({"gpus=256,512,1024,4096"}, "gpus * 16K <= 16M").size(), 3u);
   EXPECT_EQ(points({"gpus=256,512,1024,4096"}, "(gpus + 256) / 2 == 384").size(), 1u);
-  EXPECT_EQ(points({"gpus=64,128", "tp=2,4,8"}, "tp*pp<=8").size(), 6u);  // pp left at its default: no filter
+  EXPECT_EQ(points({"gpus=64,128", "tp=2,4,8"}, "tp*pp<=8").size(), 6u);  // pp at its default, 1
   EXPECT_EQ(points({"gpus=64,128", "tp=2,4,8"}, "gpus >= 16 * tp").size(), 5u);
   EXPECT_EQ(points({"gpus=64,128", "tp=2,4,8"}, "tp divides gpus / 16").size(), 5u);  // 2, 4 of 4; 2, 4, 8 of 8
   try {
@@ -89,6 +89,36 @@ TEST(SweepFilters, ConstantsAndArithmeticOnBothSides) {
   }
   EXPECT_THROW((void)points({"gpus=64"}, "gpus <= (2"), core::InputError);
   EXPECT_THROW((void)points({"gpus=64"}, "gpus 2"), core::InputError);
+}
+
+// Issue 42, item 6: a key the sweep does not set is filtered at the value
+// its points run with; text keys, unset keys and division by zero are refused.
+TEST(SweepFilters, EveryKeyAtThePointsValueAndNothingSilentlyKept) {
+  EXPECT_EQ(points({"gpus=64,128"}, "tp == 1").size(), 2u);
+  EXPECT_EQ(points({"gpus=64,128", "pp=1,2"}, "tp * pp >= 2").size(), 2u);
+  EXPECT_EQ(points({"gpus=64,128", "global_batch_sequences=64,128"}, "global_batch_sequences >= gpus").size(), 3u);
+  auto error = [](const std::vector<std::string>& sets, const std::string& where) {
+    try {
+      (void)points(sets, where);
+    } catch (const core::InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  // tp = 1 at every point: both were kept before.
+  EXPECT_NE(error({"gpus=64,128"}, "tp >= 2").find("command line: where: the filters keep none of the 2 point(s)"),
+            std::string::npos)
+      << error({"gpus=64,128"}, "tp >= 2");
+  EXPECT_NE(error({"gpus=64"}, "strategy > 5").find("'strategy' is text, not a number: filters compare numbers"),
+            std::string::npos)
+      << error({"gpus=64"}, "strategy > 5");
+  EXPECT_NE(error({"gpus=64"}, "gpus > 1/0").find("filter 'gpus > 1/0' divides by zero at point {\"gpus\":64}"),
+            std::string::npos)
+      << error({"gpus=64"}, "gpus > 1/0");
+  EXPECT_NE(error({"gpus=64,128", "tp=2,4"}, "gpus / (tp - 2) >= 8").find("divides by zero"), std::string::npos);
+  EXPECT_NE(error({"gpus=64"}, "global_batch_sequences >= gpus").find("'global_batch_sequences' is unset"),
+            std::string::npos)
+      << error({"gpus=64"}, "global_batch_sequences >= gpus");
 }
 
 TEST(Batch, TokensPerGpuScalesWithTheGpus) {

@@ -197,8 +197,12 @@ expect_fail "command line: --max-ops: this plan's Schedule would hold about" \
   schedule --model llama3-8b --gpus 16 --strategy fsdp --global-batch-tokens 128K --max-ops 100 --out "$work/small.json"
 [ "$SECONDS" -lt 60 ] || { echo "FAIL: the refusals took ${SECONDS}s"; fail=1; }
 [ ! -e "$work/big.json" ] && [ ! -e "$work/small.json" ] || { echo "FAIL: a refused Schedule was written"; fail=1; }
+# Its one point failed: the sweep answered nothing (exit 5), the reason printed.
 "$hzp" sweep --set model=llama3-8b --set gpus=16 --set global_batch_tokens=128K --set strategy=fsdp --max-ops 100 \
-  --db "$work/limit.db" > /dev/null 2>&1 || { echo "FAIL: a sweep with a point over --max-ops"; fail=1; }
+  --db "$work/limit.db" > /dev/null 2> "$work/stderr"
+rc=$?
+[ "$rc" -eq 5 ] && grep -q "sweep: point 0: .*--max-ops" "$work/stderr" ||
+  { echo "FAIL: a sweep with its one point over --max-ops -> rc=$rc: $(cat "$work/stderr")"; fail=1; }
 python3 -c "
 import sqlite3, sys; r = sqlite3.connect(sys.argv[1]).execute('select status, error from points').fetchall()
 assert len(r) == 1 and r[0][0] == 'error' and '--max-ops' in r[0][1], r" "$work/limit.db" ||

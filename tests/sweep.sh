@@ -219,4 +219,20 @@ for x, y in zip(a, b):
     assert x <= y * (1 + 1e-9), (a, b)
 PY
 
+# A sweep that answers nothing is not a success (issue 42, items 6 and 11):
+# every point failing exits 5 with the reasons printed; filters that keep no
+# point, or a model that is no file, are bad input before anything runs.
+"$hzp" sweep --set gpus=16 --set global_batch_sequences=3,5 --db allfail.db > /dev/null 2> allfail.err
+rc=$?
+[ "$rc" -eq 5 ] && grep -q "sweep: point 1: global_batch_sequences: 5 sequences do not split" allfail.err ||
+  { echo "FAIL: a sweep whose every point failed -> rc=$rc: $(cat allfail.err)"; fail=1; }
+"$hzp" sweep --set gpus=8,16 --where "tp >= 2" --db none.db > /dev/null 2> none.err
+rc=$?
+[ "$rc" -eq 2 ] && grep -q "where: the filters keep none of the 2 point(s)" none.err && [ ! -e none.db ] ||
+  { echo "FAIL: filters keeping no point -> rc=$rc: $(cat none.err)"; fail=1; }
+"$hzp" sweep --set gpus=8,16 --set model=/dev/zero --db zero.db > /dev/null 2> zero.err
+rc=$?
+[ "$rc" -eq 2 ] && [ "$(wc -l < zero.err)" -eq 1 ] && grep -q "unknown model '/dev/zero'" zero.err && [ ! -e zero.db ] ||
+  { echo "FAIL: --set model=/dev/zero -> rc=$rc: $(cat zero.err)"; fail=1; }
+
 exit $fail
