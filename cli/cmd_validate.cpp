@@ -213,7 +213,7 @@ int cmd_validate_compare(const CompareArgs& a) {
     std::cout << j.dump(2) << "\n";
     return 0;
   }
-  if (a.report.empty()) {
+  if (a.report.empty() || a.report == "-") {
     std::cout << validation::markdown_report(c, p, m, "");
     return 0;
   }
@@ -299,7 +299,8 @@ void add_validate_commands(CLI::App& app, Commands& out) {
   auto cc = std::make_unique<SimpleCommand<CompareArgs>>(compare, run_compare);
   compare->add_option("predicted", cc->args.predicted, "predicted trace (.json from --trace)")->required();
   compare->add_option("measured", cc->args.measured, "measured trace (.json, e.g. from hzp-run)")->required();
-  compare->add_option("--report", cc->args.report, "write a Markdown report (and a .png beside it) instead of printing")
+  compare->add_option("--report", cc->args.report,
+                      "write a Markdown report (and a .png beside it) instead of printing; - prints it (no picture)")
       ->check(file_name());
   compare->add_flag("--json", cc->args.json, "as JSON");
   compare->add_flag("--force", cc->args.force, "replace the report and its picture if they exist");

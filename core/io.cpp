@@ -43,12 +43,21 @@ void remove_stale_temps(const fs::path& dir, const std::string& name) {
 }
 
 // Creates a fresh temporary file beside `dest` (O_EXCL | O_NOFOLLOW: never
-// through a planted file or link) and writes `content` to it.
-fs::path write_temp(const fs::path& dest, const std::string& content) {
+// through a planted file or link) and writes `content` to it. The folders it
+// had to create are appended to `created`, outermost first.
+fs::path write_temp(const fs::path& dest, const std::string& content, std::vector<fs::path>& created) {
   const fs::path dir = folder_of(dest);
   std::error_code ec;
   if (!fs::exists(dir, ec)) {
+    std::vector<fs::path> missing;
+    for (fs::path d = dir; !d.empty() && !fs::exists(d, ec); d = d.parent_path()) {
+      missing.insert(missing.begin(), d);
+      if (d == d.parent_path()) break;
+    }
     fs::create_directories(dir, ec);
+    for (const auto& d : missing) {
+      if (fs::is_directory(d)) created.push_back(d);
+    }
     if (ec) throw InputError(dest.string(), "", fmt::format("cannot create folder {}: {}", dir.string(), ec.message()));
   }
   remove_stale_temps(dir, dest.filename().string());
@@ -104,14 +113,19 @@ void OutputSet::add(const std::string& path, std::string content) {
 void OutputSet::commit() {
   // Every file written beside its destination first; nothing renamed into
   // place unless all were written.
-  std::vector<fs::path> temps;
+  std::vector<fs::path> temps, created;
   try {
-    for (const auto& [path, content] : files_) temps.push_back(path == "-" ? fs::path() : write_temp(path, content));
+    for (const auto& [path, content] : files_) {
+      temps.push_back(path == "-" ? fs::path() : write_temp(path, content, created));
+    }
   } catch (...) {
+    // Nothing left behind: the temporary files, then the folders made for
+    // them, innermost first (each only if empty).
     std::error_code ec;
     for (const auto& t : temps) {
       if (!t.empty()) fs::remove(t, ec);
     }
+    for (auto it = created.rbegin(); it != created.rend(); ++it) fs::remove(*it, ec);
     throw;
   }
   for (std::size_t i = 0; i < files_.size(); ++i) {

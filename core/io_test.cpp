@@ -108,6 +108,15 @@ TEST(OutputSet, AllOrNoneEachOnceRegularFilesOnly) {
   EXPECT_FALSE(fs::exists(dir / "t.json"));
   EXPECT_FALSE(fs::exists(dir / "t.csv"));
   EXPECT_TRUE(fs::is_empty(dir));  // no temporary file left either
+  // A folder made for an output is removed when a later one fails (issue 42,
+  // item 13: an empty out/ was left behind).
+  write_file_atomic((dir / "file").string(), "x");
+  OutputSet nested;
+  nested.add((dir / "out" / "run" / "t.json").string(), "trace");
+  nested.add((dir / "file" / "s.json").string(), "summary");  // under a regular file: cannot be made
+  EXPECT_THROW(nested.commit(), InputError);
+  EXPECT_FALSE(fs::exists(dir / "out"));
+  fs::remove(dir / "file");
   OutputSet twice;
   twice.add((dir / "x").string(), "a");
   EXPECT_THROW(twice.add((dir / "." / "x").string(), "b"), InputError);

@@ -83,7 +83,7 @@ class LayoutExpander {
     if (!sequence(out, error)) return false;
     skip_space();
     if (pos_ < text_.size()) {
-      error = fmt::format("unexpected '{}' at character {}", text_[pos_], pos_ + 1);
+      error = fmt::format("unexpected '{}' at character {}", character(), pos_ + 1);
       return false;
     }
     return true;
@@ -95,6 +95,13 @@ class LayoutExpander {
 
   void skip_space() {
     while (pos_ < text_.size() && std::isspace(static_cast<unsigned char>(text_[pos_]))) ++pos_;
+  }
+
+  // The character at pos_ whole: a UTF-8 sequence is not cut after its first byte.
+  [[nodiscard]] std::string_view character() const {
+    const auto lead = static_cast<unsigned char>(text_[pos_]);
+    const std::size_t n = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
+    return text_.substr(pos_, n);
   }
 
   bool sequence(std::string& out, std::string& error) {
@@ -115,7 +122,7 @@ class LayoutExpander {
         atom = std::string(1, c);
         ++pos_;
       } else {
-        error = fmt::format("unexpected '{}' at character {} (expected E, t, L, |, '(' or ')')", c, pos_ + 1);
+        error = fmt::format("unexpected '{}' at character {} (expected E, t, L, |, '(' or ')')", character(), pos_ + 1);
         return false;
       }
       skip_space();
@@ -245,7 +252,11 @@ std::vector<core::Problem> check_layout(const models::ModelSpec& m, const PlanOp
   }
   const int middle_stages = o.pp - (first >= 0 ? 1 : 0) - (last >= 0 ? 1 : 0);
   const int rest = m.layers - std::max(first, 0) - std::max(last, 0);
-  if (rest < 0 || (middle_stages == 0 && rest != 0) || (middle_stages > 0 && rest % (middle_stages * o.vpp) != 0)) {
+  if (rest < 0) {
+    return {{field, fmt::format("the first and last stages hold {} layers; {} has {}", std::max(first, 0) +
+                                std::max(last, 0), m.name, m.layers)}};
+  }
+  if ((middle_stages == 0 && rest != 0) || (middle_stages > 0 && rest % (middle_stages * o.vpp) != 0)) {
     return {{field, fmt::format("the other {} layers of {} do not split evenly over the {} other stages x vpp {}", rest,
                                 m.name, middle_stages, o.vpp)}};
   }

@@ -91,6 +91,12 @@ TEST(PipelineLayout, FirstAndLastStageLayers) {
   const auto ps = check_pipeline_layout(q, qo, unused);
   ASSERT_EQ(ps.size(), 1u);
   EXPECT_EQ(ps[0].field, "first_stage_layers");
+  // More layers in the first and last stages than the model has: said so, not "the other -10 layers".
+  qo.first_stage_layers = 50;
+  qo.last_stage_layers = 50;
+  const auto over = check_pipeline_layout(q, qo, unused);
+  ASSERT_EQ(over.size(), 1u);
+  EXPECT_NE(over[0].message.find("the first and last stages hold 100 layers; qwen3-235b-a22b has 94"), std::string::npos) << over[0].message;
 }
 
 // A stage between the first and the last with no layer (issue 42, item 3:
@@ -156,6 +162,9 @@ TEST(PipelineLayout, BadLayoutsNameWhatIsWrong) {
   EXPECT_NE(problem("Et*|t*4L", 2, 1, 8).find("expected a count after '*'"), std::string::npos);
   EXPECT_NE(problem("Ex|t*4L", 2, 1, 8).find("unexpected 'x' at character 2"), std::string::npos);
   EXPECT_NE(problem("Et*4|t*4L)", 2, 1, 8).find("unexpected ')'"), std::string::npos);
+  // A character beyond ASCII is quoted whole, not cut after its first byte (issue 42, item 13).
+  EXPECT_NE(problem("Et*4|\u00e9|t*4L", 2, 1, 8).find("unexpected '\u00e9' at character 6"), std::string::npos)
+      << problem("Et*4|\u00e9|t*4L", 2, 1, 8);
   EXPECT_NE(problem("E((t*1000)*1000)*1000L", 1, 1, 8).find("expands to more than"), std::string::npos);
   EXPECT_TRUE(problem("pipeline", 1, 1, 1).starts_with("pipeline_layout: \"pipeline\": "));
 

@@ -330,6 +330,13 @@ for gbps in 0.001 0.002 0.0025; do
     { echo "FAIL: simgrid at --nic-gbps $gbps -> rc=$?: $(tail -1 "$work/stderr")"; fail=1; }
 done
 
+# validate compare --report - prints the report (no picture), as every output flag takes - (issue 42, item 13).
+"$hzp" simulate --model llama3-8b --gpus 16 --strategy fsdp --global-batch-tokens 128K --trace "$work/cmp.json" > /dev/null
+(cd "$work" && "$hzp" validate compare cmp.json cmp.json --report - > report.md 2> report.err)
+rc=$?
+[ "$rc" -eq 0 ] && grep -q "Schedule \`" "$work/report.md" && [ ! -e "$work/-.png" ] && [ ! -e "$work/-" ] ||
+  { echo "FAIL: validate compare --report - -> rc=$rc: $(cat "$work/report.err")"; fail=1; }
+
 # --help works for every subcommand.
 for sub in simulate schedule models clusters; do
   "$hzp" "$sub" --help > /dev/null || { echo "FAIL: hzp $sub --help"; fail=1; }

@@ -56,7 +56,7 @@ void set_power_limit(nlohmann::ordered_json& j, const std::string& file, double 
   } catch (const core::InputError& e) {
     if (e.key() != "device.power.limit_W") throw;
     throw core::InputError("command line", "--power-limit",
-                           fmt::format("{} for {}, got {:g} W", e.expected(), who, watts));
+                           fmt::format("{} for {}, got {} W", e.expected(), who, watts));
   }
 }
 

@@ -193,6 +193,14 @@ TEST(ClusterOverlay, APowerLimitMustBeRatedOrAMeasuredCap) {
               std::string::npos)
         << e.what();
   }
+  // The value as given, not rounded to the cap it misses (issue 42, item 13: "... (500 W) ..., got 500 W").
+  o.power_limit_w = 499.9999999;
+  try {
+    (void)resolve_cluster("dgx-h100", o);
+    ADD_FAILURE() << "499.9999999 W accepted";
+  } catch (const core::InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("got 499.9999999 W"), std::string::npos) << e.what();
+  }
   o.power_limit_w = 300;
   EXPECT_THROW((void)resolve_cluster("dgx2-v100", o), core::InputError);
   // In a cluster file the same rule names the file's key.
