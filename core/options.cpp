@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <limits>
 
 #include "core/error.hpp"
 
@@ -45,9 +46,15 @@ Checked bad(const OptionSpec& s, const std::string& got) {
 
 bool integer_in_range(const json& v, const OptionSpec& s) {
   if (!v.is_number_integer()) return false;
-  if (v.is_number_unsigned()) return static_cast<double>(v.get<std::uint64_t>()) <= s.max;
-  const auto x = static_cast<double>(v.get<std::int64_t>());
-  return x >= s.min && x <= s.max;
+  // JSON reads "0" as unsigned: the lower end applies to it too (a file's
+  // "tp": 0 passed here while the flag refused it).
+  // Compared as integers: above 2^53 a double no longer tells n from n + 1.
+  constexpr auto kMax = std::numeric_limits<std::int64_t>::max();
+  if (v.is_number_unsigned() && v.get<std::uint64_t>() > static_cast<std::uint64_t>(kMax)) return false;
+  const std::int64_t x = v.is_number_unsigned() ? static_cast<std::int64_t>(v.get<std::uint64_t>())
+                                                : v.get<std::int64_t>();
+  auto bound = [](double b) { return b >= 9.2e18 ? kMax : b <= -9.2e18 ? -kMax : static_cast<std::int64_t>(b); };
+  return x >= bound(std::ceil(s.min)) && x <= bound(std::floor(s.max));
 }
 
 std::optional<std::int64_t> parse_int(std::string_view t) {
@@ -101,9 +108,11 @@ std::optional<std::int64_t> parse_token_count(std::string_view text) {
     }
     if (mult != 1) digits.remove_suffix(1);
   }
-  if (digits.size() > 12) return std::nullopt;
+  // Any count an int64 holds (the option's range decides the rest): 12
+  // digits cut the flags short of the files' range, and 12 digits times G
+  // overflowed.
   const auto v = parse_int(digits);
-  if (!v || *v <= 0) return std::nullopt;
+  if (!v || *v <= 0 || *v > std::numeric_limits<std::int64_t>::max() / mult) return std::nullopt;
   return *v * mult;
 }
 

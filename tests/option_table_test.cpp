@@ -6,8 +6,13 @@
 // and this test names it.
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 #include <algorithm>
+#include <charconv>
+#include <cmath>
 #include <cstdlib>
+#include <optional>
 
 #include "cli/option_flags.hpp"
 #include "core/error.hpp"
@@ -135,6 +140,95 @@ TEST(OptionTable, BadValuesNameTheKeyAndTheFlag) {
   EXPECT_EQ(cli::flag_for_field("price_per_gpu_hour"), "--price-per-gpu-hour");
   // The old spelling of a flag is still accepted.
   EXPECT_EQ(from_command_line({"--global-batch-seqs", "64"}).plan.global_batch_sequences, 64);
+}
+
+// Whether each channel takes `text` for `spec`: the command-line flag, the
+// sweep key (--set), a sweep spec's base and, for plan options, a plan file.
+// The file channels hold JSON numbers, so they see the values text can
+// spell as one (not nan, inf or hexadecimal).
+struct Verdicts {
+  bool flag = false, set = false;
+  std::optional<bool> sweep_file, plan_file;
+};
+
+template <typename F>
+bool accepted(F&& f) {
+  try {
+    f();
+    return true;
+  } catch (const core::InputError&) {
+  } catch (const core::ProblemError&) {
+  } catch (const CLI::ParseError&) {
+  }
+  return false;
+}
+
+Verdicts verdicts(const core::OptionSpec& spec, bool plan_option, const std::string& text) {
+  Verdicts v;
+  v.flag = accepted([&] {
+    CLI::App app;
+    cli::OptionFlags scenario_flags, plan_flags;
+    scenario_flags.add(&app, cli::scenario_specs(true), cli::option_defaults());
+    plan_flags.add(&app, cli::plan_specs(), cli::option_defaults());
+    app.parse(std::vector<std::string>{text, core::flag_of(spec)});
+    std::vector<std::pair<std::string, json>> values;
+    auto problems = scenario_flags.values(values);
+    for (auto& p : plan_flags.values(values)) problems.push_back(p);
+    if (!problems.empty()) throw core::ProblemError(problems);
+  });
+  v.set = accepted([&] {
+    explore::SweepSpec sweep;
+    explore::add_set(sweep, spec.key + "=" + text);
+  });
+  const std::optional<double> number = core::parse_decimal(text);
+  if (!number) return v;
+  json value = *number;
+  std::int64_t whole = 0;
+  if (std::from_chars(text.data(), text.data() + text.size(), whole).ptr == text.data() + text.size()) value = whole;
+  v.sweep_file = accepted([&] {
+    (void)explore::sweep_from_json(json{{"schema_version", 1}, {"base", {{spec.key, value}}}}.dump(), "s.json");
+  });
+  if (plan_option) {
+    v.plan_file = accepted([&] {
+      json file = json::parse(plan::plan_to_json(plan::PlanOptions{}));
+      file[spec.key] = value;
+      (void)plan::plan_from_json(file.dump(), "p.json");
+    });
+  }
+  return v;
+}
+
+// One range per option (issue 42): for every numeric option, its flag, its
+// sweep key and its file keys take and refuse the same values, the ends of
+// its range taken and the numbers just outside refused.
+TEST(OptionTable, EveryChannelTakesTheSameRange) {
+  std::vector<std::pair<const core::OptionSpec*, bool>> specs;
+  for (const auto& row : plan::plan_option_table()) specs.emplace_back(&row.spec, true);
+  for (const auto& row : explore::scenario_option_table()) specs.emplace_back(&row.spec, false);
+  int checked = 0;
+  for (const auto& [spec, plan_option] : specs) {
+    const bool integer = spec->type == core::ValueType::Integer || spec->type == core::ValueType::TokenCount;
+    if (!integer && spec->type != core::ValueType::Number) continue;
+    // Integers in integers: 2^53 + 1 as a double is 2^53.
+    auto spell = [&](double x, int step) {
+      return integer ? fmt::format("{}", static_cast<std::int64_t>(x) + step)
+                     : fmt::format("{}", x + step * std::max(1e-3, std::abs(x) / 2));
+    };
+    const std::vector<std::pair<std::string, bool>> values{
+        {spell(spec->min, 0), true}, {spell(spec->max, 0), true}, {spell(spec->min, -1), false},
+        {spell(spec->max, 1), false},
+        {"nan", false},          {"inf", false},          {"0x10", false},       {"1e999", false}};
+    for (const auto& [text, in_range] : values) {
+      const Verdicts v = verdicts(*spec, plan_option, text);
+      const std::string at = spec->key + " = " + text;
+      EXPECT_EQ(v.flag, in_range) << "flag " << core::flag_of(*spec) << " " << text;
+      EXPECT_EQ(v.set, v.flag) << "--set " << at;
+      EXPECT_EQ(v.sweep_file.value_or(v.flag), v.flag) << "sweep spec base " << at;
+      EXPECT_EQ(v.plan_file.value_or(v.flag), v.flag) << "plan file " << at;
+      ++checked;
+    }
+  }
+  EXPECT_GE(checked, 8 * 25);  // 28 numeric options today
 }
 
 std::string source_dir() {
