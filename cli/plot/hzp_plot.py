@@ -4,36 +4,58 @@
   heatmap  DB --x KEY --y KEY [--metric M] --out FILE   throughput over two swept axes
   scaling  DB [--x gpus] --out FILE                    tokens/s and MFU against GPU count
   timeline TRACE --out FILE [--program N]              one bar per op, one row per stream
-  memory   TRACE --out FILE                            allocated and reserved memory over time
+  memory   TRACE --out FILE [--hbm-GiB G]              allocated and reserved memory over time
+  compare  PRED MEAS --out FILE [--program N]          two traces of one Schedule on a shared time axis
   collectives LOG... --out FILE [--mark BYTES]          bus bandwidth and time against size, one curve per
                                                         nccl-tests log (a real one or `hzp collectives` output)
-FILE ends in .png or .svg. Exit status 2 with one line on bad input.
+FILE ends in .png or .svg. Inputs are checked whole before anything is drawn: traces and logs as hzp reads
+files (a regular file of at most HZP_MAX_INPUT_BYTES; JSON without NaN, Infinity or a key twice in an object),
+sweep databases read leaving no -shm or -wal file beside them. Exit status 2 with one line on bad input.
 """
 import argparse
+import contextlib
 import json
+import math
 import os
 import sqlite3
 import stat
 import sys
 import tempfile
+import urllib.parse
+
+MAX_ROWS = 500  # rows of a timeline, values on a heatmap axis, curves: a picture under 2^16 pixels a side
+TIME_US = 1e12  # |ts| and dur of a trace event, in microseconds (11.6 days), as `hzp validate` reads them
+MAX_GIB = 1e9  # a memory counter
 
 
 def fail(where, key, expected):
-    print(f"hzp plot: {where}: {key + ': ' if key else ''}{expected}", file=sys.stderr)
+    line = f"hzp plot: {where}: {key + ': ' if key else ''}{expected}"
+    # One line whatever a file name, key or value holds: control characters escaped.
+    print("".join(c if c.isprintable() else ascii(c)[1:-1] for c in line), file=sys.stderr)
     sys.exit(2)
 
 
-def plt_for(out):
-    ext = os.path.splitext(out)[1].lower()
-    if ext not in (".png", ".svg"):
-        fail("command line", "--out", f"expected a .png or .svg file, got '{out}'")
-    import matplotlib
+def check_rows(n, where, key, what):
+    if n > MAX_ROWS:
+        fail(where, key, f"expected at most {MAX_ROWS} {what} to draw, got {n}")
 
+
+def pyplot():
+    """matplotlib, imported once the inputs are known to be good (the import takes half a second)."""
+    try:
+        import matplotlib
+    except ImportError:
+        fail("command line", "plot", "expected python3 with matplotlib (python3-matplotlib)")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     plt.rcParams.update({"figure.dpi": 110, "font.size": 9, "axes.grid": True, "grid.alpha": 0.3})
     return plt
+
+
+def plain(text):
+    """Text from the inputs drawn as written, '$' escaped (it starts no TeX-like math), and at most 1000 characters."""
+    return (text if len(text) <= 1000 else text[:999] + "…").replace("$", r"\$")
 
 
 FORCE = False  # --force: replace an existing --out
@@ -50,7 +72,13 @@ def check_out(out):
         fail(out, "", f"expected an existing folder {folder}")
 
 
-def save(fig, out):
+def save(fig, out, tight_layout=False):
+    from matplotlib.text import Text
+
+    for t in fig.findobj(Text):  # titles, labels, legends, before any drawing (tick labels are set when drawn)
+        t.set_text(plain(t.get_text()))
+    if tight_layout:
+        fig.tight_layout()
     check_out(out)
     folder, name = os.path.split(out)
     # A fresh temporary file beside the destination (O_EXCL: never through a
@@ -70,16 +98,32 @@ def save(fig, out):
 
 
 def rows(db, where="status = 'ok'"):
+    """The points of a sweep database, read leaving its folder as it was."""
     if not os.path.exists(db):
         fail(db, "", "no such sweep database")
     if not os.path.isfile(db):
         fail(db, "", "expected an hzp sweep database (a regular file)")
-    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    con.row_factory = sqlite3.Row
+    # SQLite opens a WAL database, even read-only, by creating DB-shm and DB-wal. Without a -wal (or -journal)
+    # file nothing is writing it: read it as immutable (nothing created); else read-only, removing a -shm made here.
+    had_shm = os.path.lexists(db + "-shm")
+    live = os.path.lexists(db + "-wal") or os.path.lexists(db + "-journal")
+    uri = f"file:{urllib.parse.quote(db)}?mode=ro{'' if live else '&immutable=1'}"
     try:
-        return [dict(r) for r in con.execute(f"SELECT * FROM points WHERE {where} ORDER BY point")]
+        with contextlib.closing(sqlite3.connect(uri, uri=True)) as con:
+            con.row_factory = sqlite3.Row
+            return [dict(r) for r in con.execute(f"SELECT * FROM points WHERE {where} ORDER BY point")]
     except sqlite3.Error as e:
         fail(db, "points", f"expected an hzp sweep database ({e})")
+    finally:  # after the connection is closed
+        if live and not had_shm:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(db + "-shm")
+
+
+def number(v):
+    """A sweep value as a finite float; None for NULL, text, a blob, NaN or an infinity."""
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
+
 
 
 # Axis labels for sweep columns.
@@ -90,7 +134,6 @@ AXIS_NAMES = {"gpus": "GPUs", "param_shard": "g_p (parameter shard group)", "gra
 
 
 def heatmap(a):
-    plt = plt_for(a.out)
     data = rows(a.db, "status IN ('ok', 'infeasible')")
     if not data:
         fail(a.db, "points", "no finished points to plot")
@@ -99,6 +142,8 @@ def heatmap(a):
             fail(a.db, key, f"expected one of {', '.join(sorted(data[0]))}")
     xs = sorted({r[a.x] for r in data if r[a.x] is not None}, key=sort_key)
     ys = sorted({r[a.y] for r in data if r[a.y] is not None}, key=sort_key)
+    check_rows(len(xs), a.db, a.x, "values on an axis")
+    check_rows(len(ys), a.db, a.y, "values on an axis")
     grid = [[float("nan")] * len(xs) for _ in ys]
     oom = [[False] * len(xs) for _ in ys]
     for r in data:  # the best point per cell when other axes vary too
@@ -108,18 +153,21 @@ def heatmap(a):
         if r["status"] != "ok":
             oom[i][j] = True
             continue
-        v = r[a.metric]
+        v = number(r[a.metric])
         if v is not None and (grid[i][j] != grid[i][j] or v > grid[i][j]):
             grid[i][j] = v
     finite = [v for row in grid for v in row if v == v]
+    if not finite and not any(map(any, oom)):
+        fail(a.db, a.metric, "expected numbers to plot: every finished point's value is NULL or not a number")
+    plt = pyplot()
     lo, hi = (min(finite), max(finite)) if finite else (0, 0)
     # A small spread stays small: the colours span at least 20 % of the best
     # value, so a 3 % difference does not look like the whole range.
     vmin = min(lo, hi - 0.2 * abs(hi)) if finite else None
     fig, ax = plt.subplots(figsize=(1.1 * len(xs) + 3.5, 0.6 * len(ys) + 2.4))
     im = ax.imshow(grid, origin="lower", cmap="viridis", aspect="auto", vmin=vmin, vmax=hi if finite else None)
-    ax.set_xticks(range(len(xs)), [str(x) for x in xs])
-    ax.set_yticks(range(len(ys)), [str(y) for y in ys])
+    ax.set_xticks(range(len(xs)), [plain(str(x)) for x in xs])
+    ax.set_yticks(range(len(ys)), [plain(str(y)) for y in ys])
     ax.set_xlabel(AXIS_NAMES.get(a.x, a.x))
     ax.set_ylabel(AXIS_NAMES.get(a.y, a.y))
     ax.grid(False)
@@ -138,23 +186,28 @@ def heatmap(a):
     fig.suptitle(f"{r0.get('model', '')} on {gpus_text} × {r0.get('cluster', '')}: "
                  f"{AXIS_NAMES.get(a.metric, a.metric)}, best per cell\n(OOM: out of memory; —: not swept)",
                  fontsize=10)
-    fig.tight_layout()
-    save(fig, a.out)
+    save(fig, a.out, tight_layout=True)
 
 
 def scaling(a):
-    plt = plt_for(a.out)
     data = rows(a.db)
     if not data:
         fail(a.db, "points", "no finished points to plot")
-    if a.x not in data[0]:
-        fail(a.db, a.x, f"expected one of {', '.join(sorted(data[0]))}")
+    for key in (a.x, "tokens_per_s", "mfu"):
+        if key not in data[0]:
+            fail(a.db, key, f"expected one of {', '.join(sorted(data[0]))}")
     series = {}
-    for r in data:
-        label = f"{r['cluster']} {r['strategy']}"
-        best = series.setdefault(label, {})
-        if r[a.x] not in best or r["tokens_per_s"] > best[r[a.x]]["tokens_per_s"]:
-            best[r[a.x]] = r
+    for r in data:  # the points with numbers to draw: x > 0 on a log axis
+        x, speed, mfu = number(r[a.x]), number(r["tokens_per_s"]), number(r["mfu"])
+        if x is None or x <= 0 or speed is None or mfu is None:
+            continue
+        best = series.setdefault(f"{r.get('cluster')} {r.get('strategy')}", {})
+        if x not in best or speed > best[x]["tokens_per_s"]:
+            best[x] = {"tokens_per_s": speed, "mfu": mfu}
+    if not series:
+        fail(a.db, "points", f"expected points to plot: a number > 0 in {a.x}, numbers in tokens_per_s and mfu")
+    check_rows(len(series), a.db, "points", "clusters and strategies")
+    plt = pyplot()
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
     for label, pts in sorted(series.items()):
         xs = sorted(pts, key=sort_key)
@@ -211,14 +264,104 @@ def read_input(path):
         return data
 
 
-def load_trace(path):
-    data = read_input(path)
+class Literal(str):
+    """A NaN or Infinity literal met while reading JSON: refused, named by the key that holds it."""
+
+
+def literal_in(v):
+    """The first NaN or Infinity literal in a value just read (its objects were checked as they were read)."""
+    if isinstance(v, list):
+        return next((found for found in map(literal_in, v) if found is not None), None)
+    return v if isinstance(v, Literal) else None
+
+
+def parse_json(data, path):
+    """JSON as hzp reads it: no NaN or Infinity (Python's json takes them), each key once per object."""
+    def pairs(items):
+        obj = {}
+        for key, value in items:
+            if key in obj:
+                fail(path, key, "duplicate key (each key once per object)")
+            if (found := literal_in(value)) is not None:
+                fail(path, key, f"expected a finite number, got {found} (JSON has no NaN or Infinity)")
+            obj[key] = value
+        return obj
+
     try:
-        t = json.loads(data)
+        value = json.loads(data, parse_constant=Literal, object_pairs_hook=pairs)
     except ValueError as e:
         fail(path, "", f"expected an hzp Chrome trace ({e})")
-    if "traceEvents" not in t:
-        fail(path, "traceEvents", "expected an hzp Chrome trace")
+    if (found := literal_in(value)) is not None:
+        fail(path, "", f"expected a finite number, got {found} (JSON has no NaN or Infinity)")
+    return value
+
+
+def kind(v):
+    """A JSON value as an error line names it: its type, or the number itself."""
+    return ("null" if v is None else "a boolean" if isinstance(v, bool) else shown(v) if isinstance(v, (int, float))
+            else "a string" if isinstance(v, str) else "a list" if isinstance(v, list) else "an object")
+
+
+def shown(v):
+    """A number for an error line: short, whatever its size."""
+    try:
+        return f"{v:.6g}"
+    except OverflowError:
+        return f"an integer of {len(str(abs(v)))} digits"
+
+
+def check_type(obj, key, types, what, at, path, required=True):
+    """obj[key] is one of types (a boolean is no number); else one line naming it as at.key."""
+    name = f"{at}.{key}" if at else key
+    if key not in obj and required:
+        fail(path, name, f"missing: expected {what}")
+    if key in obj and (isinstance(obj[key], bool) or not isinstance(obj[key], types)):
+        fail(path, name, f"expected {what}, got {kind(obj[key])}")
+
+
+def check_number(obj, key, low, high, what, at, path, required=True):
+    """obj[key] is a number in [low, high]: NaN and the infinities are not."""
+    check_type(obj, key, (int, float), f"a number of {what}", at, path, required)
+    if key in obj and not low <= obj[key] <= high:
+        fail(path, f"{at}.{key}" if at else key, f"expected {what} in [{low:g}, {high:g}], got {shown(obj[key])}")
+
+
+def check_event(e, at, path):
+    """One trace event: its phase, rank class and stream, and what the pictures read of it."""
+    if not isinstance(e, dict):
+        fail(path, at, f"expected a trace event (an object), got {kind(e)}")
+    check_type(e, "ph", str, "a string (the event's phase)", at, path)
+    check_type(e, "pid", int, "an integer (the rank class)", at, path)
+    check_type(e, "tid", int, "an integer (the stream)", at, path, required=False)
+    if e["ph"] in ("X", "C"):
+        check_number(e, "ts", -TIME_US, TIME_US, "microseconds", at, path)
+    if e["ph"] == "X":  # an op
+        check_number(e, "dur", 0, TIME_US, "microseconds", at, path)
+        check_type(e, "cat", str, "a string (the kind of op)", at, path, required=False)
+    elif e["ph"] == "C":  # memory counters
+        check_type(e, "args", dict, "an object (the counters)", at, path)
+        for key in ("GiB", "reserved_GiB"):
+            check_number(e["args"], key, 0, MAX_GIB, "GiB", f"{at}.args", path, required=False)
+    elif e["ph"] == "M" and e.get("name") == "thread_name":  # a stream's name
+        check_type(e, "args", dict, "an object", at, path)
+        check_type(e["args"], "name", str, "a string (the stream's name)", f"{at}.args", path)
+
+
+def check_trace(t, path):
+    """Everything the pictures read from a trace, checked once: the first wrong value named by its key."""
+    if not isinstance(t, dict):
+        fail(path, "", f"expected an hzp Chrome trace (a JSON object), got {kind(t)}")
+    check_type(t, "otherData", dict, "an object (the hzp trace header)", "", path, required=False)
+    for key in ("schedule_name", "engine", "hzp_version", "schedule_sha256"):
+        check_type(t.get("otherData", {}), key, str, "a string", "otherData", path, required=False)
+    check_type(t, "traceEvents", list, "a list of trace events (an hzp Chrome trace)", "", path)
+    for i, e in enumerate(t["traceEvents"]):
+        check_event(e, f"traceEvents[{i}]", path)
+
+
+def load_trace(path):
+    t = parse_json(read_input(path), path)
+    check_trace(t, path)
     return t
 
 
@@ -236,12 +379,13 @@ def tracks(t, program, path):
     """The rank class's streams: ({tid: name}, {tid: [op events]})."""
     names, ops = {}, {}
     for e in t["traceEvents"]:
-        if e.get("ph") == "M" and e.get("name") == "thread_name" and e["pid"] == program:
-            names[e["tid"]] = e["args"]["name"]
-        if e.get("ph") == "X" and e["pid"] == program:
-            ops.setdefault(e["tid"], []).append(e)
+        if e["ph"] == "M" and e.get("name") == "thread_name" and e["pid"] == program:
+            names[e.get("tid", 0)] = e["args"]["name"]
+        if e["ph"] == "X" and e["pid"] == program:
+            ops.setdefault(e.get("tid", 0), []).append(e)
     if not ops:
         fail(path, "program", f"no ops for rank class {program}")
+    check_rows(len(ops), path, "tid", f"streams of rank class {program}")
     return names, ops
 
 
@@ -250,7 +394,7 @@ def draw_tracks(ax, names, ops):
     for row, tid in enumerate(tids):
         bars = [(e["ts"] / 1e6, e["dur"] / 1e6) for e in ops[tid]]
         ax.broken_barh(bars, (row - 0.4, 0.8), facecolors=[colour(e.get("cat", "")) for e in ops[tid]], linewidth=0)
-    ax.set_yticks(range(len(tids)), [names.get(tid, str(tid)) for tid in tids])
+    ax.set_yticks(range(len(tids)), [plain(names.get(tid, str(tid))) for tid in tids])
 
 
 def legend(ax, ops):
@@ -263,9 +407,9 @@ def legend(ax, ops):
 
 
 def timeline(a):
-    plt = plt_for(a.out)
     t = load_trace(a.trace)
     names, ops = tracks(t, a.program, a.trace)
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(12, 0.5 * len(ops) + 1.5))
     draw_tracks(ax, names, ops)
     ax.set_xlabel("time (s)")
@@ -277,11 +421,17 @@ def timeline(a):
 
 def compare(a):
     """Two traces of the same Schedule, one above the other on a shared time axis."""
-    plt = plt_for(a.out)
+    traces = [load_trace(a.predicted), load_trace(a.measured)]
+    for path, t in zip((a.predicted, a.measured), traces):
+        check_type(t.get("otherData", {}), "schedule_sha256", str, "the Schedule's hash", "otherData", path)
+    predicted, measured = (t["otherData"]["schedule_sha256"] for t in traces)
+    if predicted != measured:  # as `hzp validate compare` refuses them
+        fail(a.measured, "otherData.schedule_sha256", f"expected the predicted trace's Schedule {predicted}, "
+             f"got {measured}: these are runs of different Schedules")
     rows = []
-    for label, path in (("predicted", a.predicted), ("measured", a.measured)):
-        t = load_trace(path)
+    for label, path, t in zip(("predicted", "measured"), (a.predicted, a.measured), traces):
         rows.append((label, *tracks(t, a.program, path), t.get("otherData", {})))
+    plt = pyplot()
     fig, axes = plt.subplots(2, 1, sharex=True, figsize=(12, 0.5 * sum(len(r[2]) for r in rows) + 2.5))
     for ax, (label, names, ops, header) in zip(axes, rows):
         draw_tracks(ax, names, ops)
@@ -294,7 +444,6 @@ def compare(a):
 
 
 def memory(a):
-    plt = plt_for(a.out)
     t = load_trace(a.trace)
     series = {}
     for e in t["traceEvents"]:
@@ -305,6 +454,8 @@ def memory(a):
             s[2].append(e["args"].get("reserved_GiB", 0))
     if not series:
         fail(a.trace, "memory", "no memory counters in this trace")
+    check_rows(len(series), a.trace, "pid", "rank classes")
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(10, 4))
     for pid, (ts, alloc, res) in sorted(series.items()):
         ax.step(ts, alloc, where="post", label=f"rank class {pid} allocated")
@@ -332,30 +483,30 @@ def human(v):
 
 def read_nccl_tests(path):
     """(label, [(size, time us, busbw)]) of an nccl-tests-format log: out-of-place columns."""
-    if not os.path.isfile(path):
-        fail(path, "", "no such log")
     label, pts = os.path.splitext(os.path.basename(path))[0], []
-    with open(path, errors="replace") as f:
-        for line in f:
-            t = line.split()
-            if line.startswith("# hzp collectives:"):
-                label = line[len("# hzp collectives:"):].split(" of ")[0].strip()
-            if not t or t[0].startswith("#") or len(t) < 8:
-                continue
-            try:
-                pts.append((float(t[0]), float(t[5]), float(t[7])))
-            except ValueError:
-                continue
+    for line in read_input(path).decode(errors="replace").splitlines():
+        t = line.split()
+        if line.startswith("# hzp collectives:"):
+            label = line[len("# hzp collectives:"):].split(" of ")[0].strip()
+        if not t or t[0].startswith("#") or len(t) < 8:
+            continue
+        try:
+            p = (float(t[0]), float(t[5]), float(t[7]))
+        except ValueError:
+            continue
+        if all(map(math.isfinite, p)):  # "nan" and "inf" read as numbers
+            pts.append(p)
     if not pts:
         fail(path, "", "expected nccl-tests data rows (size count type redop root time algbw busbw ...)")
     return label, pts
 
 
 def collectives(a):
-    plt = plt_for(a.out)
+    check_rows(len(a.logs), "command line", "LOG", "logs")
+    logs = [read_nccl_tests(path) for path in a.logs]
+    plt = pyplot()
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
-    for path in a.logs:
-        label, pts = read_nccl_tests(path)
+    for label, pts in logs:
         ax1.plot([p[0] for p in pts], [p[2] for p in pts], marker=".", label=label)
         ax2.plot([p[0] for p in pts], [p[1] for p in pts], marker=".", label=label)
     for ax in (ax1, ax2):
@@ -383,6 +534,18 @@ class OneLineParser(argparse.ArgumentParser):
         fail("command line", "plot", message)
 
 
+def check_flags(a):
+    """What argparse takes but a picture cannot use: another format, NaN, infinities, sizes <= 0."""
+    if os.path.splitext(a.out)[1].lower() not in (".png", ".svg"):
+        fail("command line", "--out", f"expected a .png or .svg file, got '{a.out}'")
+    if getattr(a, "hbm_GiB", None) is not None and not 0 < a.hbm_GiB <= 1e6:
+        fail("command line", "--hbm-GiB", f"expected a number of GiB in (0, 1e6], got {a.hbm_GiB:g}")
+    if getattr(a, "mark", None) is not None and not 0 < a.mark < math.inf:
+        fail("command line", "--mark", f"expected a finite number of bytes > 0, got {a.mark:g}")
+    if getattr(a, "program", 0) < 0:
+        fail("command line", "--program", f"expected a rank class >= 0, got {a.program}")
+
+
 def main():
     p = OneLineParser(prog="hzp plot")
     sub = p.add_subparsers(dest="kind", required=True, parser_class=OneLineParser)
@@ -391,34 +554,30 @@ def main():
     h.add_argument("--x", required=True)
     h.add_argument("--y", required=True)
     h.add_argument("--metric", default="tokens_per_s")
-    h.add_argument("--out", required=True)
     s = sub.add_parser("scaling")
     s.add_argument("db")
     s.add_argument("--x", default="gpus")
-    s.add_argument("--out", required=True)
     tl = sub.add_parser("timeline")
     tl.add_argument("trace")
     tl.add_argument("--program", type=int, default=0)
-    tl.add_argument("--out", required=True)
     c = sub.add_parser("compare")
     c.add_argument("predicted")
     c.add_argument("measured")
     c.add_argument("--program", type=int, default=0)
-    c.add_argument("--out", required=True)
     m = sub.add_parser("memory")
     m.add_argument("trace")
     m.add_argument("--hbm-GiB", dest="hbm_GiB", type=float, default=None, help="draw the device's HBM capacity")
-    m.add_argument("--out", required=True)
     co = sub.add_parser("collectives")
     co.add_argument("logs", nargs="+")
     co.add_argument("--mark", type=float, default=None)
-    co.add_argument("--out", required=True)
     for sp in (h, s, tl, c, m, co):
+        sp.add_argument("--out", required=True)
         sp.add_argument("--force", action="store_true", help="replace --out if it exists")
     a = p.parse_args()
     global FORCE
     FORCE = a.force
     check_out(a.out)
+    check_flags(a)
     {"heatmap": heatmap, "scaling": scaling, "timeline": timeline, "memory": memory, "compare": compare,
      "collectives": collectives}[a.kind](a)
 
