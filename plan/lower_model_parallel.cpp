@@ -61,13 +61,16 @@ void Lowering::unit_ops(const std::vector<models::GraphOp>& ops, std::int64_t mb
   }
 }
 
-// A GEMM cut into kTpOverlapChunks pieces along its first dimension.
-models::GraphOp Lowering::chunk_of(const models::GraphOp& op, int k) {
+// A GEMM cut into kTpOverlapChunks pieces along its first dimension. Where
+// the stack runs the chunks on several compute streams at once, a chunk's
+// shape (what its efficiency is judged by) is that many chunks together.
+models::GraphOp Lowering::chunk_of(const models::GraphOp& op, int k) const {
   models::GraphOp c = op;
   c.name = fmt::format("{}.chunk{}", op.name, k);
   c.flops = op.flops * (1.0 / kTpOverlapChunks);
   c.bytes = Bytes(op.bytes.count() / kTpOverlapChunks);
-  if (c.gemm) c.gemm->m = std::max<std::int64_t>(1, c.gemm->m / kTpOverlapChunks);
+  const int together = std::clamp(stack_.overlap.tp_gemm_streams, 1, kTpOverlapChunks);
+  if (c.gemm) c.gemm->m = std::max<std::int64_t>(1, c.gemm->m / kTpOverlapChunks) * together;
   return c;
 }
 

@@ -196,7 +196,7 @@ class Lowering {
 
   // lower_model_parallel.cpp: a unit's kernels with their TP, EP and CP communication.
   void unit_ops(const std::vector<models::GraphOp>& ops, std::int64_t mb);
-  static models::GraphOp chunk_of(const models::GraphOp& op, int k);
+  [[nodiscard]] models::GraphOp chunk_of(const models::GraphOp& op, int k) const;
   void overlapped_gather_gemm(const models::GraphOp& gather, const models::GraphOp& gemm);
   void overlapped_gemm_scatter(const models::GraphOp& gemm, const models::GraphOp& scatter);
   void ring_attention(const models::GraphOp& op, double factor);

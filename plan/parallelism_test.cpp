@@ -12,6 +12,7 @@
 #include "core/error.hpp"
 #include "core/schedule_replay.hpp"
 #include "plan/plan_test_util.hpp"
+#include "stacks/stack_spec.hpp"
 
 namespace hzp::plan {
 namespace {
@@ -395,15 +396,52 @@ TEST(Overlap, ParamGatherAndTensorParallel) {
   o.overlap_param_gather = true;
   Simulated overlapped = simulate(m, 16, o);
   EXPECT_LT(overlapped.step, plain.step);
+  // Tensor-parallel overlap at chunks large enough to fill an H100 (each
+  // chunk 8,192 tokens of a 4 x 8,192 micro-batch: at 2,048 the chunked
+  // GEMMs fill a third of the SMs and overlapping loses, as the tiling model
+  // says it should).
   o = PlanOptions{};
   o.strategy = Strategy::Zero1;
-  o.global_batch_sequences = 4;
+  o.global_batch_sequences = 8;
+  o.micro_batch = 4;
   o.seq_len = 8192;
   o.tp = 8;
   Simulated tp = simulate(m, 16, o);
   o.tp_comm_overlap = true;
   Simulated tp_overlapped = simulate(m, 16, o);
   EXPECT_LT(tp_overlapped.step, tp.step);
+}
+
+// Tensor-parallel overlap cuts a GEMM into 4 chunks along m; a stack that
+// runs the chunks on 3 compute streams at once (Transformer Engine's
+// userbuffers) judges a chunk's efficiency as 3 chunks together: its shape
+// has m = 3 x m / 4, its FLOPs stay a quarter.
+TEST(Overlap, TpChunksShareTheDeviceAsTheStackRunsThem) {
+  const models::ModelSpec m = four_layers();
+  PlanOptions o;
+  o.strategy = Strategy::Zero1;
+  o.global_batch_sequences = 4;
+  o.seq_len = 8192;
+  o.tp = 8;
+  o.tp_comm_overlap = true;
+  const topologies::Topology topo(topologies::load_cluster("dgx-h100"), 16);
+  auto first_chunk = [&](const std::string& stack) {
+    o.stack = stacks::resolve_stack(stack);
+    const core::Schedule s = lower(m, topo, o);
+    for (const auto& st : s.programs.at(0).streams) {
+      for (const auto& op : st.ops) {
+        if (op.kind == core::OpKind::Compute && op.gemm && op.name.ends_with(".chunk0")) return op;
+      }
+    }
+    ADD_FAILURE() << "no chunked GEMM under " << stack;
+    return core::Op{};
+  };
+  const core::Op one = first_chunk("hzp-async"), three = first_chunk("megatron-core-te");
+  ASSERT_TRUE(one.gemm && three.gemm);
+  EXPECT_EQ(one.name, three.name);
+  EXPECT_EQ(three.gemm->m, 3 * one.gemm->m);
+  EXPECT_EQ(three.gemm->n, one.gemm->n);
+  EXPECT_DOUBLE_EQ(three.flops.count(), one.flops.count());
 }
 
 }  // namespace

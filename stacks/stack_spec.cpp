@@ -107,6 +107,7 @@ StackSpec stack_from_json(const std::string& text, const std::string& file) {
     s.overlap.background_threads = v.boolean("background_threads");
     s.overlap.max_inflight_gathers = static_cast<int>(v.integer("max_inflight_gathers", 0, 64));
     s.overlap.prefetch_MB = v.number("prefetch_MB", 0, 1e9);
+    if (v.has("tp_gemm_streams")) s.overlap.tp_gemm_streams = static_cast<int>(v.integer("tp_gemm_streams", 1, 16));
     v.finish();
   }
   s.allocator = choose<Allocator>(o, "allocator", {{"pools", Allocator::Pools}, {"caching", Allocator::Caching}});

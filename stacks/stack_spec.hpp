@@ -69,6 +69,11 @@ struct Overlap {
   /// (DeepSpeed's stage3_prefetch_bucket_size): whole units that fit in it
   /// are prefetched; 0: no budget beyond the plan's prefetch depth.
   double prefetch_MB = 0;
+  /// Tensor-parallel overlap's chunk GEMMs run on this many compute streams
+  /// at once (Transformer Engine's userbuffers: up to 3,
+  /// NVTE_COMM_OVERLAP_MAX_STREAMS), so a chunk fills the device as that many
+  /// chunks together; 1: one after another on the compute stream.
+  int tp_gemm_streams = 1;
 };
 
 /// Where the sharding collectives' buffers come from: pools of fixed slots

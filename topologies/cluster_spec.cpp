@@ -42,6 +42,26 @@ EfficiencyCurve read_curve(StrictObject& o, const std::string& key, double max_e
 }
 
 // The device's power section; the limit it runs under sets the tensor clock.
+DeviceProfile::GemmTiling read_gemm_tiling(StrictObject t) {
+  DeviceProfile::GemmTiling g;
+  g.sms = static_cast<int>(t.integer("sms", 1, 1024));
+  const auto& tiles = t.array("tiles");
+  if (tiles.empty() || tiles.size() > 8) t.fail("tiles", "expected 1 to 8 [m, n, relative rate] tiles");
+  for (const auto& e : tiles) {
+    auto whole = [](const nlohmann::json& v) { return v.is_number_integer() && v.get<std::int64_t>() >= 8 &&
+                                                      v.get<std::int64_t>() <= 1024; };
+    if (!e.is_array() || e.size() != 3 || !whole(e[0]) || !whole(e[1]) || !e[2].is_number() ||
+        !(e[2].get<double>() > 0) || e[2].get<double>() > 1) {
+      t.fail("tiles", "expected [m, n, relative rate] tiles: m and n integers in [8, 1024], the rate in (0, 1]");
+    }
+    g.tiles.push_back({static_cast<int>(e[0].get<std::int64_t>()), static_cast<int>(e[1].get<std::int64_t>()),
+                       e[2].get<double>()});
+  }
+  if (t.str("source").empty()) t.fail("source", "expected where the tiles and their rates come from");
+  t.finish();
+  return g;
+}
+
 void read_power(StrictObject p, DeviceProfile& dev) {
   DeviceProfile::Power w;
   w.rated_W = p.number("rated_W", 1, 1e5);
@@ -93,6 +113,7 @@ DeviceProfile read_device(StrictObject d) {
   dev.collective_launch_latency_us = d.number("collective_launch_latency_us", 0, 1e4);
   dev.gemm = read_curve(d, "gemm_efficiency", 1.0);
   if (d.has("gemm_efficiency_fp8")) dev.gemm_fp8 = read_curve(d, "gemm_efficiency_fp8", 1.0);
+  if (d.has("gemm_tiling")) dev.gemm_tiling = read_gemm_tiling(d.object("gemm_tiling"));
   dev.attention_efficiency = d.number("attention_efficiency", 1e-3, 1);
   if (d.has("attention_kernels")) {
     StrictObject k = d.object("attention_kernels");
@@ -194,6 +215,12 @@ double EfficiencyCurve::at(double size) const {
   auto lo = hi - 1;
   double t = (std::log(size) - std::log(lo->first)) / (std::log(hi->first) - std::log(lo->first));
   return lo->second + t * (hi->second - lo->second);
+}
+
+double EfficiencyCurve::max() const {
+  double m = points.empty() ? 1.0 : 0.0;
+  for (const auto& p : points) m = std::max(m, p.second);
+  return m;
 }
 
 ClusterSpec cluster_from_json(const std::string& text, const std::string& file) {

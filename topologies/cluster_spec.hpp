@@ -22,6 +22,7 @@ inline constexpr int kClusterSchemaVersion = 2;
 struct EfficiencyCurve {
   std::vector<std::pair<double, double>> points;
   [[nodiscard]] double at(double size) const;
+  [[nodiscard]] double max() const;
 };
 
 struct DeviceProfile {
@@ -40,6 +41,21 @@ struct DeviceProfile {
   /// and below the curve's first size at the bf16 rate. Empty: FP8 GEMMs run
   /// at `gemm`'s fractions of the fp8 peak.
   EfficiencyCurve gemm_fp8;
+  /// How GEMMs fill the device: its SMs and the output tiles its GEMM library
+  /// picks from (each with its per-SM rate relative to the largest). A GEMM
+  /// costs the curves' rate at its size times its fill over the fill of the
+  /// square GEMM of that size (the curves were measured on squares), never
+  /// above the curve's maximum; see PerfModel::gemm_fill. Absent: the curves
+  /// alone.
+  struct GemmTile {
+    int m = 0, n = 0;
+    double relative = 1;
+  };
+  struct GemmTiling {
+    int sms = 0;
+    std::vector<GemmTile> tiles;
+  };
+  std::optional<GemmTiling> gemm_tiling;
   double attention_efficiency = 0;  // fused attention kernels, fraction of peak
   /// Per fused-attention kernel family ("flash2", "flash3", "cudnn"): the
   /// fraction of peak its forward and its backward reach on this device; a

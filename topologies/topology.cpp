@@ -187,6 +187,17 @@ Duration host_cost(const ClusterSpec& c, const core::Op& op) {
 
 }  // namespace
 
+double PerfModel::gemm_fill(const DeviceProfile::GemmTiling& t, double m, double n, double batch) {
+  double best = 0;
+  for (const auto& tile : t.tiles) {
+    const double tiles = batch * std::ceil(m / tile.m) * std::ceil(n / tile.n);
+    const double busy = std::min(1.0, tiles / t.sms);
+    const double useful = batch * m * n / (tiles * tile.m * tile.n);
+    best = std::max(best, tile.relative * busy * useful);
+  }
+  return best;
+}
+
 Duration PerfModel::compute(const core::Op& op) const {
   const DeviceProfile& d = topo_.spec().device;
   if (op.compute == core::ComputeKind::HostCopy || op.compute == core::ComputeKind::HostOptimizer) {
@@ -203,12 +214,23 @@ Duration PerfModel::compute(const core::Op& op) const {
         size = std::cbrt(static_cast<double>(op.gemm->m) * static_cast<double>(op.gemm->n) *
                          static_cast<double>(op.gemm->k));
       eff = d.gemm.at(size);
+      double ceiling = d.gemm.max();
       if (op.dtype == core::Dtype::Fp8 && !d.gemm_fp8.points.empty()) {
         // An FP8 GEMM at its measured fraction of the fp8 peak, never slower
         // than the bf16 GEMM of its shape; below the smallest measured size
         // it gets no more than the bf16 rate (nothing measured says more).
         const double bf16 = eff * d.peak_tflops.at(core::Dtype::Bf16) / peak.TFLOPs();
         eff = size < d.gemm_fp8.points.front().first ? bf16 : std::max(bf16, d.gemm_fp8.at(size));
+        ceiling = std::max(d.gemm_fp8.max(), bf16);
+      }
+      if (op.gemm && d.gemm_tiling) {
+        // The curves hold square GEMMs; this shape fills the device more or
+        // less than the square of its size does (never above the curve's best).
+        const auto& g = *op.gemm;
+        const double ratio = gemm_fill(*d.gemm_tiling, static_cast<double>(g.m), static_cast<double>(g.n),
+                                       static_cast<double>(g.batch)) /
+                             gemm_fill(*d.gemm_tiling, size, size);
+        eff = std::min(eff * ratio, std::max(eff, ceiling));
       }
       break;
     }

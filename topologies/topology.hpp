@@ -84,6 +84,13 @@ class PerfModel {
   /// Roofline: max(FLOPs / (peak · efficiency), bytes / (HBM · efficiency)).
   /// GEMM efficiency from the device's table by the cube root of m·n·k.
   [[nodiscard]] core::Duration compute(const core::Op& op) const;
+  /// The share of the device's tensor-core capacity a GEMM's output tiles
+  /// keep busy: over the tiles the library picks from, the best of relative
+  /// rate x SMs with a tile (at most all of them: a second, partial wave is
+  /// spread over every SM, as cuBLAS's stream-K kernels do; measured, a
+  /// 2.06-wave GEMM ran within 5 % of a 1.94-wave one) x the useful part of
+  /// its padded tiles. A grouped GEMM's `batch` GEMMs share the device.
+  [[nodiscard]] static double gemm_fill(const DeviceProfile::GemmTiling& t, double m, double n, double batch = 1);
 
   [[nodiscard]] GroupSpan span(const std::vector<int>& ranks) const;
   /// Collective time as NCCL would run it (nccl.hpp); all-to-all as direct

@@ -292,5 +292,46 @@ TEST(PerfModel, BandwidthKernelsPayATailPerKernel) {
   EXPECT_NEAR(pm.compute(attention).to_seconds(), gemm.flops.count() / (989e12 * 0.248 * 0.825), 1e-9);
 }
 
+// GEMMs cost by how their output tiles fill the device (issue 37, item 1).
+// H100: 132 SMs, 128x256 tiles at the full per-SM rate or 128x128 at 0.6.
+TEST(PerfModel, GemmCostByHowItsTilesFillTheDevice) {
+  const ClusterSpec h100 = load_cluster("dgx-h100");
+  const DeviceProfile::GemmTiling& tiling = *h100.device.gemm_tiling;
+  ASSERT_EQ(tiling.sms, 132);
+  // Exactly one wave: 12 x 11 = 132 tiles of 128x256, each full.
+  EXPECT_DOUBLE_EQ(PerfModel::gemm_fill(tiling, 1536, 2816), 1.0);
+  // 1.08 waves: 13 x 11 = 143 tiles; the partial second wave is spread over
+  // every SM (stream-K), so no cliff: still 1.
+  EXPECT_DOUBLE_EQ(PerfModel::gemm_fill(tiling, 1664, 2816), 1.0);
+  // 1024 x 1024: 32 big tiles (32 / 132 = 0.242) or 64 small ones at 0.6 (0.6 x 64 / 132 = 0.2909).
+  EXPECT_NEAR(PerfModel::gemm_fill(tiling, 1024, 1024), 0.6 * 64 / 132, 1e-12);
+  // 1000 rows pad the last row of tiles: 1000 / 1024 of each tile is useful.
+  EXPECT_NEAR(PerfModel::gemm_fill(tiling, 1000, 1024), 0.6 * 64 / 132 * 1000 / 1024, 1e-12);
+  // A grouped GEMM of 4 such experts: 128 big tiles, 128 / 132 of the SMs.
+  EXPECT_NEAR(PerfModel::gemm_fill(tiling, 1024, 1024, 4), 128.0 / 132, 1e-12);
+
+  // The cost: the curve at the cube root of m.n.k, times this shape's fill
+  // over the fill of the square of that size. 1024 x 1024 x 4096: size
+  // 2^(32/3) = 1625.5, curve 0.179 + (2/3)(0.684 - 0.179) = 0.5157; the
+  // square fills 91 big tiles (13 x 7) at 1625.5^2 / (91 x 128 x 256) = 0.8861
+  // of their area: 91 / 132 x 0.8861 = 0.6109. Efficiency 0.5157 x 0.2909 /
+  // 0.6109 = 0.2456, at the sustained 0.825: 8.59 GFLOP / (989 TFLOP/s x
+  // 0.2026) = 42.9 us (the size curve alone gave 0.5157: 20.4 us; measured
+  // on an H200 in bursts, 38.3 us).
+  PerfModel pm(Topology(load_cluster("dgx-h100"), 8));
+  core::Op op = square_gemm(1024);
+  op.gemm = core::GemmShape{1024, 1024, 4096, 1};
+  op.flops = core::Flops(2.0 * 1024 * 1024 * 4096);
+  const double eff = (0.179 + 2.0 / 3.0 * (0.684 - 0.179)) * (0.6 * 64 / 132) / (91.0 / 132 * 0.8861);
+  EXPECT_NEAR(pm.compute(op).to_seconds(), op.flops.count() / (989e12 * eff * 0.825), 5e-8);
+  // A square GEMM keeps the curve's rate, and nothing runs above the curve's best.
+  EXPECT_NEAR(pm.compute(square_gemm(8192)).to_seconds(), square_gemm(8192).flops.count() / (989e12 * 0.806 * 0.825),
+              1e-9);
+  core::Op wide = square_gemm(1024);
+  wide.gemm = core::GemmShape{1536, 2816, 4096, 1};  // one full wave; its square (2606.6) pads to 0.898
+  wide.flops = core::Flops(2.0 * 1536 * 2816 * 4096);
+  EXPECT_GE(pm.compute(wide).to_seconds(), wide.flops.count() / (989e12 * 0.806 * 0.825) - 1e-12);
+}
+
 }  // namespace
 }  // namespace hzp::topologies

@@ -127,7 +127,15 @@ CalibrationFit fit_calibration(const topologies::ClusterSpec& cluster,
       const double flops = 2.0 * static_cast<double>(g.m) * static_cast<double>(g.n) * static_cast<double>(g.k) *
                            static_cast<double>(g.batch);
       const double size = std::cbrt(static_cast<double>(g.m) * static_cast<double>(g.n) * static_cast<double>(g.k));
-      gemm[std::round(size)].push_back(flops / g.seconds / core::FlopRate::from_TFLOPs(it->second).flops_per_s());
+      double eff = flops / g.seconds / core::FlopRate::from_TFLOPs(it->second).flops_per_s();
+      if (const auto& tiling = cluster.device.gemm_tiling) {
+        // The curve holds squares: a shape's measured rate is brought to the
+        // square of its size, as the cost model takes it back (PerfModel::gemm_fill).
+        eff *= topologies::PerfModel::gemm_fill(*tiling, size, size) /
+               topologies::PerfModel::gemm_fill(*tiling, static_cast<double>(g.m), static_cast<double>(g.n),
+                                                static_cast<double>(g.batch));
+      }
+      gemm[std::round(size)].push_back(eff);
       ++gemm_count;
     }
     for (const auto& c : r.collectives) {

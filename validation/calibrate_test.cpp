@@ -42,6 +42,23 @@ TEST(Calibrate, GemmEfficiencyIsTheMedianAtEachSize) {
   EXPECT_FALSE(j.contains("scale_up"));
 }
 
+// A measured shape that fills the device less than the square of its size
+// is brought to that square (the curve holds squares; the cost model applies
+// the shape's fill again): 1024 x 1024 x 4096 at 0.227 of peak fills 0.2909
+// of an H100 where the square of its size (1625.5) fills 0.6109, so the
+// curve's point at 1625 is 0.227 x 0.6109 / 0.2909 = 0.4767.
+TEST(Calibrate, GemmShapesAreBroughtToTheSquareOfTheirSize) {
+  traces::BenchResults r;
+  r.kind = "gemm";
+  r.device = h100().device.name;
+  r.gemm = {gemm(1024, 1024, 4096, 0.227)};
+  const CalibrationFit f = fit_calibration(h100(), {{"g.json", r}});
+  ASSERT_TRUE(f.gemm_efficiency);
+  ASSERT_EQ(f.gemm_efficiency->size(), 1U);
+  EXPECT_DOUBLE_EQ((*f.gemm_efficiency)[0].first, 1625);
+  EXPECT_NEAR((*f.gemm_efficiency)[0].second, 0.227 * 0.6109 / (0.6 * 64 / 132), 1e-3);
+}
+
 TEST(Calibrate, LinkStepLatencyAndRingEfficiencyFromRingCollectives) {
   // Measurements made by NCCL's own model with known link figures: NVLink
   // Simple ring step 2.0 us at a ring efficiency of 0.7; NET step 20 us at
