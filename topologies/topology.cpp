@@ -188,6 +188,7 @@ Duration host_cost(const ClusterSpec& c, const core::Op& op) {
 }  // namespace
 
 double PerfModel::gemm_fill(const DeviceProfile::GemmTiling& t, double m, double n, double batch) {
+  if (!(m >= 1 && n >= 1 && batch >= 1)) return 1;  // no tiles to judge (a Schedule file's empty GEMM)
   double best = 0;
   for (const auto& tile : t.tiles) {
     const double tiles = batch * std::ceil(m / tile.m) * std::ceil(n / tile.n);

@@ -309,6 +309,7 @@ TEST(PerfModel, GemmCostByHowItsTilesFillTheDevice) {
   EXPECT_NEAR(PerfModel::gemm_fill(tiling, 1000, 1024), 0.6 * 64 / 132 * 1000 / 1024, 1e-12);
   // A grouped GEMM of 4 such experts: 128 big tiles, 128 / 132 of the SMs.
   EXPECT_NEAR(PerfModel::gemm_fill(tiling, 1024, 1024, 4), 128.0 / 132, 1e-12);
+  EXPECT_EQ(PerfModel::gemm_fill(tiling, 0, 1024), 1.0);  // an empty GEMM is not judged (no 0 / 0)
 
   // The cost: the curve at the cube root of m.n.k, times this shape's fill
   // over the fill of the square of that size. 1024 x 1024 x 4096: size
