@@ -2,6 +2,7 @@
 // printed as a table or JSON.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <iostream>
@@ -12,10 +13,14 @@
 #include "cli/checks.hpp"
 #include "cli/commands.hpp"
 #include "cli/option_flags.hpp"
+#include "cli/report.hpp"
 #include "core/error.hpp"
 #include "core/io.hpp"
 #include "core/options.hpp"
 #include "explore/search.hpp"
+#include "stacks/stack_spec.hpp"
+#include "topologies/cluster_spec.hpp"
+#include "validation/expected_error.hpp"
 
 namespace hzp::cli {
 namespace {
@@ -33,7 +38,8 @@ struct PlanArgs {
   int jobs = 0;
   bool json = false;
   bool exhaustive = false;
-  double tolerance_pct = 100 * explore::kModelTolerance;
+  std::optional<double> tolerance_pct;  // default: the loosest expected error of the clusters and GPU counts
+  bool tolerance_given = false;
   std::string train_tokens_text;
   std::optional<double> train_tokens;  // parsed from train_tokens_text
   explore::WorkLimits limits;
@@ -64,7 +70,31 @@ std::optional<double> parse_train_tokens(const std::string& text) {
   return *v * mult;
 }
 
-std::string plan_text(const explore::PlanSearch& r, const std::vector<explore::RankedPlan>& rows, const PlanArgs& a) {
+// The error expected of the plans of each cluster and GPU count asked for
+// (the nearest group of checked public runs), one per distinct group.
+struct Expected {
+  std::vector<std::pair<std::string, validation::ExpectedError>> groups;  // "dgx-h100 x 1024" and its error
+  double loosest = 0;                                                     // the largest mean |error|
+};
+
+Expected expected_errors(const PlanArgs& a, const std::string& stack) {
+  Expected out;
+  const std::string stack_name = stacks::resolve_stack(stack)->spec.name;
+  for (const auto& cluster : a.clusters) {
+    const double cc = topologies::load_cluster(cluster).device.compute_capability;
+    for (int gpus : a.gpus) {
+      validation::ExpectedError e = validation::expected_error(cc, stack_name, gpus);
+      out.loosest = std::max(out.loosest, e.mean_abs);
+      const bool seen = std::any_of(out.groups.begin(), out.groups.end(),
+                                    [&](const auto& g) { return g.second.text() == e.text(); });
+      if (!seen) out.groups.emplace_back(fmt::format("{} x {}", cluster, gpus), std::move(e));
+    }
+  }
+  return out;
+}
+
+std::string plan_text(const explore::PlanSearch& r, const std::vector<explore::RankedPlan>& rows, const PlanArgs& a,
+                      const Expected& expected) {
   std::string text = fmt::format(
       "hzp plan: {} candidates ({} pruned by the memory bound, {} by the compute bound, {} screened on reduced-layer "
       "models, {} simulated exactly) in {:.2f} s = {:.0f} candidates/s\n\n",
@@ -83,9 +113,14 @@ std::string plan_text(const explore::PlanSearch& r, const std::vector<explore::R
   if (r.best.empty()) text += "(no plan fits the memory budget)\n";
   if (ties) {
     text += fmt::format(
-        "\n'=': within {:g} % of the first plan of its tie ({}), the model's tolerance (--tolerance): a tie, not a "
-        "ranking. Words joined by '|': plans with identical predictions.\n",
-        a.tolerance_pct, a.objective == "cost" ? "$/Mtok" : "tokens/s");
+        "\n'=': within {:.1f} % of the first plan of its tie ({}), {}: a tie, not a ranking. Words joined by '|': "
+        "plans with identical predictions.\n",
+        *a.tolerance_pct, a.objective == "cost" ? "$/Mtok" : "tokens/s",
+        a.tolerance_given ? "--tolerance" : "the expected error (--tolerance)");
+  }
+  text += "\n";
+  for (const auto& [where, e] : expected.groups) {
+    text += (expected.groups.size() > 1 ? where + ": " : std::string()) + e.text();
   }
   if (a.train_tokens && !rows.empty()) {
     text += fmt::format("\ntraining {:.3g} tokens:\n{:>3} {:<16} {:>6} {:>9} {:>12} {:>12}\n", *a.train_tokens, "#",
@@ -143,12 +178,13 @@ nlohmann::ordered_json plan_row_json(const explore::PlanChoice& c, const std::st
 }
 
 std::string plan_json(const explore::PlanSearch& r, const std::vector<explore::RankedPlan>& rows,
-                      const explore::PlanQuery& q, const PlanArgs& a) {
+                      const explore::PlanQuery& q, const PlanArgs& a, const Expected& expected) {
   nlohmann::ordered_json j{{"hzp_version", core::version()},
                            {"git_revision", core::git_revision()},
                            {"model", q.model},
                            {"objective", q.objective},
-                           {"tolerance", a.tolerance_pct / 100},
+                           {"tolerance", *a.tolerance_pct / 100},
+                           {"expected_error", nlohmann::ordered_json::array()},
                            {"candidates", r.candidates},
                            {"pruned_by_memory_bound", r.pruned_memory},
                            {"pruned_by_compute_bound", r.pruned_bound},
@@ -157,6 +193,11 @@ std::string plan_json(const explore::PlanSearch& r, const std::vector<explore::R
                            {"seconds", r.seconds},
                            {"candidates_per_second", r.candidates_per_second()},
                            {"plans", nlohmann::ordered_json::array()}};
+  for (const auto& [where, e] : expected.groups) {
+    nlohmann::ordered_json x{{"for", where}};
+    x.update(cli::expected_error_json(e));
+    j["expected_error"].push_back(x);
+  }
   // Every plan found, merged ones included, with the rank of its row.
   std::vector<std::string> rank(r.best.size());
   for (const auto& row : rows) {
@@ -199,10 +240,12 @@ int cmd_plan(PlanArgs& a) {
   q.top = a.top;
   q.jobs = a.jobs > 0 ? a.jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   q.exhaustive = a.exhaustive;
+  const Expected expected = expected_errors(a, q.stack);
+  a.tolerance_given = a.tolerance_pct.has_value();
+  if (!a.tolerance_pct) a.tolerance_pct = 100 * expected.loosest;
   explore::PlanSearch r = explore::search_plans(q);
-  const double tol = a.tolerance_pct / 100;
-  const std::vector<explore::RankedPlan> rows = explore::rank_with_ties(r.best, q.objective, tol);
-  std::cout << (a.json ? plan_json(r, rows, q, a) + "\n" : plan_text(r, rows, a));
+  const std::vector<explore::RankedPlan> rows = explore::rank_with_ties(r.best, q.objective, *a.tolerance_pct / 100);
+  std::cout << (a.json ? plan_json(r, rows, q, a, expected) + "\n" : plan_text(r, rows, a, expected));
   return r.best.empty() ? kExitInfeasible : 0;
 }
 
@@ -234,9 +277,8 @@ void add_plan_command(CLI::App& app, Commands& out) {
   cmd->add_flag("--json", pa.json, "as JSON");
   cmd->add_flag("--exhaustive", pa.exhaustive, "screen every plan that passes the memory bound (no pruning)");
   cmd->add_option("--tolerance", pa.tolerance_pct,
-                  "percent: plans closer than this in the objective are printed as a tie (default: the model's "
-                  "step-time tolerance)")
-      ->capture_default_str()
+                  "percent: plans closer than this in the objective are printed as a tie (default: the expected "
+                  "error, the mean |error| of the nearest checked public runs)")
       ->check(number_in(0, 100));
   cmd->add_option("--train-tokens", pa.train_tokens_text,
                   "tokens to train (decimal K, M, G or B, T: 15T = 15e12): days, GPU-hours and dollars of each plan")

@@ -189,7 +189,8 @@ int cmd_simulate(Options& o, const std::string& command_line) {
   text << (o.json ? json : cli::summary_text(r));
   if ((o.explain || !one) && !o.json) {
     const topologies::PerfModel pm(topologies::Topology(r.cluster, r.gpus));
-    text << "\n" << explore::why_text(explore::plan_terms(r, pm), r.cluster.device.hbm_GiB, explore::kModelTolerance);
+    text << "\n" << explore::why_text(explore::plan_terms(r, pm), r.cluster.device.hbm_GiB,
+                                         cli::expected_error_of(r).mean_abs);
     if (o.explain) {
       for (const auto& run : r.runs) {
         text << "\n" << cli::explain(run.schedule, run.plan, pm) << "\n"

@@ -22,6 +22,7 @@
 #include "validation/calibrate.hpp"
 #include "validation/collective_cases.hpp"
 #include "validation/compare.hpp"
+#include "validation/expected_error.hpp"
 #include "validation/nccl_tests_log.hpp"
 
 namespace hzp::cli {
@@ -36,6 +37,9 @@ struct ValidateArgs {
   std::string baseline = "validation/cases_baseline.json";
   bool baseline_given = false;
   std::string write_baseline;
+  std::string expected_error = "validation/expected_error.json";
+  bool expected_error_given = false;
+  std::string write_expected_error;
   int jobs = 0;
 };
 
@@ -65,6 +69,9 @@ int cmd_validate_cases(const ValidateArgs& a) {
   if (!a.write_baseline.empty() && !a.filters.empty()) {
     throw core::InputError(a.write_baseline, "--write-baseline", "expected every case (no --filter)");
   }
+  if (!a.write_expected_error.empty() && !a.filters.empty()) {
+    throw core::InputError(a.write_expected_error, "--write-expected-error", "expected every case (no --filter)");
+  }
   const validation::MissBaseline baseline = a.check ? load_baseline(a) : validation::MissBaseline{};
   const auto cases = validation::load_cases(a.dir, a.filters);
   if (cases.empty()) {
@@ -78,7 +85,23 @@ int cmd_validate_cases(const ValidateArgs& a) {
   if (!a.write_baseline.empty()) {
     core::write_file_atomic(a.write_baseline, baseline_json(validation::misses_of(scored)));
   }
+  const auto checked = validation::checked_runs(scored);
+  if (!a.write_expected_error.empty()) {
+    core::write_file_atomic(a.write_expected_error,
+                            validation::checked_runs_json(checked, fmt::format("hzp validate cases, {} ({}), {} cases",
+                                                                               core::version(), core::git_revision(),
+                                                                               scored.size())));
+  }
   if (!a.check) return 0;
+  // The expected errors hzp prints must be the model's as it is now: checked
+  // where every case ran and the table is the one of these cases (the
+  // project's, or one named with --expected-error).
+  std::vector<std::string> stale;
+  const bool own_table = a.expected_error_given || a.dir == ValidateArgs{}.dir;
+  if (a.filters.empty() && own_table && std::filesystem::exists(a.expected_error)) {
+    stale = validation::stale_checked_runs(
+        validation::checked_runs_from_json(core::read_file(a.expected_error), a.expected_error), checked);
+  }
   int missed = 0, recorded = 0;
   for (const auto& s : scored) {
     missed += s.within() ? 0 : 1;
@@ -87,9 +110,16 @@ int cmd_validate_cases(const ValidateArgs& a) {
   const validation::BaselineCheck c = validation::check_misses(scored, baseline);
   for (const auto& n : c.notes) std::cerr << "hzp: note: " << n << "\n";
   for (const auto& f : c.failures) std::cerr << "hzp: " << f << "\n";
+  for (std::size_t i = 0; i < std::min<std::size_t>(stale.size(), 5); ++i) {
+    std::cerr << fmt::format("hzp: {} is stale: {}\n", a.expected_error, stale[i]);
+  }
+  if (!stale.empty()) {
+    std::cerr << fmt::format("hzp: {} is stale in {} run(s): rewrite it with --write-expected-error {}\n",
+                             a.expected_error, stale.size(), a.expected_error);
+  }
   std::cerr << fmt::format("hzp: {} of {} cases outside their tolerance, {} of them recorded misses ({})\n", missed,
                            scored.size(), recorded, baseline.errors.empty() ? "no baseline" : a.baseline);
-  return c.failures.empty() ? 0 : kExitValidationMiss;
+  return c.failures.empty() && stale.empty() ? 0 : kExitValidationMiss;
 }
 
 struct CollectivesArgs {
@@ -259,9 +289,9 @@ int run_plot(const std::vector<std::string>& args) {
   return st.code == 127 ? kExitBadInput : st.code;
 }
 
-void add_validate_commands(CLI::App& app, Commands& out) {
-  auto* validate = app.add_subcommand("validate", "predictions against measurements");
-  validate->require_subcommand(1);
+namespace {
+
+void add_validate_cases(CLI::App* validate, Commands& out) {
   auto* cases = validate->add_subcommand("cases", "simulate every published measurement in validation/cases");
   auto vc = std::make_unique<SimpleCommand<ValidateArgs>>(cases, run_cases);
   ValidateArgs& va = vc->args;
@@ -280,10 +310,27 @@ void add_validate_commands(CLI::App& app, Commands& out) {
                    "the recorded misses --check allows (used where it exists unless given)")
       ->capture_default_str()
       ->each([&va](const std::string&) { va.baseline_given = true; });
+  cases->add_option("--write-expected-error", va.write_expected_error,
+                    "write every speed case's error with its device family, stack and GPU count (the expected "
+                    "error hzp prints beside a prediction)")
+      ->check(file_name());
+  cases
+      ->add_option("--expected-error", va.expected_error,
+                   "the recorded expected errors --check holds current (used where it exists)")
+      ->capture_default_str()
+      ->each([&va](const std::string&) { va.expected_error_given = true; });
   cases->add_option("--write-baseline", va.write_baseline, "write the cases outside their tolerance as a baseline")
       ->check(file_name());
   cases->add_option("-j,--jobs", va.jobs, "processes (default: the core count)")->check(jobs());
   out.push_back(std::move(vc));
+}
+
+}  // namespace
+
+void add_validate_commands(CLI::App& app, Commands& out) {
+  auto* validate = app.add_subcommand("validate", "predictions against measurements");
+  validate->require_subcommand(1);
+  add_validate_cases(validate, out);
 
   auto* coll =
       validate->add_subcommand("collectives", "the collective model against nccl-tests in validation/collectives");

@@ -41,6 +41,25 @@ std::string run_stem(const ScenarioResult& r, const StrategyResult& run) {
       fmt::format("{}_{}x{}_{}", r.model.name, r.cluster.name, r.gpus, plan::to_string(run.strategy)));
 }
 
+validation::ExpectedError expected_error_of(const ScenarioResult& r) {
+  return validation::expected_error(r.cluster.device.compute_capability,
+                                    r.stack ? r.stack->spec.name : stacks::kDefaultStack, r.gpus);
+}
+
+nlohmann::ordered_json expected_error_json(const validation::ExpectedError& e) {
+  return {{"group", e.group()},
+          {"runs", e.runs},
+          {"same_device_family", e.same_family},
+          {"same_stack", e.same_stack},
+          {"mean_abs", e.mean_abs},
+          {"bias", e.bias},
+          {"max_abs", e.max_abs},
+          {"warning", e.warning()},
+          {"meaning",
+           "throughput errors (predicted / measured - 1: + is faster than the runs) of the nearest group of public "
+           "runs hzp validate cases checks; step time, tokens/s and cost share them"}};
+}
+
 std::string summary_text(const ScenarioResult& r) {
   std::string out;
   out += fmt::format("hzp {} ({}) - {} engine{}{}\n", core::version(), core::git_revision(), r.engine,
@@ -81,6 +100,7 @@ std::string summary_text(const ScenarioResult& r) {
   out += fmt::format(
       "mem GiB / reserved: peak allocated, and peak held by the caching allocator, per {:.0f} GiB device.\n",
       r.cluster.device.hbm_GiB);
+  out += expected_error_of(r).text();
   out +=
       "\nexposed: collective time not hidden behind compute, per group kind; idle: compute stream with nothing to "
       "run.\n";
@@ -125,6 +145,7 @@ std::string summary_json(const ScenarioResult& r, const std::string& command_lin
   if (r.batch.requested_sequences > 0 && r.batch.requested_sequences != r.batch.sequences) {
     j["batch"]["rounded_from_sequences"] = r.batch.requested_sequences;
   }
+  j["expected_error"] = expected_error_json(expected_error_of(r));
   j["mfu_convention"] =
       "model FLOPs (Megatron-LM formula, causal mask not exploited, no recomputation) / dense bf16 peak";
   auto& runs = j["results"] = nlohmann::ordered_json::array();

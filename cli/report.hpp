@@ -6,11 +6,20 @@
 #include <string>
 
 #include "explore/scenario.hpp"
+#include "validation/expected_error.hpp"
 
 namespace hzp::cli {
 
 using explore::ScenarioResult;
 using explore::StrategyResult;
+
+/// The error to expect of the scenario's predictions: the nearest group of
+/// checked public runs (its device family, stack and scale).
+[[nodiscard]] validation::ExpectedError expected_error_of(const ScenarioResult& r);
+
+/// The expected error as the JSON outputs hold it (the group, its runs, mean
+/// |error|, bias, worst, and the warning where the group is not the plan's own).
+[[nodiscard]] nlohmann::ordered_json expected_error_json(const validation::ExpectedError& e);
 
 [[nodiscard]] std::string summary_text(const ScenarioResult& r);
 /// The JSON summary (also what --json prints), pretty-printed, deterministic.

@@ -12,6 +12,7 @@
 #include "core/error.hpp"
 #include "core/schedule_check.hpp"
 #include "sim/engine.hpp"
+#include "validation/expected_error.hpp"
 
 namespace hzp::explore {
 namespace {
@@ -133,7 +134,7 @@ std::string deciding_term(const ShardCandidate& here, const ShardCandidate& ther
 
 // The chosen sizes against their neighbours, one dimension at a time, and the fastest plans that fit.
 void explain(const ShardCandidate& best, const Seen& dense_seen, const plan::BatchSplit& batch,
-             const plan::PlanOptions& base, double memory_limit_GiB, AdaptiveChoice& choice) {
+             const plan::PlanOptions& base, double memory_limit_GiB, double tolerance, AdaptiveChoice& choice) {
   std::string& x = choice.explanation;
   const int fitting = static_cast<int>(std::count_if(choice.candidates.begin(), choice.candidates.end(),
                                                      [](const ShardCandidate& c) { return c.fits; }));
@@ -167,11 +168,14 @@ void explain(const ShardCandidate& best, const Seen& dense_seen, const plan::Bat
     neighbour("g_g", {b.param, scale(b.grad), b.optim}, b.grad, scale(b.grad));
     neighbour("g_o", {b.param, b.grad, scale(b.optim)}, b.optim, scale(b.optim));
   }
-  const double tie = kModelTolerance * best.step.to_seconds();
+  const double tie = tolerance * best.step.to_seconds();
   const auto ties = std::count_if(choice.candidates.begin(), choice.candidates.end(), [&](const ShardCandidate& c) {
     return c.fits && std::abs((c.step - best.step).to_seconds()) < tie;
   });
-  x += "fastest plans that fit ('=': within the model's tolerance of the chosen step, a tie):\n";
+  x += fmt::format(
+      "fastest plans that fit ('=': within {:.1f} % of the chosen step, the expected error of this device and stack: a "
+      "tie):\n",
+      100 * tolerance);
   int shown = 0;
   for (const auto& c : choice.candidates) {
     if (!c.fits || shown == 5) continue;
@@ -183,9 +187,9 @@ void explain(const ShardCandidate& best, const Seen& dense_seen, const plan::Bat
   }
   if (ties > 1) {
     x += fmt::format(
-        "{} plans that fit are within {:g} % of the chosen step, the model's tolerance: a tie; any of them is as good "
+        "{} plans that fit are within {:.1f} % of the chosen step, the expected error: a tie; any of them is as good "
         "as the model can tell\n",
-        ties, 100 * kModelTolerance);
+        ties, 100 * tolerance);
   }
 }
 
@@ -235,7 +239,10 @@ AdaptiveChoice choose_shards(const Scenario& sc, double memory_limit_GiB) {
   choice.plan.grad_shard = best.dense.grad;
   choice.plan.optim_shard = best.dense.optim;
   choice.plan.expert_shards = best.expert;
-  explain(best, dense_seen, batch, base, memory_limit_GiB, choice);
+  // Plans closer than the error expected of this device and stack are a tie.
+  const double tolerance =
+      validation::expected_error(in.cluster.spec.device.compute_capability, in.stack->spec.name, sc.gpus).mean_abs;
+  explain(best, dense_seen, batch, base, memory_limit_GiB, tolerance, choice);
   return choice;
 }
 

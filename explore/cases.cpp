@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
@@ -15,6 +16,7 @@
 #include "models/model_spec.hpp"
 #include "plan/plan_file.hpp"
 #include "topologies/cluster_spec.hpp"
+#include "validation/expected_error.hpp"
 
 namespace hzp::explore {
 namespace {
@@ -119,12 +121,20 @@ std::vector<validation::Scored> run_cases(const std::vector<validation::Case>& c
     }
   });
   std::vector<validation::Scored> out;
+  std::map<std::string, std::string> families;  // cluster -> device family
   for (std::size_t i = 0; i < cases.size(); ++i) {
     const auto r = nlohmann::json::parse(results[i]);
     if (r.contains("error")) throw core::InputError(cases[i].file, "", r["error"].get<std::string>());
     const auto& c = cases[i];
+    auto [family, fresh] = families.try_emplace(c.cluster);
+    if (fresh) {
+      family->second = validation::device_family(topologies::load_cluster(c.cluster).device.compute_capability);
+    }
+    const std::string stack = c.stack_json.empty() ? c.stack
+                                                   : nlohmann::json::parse(c.stack_json).value("name", c.stack);
     out.push_back(validation::Scored{c.name, c.group, c.quantity, c.measured, r["predicted"].get<double>(), c.tolerance,
-                                     r["fits"].get<bool>(), c.pair, c.pair_role, c.inconsistent.empty()});
+                                     r["fits"].get<bool>(), c.pair, c.pair_role, c.inconsistent.empty(),
+                                     family->second, stack, c.gpus});
   }
   return out;
 }

@@ -77,13 +77,6 @@ struct PlanSearch {
 /// A one-line label for a plan, e.g. "hzp (8,8,1024) async tp2 pp4x2 mb1 full".
 [[nodiscard]] std::string describe_plan(const PlanChoice& c);
 
-/// The model's tolerance on the step time of one plan against another: plans
-/// predicted closer than this are a tie, not a ranking. 3 %: the mean |error|
-/// of the step-time cases measured on one software stack at a time
-/// (korthikanti2022-time 2.6 %, docs/VALIDATION.md); plans on other stacks or
-/// fabrics are known less well (all cases: 6.9 %).
-inline constexpr double kModelTolerance = 0.03;
-
 /// A row of `hzp plan`'s answer: plans of the same cluster and GPUs with the
 /// same predictions merged into one (differing words joined by '|', e.g.
 /// "mb1 none|selective"), ranked by the objective, and a rank shared ("1=")

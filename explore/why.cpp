@@ -124,8 +124,8 @@ std::string why_text(const std::vector<PlanTerms>& plans, double hbm_GiB, double
   std::size_t width = 0;
   for (const PlanTerms& p : plans) width = std::max(width, p.name.size());
   std::string out = fmt::format(
-      "why: each plan against {}, the fastest plan {}; '=' within the model's {:g} % "
-      "tolerance of it (a tie)\n",
+      "why: each plan against {}, the fastest plan {}; '=' within {:.1f} % of it, the error expected of this "
+      "device and stack (a tie)\n",
       ref->name, any_fits ? "that fits" : "(none fits)", 100 * tolerance);
   for (const PlanTerms& p : plans) {
     const double d = p.step_s - ref->step_s;
@@ -138,10 +138,13 @@ std::string why_text(const std::vector<PlanTerms>& plans, double hbm_GiB, double
           p.reserved_GiB, hbm_GiB, p.largest_memory, p.largest_memory_GiB,
           d < 0 ? fmt::format("; it would be {:.3f} s faster", -d) : std::string());
     } else if (&p == ref) {
-      line = runner_up ? fmt::format("wins against {} by {:.3f} s{}; {} pays {}", runner_up->name,
-                                     runner_up->step_s - p.step_s,
-                                     runner_up->step_s - p.step_s < tolerance * p.step_s ? " (a tie)" : "",
-                                     runner_up->name, deciding_term(p, *runner_up))
+      const bool tied = runner_up && runner_up->step_s - p.step_s < tolerance * p.step_s;
+      const std::string versus =
+          !runner_up ? ""
+          : tied     ? fmt::format("ties with {} ({:.3f} s faster as predicted, within the expected error)",
+                                   runner_up->name, runner_up->step_s - p.step_s)
+                     : fmt::format("wins against {} by {:.3f} s", runner_up->name, runner_up->step_s - p.step_s);
+      line = runner_up ? fmt::format("{}; {} pays {}", versus, runner_up->name, deciding_term(p, *runner_up))
                        : "the only plan " + (p.fits ? std::string("that fits; ") : std::string("; ")) + anatomy(p);
     } else {
       line = fmt::format("{:+.3f} s ({:+.1f} %): {}", d, 100 * d / ref->step_s,

@@ -310,6 +310,7 @@ expect_error "cal_bad.json: device_profile.gemm_speed: expected a key of the clu
 for args in "--dir $(dirname "$0")/../validation/cases --filter nothing-like-this|--filter: expected cases matching" \
   "--dir $work/no-such-dir|no-such-dir: expected a directory of validation cases" \
   "--filter zeropp --write-baseline $work/b.json|b.json: --write-baseline: expected every case (no --filter)" \
+  "--filter zeropp --write-expected-error $work/e.json|e.json: --write-expected-error: expected every case (no --filter)" \
   "--filter zeropp --check --baseline $work/no-such-baseline.json|no-such-baseline.json: cannot open file"; do
   # shellcheck disable=SC2086
   "$hzp" validate cases ${args%|*} > /dev/null 2> "$work/stderr"
@@ -319,6 +320,23 @@ for args in "--dir $(dirname "$0")/../validation/cases --filter nothing-like-thi
     fail=1
   fi
 done
+
+# The expected errors hzp prints are those of the model as it is (issue 43,
+# item 1): --check fails on a table that no longer matches the cases' errors.
+mkdir "$work/cases"
+cp "$(dirname "$0")/../validation/cases/korthikanti2022-22b-full-recompute.json" "$work/cases/"
+"$hzp" validate cases --dir "$work/cases" -j 1 --write-expected-error "$work/expected.json" > /dev/null 2>&1 ||
+  { echo "FAIL: validate cases --write-expected-error -> rc=$?"; fail=1; }
+"$hzp" validate cases --dir "$work/cases" -j 1 --check --expected-error "$work/expected.json" > /dev/null 2>&1 ||
+  { echo "FAIL: validate cases --check on its own expected errors -> rc=$?"; fail=1; }
+sed -i 's/"error":\([-0-9.]*\)/"error":0.5/' "$work/expected.json"
+"$hzp" validate cases --dir "$work/cases" -j 1 --check --expected-error "$work/expected.json" > /dev/null \
+  2> "$work/stderr"
+rc=$?
+if [ "$rc" -ne 4 ] || ! grep -q "expected.json is stale: korthikanti2022-22b-full-recompute: recorded Ampere" "$work/stderr"; then
+  echo "FAIL: validate cases --check on a stale expected-error table -> rc=$rc: $(cat "$work/stderr")"
+  fail=1
+fi
 
 # Every value a flag accepts finishes (issue 42, item 1): at the slowest NIC
 # the flag allows, SimGrid's clock passes 8,192 s, where a step of its doubles

@@ -35,7 +35,29 @@ step "make run" "^fsdp .* yes" "$hzp" simulate --model llama3-70b --cluster dgx-
   --global-batch-tokens 16M --recompute full --out-dir out
 check "make run wrote out/summary.json" test -s out/summary.json
 check "make run says, per strategy, what makes it win or lose" sh -c "grep -q '^why: each plan against' '$work/out.txt' \
-  && grep -Eq '^ +=? +fsdp +wins against' '$work/out.txt' && grep -Eq '^ +ddp +memory: needs' '$work/out.txt'"
+  && grep -Eq '^ +=? +fsdp +(wins against|ties with)' '$work/out.txt' && grep -Eq '^ +ddp +memory: needs' '$work/out.txt'"
+
+# 1b. Every prediction says what error to expect of it and where that figure
+#     comes from (issue 43, item 1): the nearest group of checked public runs,
+#     with a warning where none ran that device family and stack.
+step "expected error under torch-fsdp2-compile" \
+  "^expected error of step time, tokens/s and cost: \+-[0-9.]+ % \(bias [-+][0-9.]+ %: hzp (faster|slower) than the runs; \
+worst [0-9.]+ %\), from [0-9]+ public Hopper runs under torch-fsdp2-compile at 8-[0-9]+ GPUs$" \
+  "$hzp" simulate --model llama3-8b --cluster dgx-h100 --gpus 8 --strategy fsdp --stack torch-fsdp2-compile \
+  --global-batch-tokens 64K
+check "no warning where Hopper runs under that stack were checked" sh -c "! grep -q '^warning' '$work/out.txt'"
+step "expected error under torch-fsdp2, from the nearest group" \
+  "^warning: no public run of torch-fsdp2 on Hopper devices was checked; the figure above is the nearest group's$" \
+  "$hzp" simulate --model llama3-8b --cluster dgx-h100 --gpus 8 --strategy fsdp --stack torch-fsdp2 \
+  --global-batch-tokens 64K
+check "the group it came from" grep -Eq "from [0-9]+ public Hopper runs under every stack at" "$work/out.txt"
+step "the expected error in the JSON summary" '"same_stack": false' "$hzp" simulate --model llama3-8b \
+  --cluster dgx-h100 --gpus 8 --strategy fsdp --stack torch-fsdp2 --global-batch-tokens 64K --json
+
+check "plan's tie tolerance is the loosest expected error of what it was asked" sh -c "'$hzp' plan \
+  --model llama3-8b --cluster dgx-h100,dgx-a100 --gpus 8,64 --global-batch-tokens 512K --stack torch-fsdp2-compile \
+  --top 2 --json | python3 -c 'import json, sys; j = json.load(sys.stdin); e = j[\"expected_error\"]; \
+assert len(e) >= 2 and j[\"tolerance\"] == max(x[\"mean_abs\"] for x in e), (j[\"tolerance\"], e)'"
 
 # 2. The README's sweep: every point answers (recompute full: 70B fits).
 step "README sweep" "6 run \(6 ok, 0 infeasible, 0 errors\)" "$hzp" sweep --set gpus=256,512,1024 \

@@ -79,6 +79,8 @@ struct Scored {
   bool fits = true;                 // the predicted plan fits in device memory
   std::string pair{}, pair_role{};  // as the case gives them
   bool consistent = true;           // no contradiction marked in the case
+  std::string family{}, stack{};    // the device family and software stack that ran it
+  int gpus = 0;
   [[nodiscard]] double error() const { return (predicted - measured) / measured; }  // signed, relative
   [[nodiscard]] bool within() const;
 };
