@@ -8,6 +8,7 @@
 
 #include "cli/checks.hpp"
 #include "cli/commands.hpp"
+#include "cli/option_flags.hpp"
 #include "core/error.hpp"
 #include "core/options.hpp"
 #include "topologies/overlay.hpp"
@@ -25,9 +26,7 @@ struct CollectivesArgs {
   std::string min_bytes = "8";
   std::string max_bytes = "8G";
   int factor = 2;
-  std::string calibration;
-  std::optional<double> nic_gbps;
-  std::optional<double> oversubscription;
+  cli::OptionFlags overlay_flags;  // calibration and network what-ifs, from the scenario option table
 };
 
 std::int64_t bytes_arg(const std::string& text, const char* flag) {
@@ -64,6 +63,14 @@ std::vector<int> group_ranks(const topologies::Topology& topo, const std::string
 }
 
 int cmd_collectives(const CollectivesArgs& a) {
+  // The what-ifs through the same option table as every command (one range each).
+  std::vector<std::pair<std::string, nlohmann::json>> values;
+  if (std::vector<core::Problem> problems = a.overlay_flags.values(values); !problems.empty()) {
+    throw core::ProblemError(std::move(problems));
+  }
+  explore::Scenario sc;
+  cli::apply_values(values, sc);
+  const topologies::ClusterOverlay overlay = sc.overlay();
   core::CollectiveKind kind = core::CollectiveKind::AllReduce;
   bool known = false;
   for (auto k : {core::CollectiveKind::AllGather, core::CollectiveKind::ReduceScatter, core::CollectiveKind::AllReduce,
@@ -80,10 +87,6 @@ int cmd_collectives(const CollectivesArgs& a) {
   }
   const std::int64_t lo = bytes_arg(a.min_bytes, "--min-bytes"), hi = bytes_arg(a.max_bytes, "--max-bytes");
   if (hi < lo) throw core::InputError("command line", "--max-bytes", "expected at least --min-bytes");
-  topologies::ClusterOverlay overlay;
-  overlay.calibration = a.calibration;
-  overlay.nic_gbps = a.nic_gbps;
-  overlay.oversubscription = a.oversubscription;
   const topologies::ResolvedCluster cluster = topologies::resolve_cluster(a.cluster, overlay);
   const topologies::PerfModel pm(topologies::Topology(cluster.spec, a.gpus));
   const std::vector<int> ranks = group_ranks(pm.topology(), a.group);
@@ -94,11 +97,13 @@ int cmd_collectives(const CollectivesArgs& a) {
   std::cout << fmt::format(
       "# hzp collectives: {} over {} ranks ({} scale-up domain(s), {} to {} ranks each) of {} x {} ({})\n"
       "# predicted by NCCL {}'s cost model with {}'s link figures; out-of-place, float; no host launch cost\n"
+      "{}"
       "#\n"
       "#{:>12} {:>12} {:>8} {:>6} {:>6} {:>10} {:>8} {:>8}  {}\n"
       "#{:>12} {:>12} {:>8} {:>6} {:>6} {:>10} {:>8} {:>8}\n",
       a.op, n, g.domains, g.min_ranks_per_domain, g.max_ranks_per_domain, a.gpus, cluster.spec.name, cluster.file,
-      topologies::nccl_tuning().version, cluster.spec.name, "size", "count", "type", "redop", "root", "time", "algbw",
+      topologies::nccl_tuning().version, cluster.spec.name,
+      overlay.empty() ? std::string() : fmt::format("# what-if: {}\n", overlay.describe()), "size", "count", "type", "redop", "root", "time", "algbw",
       "busbw", "algorithm/protocol/channels", "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)");
   const bool reduces = kind == core::CollectiveKind::AllReduce || kind == core::CollectiveKind::ReduceScatter;
   for (std::int64_t bytes = lo; bytes <= hi; bytes *= a.factor) {
@@ -133,9 +138,8 @@ void add_collectives_command(CLI::App& app, Commands& out) {
   c->add_option("-f,--factor", a.factor, "size multiplier (nccl-tests -f)")
       ->capture_default_str()
       ->check(integer_in(2, 1024));
-  c->add_option("--calibration", a.calibration, "a calibration overlay (hzp calibrate)")->check(file_name());
-  c->add_option("--nic-gbps", a.nic_gbps, "what-if NIC speed per port, Gb/s")->check(number_in(1e-3, 1e7));
-  c->add_option("--oversubscription", a.oversubscription, "what-if leaf down:up ratio")->check(number_in(1, 64));
+  // The power limit changes no collective: not offered.
+  a.overlay_flags.add(c, scenario_specs(false, {"calibration", "nic_gbps", "oversubscription"}), option_defaults());
   out.push_back(std::move(cmd));
 }
 

@@ -42,6 +42,7 @@ struct PlanArgs {
   bool tolerance_given = false;
   std::string train_tokens_text;
   std::optional<double> train_tokens;  // parsed from train_tokens_text
+  topologies::ClusterOverlay overlay;  // the calibration and what-if changes, as resolved
   explore::WorkLimits limits;
 };
 
@@ -93,12 +94,37 @@ Expected expected_errors(const PlanArgs& a, const std::string& stack) {
   return out;
 }
 
+// Where more than one cluster or GPU count was asked for, or one has no
+// answer: each one's best row and what became of its candidates.
+std::string settings_text(const explore::PlanSearch& r, const std::vector<explore::RankedPlan>& rows) {
+  const bool all_answered = std::all_of(r.settings.begin(), r.settings.end(),
+                                        [](const explore::SettingTally& t) { return t.fit > 0; });
+  if (r.settings.size() < 2 && all_answered) return "";
+  std::string text = "\neach cluster and GPU count: its best row, and where its candidates went\n";
+  for (const auto& t : r.settings) {
+    std::string best = "no plan fits";
+    for (const auto& row : rows) {
+      const explore::PlanChoice& c = r.best[row.plan];
+      if (c.cluster == t.cluster && c.gpus == t.gpus) {
+        best = "best #" + row.rank;
+        break;
+      }
+    }
+    text += fmt::format(
+        "  {} x {}: {}; {} candidates: {} over the memory budget, {} slower than its best by their compute bound, "
+        "{} over --max-ops, {} fit; {} layouts whose batch does not split over the GPUs\n",
+        t.cluster, t.gpus, best, t.candidates, t.memory, t.bound, t.op_limit, t.fit, t.batch_unsplit);
+  }
+  return text;
+}
+
 std::string plan_text(const explore::PlanSearch& r, const std::vector<explore::RankedPlan>& rows, const PlanArgs& a,
                       const Expected& expected) {
   std::string text = fmt::format(
       "hzp plan: {} candidates ({} pruned by the memory bound, {} by the compute bound, {} screened on reduced-layer "
       "models, {} simulated exactly) in {:.2f} s = {:.0f} candidates/s\n\n",
       r.candidates, r.pruned_memory, r.pruned_bound, r.screened, r.exact, r.seconds, r.candidates_per_second());
+  if (!a.overlay.empty()) text += fmt::format("what-if: {} (applied to every cluster)\n\n", a.overlay.describe());
   text += fmt::format("{:>3} {:<16} {:>6}  {:<44} {:>8} {:>10} {:>6} {:>9} {:>9}  {}\n", "#", "cluster", "gpus", "plan",
                       "step s", "tokens/s", "MFU", "mem GiB", "$/Mtok", "bottleneck");
   bool ties = false;
@@ -110,7 +136,8 @@ std::string plan_text(const explore::PlanSearch& r, const std::vector<explore::R
                     c.gpus, row.description, c.step_s, c.tokens_per_s, 100 * c.mfu, c.peak_reserved_GiB,
                     c.usd_per_million_tokens ? fmt::format("{:.3f}", *c.usd_per_million_tokens) : "n/a", c.bottleneck);
   }
-  if (r.best.empty()) text += "(no plan fits the memory budget)\n";
+  if (r.best.empty()) text += "(no plan fits: where the candidates went is below)\n";
+  text += settings_text(r, rows);
   if (ties) {
     text += fmt::format(
         "\n'=': within {:.1f} % of the first plan of its tie ({}), {}: a tie, not a ranking. Words joined by '|': "
@@ -183,6 +210,13 @@ std::string plan_json(const explore::PlanSearch& r, const std::vector<explore::R
                            {"git_revision", core::git_revision()},
                            {"model", q.model},
                            {"objective", q.objective},
+                           {"what_if",
+                            {{"calibration", q.overlay.calibration.empty()
+                                                 ? nlohmann::ordered_json(nullptr)
+                                                 : nlohmann::ordered_json(q.overlay.calibration)},
+                             {"nic_gbps", optional_json(q.overlay.nic_gbps)},
+                             {"oversubscription", optional_json(q.overlay.oversubscription)},
+                             {"power_limit_W", optional_json(q.overlay.power_limit_w)}}},
                            {"tolerance", *a.tolerance_pct / 100},
                            {"expected_error", nlohmann::ordered_json::array()},
                            {"candidates", r.candidates},
@@ -197,6 +231,17 @@ std::string plan_json(const explore::PlanSearch& r, const std::vector<explore::R
     nlohmann::ordered_json x{{"for", where}};
     x.update(cli::expected_error_json(e));
     j["expected_error"].push_back(x);
+  }
+  j["settings"] = nlohmann::ordered_json::array();
+  for (const auto& t : r.settings) {
+    j["settings"].push_back({{"cluster", t.cluster},
+                             {"gpus", t.gpus},
+                             {"candidates", t.candidates},
+                             {"over_memory", t.memory},
+                             {"slower_by_bound", t.bound},
+                             {"over_max_ops", t.op_limit},
+                             {"fit", t.fit},
+                             {"layouts_batch_unsplit", t.batch_unsplit}});
   }
   // Every plan found, merged ones included, with the rank of its row.
   std::vector<std::string> rank(r.best.size());
@@ -234,6 +279,7 @@ int cmd_plan(PlanArgs& a) {
   q.base = sc.plan;
   q.stack = sc.stack;
   q.overlay = sc.overlay();
+  a.overlay = q.overlay;
   q.memory_limit_GiB = a.memory_limit_GiB;
   if (a.price > 0) q.price_per_gpu_hour = a.price;
   q.objective = a.objective;

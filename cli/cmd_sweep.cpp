@@ -2,12 +2,14 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <iostream>
 #include <thread>
 
 #include "cli/checks.hpp"
 #include "cli/commands.hpp"
+#include "cli/option_flags.hpp"
 #include "core/error.hpp"
 #include "core/io.hpp"
 #include "core/json_reader.hpp"
@@ -23,7 +25,31 @@ struct SweepArgs {
   int jobs = 0;
   bool force = false;
   explore::WorkLimits limits;
+  // simulate's single-value flags: --model X is --set model=X.
+  cli::OptionFlags scenario_flags, plan_flags;
 };
+
+// The single-value flags into the spec's base: over a value the spec file
+// gives, never beside the same key's --set or axis.
+void add_flag_values(const SweepArgs& a, explore::SweepSpec& spec) {
+  std::vector<std::pair<std::string, nlohmann::json>> values;
+  std::vector<core::Problem> problems = a.scenario_flags.values(values);
+  for (auto& p : a.plan_flags.values(values)) problems.push_back(std::move(p));
+  if (!problems.empty()) throw core::ProblemError(std::move(problems));
+  for (const auto& [key, value] : values) {
+    std::string flag = "--" + key;
+    std::replace(flag.begin(), flag.end(), '_', '-');
+    const bool axis = std::any_of(spec.axes.begin(), spec.axes.end(), [&](const auto& x) { return x.first == key; });
+    const bool set = std::any_of(a.sets.begin(), a.sets.end(), [&](const std::string& s) {
+      return s.rfind(key + "=", 0) == 0;
+    });
+    if (axis || set) {
+      throw core::InputError("command line", flag,
+                             fmt::format("expected {} or --set {}=..., not both", flag, key));
+    }
+    spec.base[key] = nlohmann::ordered_json::parse(value.dump());
+  }
+}
 
 int cmd_sweep(const SweepArgs& a) {
   explore::SweepSpec spec;
@@ -32,6 +58,7 @@ int cmd_sweep(const SweepArgs& a) {
     spec = explore::sweep_from_json(core::read_file(a.spec), a.spec);
     file = a.spec;
   }
+  add_flag_values(a, spec);
   for (const auto& set : a.sets) explore::add_set(spec, set);
   for (const auto& w : a.where) spec.where.push_back(w);
   if (a.db.empty()) throw core::InputError("command line", "--db", "expected the sweep database to write");
@@ -60,10 +87,18 @@ int cmd_sweep(const SweepArgs& a) {
         "{} point(s) ran a rounded global batch (--round-batch): columns batch_sequences and batch_rounded_from\n",
         sum.rounded);
   }
-  for (const auto& e : sum.first_errors) std::cerr << "sweep: " << e << "\n";
-  if (sum.errors > static_cast<std::int64_t>(sum.first_errors.size())) {
-    std::cerr << fmt::format("sweep: {} more error(s): hzp sweep export {} --csv FILE holds every reason\n",
-                             sum.errors - static_cast<std::int64_t>(sum.first_errors.size()), o.db);
+  // The reasons, grouped: how many points failed each way, and the first of them.
+  constexpr std::size_t kGroupsShown = 10;
+  for (std::size_t i = 0; i < std::min(kGroupsShown, sum.error_groups.size()); ++i) {
+    const auto& g = sum.error_groups[i];
+    std::cerr << fmt::format("sweep: {} point(s) failed{}: {}\n", g.points, g.points > 1 ? ", the first" : "",
+                             g.first);
+  }
+  if (sum.error_groups.size() > kGroupsShown) {
+    std::cerr << fmt::format("sweep: and {} other kind(s) of error\n", sum.error_groups.size() - kGroupsShown);
+  }
+  if (sum.errors > 0) {
+    std::cerr << fmt::format("sweep: hzp sweep export {} --csv FILE holds every point's reason\n", o.db);
   }
   if (sum.interrupted) {
     std::cerr << "hzp: sweep interrupted; run the same command again to resume\n";
@@ -151,6 +186,8 @@ void add_sweep_commands(CLI::App& app, Commands& out) {
       ->check(file_name());
   sweep->add_option("-j,--jobs", a->jobs, "worker processes (default: the core count)")->check(jobs());
   add_work_limits(sweep, a->limits, /*flows=*/true);
+  a->scenario_flags.add(sweep, scenario_specs(true), option_defaults());
+  a->plan_flags.add(sweep, plan_specs(), option_defaults());
   sweep->require_subcommand(0, 1);
   auto* merge = sweep->add_subcommand("merge", "join the shards of an mpirun sweep into one database");
   merge->add_option("out", a->out, "the merged database")->required();

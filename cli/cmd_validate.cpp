@@ -28,8 +28,18 @@
 namespace hzp::cli {
 namespace {
 
+// A project file by its path in the repository: as given where it exists
+// from here, else in the source tree this hzp was built from (so that
+// `validate` finds the project's cases from any working directory).
+std::string project_path(const std::string& rel) {
+  if (std::filesystem::exists(rel)) return rel;
+  const std::string in_source = std::string(HZP_SOURCE_DIR) + "/" + rel;
+  return std::filesystem::exists(in_source) ? in_source : rel;
+}
+
 struct ValidateArgs {
   std::string dir = "validation/cases";
+  bool dir_given = false, calibration_dir_given = false;
   std::vector<std::string> filters;
   std::string calibration_dir = "validation/calibration";
   bool json = false;
@@ -65,7 +75,13 @@ std::string baseline_json(const validation::MissBaseline& b) {
   return j.dump(2) + "\n";
 }
 
-int cmd_validate_cases(const ValidateArgs& a) {
+int cmd_validate_cases(ValidateArgs& a) {
+  // The project's own files unless given: found from any working directory.
+  const bool own_cases = !a.dir_given;
+  if (!a.dir_given) a.dir = project_path(a.dir);
+  if (!a.calibration_dir_given) a.calibration_dir = project_path(a.calibration_dir);
+  if (!a.baseline_given) a.baseline = project_path(a.baseline);
+  if (!a.expected_error_given) a.expected_error = project_path(a.expected_error);
   if (!a.write_baseline.empty() && !a.filters.empty()) {
     throw core::InputError(a.write_baseline, "--write-baseline", "expected every case (no --filter)");
   }
@@ -97,7 +113,7 @@ int cmd_validate_cases(const ValidateArgs& a) {
   // where every case ran and the table is the one of these cases (the
   // project's, or one named with --expected-error).
   std::vector<std::string> stale;
-  const bool own_table = a.expected_error_given || a.dir == ValidateArgs{}.dir;
+  const bool own_table = a.expected_error_given || own_cases;
   if (a.filters.empty() && own_table && std::filesystem::exists(a.expected_error)) {
     stale = validation::stale_checked_runs(
         validation::checked_runs_from_json(core::read_file(a.expected_error), a.expected_error), checked);
@@ -124,13 +140,15 @@ int cmd_validate_cases(const ValidateArgs& a) {
 
 struct CollectivesArgs {
   std::string dir = "validation/collectives";
+  bool dir_given = false;
   std::string filter;
   bool rows = false;
   bool json = false;
   bool check = false;
 };
 
-int cmd_validate_collectives(const CollectivesArgs& a) {
+int cmd_validate_collectives(CollectivesArgs& a) {
+  if (!a.dir_given) a.dir = project_path(a.dir);
   const auto cases = validation::load_collective_cases(a.dir, a.filter);
   if (cases.empty()) throw core::InputError(a.dir, "--filter", fmt::format("expected cases matching '{}'", a.filter));
   std::vector<validation::ScoredCollective> scored;
@@ -295,13 +313,16 @@ void add_validate_cases(CLI::App* validate, Commands& out) {
   auto* cases = validate->add_subcommand("cases", "simulate every published measurement in validation/cases");
   auto vc = std::make_unique<SimpleCommand<ValidateArgs>>(cases, run_cases);
   ValidateArgs& va = vc->args;
-  cases->add_option("--dir", va.dir, "directory of case files")->capture_default_str();
+  cases->add_option("--dir", va.dir, "directory of case files")
+      ->capture_default_str()
+      ->each([&va](const std::string&) { va.dir_given = true; });
   cases->add_option("--filter", va.filters, "only cases whose name or group contains this (repeat: any of them)");
   cases
       ->add_option(
           "--calibration-dir", va.calibration_dir,
           "calibrations: <dir>/<device name>.<stack>.json (fitted under that stack), else <dir>/<device name>.json")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->each([&va](const std::string&) { va.calibration_dir_given = true; });
   cases->add_flag("--json", va.json, "as JSON");
   cases->add_flag("--check", va.check,
                   "exit 4 when a case is outside its tolerance and not a recorded miss, or a recorded miss got worse");
@@ -335,7 +356,10 @@ void add_validate_commands(CLI::App& app, Commands& out) {
   auto* coll =
       validate->add_subcommand("collectives", "the collective model against nccl-tests in validation/collectives");
   auto kv = std::make_unique<SimpleCommand<CollectivesArgs>>(coll, run_collectives);
-  coll->add_option("--dir", kv->args.dir, "directory of collective cases")->capture_default_str();
+  CollectivesArgs& ka = kv->args;
+  coll->add_option("--dir", ka.dir, "directory of collective cases")
+      ->capture_default_str()
+      ->each([&ka](const std::string&) { ka.dir_given = true; });
   coll->add_option("--filter", kv->args.filter, "only cases whose id contains this");
   coll->add_flag("--rows", kv->args.rows, "every measured row beside its prediction");
   coll->add_flag("--json", kv->args.json, "cases and the per-fabric summary as JSON");

@@ -51,6 +51,17 @@ int run(cli::Command& command) {
   }
 }
 
+// The help of the (sub)command the parse reached: "hzp validate cases --help".
+std::string help_of(CLI::App& app) {
+  std::string path = "hzp";
+  CLI::App* at = &app;
+  for (std::vector<CLI::App*> parsed = at->get_subcommands(); !parsed.empty(); parsed = at->get_subcommands()) {
+    at = parsed.front();
+    path += " " + at->get_name();
+  }
+  return path + " --help";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -77,7 +88,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::cerr << "hzp: error: command line: " << e.what() << " (see hzp --help)\n";
+    std::cerr << "hzp: error: command line: " << e.what() << " (see " << help_of(app) << ")\n";
     return cli::kExitBadInput;
   }
   for (auto& command : commands) {

@@ -19,6 +19,10 @@ std::string si(double x) {
 
 }  // namespace
 
+nlohmann::ordered_json optional_json(const std::optional<double>& v) {
+  return v ? nlohmann::ordered_json(*v) : nlohmann::ordered_json(nullptr);
+}
+
 namespace {
 
 // A name from user data as one path component: letters, digits and ._-
@@ -70,6 +74,7 @@ std::string summary_text(const ScenarioResult& r) {
       "rank\n",
       r.model.name, r.gpus, r.cluster.name, r.cluster.device.name, r.batch.sequences, r.batch.seq_len,
       si(static_cast<double>(r.batch.sequences * r.batch.seq_len)), r.batch.data_parallel, r.batch.micro_batches);
+  if (!r.overlay.empty()) out += fmt::format("what-if: {} (applied to {})\n", r.overlay.describe(), r.cluster.name);
   if (r.batch.requested_sequences > 0 && r.batch.requested_sequences != r.batch.sequences) {
     out += fmt::format(
         "global batch rounded from {} to {} sequences (--round-batch): {} do not split over {} data-parallel ranks x "
@@ -136,7 +141,12 @@ std::string summary_json(const ScenarioResult& r, const std::string& command_lin
                  {"cluster_sha256", r.cluster_sha256},
                  {"stack", r.stack ? r.stack->spec.name : ""},
                  {"stack_sha256", r.stack ? r.stack->sha256 : ""},
-                 {"gpus", r.gpus}};
+                 {"gpus", r.gpus},
+                 {"calibration", r.overlay.calibration.empty() ? nlohmann::ordered_json(nullptr)
+                                                               : nlohmann::ordered_json(r.overlay.calibration)},
+                 {"nic_gbps", optional_json(r.overlay.nic_gbps)},
+                 {"oversubscription", optional_json(r.overlay.oversubscription)},
+                 {"power_limit_W", optional_json(r.overlay.power_limit_w)}};
   j["batch"] = {{"seq_len", r.batch.seq_len},
                 {"global_batch_sequences", r.batch.sequences},
                 {"global_batch_tokens", r.batch.sequences * r.batch.seq_len},

@@ -21,6 +21,9 @@ using explore::StrategyResult;
 /// |error|, bias, worst, and the warning where the group is not the plan's own).
 [[nodiscard]] nlohmann::ordered_json expected_error_json(const validation::ExpectedError& e);
 
+/// A value that may be unset: the number, or null.
+[[nodiscard]] nlohmann::ordered_json optional_json(const std::optional<double>& v);
+
 [[nodiscard]] std::string summary_text(const ScenarioResult& r);
 /// The JSON summary (also what --json prints), pretty-printed, deterministic.
 [[nodiscard]] std::string summary_json(const ScenarioResult& r, const std::string& command_line);

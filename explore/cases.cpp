@@ -139,13 +139,25 @@ std::vector<validation::Scored> run_cases(const std::vector<validation::Case>& c
   return out;
 }
 
+namespace {
+
+// What a signed error means, whatever the quantity: a step time predicted
+// short and a throughput predicted high are both "too fast".
+std::string_view verdict(const validation::Scored& s) {
+  if (s.predicted == s.measured) return "";
+  if (validation::time_like(s.quantity)) return validation::throughput_error(s) > 0 ? "too fast" : "too slow";
+  return s.predicted > s.measured ? "too high" : "too low";
+}
+
+}  // namespace
+
 std::string cases_table(const std::vector<validation::Scored>& scored) {
-  std::string t = fmt::format("{:<46} {:<17} {:>10} {:>10} {:>8} {:>6}  {}\n", "case", "quantity", "measured",
-                              "predicted", "error", "tol", "");
+  std::string t = fmt::format("{:<46} {:<17} {:>10} {:>10} {:>8} {:<8} {:>6}  {}\n", "case", "quantity", "measured",
+                              "predicted", "error", "(hzp)", "tol", "");
   for (const auto& s : scored) {
-    t += fmt::format("{:<46} {:<17} {:>10.4g} {:>10.4g} {:>+7.1f}% {:>5.0f}%  {}{}\n", s.name,
-                     validation::to_string(s.quantity), s.measured, s.predicted, 100 * s.error(), 100 * s.tolerance,
-                     s.within() ? "ok" : "MISS", s.fits ? "" : " (predicted out of memory)");
+    t += fmt::format("{:<46} {:<17} {:>10.4g} {:>10.4g} {:>+7.1f}% {:<8} {:>5.0f}%  {}{}\n", s.name,
+                     validation::to_string(s.quantity), s.measured, s.predicted, 100 * s.error(), verdict(s),
+                     100 * s.tolerance, s.within() ? "ok" : "MISS", s.fits ? "" : " (predicted out of memory)");
   }
   t += fmt::format("\n{:<24} {:>6} {:>7} {:>10} {:>9} {:>12}  {}\n", "group", "cases", "within", "mean |err|",
                    "max |err|", "mean signed", "worst");

@@ -170,6 +170,7 @@ ScenarioResult run_scenario(const Scenario& sc) {
   r.model_sha256 = std::move(in.model_sha256);
   r.cluster_sha256 = std::move(in.cluster_sha256);
   r.gpus = sc.gpus;
+  r.overlay = sc.overlay();
   topologies::PerfModel pm(topologies::Topology(r.cluster, sc.gpus));
   r.stack = in.stack;
   r.batch = plan::split_batch(r.model, sc.gpus, sc.plan);

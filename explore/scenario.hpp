@@ -116,6 +116,7 @@ struct ScenarioResult {
   std::string cluster_sha256;
   topologies::ClusterSpec cluster;
   std::shared_ptr<const stacks::Stack> stack;
+  topologies::ClusterOverlay overlay;  // the calibration and what-if changes the cluster was run with
   int gpus = 0;
   plan::BatchSplit batch;
   std::string engine;

@@ -73,12 +73,20 @@ PlanSearch search_plans(const PlanQuery& q) {
     return std::tuple{sa, a.peak_reserved_GiB, a.cluster, a.gpus, describe_plan(a)} <
            std::tuple{sb, b.peak_reserved_GiB, b.cluster, b.gpus, describe_plan(b)};
   });
-  // One entry per distinct plan.
+  // One entry per distinct plan: the top ones, then the best of each setting
+  // that has none among them (a larger cluster's plans do not hide a smaller one's).
   PlanSearch out = std::move(s.out);
   std::set<std::string> seen;
+  std::set<std::pair<std::string, int>> answered;
   for (auto& pc : s.found) {
     if (out.best.size() >= static_cast<std::size_t>(q.top)) break;
-    if (seen.insert(pc.cluster + std::to_string(pc.gpus) + describe_plan(pc)).second) out.best.push_back(pc);
+    if (seen.insert(pc.cluster + std::to_string(pc.gpus) + describe_plan(pc)).second) {
+      out.best.push_back(pc);
+      answered.insert({pc.cluster, pc.gpus});
+    }
+  }
+  for (auto& pc : s.found) {
+    if (answered.insert({pc.cluster, pc.gpus}).second) out.best.push_back(pc);
   }
   out.seconds = now_s() - t0;
   return out;

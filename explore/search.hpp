@@ -59,8 +59,24 @@ struct PlanChoice {
   std::string bottleneck;  // which stream or link is on the critical path
 };
 
+/// What became of one (cluster, GPU count)'s candidates, so that a setting
+/// with no answer says why.
+struct SettingTally {
+  std::string cluster;
+  int gpus = 0;
+  long long candidates = 0;     // well-formed plans
+  long long batch_unsplit = 0;  // layouts (tp, pp, micro-batch, recompute) whose batch does not split over the GPUs
+  long long memory = 0;         // over the memory budget: by the closed-form bound, screening or the exact peak
+  long long bound = 0;          // slower than the setting's best by their compute bound: not screened
+  long long op_limit = 0;       // over --max-ops: not simulated exactly
+  long long fit = 0;            // simulated exactly, and they fit
+};
+
 struct PlanSearch {
-  std::vector<PlanChoice> best;  // feasible, best first
+  /// Feasible, best first: the `top` best, then the best of every setting
+  /// (cluster, GPU count) that has none among them.
+  std::vector<PlanChoice> best;
+  std::vector<SettingTally> settings;  // in the order of the query's clusters, then GPU counts
   long long candidates = 0;      // well-formed plans in the search space
   long long pruned_memory = 0;   // by the closed-form memory bound
   long long pruned_bound = 0;    // by a group's compute lower bound (branch and bound)

@@ -138,6 +138,7 @@ void prune_by_memory(Search& s) {
     plan::ShardSizes sh;
     if (!plan::check_shards(c.o, dp, st.cluster, sh).empty()) continue;
     ++s.out.candidates;
+    ++s.tally(c.setting).candidates;
     const plan::PipelineLayout layout = plan::pipeline_layout(s.m, c.o);
     const auto stage_key =
         std::tuple{c.o.pp, c.o.tp, c.o.ep, c.o.expert_tp.value_or(0), layout.text() + (layout.v_shape ? " V" : "")};
@@ -161,6 +162,7 @@ void prune_by_memory(Search& s) {
     }
     if (!fits) {
       ++s.out.pruned_memory;
+      ++s.tally(c.setting).memory;
       continue;
     }
     s.alive.push_back(kept);

@@ -53,7 +53,15 @@ struct Estimate {
   /// The model states in reserved_GiB (parameters, gradients, optimizer
   /// states), GiB: exactly linear in the layers.
   double states_GiB = 0;
+  bool over_op_limit = false;  // not ok: its full Schedule would hold more than --max-ops ops
 };
+
+/// Not ok: the plan's full Schedule would hold more than --max-ops ops.
+[[nodiscard]] inline Estimate over_op_limit() {
+  Estimate e;
+  e.over_op_limit = true;
+  return e;
+}
 
 /// The analytic engine's estimate of a plan (with `floor`, also the step when
 /// every sharding-dependent op costs nothing); not ok for a plan the lowering refuses.
@@ -137,7 +145,10 @@ struct Search {
   std::vector<double> adam, states;
   // 3. screening: per alive candidate {ok, step, reserved, compute, floor}; the K best scores so far
   std::vector<std::array<double, 5>> screened;
-  std::vector<double> best_scores;
+  std::vector<std::vector<double>> best_scores;  // per setting: the K best scores screened so far
+  /// The K-th best score screened so far of a setting (the bound to beat), 1e300 before K.
+  [[nodiscard]] double kth_best(std::size_t setting) const;
+  [[nodiscard]] SettingTally& tally(std::size_t setting) { return out.settings[setting]; }
   std::vector<PlanChoice> found;  // 4. verified plans that fit
   PlanSearch out;
 

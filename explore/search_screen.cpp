@@ -51,7 +51,7 @@ Estimate over_layers(const models::ModelSpec& m, const topologies::PerfModel& pm
   };
   const auto [la, ea] = reduced(k1);
   const auto [lb, eb] = reduced(k1 + 1);
-  if (!ea.ok || !eb.ok) return Estimate{};
+  if (!ea.ok || !eb.ok) return ea.over_op_limit || eb.over_op_limit ? over_op_limit() : Estimate{};
   auto at_target = [target](int l1, double v1, int l2, double v2) {
     return v1 + static_cast<double>(target - l1) / (l2 - l1) * (v2 - v1);
   };
@@ -81,9 +81,11 @@ Estimate over_layers(const models::ModelSpec& m, const topologies::PerfModel& pm
 }  // namespace
 
 Estimate estimate(const models::ModelSpec& m, const topologies::PerfModel& pm, const PlanOptions& o, bool floor) {
-  // A plan the lowering refuses (does not divide) is not a candidate.
+  // A plan the lowering refuses (does not divide) is not a candidate; one
+  // over --max-ops is not built (counted as such, not an error that ends the search).
   plan::ResolvedPlan resolved;
   if (!plan::check_plan(m, pm.topology(), o, &resolved).empty()) return Estimate{};
+  if (plan::estimate_work(m, o, resolved).ops > o.max_ops) return over_op_limit();
   {
     const core::Schedule s = plan::lower_resolved(m, pm.topology(), o, std::move(resolved), /*check=*/false).schedule;
     // Screening is uncontended: compute does not slow under collectives and
@@ -113,7 +115,7 @@ Estimate simulate(const models::ModelSpec& m, const topologies::PerfModel& pm, c
   if (!plan::check_plan(m, pm.topology(), o, &resolved).empty()) return Estimate{};
   // A plan whose full Schedule is over --max-ops cannot be simulated exactly:
   // not an answer (screening, on reduced models, still ranked it).
-  if (plan::estimate_work(m, o, resolved).ops > o.max_ops) return Estimate{};
+  if (plan::estimate_work(m, o, resolved).ops > o.max_ops) return over_op_limit();
   {
     core::Schedule s = plan::lower_resolved(m, pm.topology(), o, std::move(resolved), /*check=*/false).schedule;
     core::check_schedule(s, core::Progress::ByTheEngine);  // the engine's walk finds any deadlock
@@ -149,7 +151,7 @@ Estimate screen(const models::ModelSpec& m, const topologies::PerfModel& pm, con
   };
   const std::int64_t m1 = settled, m2 = 2 * settled;
   const Estimate e1 = over_layers(m, pm, with_micro(m1), floor), e2 = over_layers(m, pm, with_micro(m2), floor);
-  if (!e1.ok || !e2.ok) return Estimate{};
+  if (!e1.ok || !e2.ok) return e1.over_op_limit || e2.over_op_limit ? over_op_limit() : Estimate{};
   const double k = static_cast<double>(micro - m1) / static_cast<double>(m2 - m1);
   auto x = [k](double v1, double v2) { return v1 + k * (v2 - v1); };
   return Estimate{true, x(e1.step_s, e2.step_s), std::max(e1.reserved_GiB, e2.reserved_GiB),
@@ -192,6 +194,7 @@ void run_screen(Search& s, const std::vector<std::size_t>& which, const std::vec
   for (std::size_t j = 0; j < which.size(); ++j) {
     const Estimate& e = res[j];
     s.screened[which[j]] = {e.ok ? 1.0 : 0.0, e.step_s, e.reserved_GiB, e.compute_s, e.floor_s};
+    if (e.over_op_limit) ++s.tally(s.alive[which[j]].setting).op_limit;
   }
   s.out.screened += static_cast<long long>(which.size());
 }
@@ -217,14 +220,13 @@ Groups make_groups(Search& s) {
   return g;
 }
 
-// A member is pruned when a bound on its step is worse than the K-th best
-// (with 2 % for extrapolation error): the group's pipeline bound, its GEMM
+// A member is pruned when a bound on its step is worse than its setting's
+// K-th best (with 2 % for extrapolation error): the group's pipeline bound, its GEMM
 // and attention time plus the member's own Adam, and the group's floor.
 std::vector<std::size_t> survivors(Search& s, Groups& g, std::size_t first, double group_compute, double floor) {
-  const std::size_t keep = static_cast<std::size_t>(s.q.top);
   std::vector<std::size_t> kept;
   const auto& list = g.members[s.alive[first].group];
-  const double kth = s.best_scores.size() >= keep ? s.best_scores.back() : 1e300;
+  const double kth = s.kth_best(s.alive[first].setting);
   for (auto it = list.begin() + 1; it != list.end(); ++it) {
     const double bound = std::max({g.bound[s.alive[first].group], group_compute + s.adam[*it], floor});
     if (s.q.exhaustive || s.score(s.settings[s.alive[*it].setting], bound) <= 1.02 * kth) kept.push_back(*it);
@@ -243,6 +245,7 @@ std::vector<std::size_t> members_to_screen(Search& s, Groups& g, const std::vect
     }
     const std::vector<std::size_t> kept = survivors(s, g, first, s.screened[first][3], s.screened[first][4]);
     s.out.pruned_bound += static_cast<long long>(list.size() - 1 - kept.size());
+    s.tally(s.alive[first].setting).bound += static_cast<long long>(list.size() - 1 - kept.size());
     // What the group's first member holds besides its model states
     // (activations, buffers) the others hold too, give or take their
     // gathered-parameter buffers: a member estimated 10 % over the budget
@@ -251,6 +254,7 @@ std::vector<std::size_t> members_to_screen(Search& s, Groups& g, const std::vect
     for (std::size_t i : kept) {
       if (!s.q.exhaustive && s.states[i] + others > 1.1 * s.settings[s.alive[i].setting].limit_GiB) {
         ++s.out.pruned_memory;
+        ++s.tally(s.alive[i].setting).memory;
       } else {
         to_screen.push_back(i);
       }
@@ -263,20 +267,22 @@ std::vector<std::size_t> members_to_screen(Search& s, Groups& g, const std::vect
 
 // Screening with branch and bound over groups: the GEMM and attention time of
 // a group (the same for every sharding of it) bounds each member's step from
-// below; a group whose bound is worse than the K-th best screened plan so far
-// (with 2 % for extrapolation error) is not screened further.
+// below; a group whose bound is worse than the K-th best screened plan of its
+// setting (cluster, GPU count) so far (with 2 % for extrapolation error) is
+// not screened further.
 void screen_groups(Search& s) {
   s.screened.assign(s.alive.size(), {0, 0, 0, 0, 0});
   Groups g = make_groups(s);
-  const std::size_t keep = static_cast<std::size_t>(s.q.top);  // the bound only has to keep the top K
+  // The bound only has to keep each setting's top K (Search::kth_best).
   const std::size_t batch = static_cast<std::size_t>(std::max(1, 2 * s.q.jobs));
   for (std::size_t at = 0; at < g.order.size(); at += batch) {
     std::vector<std::size_t> heads;
     for (std::size_t k = at; k < std::min(g.order.size(), at + batch); ++k) {
       const auto [bound, first] = g.order[k];
-      const double kth = s.best_scores.size() >= keep ? s.best_scores.back() : 1e300;
-      if (!s.q.exhaustive && s.score(s.settings[s.alive[first].setting], bound) > 1.02 * kth) {
+      const std::size_t setting = s.alive[first].setting;
+      if (!s.q.exhaustive && s.score(s.settings[setting], bound) > 1.02 * s.kth_best(setting)) {
         s.out.pruned_bound += static_cast<long long>(g.members[s.alive[first].group].size());
+        s.tally(setting).bound += static_cast<long long>(g.members[s.alive[first].group].size());
         continue;
       }
       heads.push_back(first);

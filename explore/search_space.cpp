@@ -71,6 +71,7 @@ void add_group(Search& s, std::size_t si, int tp, int pp, int vpp, plan::Pipelin
       plan::BatchSplit split;
       if (std::vector<core::Problem> ps = plan::check_batch(s.m, st.gpus, o, split); !ps.empty()) {
         ++s.unsplit;
+        ++s.tally(si).batch_unsplit;
         if (!s.why_unsplit) s.why_unsplit = ps.front();
         continue;
       }
@@ -108,6 +109,8 @@ Search::Search(const PlanQuery& query) : q(query), m(models::load_model(query.mo
       s.pm = std::make_unique<topologies::PerfModel>(topologies::Topology(spec, g));
       s.limit_GiB = q.memory_limit_GiB > 0 ? q.memory_limit_GiB : spec.device.hbm_GiB;
       settings.push_back(std::move(s));
+      out.settings.push_back(SettingTally{c, g});
+      best_scores.emplace_back();
     }
   }
   if (q.objective == "cost") {

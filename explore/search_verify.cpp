@@ -53,9 +53,15 @@ bool Search::feasible(std::size_t i) const {
 
 void Search::note(std::size_t i) {
   if (!feasible(i)) return;
-  best_scores.push_back(score(settings[alive[i].setting], screened[i][1]));
-  std::sort(best_scores.begin(), best_scores.end());
-  if (best_scores.size() > static_cast<std::size_t>(q.top)) best_scores.resize(static_cast<std::size_t>(q.top));
+  std::vector<double>& best = best_scores[alive[i].setting];
+  best.push_back(score(settings[alive[i].setting], screened[i][1]));
+  std::sort(best.begin(), best.end());
+  if (best.size() > static_cast<std::size_t>(q.top)) best.resize(static_cast<std::size_t>(q.top));
+}
+
+double Search::kth_best(std::size_t setting) const {
+  const std::vector<double>& best = best_scores[setting];
+  return best.size() >= static_cast<std::size_t>(q.top) ? best.back() : 1e300;
 }
 
 namespace {
@@ -87,15 +93,25 @@ std::size_t verify(Search& s, std::set<std::size_t>& simulated, std::vector<std:
     sim::Metrics metrics;
     ShardingTerms terms;
     const Estimate e = simulate(s.m, *s.settings[c.setting].pm, c.o, metrics, &terms);
-    if (!e.ok) return pack({0.0});
+    if (!e.ok) return pack({e.over_op_limit ? -1.0 : 0.0});
     return pack({1.0, e.step_s, e.reserved_GiB, metrics.tokens_per_s, metrics.mfu}) + bottleneck(metrics, terms);
   });
   s.out.exact += static_cast<long long>(which.size());
   std::size_t fits = 0;
   for (std::size_t j = 0; j < which.size(); ++j) {
     const Candidate& c = s.alive[which[j]];
-    if (unpack(res[j], 0) <= 0 || unpack(res[j], 2) > s.settings[c.setting].limit_GiB) continue;
+    // Losses are counted for the candidates screening passed (a preset
+    // simulated without it was counted where the bound set it aside).
+    SettingTally& t = s.tally(c.setting);
+    const bool screened = s.feasible(which[j]);
+    if (unpack(res[j], 0) < 0 && screened) ++t.op_limit;
+    if (unpack(res[j], 0) <= 0) continue;
+    if (unpack(res[j], 2) > s.settings[c.setting].limit_GiB) {
+      if (screened) ++t.memory;
+      continue;
+    }
     s.found.push_back(choice_of(s, c, res[j]));
+    ++t.fit;
     ++fits;
   }
   return fits;

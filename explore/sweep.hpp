@@ -77,8 +77,15 @@ struct SweepSummary {
   std::int64_t ran = 0;
   std::int64_t ok = 0, infeasible = 0, errors = 0;
   std::int64_t rounded = 0;  // points whose global batch --round-batch changed
-  static constexpr std::int64_t kErrorsShown = 3;
-  std::vector<std::string> first_errors;  // "point N: reason" of the first kErrorsShown errors
+  /// The failed points' reasons grouped by their words (numbers aside), in
+  /// the order first met: how many points, and the first one's reason.
+  struct ErrorGroup {
+    std::string kind;   // the reason with each number as '#'
+    std::string first;  // "point N: reason"
+    std::int64_t points = 0;
+  };
+  std::vector<ErrorGroup> error_groups;
+  void add_error(std::int64_t point, const std::string& reason);
   double seconds = 0;
   bool interrupted = false;
 };

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -181,9 +182,9 @@ void Runner::record(json row) {
   const std::string status = row.value("status", "error");
   if (status == "ok") ++sum_.ok;
   if (status == "infeasible") ++sum_.infeasible;
-  if (status == "error" && ++sum_.errors <= SweepSummary::kErrorsShown) {
-    sum_.first_errors.push_back(fmt::format("point {}: {}", row.value("point", std::int64_t{-1}),
-                                            row.value("error", std::string("(no message)"))));
+  if (status == "error") {
+    ++sum_.errors;
+    sum_.add_error(row.value("point", std::int64_t{-1}), row.value("error", std::string("(no message)")));
   }
   if (row.contains("batch_rounded_from") && !row["batch_rounded_from"].is_null()) ++sum_.rounded;
   db_.add(row);
@@ -192,6 +193,24 @@ void Runner::record(json row) {
 }
 
 }  // namespace
+
+void SweepSummary::add_error(std::int64_t point, const std::string& reason) {
+  std::string kind;
+  for (std::size_t i = 0; i < reason.size(); ++i) {
+    const bool digit = std::isdigit(static_cast<unsigned char>(reason[i])) != 0;
+    if (!digit) {
+      kind += reason[i];
+    } else if (kind.empty() || kind.back() != '#') {
+      kind += '#';
+    }
+  }
+  auto it = std::find_if(error_groups.begin(), error_groups.end(), [&](const ErrorGroup& g) { return g.kind == kind; });
+  if (it == error_groups.end()) {
+    error_groups.push_back({kind, fmt::format("point {}: {}", point, reason), 0});
+    it = error_groups.end() - 1;
+  }
+  ++it->points;
+}
 
 std::string eta_text(std::int64_t finished, std::int64_t total, double elapsed_s) {
   if (finished <= 0 || elapsed_s <= 0 || !std::isfinite(elapsed_s)) return "after the first point";

@@ -201,7 +201,7 @@ expect_fail "command line: --max-ops: this plan's Schedule would hold about" \
 "$hzp" sweep --set model=llama3-8b --set gpus=16 --set global_batch_tokens=128K --set strategy=fsdp --max-ops 100 \
   --db "$work/limit.db" > /dev/null 2> "$work/stderr"
 rc=$?
-[ "$rc" -eq 5 ] && grep -q "sweep: point 0: .*--max-ops" "$work/stderr" ||
+[ "$rc" -eq 5 ] && grep -q "sweep: 1 point(s) failed: point 0: .*--max-ops" "$work/stderr" ||
   { echo "FAIL: a sweep with its one point over --max-ops -> rc=$rc: $(cat "$work/stderr")"; fail=1; }
 python3 -c "
 import sqlite3, sys; r = sqlite3.connect(sys.argv[1]).execute('select status, error from points').fetchall()
@@ -320,6 +320,17 @@ for args in "--dir $(dirname "$0")/../validation/cases --filter nothing-like-thi
     fail=1
   fi
 done
+
+# One CLI grammar (issue 43, item 5): a parse error names the subcommand's
+# help; sweep's single-value flags are --set, and refuse the same key twice.
+expect_fail "(see hzp simulate --help)" simulate --bogus-flag
+expect_fail "(see hzp validate cases --help)" validate cases --bogus-flag
+expect_fail "(see hzp plan --help)" plan --gpus x
+expect_fail "command line: --model: expected --model or --set model=..., not both" \
+  sweep --model llama3-8b --set model=llama3-70b --db "$work/twice.db"
+[ ! -e "$work/twice.db" ] || { echo "FAIL: a refused sweep left its database"; fail=1; }
+expect_fail "command line: --nic-gbps: expected a finite number in [0.001, 1000000]" \
+  collectives --gpus 16 --nic-gbps 1e7
 
 # The expected errors hzp prints are those of the model as it is (issue 43,
 # item 1): --check fails on a table that no longer matches the cases' errors.

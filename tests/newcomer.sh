@@ -59,6 +59,27 @@ check "plan's tie tolerance is the loosest expected error of what it was asked" 
   --top 2 --json | python3 -c 'import json, sys; j = json.load(sys.stdin); e = j[\"expected_error\"]; \
 assert len(e) >= 2 and j[\"tolerance\"] == max(x[\"mean_abs\"] for x in e), (j[\"tolerance\"], e)'"
 
+# 1c. What-ifs are echoed (issue 43, item 4): in simulate's header and JSON
+#     inputs, plan's header, collectives' comments, and sweep takes them as
+#     simulate's flags (--model X is --set model=X) into its database.
+step "simulate echoes its what-ifs" "^what-if: NIC 200 Gb/s, leaf oversubscription 2:1 \(applied to dgx-h100\)$" \
+  "$hzp" simulate --model llama3-8b --gpus 16 --strategy fsdp --global-batch-tokens 1M --nic-gbps 200 \
+  --oversubscription 2
+step "and records them in its JSON inputs" '"nic_gbps": 200' "$hzp" simulate --model llama3-8b --gpus 16 \
+  --strategy fsdp --global-batch-tokens 1M --nic-gbps 200 --power-limit 500 --json
+check "the power limit too" grep -q '"power_limit_W": 500' "$work/out.txt"
+step "plan echoes its what-ifs" "^what-if: NIC 100 Gb/s \(applied to every cluster\)$" "$hzp" plan \
+  --model llama3-8b --gpus 16 --global-batch-tokens 1M --nic-gbps 100 --top 1
+step "collectives echoes its what-ifs" "^# what-if: NIC 100 Gb/s, leaf oversubscription 2:1$" "$hzp" collectives \
+  --gpus 64 --nic-gbps 100 --oversubscription 2 -b 1M -e 1M
+step "sweep takes simulate's flags" "2 run \(2 ok" "$hzp" sweep --model llama3-8b --gpus 16 --strategy fsdp \
+  --global-batch-tokens 1M --set nic_gbps=100,400 --db whatif.db
+step "and its database records them" "^llama3-8b,100(\.0)?$" sh -c "'$hzp' sweep export whatif.db --csv - | python3 -c \
+  'import csv, sys; [print(r[\"model\"] + \",\" + r[\"nic_gbps\"]) for r in csv.DictReader(sys.stdin)]'"
+# 1d. validate cases from any working directory, its table in words (item 5).
+step "validate cases outside the repository" "korthikanti2022-22b-selective-sp +iteration_time_s .* too fast " \
+  "$hzp" validate cases --filter korthikanti2022-22b-selective -j 1
+
 # 2. The README's sweep: every point answers (recompute full: 70B fits).
 step "README sweep" "6 run \(6 ok, 0 infeasible, 0 errors\)" "$hzp" sweep --set gpus=256,512,1024 \
   --set strategy=fsdp,hzp --set recompute=full --db scale.db -j 2

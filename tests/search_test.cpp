@@ -136,5 +136,39 @@ TEST(PlanSearch, APlanOverTheOpLimitIsSkippedNotFatal) {
   EXPECT_FALSE(explore::search::simulate(m, pm, o, metrics).ok);
 }
 
+// Several GPU counts: the larger one's plans are faster, and they must not
+// hide the smaller one's: each gets its best plan and its own branch and
+// bound, and says where its candidates went (issue 43, item 3).
+TEST(PlanSearch, EveryGpuCountGetsItsBestPlanAndATally) {
+  explore::PlanQuery q;
+  q.model = "llama3-8b";
+  q.gpus = {8, 64};
+  q.base.global_batch_tokens = 512 * 1024;
+  q.top = 2;
+  q.jobs = 2;
+  const explore::PlanSearch r = explore::search_plans(q);
+  ASSERT_EQ(r.settings.size(), 2u);
+  std::set<int> answered;
+  for (const auto& c : r.best) answered.insert(c.gpus);
+  EXPECT_EQ(answered, (std::set<int>{8, 64}));
+  EXPECT_EQ(r.best.front().gpus, 64);  // the 8-GPU answer comes after the top 2
+  EXPECT_EQ(r.best.back().gpus, 8);
+  long long candidates = 0;
+  for (const auto& t : r.settings) {
+    candidates += t.candidates;
+    EXPECT_GT(t.fit, 0) << t.gpus;
+    EXPECT_GT(t.memory, 0) << t.gpus;  // DDP's 16 bytes a parameter do not fit 80 GiB
+    EXPECT_EQ(t.op_limit, 0) << t.gpus;
+  }
+  EXPECT_EQ(candidates, r.candidates);
+  // Nothing may be built: every plan checked exactly is over the op limit, and says so.
+  q.gpus = {8};
+  q.base.max_ops = 100;
+  const explore::PlanSearch none = explore::search_plans(q);
+  EXPECT_TRUE(none.best.empty());
+  EXPECT_GT(none.settings.at(0).op_limit, 0);
+  EXPECT_EQ(none.settings.at(0).fit, 0);
+}
+
 }  // namespace
 }  // namespace hzp

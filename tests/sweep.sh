@@ -224,7 +224,9 @@ PY
 # point, or a model that is no file, are bad input before anything runs.
 "$hzp" sweep --set gpus=16 --set global_batch_sequences=3,5 --db allfail.db > /dev/null 2> allfail.err
 rc=$?
-[ "$rc" -eq 5 ] && grep -q "sweep: point 1: global_batch_sequences: 5 sequences do not split" allfail.err ||
+# The two reasons differ only in their numbers: one group of 2 points.
+[ "$rc" -eq 5 ] && grep -Eq "^sweep: 2 point\(s\) failed, the first: point [01]: global_batch_sequences: [35] sequences \
+do not split" allfail.err && [ "$(grep -c "failed" allfail.err)" -eq 1 ] ||
   { echo "FAIL: a sweep whose every point failed -> rc=$rc: $(cat allfail.err)"; fail=1; }
 "$hzp" sweep --set gpus=8,16 --where "tp >= 2" --db none.db > /dev/null 2> none.err
 rc=$?
@@ -234,5 +236,29 @@ rc=$?
 rc=$?
 [ "$rc" -eq 2 ] && [ "$(wc -l < zero.err)" -eq 1 ] && grep -q "unknown model '/dev/zero'" zero.err && [ ! -e zero.db ] ||
   { echo "FAIL: --set model=/dev/zero -> rc=$rc: $(cat zero.err)"; fail=1; }
+
+# Nothing vanishes (issue 43, item 3). A plan over two GPU counts answers for
+# each, though the larger one's plans fill the top, and says where each
+# one's candidates went.
+"$hzp" plan --model llama3-8b --gpus 8,64 --global-batch-tokens 512K --top 2 -j 2 > plan2.txt 2>&1 ||
+  { echo "FAIL: plan over two GPU counts"; fail=1; }
+check "plan --gpus 8,64: a best plan for each count" sh -c "grep -Eq '^ +[0-9]+=? +dgx-h100 +8 ' plan2.txt \
+  && grep -Eq '^ +1=? +dgx-h100 +64 ' plan2.txt \
+  && grep -Eq '^  dgx-h100 x 8: best #[0-9]+=?; [0-9]+ candidates: [0-9]+ over the memory budget' plan2.txt \
+  && grep -Eq '^  dgx-h100 x 64: best #1=?; ' plan2.txt"
+# A sweep's failed points are reported by kind, and plots mark the points
+# without a number (out of memory, failed) instead of dropping them.
+"$hzp" sweep --set model=llama3-8b --set gpus=8,16,24 --set strategy=ddp,fsdp --set global_batch_sequences=16 \
+  --db marks.db > /dev/null 2> marks.err
+check "sweep: one line per kind of error, with its count" sh -c "[ \"\$(grep -c 'point(s) failed' marks.err)\" -eq 1 ] \
+  && grep -q '^sweep: 2 point(s) failed, the first: point [45]: global_batch_sequences: 16 sequences do not split' \
+  marks.err"
+for kind in scaling heatmap; do
+  extra=()
+  [ "$kind" = heatmap ] && extra=(--x gpus --y strategy --metric tokens_per_s)
+  "$hzp" plot "$kind" marks.db "${extra[@]}" --out "marks_$kind.png" > /dev/null 2> "marks_$kind.err"
+  check "plot $kind marks the points it cannot draw" grep -q \
+    "^hzp plot: 2 point(s) out of memory and 2 failed have no number to draw; marked on the figure" "marks_$kind.err"
+done
 
 exit $fail

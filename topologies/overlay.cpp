@@ -81,6 +81,16 @@ std::pair<std::string, std::string> overlaid_cluster_text(const std::string& nam
   return {j.dump(2), file};
 }
 
+std::string ClusterOverlay::describe() const {
+  std::string out;
+  auto add = [&out](const std::string& part) { out += (out.empty() ? "" : ", ") + part; };
+  if (nic_gbps) add(fmt::format("NIC {:g} Gb/s", *nic_gbps));
+  if (oversubscription) add(fmt::format("leaf oversubscription {:g}:1", *oversubscription));
+  if (power_limit_w) add(fmt::format("power limit {:g} W", *power_limit_w));
+  if (!calibration.empty()) add("calibration " + calibration);
+  return out;
+}
+
 ResolvedCluster resolve_cluster(const std::string& name_or_path, const ClusterOverlay& overlay) {
   std::string stack;
   auto [text, file] = overlaid_cluster_text(name_or_path, overlay, &stack);

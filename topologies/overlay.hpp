@@ -22,6 +22,9 @@ struct ClusterOverlay {
   /// device.power.limit_W: the rated limit or a cap the device profile lists.
   std::optional<double> power_limit_w;
   [[nodiscard]] bool empty() const { return calibration.empty() && !nic_gbps && !oversubscription && !power_limit_w; }
+  /// What the overlay changes, in words for a header ("NIC 200 Gb/s, leaf
+  /// oversubscription 2:1"); "" when empty.
+  [[nodiscard]] std::string describe() const;
 };
 
 struct ResolvedCluster {

@@ -133,8 +133,17 @@ AXIS_NAMES = {"gpus": "GPUs", "param_shard": "g_p (parameter shard group)", "gra
               "micro_batch": "micro-batch", "global_batch_sequences": "global batch (sequences)"}
 
 
+def not_drawn(data):
+    """Says on standard error which points have no number to draw (they are marked on the figure)."""
+    oom = sum(r["status"] == "infeasible" for r in data)
+    failed = sum(r["status"] == "error" for r in data)
+    if oom or failed:
+        print(f"hzp plot: {oom} point(s) out of memory and {failed} failed have no number to draw; marked on the "
+              f"figure (OOM, failed)", file=sys.stderr)
+
+
 def heatmap(a):
-    data = rows(a.db, "status IN ('ok', 'infeasible')")
+    data = rows(a.db, "status IN ('ok', 'infeasible', 'error')")
     if not data:
         fail(a.db, "points", "no finished points to plot")
     for key in (a.x, a.y, a.metric):
@@ -146,18 +155,19 @@ def heatmap(a):
     check_rows(len(ys), a.db, a.y, "values on an axis")
     grid = [[float("nan")] * len(xs) for _ in ys]
     oom = [[False] * len(xs) for _ in ys]
+    failed = [[False] * len(xs) for _ in ys]
     for r in data:  # the best point per cell when other axes vary too
         if r[a.x] is None or r[a.y] is None:
             continue
         i, j = ys.index(r[a.y]), xs.index(r[a.x])
         if r["status"] != "ok":
-            oom[i][j] = True
+            (oom if r["status"] == "infeasible" else failed)[i][j] = True
             continue
         v = number(r[a.metric])
         if v is not None and (grid[i][j] != grid[i][j] or v > grid[i][j]):
             grid[i][j] = v
     finite = [v for row in grid for v in row if v == v]
-    if not finite and not any(map(any, oom)):
+    if not finite and not any(map(any, oom)) and not any(map(any, failed)):
         fail(a.db, a.metric, "expected numbers to plot: every finished point's value is NULL or not a number")
     plt = pyplot()
     lo, hi = (min(finite), max(finite)) if finite else (0, 0)
@@ -177,20 +187,22 @@ def heatmap(a):
                 dark = hi > vmin and (v - vmin) / (hi - vmin) < 0.5
                 ax.text(j, i, human(v), ha="center", va="center", color="white" if dark else "black")
             else:
-                ax.text(j, i, "OOM" if oom[i][j] else "—", ha="center", va="center",
-                        color="tab:red" if oom[i][j] else "grey")
+                mark = "OOM" if oom[i][j] else "failed" if failed[i][j] else "—"
+                ax.text(j, i, mark, ha="center", va="center", color="grey" if mark == "—" else "tab:red")
     fig.colorbar(im, ax=ax, label=AXIS_NAMES.get(a.metric, a.metric))
     r0 = data[0]
     gpus = sorted({r.get("gpus") for r in data if r.get("gpus") is not None})
     gpus_text = str(gpus[0]) if len(gpus) == 1 else f"{gpus[0]}–{gpus[-1]}" if gpus else "?"
     fig.suptitle(f"{r0.get('model', '')} on {gpus_text} × {r0.get('cluster', '')}: "
-                 f"{AXIS_NAMES.get(a.metric, a.metric)}, best per cell\n(OOM: out of memory; —: not swept)",
-                 fontsize=10)
+                 f"{AXIS_NAMES.get(a.metric, a.metric)}, best per cell\n(OOM: out of memory; failed: no answer, "
+                 f"see hzp sweep export; —: not swept)", fontsize=10)
     save(fig, a.out, tight_layout=True)
+    not_drawn(data)
 
 
 def scaling(a):
-    data = rows(a.db)
+    every = rows(a.db, "status IN ('ok', 'infeasible', 'error')")
+    data = [r for r in every if r["status"] == "ok"]
     if not data:
         fail(a.db, "points", "no finished points to plot")
     for key in (a.x, "tokens_per_s", "mfu"):
@@ -219,12 +231,20 @@ def scaling(a):
     for ax in (ax1, ax2):
         ax.set_xscale("log", base=2)
         ax.set_xlabel(AXIS_NAMES.get(a.x, a.x))
+    # The points with no number, at their x along the bottom: red x out of memory, grey x failed.
+    for status, colour, label in (("infeasible", "tab:red", "out of memory"), ("error", "grey", "failed")):
+        xs = sorted({number(r[a.x]) for r in every if r["status"] == status and (number(r[a.x]) or 0) > 0})
+        for ax in (ax1, ax2):
+            if xs:
+                ax.plot(xs, [0.03] * len(xs), linestyle="none", marker="x", color=colour, label=label,
+                        transform=ax.get_xaxis_transform())
     ax1.set_ylabel("tokens / s")
     ax2.set_ylabel("MFU (%)")
     ax2.set_ylim(0, 100)
     ax1.legend(fontsize=7)
     fig.suptitle(title(data, "throughput and MFU against GPU count (best plan per point)"))
     save(fig, a.out)
+    not_drawn(every)
 
 
 def max_input_bytes():
