@@ -138,8 +138,10 @@ void add_collectives_command(CLI::App& app, Commands& out) {
   c->add_option("-f,--factor", a.factor, "size multiplier (nccl-tests -f)")
       ->capture_default_str()
       ->check(integer_in(2, 1024));
-  // The power limit changes no collective: not offered.
-  a.overlay_flags.add(c, scenario_specs(false, {"calibration", "nic_gbps", "oversubscription"}), option_defaults());
+  // Every what-if, as every command takes them (the power limit changes no
+  // collective in hzp's model: taken and echoed, for one grammar).
+  a.overlay_flags.add(c, scenario_specs(false, {"calibration", "nic_gbps", "oversubscription", "power_limit"}),
+                      option_defaults());
   out.push_back(std::move(cmd));
 }
 

@@ -13,6 +13,7 @@
 #include "cli/checks.hpp"
 #include "cli/commands.hpp"
 #include "cli/option_flags.hpp"
+#include "cli/plan_compare.hpp"
 #include "cli/report.hpp"
 #include "core/error.hpp"
 #include "core/io.hpp"
@@ -44,7 +45,10 @@ struct PlanArgs {
   std::optional<double> train_tokens;  // parsed from train_tokens_text
   topologies::ClusterOverlay overlay;  // the calibration and what-if changes, as resolved
   explore::WorkLimits limits;
+  std::vector<std::string> strategies;  // --strategy: only these (hzp's or PyTorch's names)
+  std::vector<std::string> compare;     // --compare: the best of each of these families
 };
+
 
 // --train-tokens: a count with an optional decimal suffix K, M, G, T (10^3 ..
 // 10^12), as training budgets are stated ("15T").
@@ -210,13 +214,7 @@ std::string plan_json(const explore::PlanSearch& r, const std::vector<explore::R
                            {"git_revision", core::git_revision()},
                            {"model", q.model},
                            {"objective", q.objective},
-                           {"what_if",
-                            {{"calibration", q.overlay.calibration.empty()
-                                                 ? nlohmann::ordered_json(nullptr)
-                                                 : nlohmann::ordered_json(q.overlay.calibration)},
-                             {"nic_gbps", optional_json(q.overlay.nic_gbps)},
-                             {"oversubscription", optional_json(q.overlay.oversubscription)},
-                             {"power_limit_W", optional_json(q.overlay.power_limit_w)}}},
+                           {"what_if", overlay_json(q.overlay)},
                            {"tolerance", *a.tolerance_pct / 100},
                            {"expected_error", nlohmann::ordered_json::array()},
                            {"candidates", r.candidates},
@@ -254,6 +252,31 @@ std::string plan_json(const explore::PlanSearch& r, const std::vector<explore::R
   return j.dump(2);
 }
 
+// --compare: the best plan of each family on one cluster and GPU count.
+int cmd_compare(const PlanArgs& a, const explore::PlanQuery& q) {
+  if (!a.strategies.empty()) {
+    throw core::InputError("command line", "--compare", "expected --compare or --strategy, not both");
+  }
+  if (q.clusters.size() != 1 || q.gpus.size() != 1) {
+    throw core::InputError("command line", "--compare", "expected one --cluster and one --gpus to compare on");
+  }
+  const std::vector<Compared> compared = compare_families(q, families_of(a.compare, q.stack));
+  double tolerance = 0;  // the loosest family's expected error unless given
+  for (const auto& c : compared) tolerance = std::max(tolerance, c.expected.mean_abs);
+  if (a.tolerance_given) tolerance = *a.tolerance_pct / 100;
+  if (a.json) {
+    nlohmann::ordered_json j{{"hzp_version", core::version()}, {"git_revision", core::git_revision()},
+                             {"model", q.model},           {"cluster", q.clusters[0]},
+                             {"gpus", q.gpus[0]},          {"tolerance", tolerance}};
+    j["compare"] = compare_json(compared);
+    std::cout << j.dump(2) << "\n";
+  } else {
+    std::cout << compare_text(q, compared, tolerance);
+  }
+  const bool any = std::any_of(compared.begin(), compared.end(), [](const Compared& c) { return c.best.has_value(); });
+  return any ? 0 : kExitInfeasible;
+}
+
 int cmd_plan(PlanArgs& a) {
   if (!a.train_tokens_text.empty()) {
     a.train_tokens = parse_train_tokens(a.train_tokens_text);
@@ -286,8 +309,17 @@ int cmd_plan(PlanArgs& a) {
   q.top = a.top;
   q.jobs = a.jobs > 0 ? a.jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   q.exhaustive = a.exhaustive;
-  const Expected expected = expected_errors(a, q.stack);
+  q.strategies = strategies_of(a.strategies, "--strategy");
+  for (plan::Strategy x : q.strategies) {  // asked for by name: one the stack does not run is bad input
+    plan::PlanOptions o;
+    o.strategy = x;
+    if (auto why = plan::not_runnable(stacks::resolve_stack(q.stack)->spec, o)) {
+      throw core::InputError("command line", "--strategy", *why);
+    }
+  }
   a.tolerance_given = a.tolerance_pct.has_value();
+  if (!a.compare.empty()) return cmd_compare(a, q);
+  const Expected expected = expected_errors(a, q.stack);
   if (!a.tolerance_pct) a.tolerance_pct = 100 * expected.loosest;
   explore::PlanSearch r = explore::search_plans(q);
   const std::vector<explore::RankedPlan> rows = explore::rank_with_ties(r.best, q.objective, *a.tolerance_pct / 100);
@@ -326,6 +358,14 @@ void add_plan_command(CLI::App& app, Commands& out) {
                   "percent: plans closer than this in the objective are printed as a tie (default: the expected "
                   "error, the mean |error| of the nearest checked public runs)")
       ->check(number_in(0, 100));
+  cmd->add_option("--strategy", pa.strategies,
+                  "only these strategies (comma-separated; hzp's names or PyTorch's: FULL_SHARD, HYBRID_SHARD, ...; "
+                  "default: every one the stack runs)")
+      ->delimiter(',');
+  cmd->add_option("--compare", pa.compare,
+                  "the best plan of each of these families side by side, with what decides between them (e.g. "
+                  "fsdp,hsdp,hzp; one --cluster and --gpus)")
+      ->delimiter(',');
   cmd->add_option("--train-tokens", pa.train_tokens_text,
                   "tokens to train (decimal K, M, G or B, T: 15T = 15e12): days, GPU-hours and dollars of each plan")
       ->check(file_name());

@@ -88,7 +88,14 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::cerr << "hzp: error: command line: " << e.what() << " (see " << help_of(app) << ")\n";
+    // `--json -` reads as "JSON to standard output", which --json alone is.
+    std::string hint;
+    for (int i = 1; i + 1 < argc; ++i) {
+      if (std::string(argv[i]) == "--json" && std::string(argv[i + 1]) == "-") {
+        hint = "; --json takes no value: it prints the summary as JSON on standard output (--summary - does too)";
+      }
+    }
+    std::cerr << "hzp: error: command line: " << e.what() << hint << " (see " << help_of(app) << ")\n";
     return cli::kExitBadInput;
   }
   for (auto& command : commands) {

@@ -23,6 +23,13 @@ nlohmann::ordered_json optional_json(const std::optional<double>& v) {
   return v ? nlohmann::ordered_json(*v) : nlohmann::ordered_json(nullptr);
 }
 
+nlohmann::ordered_json overlay_json(const topologies::ClusterOverlay& o) {
+  return {{"calibration", o.calibration.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(o.calibration)},
+          {"nic_gbps", optional_json(o.nic_gbps)},
+          {"oversubscription", optional_json(o.oversubscription)},
+          {"power_limit_W", optional_json(o.power_limit_w)}};
+}
+
 namespace {
 
 // A name from user data as one path component: letters, digits and ._-
@@ -106,6 +113,13 @@ std::string summary_text(const ScenarioResult& r) {
       "mem GiB / reserved: peak allocated, and peak held by the caching allocator, per {:.0f} GiB device.\n",
       r.cluster.device.hbm_GiB);
   out += expected_error_of(r).text();
+  for (const auto& run : r.runs) {
+    if (!r.stack) continue;
+    if (auto why = plan::not_runnable(r.stack->spec, run.plan.options)) {
+      out += fmt::format("note: {}: {}; simulated with that stack's costs all the same\n",
+                         plan::to_string(run.strategy), *why);
+    }
+  }
   out +=
       "\nexposed: collective time not hidden behind compute, per group kind; idle: compute stream with nothing to "
       "run.\n";
@@ -141,12 +155,8 @@ std::string summary_json(const ScenarioResult& r, const std::string& command_lin
                  {"cluster_sha256", r.cluster_sha256},
                  {"stack", r.stack ? r.stack->spec.name : ""},
                  {"stack_sha256", r.stack ? r.stack->sha256 : ""},
-                 {"gpus", r.gpus},
-                 {"calibration", r.overlay.calibration.empty() ? nlohmann::ordered_json(nullptr)
-                                                               : nlohmann::ordered_json(r.overlay.calibration)},
-                 {"nic_gbps", optional_json(r.overlay.nic_gbps)},
-                 {"oversubscription", optional_json(r.overlay.oversubscription)},
-                 {"power_limit_W", optional_json(r.overlay.power_limit_w)}};
+                 {"gpus", r.gpus}};
+  j["inputs"].update(overlay_json(r.overlay));
   j["batch"] = {{"seq_len", r.batch.seq_len},
                 {"global_batch_sequences", r.batch.sequences},
                 {"global_batch_tokens", r.batch.sequences * r.batch.seq_len},
@@ -194,6 +204,8 @@ std::string summary_json(const ScenarioResult& r, const std::string& command_lin
     }
     x["memory_at_peak_GiB"] = contributors;
     x["hbm_GiB"] = r.cluster.device.hbm_GiB;
+    const std::optional<std::string> why = r.stack ? plan::not_runnable(r.stack->spec, run.plan.options) : std::nullopt;
+    x["not_runnable_by_stack"] = why ? nlohmann::ordered_json(*why) : nlohmann::ordered_json(nullptr);
     x["fits_in_memory"] = m.fits();
     if (m.host_memory().count() > 0) {  // offload only: older summaries stay as they were
       x["host_memory_GiB"] = m.host_memory().gib();

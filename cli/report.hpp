@@ -23,6 +23,8 @@ using explore::StrategyResult;
 
 /// A value that may be unset: the number, or null.
 [[nodiscard]] nlohmann::ordered_json optional_json(const std::optional<double>& v);
+/// The calibration and what-if changes: {calibration, nic_gbps, oversubscription, power_limit_W}, null when unset.
+[[nodiscard]] nlohmann::ordered_json overlay_json(const topologies::ClusterOverlay& o);
 
 [[nodiscard]] std::string summary_text(const ScenarioResult& r);
 /// The JSON summary (also what --json prints), pretty-printed, deterministic.

@@ -33,6 +33,10 @@ struct PlanQuery {
   std::vector<int> gpus{1024};
   plan::PlanOptions base;                     // batch, sequence length
   std::string stack = stacks::kDefaultStack;  // the software stack every candidate runs under
+  /// Only these strategies (empty: every one the stack runs; one it does not
+  /// run is refused). The search proposes only plans the stack can run
+  /// (plan::not_runnable).
+  std::vector<plan::Strategy> strategies;
   topologies::ClusterOverlay overlay;         // calibration and what-if changes, applied to every cluster
   double memory_limit_GiB = 0;                // 0: each cluster's HBM
   std::optional<double> price_per_gpu_hour;   // else the cluster file's price

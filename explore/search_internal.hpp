@@ -116,7 +116,7 @@ struct LayerParams {
                                   const topologies::DeviceProfile& d);
 /// Which stream or link is on the critical path, in words (and, when a
 /// collective kind is exposed, the latency share of the sharding collectives).
-[[nodiscard]] std::string bottleneck(const sim::Metrics& m, const ShardingTerms& t);
+[[nodiscard]] std::string bottleneck(const sim::Metrics& m, const ShardingTerms& t, bool pipelined);
 /// Doubles in and out of parallel_map's records.
 [[nodiscard]] std::string pack(std::initializer_list<double> v);
 [[nodiscard]] double unpack(const std::string& r, std::size_t i);
@@ -149,6 +149,8 @@ struct Search {
   /// The K-th best score screened so far of a setting (the bound to beat), 1e300 before K.
   [[nodiscard]] double kth_best(std::size_t setting) const;
   [[nodiscard]] SettingTally& tally(std::size_t setting) { return out.settings[setting]; }
+  /// Whether a candidate is one the query asks for and the stack can run.
+  [[nodiscard]] bool wanted(const PlanOptions& p) const;
   std::vector<PlanChoice> found;  // 4. verified plans that fit
   PlanSearch out;
 

@@ -41,7 +41,7 @@ void add_hzp_candidates(Search& s, std::size_t si, std::size_t group, const Plan
           p.grad_shard = gg;
           p.optim_shard = go;
           p.async = async;
-          s.space.push_back(Candidate{si, group, p, false});
+          if (s.wanted(p)) s.space.push_back(Candidate{si, group, p, false});
         }
       }
     }
@@ -81,7 +81,7 @@ void add_group(Search& s, std::size_t si, int tp, int pp, int vpp, plan::Pipelin
            {Strategy::Ddp, Strategy::Zero1, Strategy::Zero2, Strategy::Fsdp, Strategy::Hsdp, Strategy::Hpz}) {
         PlanOptions p = o;
         p.strategy = x;
-        s.space.push_back(Candidate{si, group, p, base});
+        if (s.wanted(p)) s.space.push_back(Candidate{si, group, p, base});
       }
       add_hzp_candidates(s, si, group, o, dp);
     }
@@ -92,6 +92,11 @@ void add_group(Search& s, std::size_t si, int tp, int pp, int vpp, plan::Pipelin
 
 Search::Search(const PlanQuery& query) : q(query), m(models::load_model(query.model)), price(query.price_per_gpu_hour) {
   q.base.stack = q.stack == stacks::kDefaultStack ? stacks::default_stack() : stacks::resolve_stack(q.stack);
+  for (Strategy x : q.strategies) {  // asked for by name: one the stack does not run is bad input
+    PlanOptions p;
+    p.strategy = x;
+    if (auto why = plan::not_runnable(q.base.stack->spec, p)) throw core::ProblemError({{"strategy", *why}});
+  }
   for (const auto& c : q.clusters) {
     // Each cluster as every other command resolves it: calibration and what-if changes applied.
     const topologies::ResolvedCluster resolved = topologies::resolve_cluster(c, q.overlay);
@@ -181,6 +186,12 @@ std::optional<double> Search::cost_of(const Setting& st, double step_s) const {
   auto p = price ? price : st.cluster.price_per_device_hour;
   if (!p || tokens_per_step <= 0) return std::nullopt;
   return *p * st.gpus * step_s / 3600.0 / tokens_per_step * 1e6;
+}
+
+bool Search::wanted(const PlanOptions& p) const {
+  const bool asked = q.strategies.empty() || std::find(q.strategies.begin(), q.strategies.end(), p.strategy) !=
+                                                 q.strategies.end();
+  return asked && !plan::not_runnable(q.base.stack->spec, p);
 }
 
 double Search::score(const Setting& st, double step_s) const {

@@ -12,7 +12,7 @@
 
 namespace hzp::explore::search {
 
-std::string bottleneck(const sim::Metrics& m, const ShardingTerms& t) {
+std::string bottleneck(const sim::Metrics& m, const ShardingTerms& t, bool pipelined) {
   const double step = m.step_time.to_seconds();
   std::string worst;
   double worst_s = 0;
@@ -33,7 +33,8 @@ std::string bottleneck(const sim::Metrics& m, const ShardingTerms& t) {
     return fmt::format("{} collectives exposed ({:.0f}% of the step{})", worst, 100 * worst_s / step, terms);
   }
   if (idle > 0.05 * step)
-    return fmt::format("compute stream idle ({:.0f}%: pipeline bubble or waits)", 100 * idle / step);
+    return fmt::format("compute stream idle ({:.0f}%: {})", 100 * idle / step,
+                       pipelined ? "pipeline bubble or waits" : "waits on communication or the host");
   return fmt::format("compute ({:.0f}% MFU)", 100 * m.mfu);
 }
 
@@ -94,7 +95,8 @@ std::size_t verify(Search& s, std::set<std::size_t>& simulated, std::vector<std:
     ShardingTerms terms;
     const Estimate e = simulate(s.m, *s.settings[c.setting].pm, c.o, metrics, &terms);
     if (!e.ok) return pack({e.over_op_limit ? -1.0 : 0.0});
-    return pack({1.0, e.step_s, e.reserved_GiB, metrics.tokens_per_s, metrics.mfu}) + bottleneck(metrics, terms);
+    return pack({1.0, e.step_s, e.reserved_GiB, metrics.tokens_per_s, metrics.mfu}) +
+           bottleneck(metrics, terms, c.o.pp > 1);
   });
   s.out.exact += static_cast<long long>(which.size());
   std::size_t fits = 0;
@@ -172,7 +174,7 @@ namespace {
 std::vector<PlanOptions> variants(const Search& s, const Setting& st, const PlanOptions& base) {
   std::vector<PlanOptions> out;
   auto add = [&](PlanOptions o) {
-    if (plan::check_plan(s.m, st.pm->topology(), o).empty()) out.push_back(std::move(o));
+    if (s.wanted(o) && plan::check_plan(s.m, st.pm->topology(), o).empty()) out.push_back(std::move(o));
   };
   if (base.pp > 1 && base.pipeline_schedule == plan::PipelineSchedule::OneFOneB) {
     for (auto schedule : {plan::PipelineSchedule::ZbH1, plan::PipelineSchedule::ZbV, plan::PipelineSchedule::DualPipe}) {

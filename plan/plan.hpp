@@ -425,6 +425,12 @@ struct ResolvedPlan {
 /// `resolved` (if given) holds the resolved plan. Never throws for bad input.
 [[nodiscard]] std::vector<core::Problem> check_plan(const models::ModelSpec& m, const topologies::Topology& topo,
                                                     const PlanOptions& o, ResolvedPlan* resolved = nullptr);
+/// Why `stack` cannot run the plan ("torch-fsdp2 runs ddp, fsdp and hsdp,
+/// not hzp"; "deepspeed-zero runs no tensor parallelism"), from its `runs`;
+/// nullopt where it can. Not a lowering problem: hzp simulates the plan
+/// under the stack's costs either way; plan search proposes only what it runs.
+[[nodiscard]] std::optional<std::string> not_runnable(const stacks::StackSpec& stack, const PlanOptions& o);
+
 /// The resolved plan; core::ProblemError with every problem otherwise.
 [[nodiscard]] ResolvedPlan resolve_plan(const models::ModelSpec& m, const topologies::Topology& topo,
                                         const PlanOptions& o);

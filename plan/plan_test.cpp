@@ -45,6 +45,35 @@ TEST(SplitBatch, DividesOrNamesTheOption) {
   }
 }
 
+// Whether a stack runs a plan (issue 43, item 2): its strategies, then each
+// model-parallel dimension over 1; the names a stack file takes are plan's.
+TEST(NotRunnable, TheStacksStrategiesAndModelParallelism) {
+  std::vector<std::string> names;
+  for (int i = 0; i <= static_cast<int>(Strategy::Hzp); ++i) names.emplace_back(to_string(static_cast<Strategy>(i)));
+  names.emplace_back("zero3");
+  std::vector<std::string> stack_names = stacks::strategy_names();
+  std::sort(names.begin(), names.end());
+  std::sort(stack_names.begin(), stack_names.end());
+  EXPECT_EQ(names, stack_names);
+
+  stacks::StackSpec s;
+  s.name = "fsdp2";
+  PlanOptions o;
+  o.strategy = Strategy::Hzp;
+  o.tp = 8;
+  o.pp = 4;
+  EXPECT_EQ(not_runnable(s, o), std::nullopt);  // no "runs": everything
+  s.runs.strategies = std::vector<std::string>{"ddp", "zero3", "hsdp"};
+  s.runs.parallelism = std::vector<std::string>{"tp"};
+  EXPECT_EQ(not_runnable(s, o), "fsdp2 runs ddp, zero3 and hsdp, not hzp");
+  o.strategy = Strategy::Fsdp;  // zero3 is fsdp
+  EXPECT_EQ(not_runnable(s, o), "fsdp2 runs model parallelism tp, not pp 4");
+  o.pp = 1;
+  EXPECT_EQ(not_runnable(s, o), std::nullopt);
+  s.runs.parallelism = std::vector<std::string>{};
+  EXPECT_EQ(not_runnable(s, o), "fsdp2 runs no model parallelism, not tp 8");
+}
+
 TEST(ResolveShards, PresetsAndValidation) {
   auto mesh = topologies::load_cluster("mesh16-roce200");  // domain 8, node 16
   auto sizes = [&](Strategy s, int dp, int p = 0, int g = 0, int o = 0) {

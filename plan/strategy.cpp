@@ -1,6 +1,11 @@
 // Names of strategies, recomputation modes and gradient dtypes, and the
-// strategy-dependent defaults that need no model or cluster.
+// strategy-dependent defaults that need no model or cluster, and whether a
+// stack runs a plan.
 #include "plan/plan.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
 
 namespace hzp::plan {
 
@@ -79,5 +84,41 @@ bool resolve_async(const PlanOptions& o) {
 }
 
 const stacks::Stack& stack_of(const PlanOptions& o) { return o.stack ? *o.stack : *stacks::default_stack(); }
+
+namespace {
+
+std::string joined(const std::vector<std::string>& names) {
+  std::string out;
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    out += (i == 0 ? "" : i + 1 == names.size() ? " and " : ", ") + names[i];
+  }
+  return out;
+}
+
+}  // namespace
+
+std::optional<std::string> not_runnable(const stacks::StackSpec& stack, const PlanOptions& o) {
+  const stacks::Runs& runs = stack.runs;
+  if (runs.strategies) {
+    const auto& names = *runs.strategies;
+    const std::string name(to_string(o.strategy));
+    const bool listed = std::find(names.begin(), names.end(), name) != names.end() ||
+                        (o.strategy == Strategy::Fsdp && std::find(names.begin(), names.end(), "zero3") != names.end());
+    if (!listed) return fmt::format("{} runs {}, not {}", stack.name, joined(names), name);
+  }
+  if (runs.parallelism) {
+    const auto& names = *runs.parallelism;
+    const std::pair<const char*, int> used[] = {
+        {"tp", o.tp}, {"pp", o.pp}, {"cp", o.cp}, {"ep", o.ep}, {"ulysses", o.ulysses}};
+    for (const auto& [name, size] : used) {
+      if (size > 1 && std::find(names.begin(), names.end(), name) == names.end()) {
+        return fmt::format("{} runs {}, not {} {}", stack.name,
+                           names.empty() ? std::string("no model parallelism") : "model parallelism " + joined(names),
+                           name, size);
+      }
+    }
+  }
+  return std::nullopt;
+}
 
 }  // namespace hzp::plan

@@ -1,6 +1,10 @@
 // StackSpec reading and the stack catalog (see stack_spec.hpp).
 #include "stacks/stack_spec.hpp"
 
+#include <fmt/format.h>
+
+#include <algorithm>
+
 #include "core/json_reader.hpp"
 #include "core/sha256.hpp"
 #include "stacks/catalog_data.hpp"
@@ -68,7 +72,36 @@ Collectives collectives(StrictObject o) {
   return c;
 }
 
+// A list of names, each one of `allowed` and none twice.
+std::vector<std::string> names_of(StrictObject& o, const std::string& key, const std::vector<std::string>& allowed,
+                                  bool may_be_empty) {
+  const nlohmann::json& a = o.array(key);
+  std::vector<std::string> out;
+  std::string all;
+  for (const auto& n : allowed) all += (all.empty() ? "" : "|") + n;
+  for (const auto& v : a) {
+    const bool known = v.is_string() && std::find(allowed.begin(), allowed.end(), v.get<std::string>()) != allowed.end();
+    if (!known) o.fail(key, fmt::format("expected a list of {}, got {}", all, v.dump()));
+    if (std::find(out.begin(), out.end(), v.get<std::string>()) != out.end()) {
+      o.fail(key, fmt::format("expected each name once, got {} twice", v.dump()));
+    }
+    out.push_back(v.get<std::string>());
+  }
+  if (out.empty() && !may_be_empty) o.fail(key, "expected at least one name");
+  return out;
+}
+
 }  // namespace
+
+const std::vector<std::string>& strategy_names() {
+  static const std::vector<std::string> n = {"ddp", "zero1", "zero2", "zero3", "fsdp", "hsdp", "hsdp2", "hpz", "hzp"};
+  return n;
+}
+
+const std::vector<std::string>& parallelism_names() {
+  static const std::vector<std::string> n = {"tp", "pp", "cp", "ep", "ulysses"};
+  return n;
+}
 
 const char* to_string(Granularity g) {
   switch (g) {
@@ -111,6 +144,13 @@ StackSpec stack_from_json(const std::string& text, const std::string& file) {
     v.finish();
   }
   s.allocator = choose<Allocator>(o, "allocator", {{"pools", Allocator::Pools}, {"caching", Allocator::Caching}});
+  if (o.has("runs")) {
+    StrictObject r = o.object("runs");
+    s.runs.strategies = names_of(r, "strategies", strategy_names(), false);
+    if (r.has("parallelism")) s.runs.parallelism = names_of(r, "parallelism", parallelism_names(), true);
+    s.runs.source = r.str("source");
+    r.finish();
+  }
   o.finish();
   return s;
 }

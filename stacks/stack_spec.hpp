@@ -8,6 +8,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -81,9 +82,23 @@ struct Overlap {
 /// allocator, one allocation per use.
 enum class Allocator { Pools, Caching };
 
+/// The plans a stack can express: its data-parallel strategies (plan
+/// strategy names; "zero3" is fsdp) and its model parallelism ("tp", "pp",
+/// "cp", "ep", "ulysses"; [] for none). Unset: every one (a stack file
+/// without "runs", or without "parallelism").
+struct Runs {
+  std::optional<std::vector<std::string>> strategies;
+  std::optional<std::vector<std::string>> parallelism;
+  std::string source;  // where the stack's documentation says so
+};
+/// The names "runs" accepts (plan/plan_test checks them against plan's strategies).
+[[nodiscard]] const std::vector<std::string>& strategy_names();
+[[nodiscard]] const std::vector<std::string>& parallelism_names();
+
 struct StackSpec {
   std::string name;
   std::string source;
+  Runs runs;
   core::NonGemmKernels ops;
   core::AttentionKernel attention = core::AttentionKernel::Flash2;
   core::SelectivePolicy selective = core::SelectivePolicy::CoreAttention;

@@ -71,6 +71,31 @@ TEST(StackSpec, BadInputNamesFileKeyAndExpectation) {
   EXPECT_NE(bad_message([](auto& j) { j["schema_version"] = 2; }).find("schema_version"), std::string::npos);
 }
 
+// What each stack runs (issue 43, item 2): read from "runs", names checked.
+TEST(StackSpec, RunsListsItsStrategiesAndParallelism) {
+  const StackSpec fsdp2 = load_stack("torch-fsdp2");
+  ASSERT_TRUE(fsdp2.runs.strategies && fsdp2.runs.parallelism);
+  EXPECT_EQ(*fsdp2.runs.strategies, (std::vector<std::string>{"ddp", "fsdp", "hsdp"}));
+  EXPECT_EQ(*fsdp2.runs.parallelism, (std::vector<std::string>{"tp", "pp", "cp"}));
+  EXPECT_EQ(*load_stack("deepspeed-zeropp").runs.parallelism, std::vector<std::string>{});  // none
+  for (const auto& name : stack_catalog_names()) EXPECT_TRUE(load_stack(name).runs.strategies) << name;
+  const std::string runs = R"({"strategies": ["fsdp"], "parallelism": ["tp"], "source": "s"})";
+  EXPECT_EQ(bad_message([&](auto& j) { j["runs"] = nlohmann::json::parse(runs); }), "");
+  EXPECT_NE(bad_message([](auto& j) { j["runs"] = {{"strategies", {"fsdp3"}}, {"source", "s"}}; })
+                .find("runs.strategies: expected a list of ddp|zero1"),
+            std::string::npos);
+  EXPECT_NE(bad_message([](auto& j) { j["runs"] = {{"strategies", {"fsdp", "fsdp"}}, {"source", "s"}}; })
+                .find("expected each name once"),
+            std::string::npos);
+  EXPECT_NE(bad_message([](auto& j) { j["runs"] = {{"strategies", nlohmann::json::array()}, {"source", "s"}}; })
+                .find("expected at least one name"),
+            std::string::npos);
+  EXPECT_NE(bad_message([](auto& j) {
+              j["runs"] = {{"strategies", {"fsdp"}}, {"parallelism", {"dp"}}, {"source", "s"}};
+            }).find("runs.parallelism: expected a list of tp|pp|cp|ep|ulysses"),
+            std::string::npos);
+}
+
 TEST(StackSpec, UnknownNameListsTheCatalog) {
   try {
     (void)load_stack("torch-fsdp3");

@@ -326,6 +326,7 @@ done
 expect_fail "(see hzp simulate --help)" simulate --bogus-flag
 expect_fail "(see hzp validate cases --help)" validate cases --bogus-flag
 expect_fail "(see hzp plan --help)" plan --gpus x
+expect_fail "--json takes no value: it prints the summary as JSON on standard output" simulate --gpus 8 --json -
 expect_fail "command line: --model: expected --model or --set model=..., not both" \
   sweep --model llama3-8b --set model=llama3-70b --db "$work/twice.db"
 [ ! -e "$work/twice.db" ] || { echo "FAIL: a refused sweep left its database"; fail=1; }

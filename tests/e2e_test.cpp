@@ -209,11 +209,15 @@ TEST(PlanSearch, BottleneckNamesTheExposedKindAndTheLatencyShare) {
   t.gather_latency_s = 2;
   t.reduce_latency_s = 1;
   t.gather_bandwidth_s = 1;
-  EXPECT_EQ(explore::search::bottleneck(m, t), "dp_shard collectives exposed (20% of the step; sharding 75% latency)");
-  m.exposed_comm["dp_shard"] = core::Duration::seconds(0.1);  // hidden: compute decides
+  EXPECT_EQ(explore::search::bottleneck(m, t, false),
+            "dp_shard collectives exposed (20% of the step; sharding 75% latency)");
+  m.exposed_comm["dp_shard"] = core::Duration::seconds(0.1);  // hidden: idle decides, a bubble only with a pipeline
+  m.compute_idle = core::Duration::seconds(1);
+  EXPECT_EQ(explore::search::bottleneck(m, t, true), "compute stream idle (10%: pipeline bubble or waits)");
+  EXPECT_EQ(explore::search::bottleneck(m, t, false), "compute stream idle (10%: waits on communication or the host)");
   m.compute_idle = core::Duration{};
   m.mfu = 0.5;
-  EXPECT_EQ(explore::search::bottleneck(m, t), "compute (50% MFU)");
+  EXPECT_EQ(explore::search::bottleneck(m, t, false), "compute (50% MFU)");
 }
 
 TEST(Adaptive, ExpertShardsChosenSeparately) {

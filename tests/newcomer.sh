@@ -70,8 +70,8 @@ step "and records them in its JSON inputs" '"nic_gbps": 200' "$hzp" simulate --m
 check "the power limit too" grep -q '"power_limit_W": 500' "$work/out.txt"
 step "plan echoes its what-ifs" "^what-if: NIC 100 Gb/s \(applied to every cluster\)$" "$hzp" plan \
   --model llama3-8b --gpus 16 --global-batch-tokens 1M --nic-gbps 100 --top 1
-step "collectives echoes its what-ifs" "^# what-if: NIC 100 Gb/s, leaf oversubscription 2:1$" "$hzp" collectives \
-  --gpus 64 --nic-gbps 100 --oversubscription 2 -b 1M -e 1M
+step "collectives echoes its what-ifs" "^# what-if: NIC 100 Gb/s, leaf oversubscription 2:1, power limit 500 W$" \
+  "$hzp" collectives --gpus 64 --nic-gbps 100 --oversubscription 2 --power-limit 500 -b 1M -e 1M
 step "sweep takes simulate's flags" "2 run \(2 ok" "$hzp" sweep --model llama3-8b --gpus 16 --strategy fsdp \
   --global-batch-tokens 1M --set nic_gbps=100,400 --db whatif.db
 step "and its database records them" "^llama3-8b,100(\.0)?$" sh -c "'$hzp' sweep export whatif.db --csv - | python3 -c \

@@ -170,5 +170,34 @@ TEST(PlanSearch, EveryGpuCountGetsItsBestPlanAndATally) {
   EXPECT_EQ(none.settings.at(0).fit, 0);
 }
 
+// Under a stack the search proposes only plans it runs (issue 43, item 2):
+// torch-fsdp1 runs ddp, zero2, fsdp, hsdp and hsdp2 with tensor parallelism
+// only; --strategy narrows further, and PyTorch's names reach it.
+TEST(PlanSearch, ProposesOnlyWhatTheStackRuns) {
+  explore::PlanQuery q;
+  q.model = "llama3-8b";
+  q.gpus = {16};
+  q.base.global_batch_tokens = 512 * 1024;
+  q.stack = "torch-fsdp1";
+  q.top = 30;
+  q.jobs = 2;
+  const explore::PlanSearch r = explore::search_plans(q);
+  ASSERT_FALSE(r.best.empty());
+  std::set<std::string> strategies;
+  for (const auto& c : r.best) {
+    strategies.insert(std::string(plan::to_string(c.options.strategy)));
+    EXPECT_EQ(c.options.pp, 1) << explore::describe_plan(c);
+    EXPECT_EQ(c.options.ulysses, 1) << explore::describe_plan(c);
+  }
+  for (const auto& s : strategies) {
+    EXPECT_TRUE(s == "ddp" || s == "zero2" || s == "fsdp" || s == "hsdp" || s == "hsdp2") << s;
+  }
+  EXPECT_GE(strategies.size(), 2u);
+  q.strategies = {plan::Strategy::Hsdp};
+  for (const auto& c : explore::search_plans(q).best) EXPECT_EQ(c.options.strategy, plan::Strategy::Hsdp);
+  q.strategies = {plan::Strategy::Hzp};  // asked for by name, not run by the stack: refused
+  EXPECT_THROW((void)explore::search_plans(q), core::ProblemError);
+}
+
 }  // namespace
 }  // namespace hzp

@@ -246,6 +246,24 @@ check "plan --gpus 8,64: a best plan for each count" sh -c "grep -Eq '^ +[0-9]+=
   && grep -Eq '^ +1=? +dgx-h100 +64 ' plan2.txt \
   && grep -Eq '^  dgx-h100 x 8: best #[0-9]+=?; [0-9]+ candidates: [0-9]+ over the memory budget' plan2.txt \
   && grep -Eq '^  dgx-h100 x 64: best #1=?; ' plan2.txt"
+# The comparison people bring (issue 43, item 2): the best of each family
+# side by side with what decides between them, PyTorch's names accepted;
+# under a stack only what it runs, and a family it does not run refused.
+"$hzp" plan --model llama3-8b --cluster dgx-h100 --gpus 64 --global-batch-tokens 1M -j 2 \
+  --compare FULL_SHARD,HYBRID_SHARD,hzp > compare.txt 2>&1 || { echo "FAIL: plan --compare"; fail=1; }
+check "plan --compare prints the three families and why" sh -c "grep -Eq '^fsdp +fsdp \(' compare.txt \
+  && grep -Eq '^hsdp +hsdp \(' compare.txt && grep -Eq '^hzp +hzp \(' compare.txt \
+  && grep -q '^why: each plan against ' compare.txt && grep -q '^expected error of step time' compare.txt"
+"$hzp" plan --model llama3-8b --cluster dgx-h100 --gpus 64 --global-batch-tokens 1M -j 2 --stack torch-fsdp2 \
+  --top 20 --json > fsdp2.json || { echo "FAIL: plan under torch-fsdp2"; fail=1; }
+check "plan under torch-fsdp2 proposes only ddp, fsdp and hsdp" "$py" -c "
+import json; s = {p['strategy'] for p in json.load(open('fsdp2.json'))['plans']}
+assert s and s <= {'ddp', 'fsdp', 'hsdp'}, s"
+"$hzp" plan --model llama3-8b --gpus 64 --stack torch-fsdp2 --compare fsdp,hzp > /dev/null 2> refused.err
+rc=$?
+[ "$rc" -eq 2 ] && grep -q "command line: --compare: torch-fsdp2 runs ddp, fsdp and hsdp, not hzp" refused.err ||
+  { echo "FAIL: --compare with a family the stack does not run -> rc=$rc: $(cat refused.err)"; fail=1; }
+
 # A sweep's failed points are reported by kind, and plots mark the points
 # without a number (out of memory, failed) instead of dropping them.
 "$hzp" sweep --set model=llama3-8b --set gpus=8,16,24 --set strategy=ddp,fsdp --set global_batch_sequences=16 \
