@@ -1,8 +1,11 @@
 // `hzp plan`: search strategies and parallelism for the best plans that fit,
 // printed as a table or JSON.
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <functional>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <iostream>
@@ -252,6 +255,21 @@ std::string plan_json(const explore::PlanSearch& r, const std::vector<explore::R
   return j.dump(2);
 }
 
+// A progress line with an ETA on a terminal; nothing where standard error is
+// a file (outputs stay byte-identical run to run).
+std::function<void(std::size_t, std::size_t)> progress_line(const std::string& what) {
+  if (::isatty(STDERR_FILENO) == 0) return {};
+  const auto t0 = std::chrono::steady_clock::now();
+  return [what, t0](std::size_t done, std::size_t total) {
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const auto eta = static_cast<long>(done > 0 ? s / static_cast<double>(done) * static_cast<double>(total - done) : 0);
+    std::cerr << fmt::format("\r{}: screened {} of {} groups of candidates ({:.0f}%), ETA {}:{:02}", what, done, total,
+                             100.0 * static_cast<double>(done) / static_cast<double>(std::max<std::size_t>(total, 1)),
+                             eta / 60, eta % 60)
+              << (done == total ? "\n" : "") << std::flush;
+  };
+}
+
 // --compare: the best plan of each family on one cluster and GPU count.
 int cmd_compare(const PlanArgs& a, const explore::PlanQuery& q) {
   if (!a.strategies.empty()) {
@@ -318,6 +336,7 @@ int cmd_plan(PlanArgs& a) {
     }
   }
   a.tolerance_given = a.tolerance_pct.has_value();
+  q.progress = progress_line("hzp plan");
   if (!a.compare.empty()) return cmd_compare(a, q);
   const Expected expected = expected_errors(a, q.stack);
   if (!a.tolerance_pct) a.tolerance_pct = 100 * expected.loosest;

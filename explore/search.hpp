@@ -17,6 +17,7 @@
 //     full model; only plans whose exact peak fits are reported.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -37,6 +38,9 @@ struct PlanQuery {
   /// run is refused). The search proposes only plans the stack can run
   /// (plan::not_runnable).
   std::vector<plan::Strategy> strategies;
+  /// Called as screening advances (the long phase): groups of candidates
+  /// screened or set aside so far, of how many; the last call has done == total.
+  std::function<void(std::size_t done, std::size_t total)> progress;
   topologies::ClusterOverlay overlay;         // calibration and what-if changes, applied to every cluster
   double memory_limit_GiB = 0;                // 0: each cluster's HBM
   std::optional<double> price_per_gpu_hour;   // else the cluster file's price

@@ -298,6 +298,7 @@ void screen_groups(Search& s) {
     const std::vector<std::size_t> to_screen = members_to_screen(s, g, heads);
     run_screen(s, to_screen, {});
     for (std::size_t i : to_screen) s.note(i);
+    if (s.q.progress) s.q.progress(std::min(g.order.size(), at + batch), g.order.size());
   }
 }
 

@@ -161,6 +161,17 @@ TEST(PlanSearch, EveryGpuCountGetsItsBestPlanAndATally) {
     EXPECT_EQ(t.op_limit, 0) << t.gpus;
   }
   EXPECT_EQ(candidates, r.candidates);
+  // Progress: screening reports groups done of all, rising to the whole.
+  std::vector<std::pair<std::size_t, std::size_t>> calls;
+  q.progress = [&calls](std::size_t done, std::size_t total) { calls.emplace_back(done, total); };
+  (void)explore::search_plans(q);
+  ASSERT_FALSE(calls.empty());
+  for (std::size_t i = 1; i < calls.size(); ++i) {
+    EXPECT_GT(calls[i].first, calls[i - 1].first);
+    EXPECT_EQ(calls[i].second, calls[0].second);
+  }
+  EXPECT_EQ(calls.back().first, calls.back().second);
+  q.progress = nullptr;
   // Nothing may be built: every plan checked exactly is over the op limit, and says so.
   q.gpus = {8};
   q.base.max_ops = 100;
