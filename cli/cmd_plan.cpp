@@ -40,6 +40,7 @@ struct PlanArgs {
   std::string objective = "throughput";
   int top = 5;
   int jobs = 0;
+  int jobs_used = 1;  // the processes the search ran on
   bool json = false;
   bool exhaustive = false;
   std::optional<double> tolerance_pct;  // default: the loosest expected error of the clusters and GPU counts
@@ -131,6 +132,11 @@ std::string plan_text(const explore::PlanSearch& r, const std::vector<explore::R
       "hzp plan: {} candidates ({} pruned by the memory bound, {} by the compute bound, {} screened on reduced-layer "
       "models, {} simulated exactly) in {:.2f} s = {:.0f} candidates/s\n\n",
       r.candidates, r.pruned_memory, r.pruned_bound, r.screened, r.exact, r.seconds, r.candidates_per_second());
+  if (r.screened > 0 && r.exact > 0) {
+    text.insert(text.size() - 2, fmt::format("; {:.1f} ms a screened candidate, {:.0f} ms an exact plan (wall, {} jobs)",
+                                             1e3 * r.screen_seconds / static_cast<double>(r.screened),
+                                             1e3 * r.exact_seconds / static_cast<double>(r.exact), a.jobs_used));
+  }
   if (!a.overlay.empty()) text += fmt::format("what-if: {} (applied to every cluster)\n\n", a.overlay.describe());
   text += fmt::format("{:>3} {:<16} {:>6}  {:<44} {:>8} {:>10} {:>6} {:>9} {:>9}  {}\n", "#", "cluster", "gpus", "plan",
                       "step s", "tokens/s", "MFU", "mem GiB", "$/Mtok", "bottleneck");
@@ -227,6 +233,8 @@ std::string plan_json(const explore::PlanSearch& r, const std::vector<explore::R
                            {"simulated_exactly", r.exact},
                            {"seconds", r.seconds},
                            {"candidates_per_second", r.candidates_per_second()},
+                           {"screening_seconds", r.screen_seconds},
+                           {"exact_seconds", r.exact_seconds},
                            {"plans", nlohmann::ordered_json::array()}};
   for (const auto& [where, e] : expected.groups) {
     nlohmann::ordered_json x{{"for", where}};
@@ -326,6 +334,7 @@ int cmd_plan(PlanArgs& a) {
   q.objective = a.objective;
   q.top = a.top;
   q.jobs = a.jobs > 0 ? a.jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  a.jobs_used = q.jobs;
   q.exhaustive = a.exhaustive;
   q.strategies = strategies_of(a.strategies, "--strategy");
   for (plan::Strategy x : q.strategies) {  // asked for by name: one the stack does not run is bad input

@@ -62,9 +62,13 @@ PlanSearch search_plans(const PlanQuery& q) {
     throw core::ProblemError({std::move(p)});
   }
   search::prune_by_memory(s);
+  const double t_screen = now_s();
   search::screen_groups(s);
+  const double t_exact = now_s();
   search::verify_best(s);
   search::refine_best(s);
+  s.out.screen_seconds = t_exact - t_screen;
+  s.out.exact_seconds = now_s() - t_exact;
 
   // Ties (plans the model cannot tell apart) in a fixed order: less memory first, then by name.
   std::sort(s.found.begin(), s.found.end(), [&](const PlanChoice& a, const PlanChoice& b) {

@@ -91,6 +91,7 @@ struct PlanSearch {
   long long screened = 0;        // extrapolated from reduced-layer simulations
   long long exact = 0;           // simulated on the full model
   double seconds = 0;
+  double screen_seconds = 0, exact_seconds = 0;  // wall time of screening and of the exact simulations
   [[nodiscard]] double candidates_per_second() const {
     return seconds > 0 ? static_cast<double>(candidates) / seconds : 0;
   }
