@@ -145,9 +145,12 @@ struct Search {
   std::vector<double> adam, states;
   // 3. screening: per alive candidate {ok, step, reserved, compute, floor}; the K best scores so far
   std::vector<std::array<double, 5>> screened;
-  std::vector<std::vector<double>> best_scores;  // per setting: the K best scores screened so far
-  /// The K-th best score screened so far of a setting (the bound to beat), 1e300 before K.
-  [[nodiscard]] double kth_best(std::size_t setting) const;
+  std::vector<double> best_scores;     // the K best scores screened so far, over every setting
+  std::vector<double> setting_best;    // per setting: its best score screened so far (1e300 before one)
+  /// The score a candidate of `setting` must beat to matter: the K-th best
+  /// over every setting (it could make the top K) or its setting's best
+  /// (it could be that setting's answer), whichever is larger; 1e300 before either.
+  [[nodiscard]] double bound_to_beat(std::size_t setting) const;
   [[nodiscard]] SettingTally& tally(std::size_t setting) { return out.settings[setting]; }
   /// Whether a candidate is one the query asks for and the stack can run.
   [[nodiscard]] bool wanted(const PlanOptions& p) const;

@@ -220,13 +220,13 @@ Groups make_groups(Search& s) {
   return g;
 }
 
-// A member is pruned when a bound on its step is worse than its setting's
-// K-th best (with 2 % for extrapolation error): the group's pipeline bound, its GEMM
+// A member is pruned when a bound on its step is worse than both the K-th best
+// over every setting and its setting's best (with 2 % for extrapolation error): the group's pipeline bound, its GEMM
 // and attention time plus the member's own Adam, and the group's floor.
 std::vector<std::size_t> survivors(Search& s, Groups& g, std::size_t first, double group_compute, double floor) {
   std::vector<std::size_t> kept;
   const auto& list = g.members[s.alive[first].group];
-  const double kth = s.kth_best(s.alive[first].setting);
+  const double kth = s.bound_to_beat(s.alive[first].setting);
   for (auto it = list.begin() + 1; it != list.end(); ++it) {
     const double bound = std::max({g.bound[s.alive[first].group], group_compute + s.adam[*it], floor});
     if (s.q.exhaustive || s.score(s.settings[s.alive[*it].setting], bound) <= 1.02 * kth) kept.push_back(*it);
@@ -267,20 +267,21 @@ std::vector<std::size_t> members_to_screen(Search& s, Groups& g, const std::vect
 
 // Screening with branch and bound over groups: the GEMM and attention time of
 // a group (the same for every sharding of it) bounds each member's step from
-// below; a group whose bound is worse than the K-th best screened plan of its
-// setting (cluster, GPU count) so far (with 2 % for extrapolation error) is
-// not screened further.
+// below; a group whose bound is worse than both the K-th best screened plan
+// so far and the best of its own setting (cluster, GPU count) (with 2 % for
+// extrapolation error) is not screened further: the answer is the top K and
+// the best of every setting.
 void screen_groups(Search& s) {
   s.screened.assign(s.alive.size(), {0, 0, 0, 0, 0});
   Groups g = make_groups(s);
-  // The bound only has to keep each setting's top K (Search::kth_best).
+  // The bound keeps the top K over every setting and each setting's best (Search::bound_to_beat).
   const std::size_t batch = static_cast<std::size_t>(std::max(1, 2 * s.q.jobs));
   for (std::size_t at = 0; at < g.order.size(); at += batch) {
     std::vector<std::size_t> heads;
     for (std::size_t k = at; k < std::min(g.order.size(), at + batch); ++k) {
       const auto [bound, first] = g.order[k];
       const std::size_t setting = s.alive[first].setting;
-      if (!s.q.exhaustive && s.score(s.settings[setting], bound) > 1.02 * s.kth_best(setting)) {
+      if (!s.q.exhaustive && s.score(s.settings[setting], bound) > 1.02 * s.bound_to_beat(setting)) {
         s.out.pruned_bound += static_cast<long long>(g.members[s.alive[first].group].size());
         s.tally(setting).bound += static_cast<long long>(g.members[s.alive[first].group].size());
         continue;

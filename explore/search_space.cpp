@@ -115,7 +115,7 @@ Search::Search(const PlanQuery& query) : q(query), m(models::load_model(query.mo
       s.limit_GiB = q.memory_limit_GiB > 0 ? q.memory_limit_GiB : spec.device.hbm_GiB;
       settings.push_back(std::move(s));
       out.settings.push_back(SettingTally{c, g});
-      best_scores.emplace_back();
+      setting_best.push_back(1e300);
     }
   }
   if (q.objective == "cost") {

@@ -54,15 +54,17 @@ bool Search::feasible(std::size_t i) const {
 
 void Search::note(std::size_t i) {
   if (!feasible(i)) return;
-  std::vector<double>& best = best_scores[alive[i].setting];
-  best.push_back(score(settings[alive[i].setting], screened[i][1]));
-  std::sort(best.begin(), best.end());
-  if (best.size() > static_cast<std::size_t>(q.top)) best.resize(static_cast<std::size_t>(q.top));
+  const double here = score(settings[alive[i].setting], screened[i][1]);
+  best_scores.push_back(here);
+  std::sort(best_scores.begin(), best_scores.end());
+  if (best_scores.size() > static_cast<std::size_t>(q.top)) best_scores.resize(static_cast<std::size_t>(q.top));
+  double& mine = setting_best[alive[i].setting];
+  mine = std::min(mine, here);
 }
 
-double Search::kth_best(std::size_t setting) const {
-  const std::vector<double>& best = best_scores[setting];
-  return best.size() >= static_cast<std::size_t>(q.top) ? best.back() : 1e300;
+double Search::bound_to_beat(std::size_t setting) const {
+  const double kth = best_scores.size() >= static_cast<std::size_t>(q.top) ? best_scores.back() : 1e300;
+  return std::max(kth, setting_best[setting]);
 }
 
 namespace {
@@ -160,6 +162,19 @@ void verify_best(Search& s) {
       next.push_back(order[n++]);
     }
     fits_from_order += verify(s, simulated, next);
+  }
+  // Then, for every setting still without a plan that fits, its own best
+  // screened in order until one fits (at most 400): every setting answers.
+  for (std::size_t si = 0; si < s.settings.size(); ++si) {
+    std::vector<std::size_t> mine;
+    for (std::size_t i : order) {
+      if (s.alive[i].setting == si && !simulated.count(i)) mine.push_back(i);
+    }
+    for (std::size_t n = 0; n < std::min<std::size_t>(mine.size(), 400) && s.tally(si).fit == 0;) {
+      std::vector<std::size_t> next;
+      while (n < std::min<std::size_t>(mine.size(), 400) && next.size() < keep) next.push_back(mine[n++]);
+      (void)verify(s, simulated, next);
+    }
   }
 }
 
