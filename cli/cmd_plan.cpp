@@ -4,10 +4,10 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <functional>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <functional>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -52,7 +52,6 @@ struct PlanArgs {
   std::vector<std::string> strategies;  // --strategy: only these (hzp's or PyTorch's names)
   std::vector<std::string> compare;     // --compare: the best of each of these families
 };
-
 
 // --train-tokens: a count with an optional decimal suffix K, M, G, T (10^3 ..
 // 10^12), as training budgets are stated ("15T").
