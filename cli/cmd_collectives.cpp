@@ -103,8 +103,9 @@ int cmd_collectives(const CollectivesArgs& a) {
       "#{:>12} {:>12} {:>8} {:>6} {:>6} {:>10} {:>8} {:>8}\n",
       a.op, n, g.domains, g.min_ranks_per_domain, g.max_ranks_per_domain, a.gpus, cluster.spec.name, cluster.file,
       topologies::nccl_tuning().version, cluster.spec.name,
-      overlay.empty() ? std::string() : fmt::format("# what-if: {}\n", overlay.describe()), "size", "count", "type", "redop", "root", "time", "algbw",
-      "busbw", "algorithm/protocol/channels", "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)");
+      overlay.empty() ? std::string() : fmt::format("# what-if: {}\n", overlay.describe()), "size", "count", "type",
+      "redop", "root", "time", "algbw", "busbw", "algorithm/protocol/channels", "(B)", "(elements)", "", "", "", "(us)",
+      "(GB/s)", "(GB/s)");
   const bool reduces = kind == core::CollectiveKind::AllReduce || kind == core::CollectiveKind::ReduceScatter;
   for (std::int64_t bytes = lo; bytes <= hi; bytes *= a.factor) {
     const topologies::CollectiveCost c = pm.collective_cost(kind, core::Bytes(bytes), g);

@@ -93,8 +93,8 @@ Expected expected_errors(const PlanArgs& a, const std::string& stack) {
     for (int gpus : a.gpus) {
       validation::ExpectedError e = validation::expected_error(cc, stack_name, gpus);
       out.loosest = std::max(out.loosest, e.mean_abs);
-      const bool seen = std::any_of(out.groups.begin(), out.groups.end(),
-                                    [&](const auto& g) { return g.second.text() == e.text(); });
+      const bool seen =
+          std::any_of(out.groups.begin(), out.groups.end(), [&](const auto& g) { return g.second.text() == e.text(); });
       if (!seen) out.groups.emplace_back(fmt::format("{} x {}", cluster, gpus), std::move(e));
     }
   }
@@ -104,8 +104,8 @@ Expected expected_errors(const PlanArgs& a, const std::string& stack) {
 // Where more than one cluster or GPU count was asked for, or one has no
 // answer: each one's best row and what became of its candidates.
 std::string settings_text(const explore::PlanSearch& r, const std::vector<explore::RankedPlan>& rows) {
-  const bool all_answered = std::all_of(r.settings.begin(), r.settings.end(),
-                                        [](const explore::SettingTally& t) { return t.fit > 0; });
+  const bool all_answered =
+      std::all_of(r.settings.begin(), r.settings.end(), [](const explore::SettingTally& t) { return t.fit > 0; });
   if (r.settings.size() < 2 && all_answered) return "";
   std::string text = "\neach cluster and GPU count: its best row, and where its candidates went\n";
   for (const auto& t : r.settings) {
@@ -132,9 +132,10 @@ std::string plan_text(const explore::PlanSearch& r, const std::vector<explore::R
       "models, {} simulated exactly) in {:.2f} s = {:.0f} candidates/s\n\n",
       r.candidates, r.pruned_memory, r.pruned_bound, r.screened, r.exact, r.seconds, r.candidates_per_second());
   if (r.screened > 0 && r.exact > 0) {
-    text.insert(text.size() - 2, fmt::format("; {:.1f} ms a screened candidate, {:.0f} ms an exact plan (wall, {} jobs)",
-                                             1e3 * r.screen_seconds / static_cast<double>(r.screened),
-                                             1e3 * r.exact_seconds / static_cast<double>(r.exact), a.jobs_used));
+    text.insert(text.size() - 2,
+                fmt::format("; {:.1f} ms a screened candidate, {:.0f} ms an exact plan (wall, {} jobs)",
+                            1e3 * r.screen_seconds / static_cast<double>(r.screened),
+                            1e3 * r.exact_seconds / static_cast<double>(r.exact), a.jobs_used));
   }
   if (!a.overlay.empty()) text += fmt::format("what-if: {} (applied to every cluster)\n\n", a.overlay.describe());
   text += fmt::format("{:>3} {:<16} {:>6}  {:<44} {:>8} {:>10} {:>6} {:>9} {:>9}  {}\n", "#", "cluster", "gpus", "plan",
@@ -269,7 +270,8 @@ std::function<void(std::size_t, std::size_t)> progress_line(const std::string& w
   const auto t0 = std::chrono::steady_clock::now();
   return [what, t0](std::size_t done, std::size_t total) {
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    const auto eta = static_cast<long>(done > 0 ? s / static_cast<double>(done) * static_cast<double>(total - done) : 0);
+    const auto eta =
+        static_cast<long>(done > 0 ? s / static_cast<double>(done) * static_cast<double>(total - done) : 0);
     std::cerr << fmt::format("\r{}: screened {} of {} groups of candidates ({:.0f}%), ETA {}:{:02}", what, done, total,
                              100.0 * static_cast<double>(done) / static_cast<double>(std::max<std::size_t>(total, 1)),
                              eta / 60, eta % 60)
@@ -290,9 +292,12 @@ int cmd_compare(const PlanArgs& a, const explore::PlanQuery& q) {
   for (const auto& c : compared) tolerance = std::max(tolerance, c.expected.mean_abs);
   if (a.tolerance_given) tolerance = *a.tolerance_pct / 100;
   if (a.json) {
-    nlohmann::ordered_json j{{"hzp_version", core::version()}, {"git_revision", core::git_revision()},
-                             {"model", q.model},           {"cluster", q.clusters[0]},
-                             {"gpus", q.gpus[0]},          {"tolerance", tolerance}};
+    nlohmann::ordered_json j{{"hzp_version", core::version()},
+                             {"git_revision", core::git_revision()},
+                             {"model", q.model},
+                             {"cluster", q.clusters[0]},
+                             {"gpus", q.gpus[0]},
+                             {"tolerance", tolerance}};
     j["compare"] = compare_json(compared);
     std::cout << j.dump(2) << "\n";
   } else {
@@ -368,9 +373,9 @@ void add_plan_command(CLI::App& app, Commands& out) {
       ->capture_default_str();
   cmd->add_option("--gpus", pa.gpus, "GPU counts (e.g. 256,512,1024)")->delimiter(',')->capture_default_str();
   pa.batch_flags.add(cmd, plan_specs({"global_batch_tokens", "global_batch_sequences", "seq_len"}), option_defaults());
-  pa.overlay_flags.add(
-      cmd, scenario_specs(false, {"stack", "calibration", "nic_gbps", "oversubscription", "power_limit"}),
-      option_defaults());
+  pa.overlay_flags.add(cmd,
+                       scenario_specs(false, {"stack", "calibration", "nic_gbps", "oversubscription", "power_limit"}),
+                       option_defaults());
   cmd->add_option("--memory-limit-GiB", pa.memory_limit_GiB, "memory budget per device (default: HBM)")
       ->check(number_in(0.001, 1e6));
   cmd->add_option("--price-per-gpu-hour", pa.price, "USD per GPU-hour (default: the cluster file's, if any)")

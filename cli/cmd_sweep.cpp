@@ -40,12 +40,10 @@ void add_flag_values(const SweepArgs& a, explore::SweepSpec& spec) {
     std::string flag = "--" + key;
     std::replace(flag.begin(), flag.end(), '_', '-');
     const bool axis = std::any_of(spec.axes.begin(), spec.axes.end(), [&](const auto& x) { return x.first == key; });
-    const bool set = std::any_of(a.sets.begin(), a.sets.end(), [&](const std::string& s) {
-      return s.rfind(key + "=", 0) == 0;
-    });
+    const bool set =
+        std::any_of(a.sets.begin(), a.sets.end(), [&](const std::string& s) { return s.rfind(key + "=", 0) == 0; });
     if (axis || set) {
-      throw core::InputError("command line", flag,
-                             fmt::format("expected {} or --set {}=..., not both", flag, key));
+      throw core::InputError("command line", flag, fmt::format("expected {} or --set {}=..., not both", flag, key));
     }
     spec.base[key] = nlohmann::ordered_json::parse(value.dump());
   }
@@ -91,8 +89,7 @@ int cmd_sweep(const SweepArgs& a) {
   constexpr std::size_t kGroupsShown = 10;
   for (std::size_t i = 0; i < std::min(kGroupsShown, sum.error_groups.size()); ++i) {
     const auto& g = sum.error_groups[i];
-    std::cerr << fmt::format("sweep: {} point(s) failed{}: {}\n", g.points, g.points > 1 ? ", the first" : "",
-                             g.first);
+    std::cerr << fmt::format("sweep: {} point(s) failed{}: {}\n", g.points, g.points > 1 ? ", the first" : "", g.first);
   }
   if (sum.error_groups.size() > kGroupsShown) {
     std::cerr << fmt::format("sweep: and {} other kind(s) of error\n", sum.error_groups.size() - kGroupsShown);

@@ -103,10 +103,10 @@ int cmd_validate_cases(ValidateArgs& a) {
   }
   const auto checked = validation::checked_runs(scored);
   if (!a.write_expected_error.empty()) {
-    core::write_file_atomic(a.write_expected_error,
-                            validation::checked_runs_json(checked, fmt::format("hzp validate cases, {} ({}), {} cases",
-                                                                               core::version(), core::git_revision(),
-                                                                               scored.size())));
+    core::write_file_atomic(
+        a.write_expected_error,
+        validation::checked_runs_json(checked, fmt::format("hzp validate cases, {} ({}), {} cases", core::version(),
+                                                           core::git_revision(), scored.size())));
   }
   if (!a.check) return 0;
   // The expected errors hzp prints must be the model's as it is now: checked
@@ -313,9 +313,9 @@ void add_validate_cases(CLI::App* validate, Commands& out) {
   auto* cases = validate->add_subcommand("cases", "simulate every published measurement in validation/cases");
   auto vc = std::make_unique<SimpleCommand<ValidateArgs>>(cases, run_cases);
   ValidateArgs& va = vc->args;
-  cases->add_option("--dir", va.dir, "directory of case files")
-      ->capture_default_str()
-      ->each([&va](const std::string&) { va.dir_given = true; });
+  cases->add_option("--dir", va.dir, "directory of case files")->capture_default_str()->each([&va](const std::string&) {
+    va.dir_given = true;
+  });
   cases->add_option("--filter", va.filters, "only cases whose name or group contains this (repeat: any of them)");
   cases
       ->add_option(
@@ -326,14 +326,13 @@ void add_validate_cases(CLI::App* validate, Commands& out) {
   cases->add_flag("--json", va.json, "as JSON");
   cases->add_flag("--check", va.check,
                   "exit 4 when a case is outside its tolerance and not a recorded miss, or a recorded miss got worse");
-  cases
-      ->add_option("--baseline", va.baseline,
-                   "the recorded misses --check allows (used where it exists unless given)")
+  cases->add_option("--baseline", va.baseline, "the recorded misses --check allows (used where it exists unless given)")
       ->capture_default_str()
       ->each([&va](const std::string&) { va.baseline_given = true; });
-  cases->add_option("--write-expected-error", va.write_expected_error,
-                    "write every speed case's error with its device family, stack and GPU count (the expected "
-                    "error hzp prints beside a prediction)")
+  cases
+      ->add_option("--write-expected-error", va.write_expected_error,
+                   "write every speed case's error with its device family, stack and GPU count (the expected "
+                   "error hzp prints beside a prediction)")
       ->check(file_name());
   cases
       ->add_option("--expected-error", va.expected_error,
@@ -370,8 +369,9 @@ void add_validate_commands(CLI::App& app, Commands& out) {
   auto cc = std::make_unique<SimpleCommand<CompareArgs>>(compare, run_compare);
   compare->add_option("predicted", cc->args.predicted, "predicted trace (.json from --trace)")->required();
   compare->add_option("measured", cc->args.measured, "measured trace (.json, e.g. from hzp-run)")->required();
-  compare->add_option("--report", cc->args.report,
-                      "write a Markdown report (and a .png beside it) instead of printing; - prints it (no picture)")
+  compare
+      ->add_option("--report", cc->args.report,
+                   "write a Markdown report (and a .png beside it) instead of printing; - prints it (no picture)")
       ->check(file_name());
   compare->add_flag("--json", cc->args.json, "as JSON");
   compare->add_flag("--force", cc->args.force, "replace the report and its picture if they exist");

@@ -37,15 +37,15 @@ std::vector<Family> families_of(const std::vector<std::string>& texts, const std
     if (auto why = plan::not_runnable(stacks::resolve_stack(f.stack)->spec, o)) {
       throw core::InputError("command line", "--compare", *why);
     }
-    const bool seen = std::any_of(out.begin(), out.end(), [&](const Family& g) {
-      return g.strategy == f.strategy && g.stack == f.stack;
-    });
+    const bool seen = std::any_of(out.begin(), out.end(),
+                                  [&](const Family& g) { return g.strategy == f.strategy && g.stack == f.stack; });
     if (!seen) out.push_back(f);
   }
   const bool one_stack =
       std::all_of(out.begin(), out.end(), [&](const Family& f) { return f.stack == out.front().stack; });
   for (Family& f : out) {
-    f.label = std::string(plan::to_string(f.strategy)) + (one_stack ? "" : "@" + stacks::resolve_stack(f.stack)->spec.name);
+    f.label =
+        std::string(plan::to_string(f.strategy)) + (one_stack ? "" : "@" + stacks::resolve_stack(f.stack)->spec.name);
   }
   return out;
 }
@@ -111,10 +111,10 @@ std::string compare_text(const explore::PlanQuery& q, const std::vector<Compared
       continue;
     }
     const explore::PlanChoice& b = *c.best;
-    text += fmt::format("{:<{}} {:<44} {:>8.3f} {:>10.0f} {:>5.1f}% {:>9.1f} {:>9}  {}\n", c.family.label, width,
-                        explore::describe_plan(b), b.step_s, b.tokens_per_s, 100 * b.mfu, b.peak_reserved_GiB,
-                        b.usd_per_million_tokens ? fmt::format("{:.3f}", *b.usd_per_million_tokens) : "n/a",
-                        b.bottleneck);
+    text +=
+        fmt::format("{:<{}} {:<44} {:>8.3f} {:>10.0f} {:>5.1f}% {:>9.1f} {:>9}  {}\n", c.family.label, width,
+                    explore::describe_plan(b), b.step_s, b.tokens_per_s, 100 * b.mfu, b.peak_reserved_GiB,
+                    b.usd_per_million_tokens ? fmt::format("{:.3f}", *b.usd_per_million_tokens) : "n/a", b.bottleneck);
     terms.push_back(terms_of(q, c));
     hbm = b.hbm_GiB;
   }

@@ -24,10 +24,11 @@ nlohmann::ordered_json optional_json(const std::optional<double>& v) {
 }
 
 nlohmann::ordered_json overlay_json(const topologies::ClusterOverlay& o) {
-  return {{"calibration", o.calibration.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(o.calibration)},
-          {"nic_gbps", optional_json(o.nic_gbps)},
-          {"oversubscription", optional_json(o.oversubscription)},
-          {"power_limit_W", optional_json(o.power_limit_w)}};
+  return {
+      {"calibration", o.calibration.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(o.calibration)},
+      {"nic_gbps", optional_json(o.nic_gbps)},
+      {"oversubscription", optional_json(o.oversubscription)},
+      {"power_limit_W", optional_json(o.power_limit_w)}};
 }
 
 namespace {

@@ -56,9 +56,10 @@ PlanSearch search_plans(const PlanQuery& q) {
   // candidate), not "no plan fits the memory budget".
   if (s.space.empty() && s.why_unsplit) {
     core::Problem p = *s.why_unsplit;
-    p.message = fmt::format("the batch splits under none of the {} layouts tried (tensor, pipeline, micro-batch); "
-                            "the first: {}",
-                            s.unsplit, p.message);
+    p.message = fmt::format(
+        "the batch splits under none of the {} layouts tried (tensor, pipeline, micro-batch); "
+        "the first: {}",
+        s.unsplit, p.message);
     throw core::ProblemError({std::move(p)});
   }
   search::prune_by_memory(s);

@@ -74,7 +74,7 @@ Estimate over_layers(const models::ModelSpec& m, const topologies::PerfModel& pm
   // model holds besides them.
   const double reserved = std::max({hi.reserved_GiB, at_target(l_lo, lo.reserved_GiB, l_hi, hi.reserved_GiB),
                                     states + hi.reserved_GiB - hi.states_GiB});
-  return Estimate{true, x(ea.step_s, eb.step_s), reserved, x(ea.compute_s, eb.compute_s), x(ea.floor_s, eb.floor_s),
+  return Estimate{true,  x(ea.step_s, eb.step_s), reserved, x(ea.compute_s, eb.compute_s), x(ea.floor_s, eb.floor_s),
                   states};
 }
 
@@ -94,8 +94,8 @@ Estimate estimate(const models::ModelSpec& m, const topologies::PerfModel& pm, c
     // reported, which has both).
     const sim::AnalyticEngine engine(pm, sim::Contention::none());
     const sim::StepEstimate e = engine.estimate(s);
-    Estimate out{true, e.step.to_seconds(), e.peak_reserved.gib(), e.model_compute.to_seconds(), 0,
-                 e.model_states.gib()};
+    Estimate out{true, e.step.to_seconds(), e.peak_reserved.gib(), e.model_compute.to_seconds(),
+                 0,    e.model_states.gib()};
     // More pinned host memory than the node has does not fit either.
     if (e.host.count() > 0 && e.host.gib() > pm.topology().spec().device.host_memory_GiB_per_device) {
       out.reserved_GiB = std::numeric_limits<double>::infinity();
@@ -154,8 +154,12 @@ Estimate screen(const models::ModelSpec& m, const topologies::PerfModel& pm, con
   if (!e1.ok || !e2.ok) return e1.over_op_limit || e2.over_op_limit ? over_op_limit() : Estimate{};
   const double k = static_cast<double>(micro - m1) / static_cast<double>(m2 - m1);
   auto x = [k](double v1, double v2) { return v1 + k * (v2 - v1); };
-  return Estimate{true, x(e1.step_s, e2.step_s), std::max(e1.reserved_GiB, e2.reserved_GiB),
-                  x(e1.compute_s, e2.compute_s), x(e1.floor_s, e2.floor_s), std::max(e1.states_GiB, e2.states_GiB)};
+  return Estimate{true,
+                  x(e1.step_s, e2.step_s),
+                  std::max(e1.reserved_GiB, e2.reserved_GiB),
+                  x(e1.compute_s, e2.compute_s),
+                  x(e1.floor_s, e2.floor_s),
+                  std::max(e1.states_GiB, e2.states_GiB)};
 }
 
 namespace {

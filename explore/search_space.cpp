@@ -189,8 +189,8 @@ std::optional<double> Search::cost_of(const Setting& st, double step_s) const {
 }
 
 bool Search::wanted(const PlanOptions& p) const {
-  const bool asked = q.strategies.empty() || std::find(q.strategies.begin(), q.strategies.end(), p.strategy) !=
-                                                 q.strategies.end();
+  const bool asked =
+      q.strategies.empty() || std::find(q.strategies.begin(), q.strategies.end(), p.strategy) != q.strategies.end();
   return asked && !plan::not_runnable(q.base.stack->spec, p);
 }
 

@@ -192,7 +192,8 @@ std::vector<PlanOptions> variants(const Search& s, const Setting& st, const Plan
     if (s.wanted(o) && plan::check_plan(s.m, st.pm->topology(), o).empty()) out.push_back(std::move(o));
   };
   if (base.pp > 1 && base.pipeline_schedule == plan::PipelineSchedule::OneFOneB) {
-    for (auto schedule : {plan::PipelineSchedule::ZbH1, plan::PipelineSchedule::ZbV, plan::PipelineSchedule::DualPipe}) {
+    for (auto schedule :
+         {plan::PipelineSchedule::ZbH1, plan::PipelineSchedule::ZbV, plan::PipelineSchedule::DualPipe}) {
       PlanOptions o = base;
       o.pipeline_schedule = schedule;
       o.vpp = schedule == plan::PipelineSchedule::ZbV ? 2 : 1;

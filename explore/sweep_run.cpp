@@ -143,7 +143,8 @@ void check_inputs(const std::vector<SweepPoint>& points, const std::string& spec
   std::set<std::string> seen;
   for (const SweepPoint& p : points) {
     nlohmann::ordered_json files = nlohmann::ordered_json::object();
-    for (const char* k : {"model", "cluster", "stack", "calibration", "nic_gbps", "oversubscription", "power_limit_w"}) {
+    for (const char* k :
+         {"model", "cluster", "stack", "calibration", "nic_gbps", "oversubscription", "power_limit_w"}) {
       if (p.inputs.contains(k)) files[k] = p.inputs[k];
     }
     if (seen.insert(files.dump()).second) (void)resolve_inputs(scenario_of(p.inputs, spec_file));

@@ -80,7 +80,8 @@ std::vector<std::string> names_of(StrictObject& o, const std::string& key, const
   std::string all;
   for (const auto& n : allowed) all += (all.empty() ? "" : "|") + n;
   for (const auto& v : a) {
-    const bool known = v.is_string() && std::find(allowed.begin(), allowed.end(), v.get<std::string>()) != allowed.end();
+    const bool known =
+        v.is_string() && std::find(allowed.begin(), allowed.end(), v.get<std::string>()) != allowed.end();
     if (!known) o.fail(key, fmt::format("expected a list of {}, got {}", all, v.dump()));
     if (std::find(out.begin(), out.end(), v.get<std::string>()) != out.end()) {
       o.fail(key, fmt::format("expected each name once, got {} twice", v.dump()));

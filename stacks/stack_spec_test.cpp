@@ -81,14 +81,17 @@ TEST(StackSpec, RunsListsItsStrategiesAndParallelism) {
   for (const auto& name : stack_catalog_names()) EXPECT_TRUE(load_stack(name).runs.strategies) << name;
   const std::string runs = R"({"strategies": ["fsdp"], "parallelism": ["tp"], "source": "s"})";
   EXPECT_EQ(bad_message([&](auto& j) { j["runs"] = nlohmann::json::parse(runs); }), "");
-  EXPECT_NE(bad_message([](auto& j) { j["runs"] = {{"strategies", {"fsdp3"}}, {"source", "s"}}; })
-                .find("runs.strategies: expected a list of ddp|zero1"),
+  EXPECT_NE(bad_message([](auto& j) {
+              j["runs"] = {{"strategies", {"fsdp3"}}, {"source", "s"}};
+            }).find("runs.strategies: expected a list of ddp|zero1"),
             std::string::npos);
-  EXPECT_NE(bad_message([](auto& j) { j["runs"] = {{"strategies", {"fsdp", "fsdp"}}, {"source", "s"}}; })
-                .find("expected each name once"),
+  EXPECT_NE(bad_message([](auto& j) {
+              j["runs"] = {{"strategies", {"fsdp", "fsdp"}}, {"source", "s"}};
+            }).find("expected each name once"),
             std::string::npos);
-  EXPECT_NE(bad_message([](auto& j) { j["runs"] = {{"strategies", nlohmann::json::array()}, {"source", "s"}}; })
-                .find("expected at least one name"),
+  EXPECT_NE(bad_message([](auto& j) {
+              j["runs"] = {{"strategies", nlohmann::json::array()}, {"source", "s"}};
+            }).find("expected at least one name"),
             std::string::npos);
   EXPECT_NE(bad_message([](auto& j) {
               j["runs"] = {{"strategies", {"fsdp"}}, {"parallelism", {"dp"}}, {"source", "s"}};

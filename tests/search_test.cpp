@@ -114,8 +114,8 @@ TEST(PlanSearch, TheAnswerIsTriedUnderTheSchedulesAndUlysses) {
   std::set<std::string> found;
   for (const auto& pc : s.found) {
     if (&pc == &s.found.front()) continue;
-    found.insert(std::string(plan::to_string(pc.options.pipeline_schedule)) + " vpp" +
-                 std::to_string(pc.options.vpp) + " u" + std::to_string(pc.options.ulysses));
+    found.insert(std::string(plan::to_string(pc.options.pipeline_schedule)) + " vpp" + std::to_string(pc.options.vpp) +
+                 " u" + std::to_string(pc.options.ulysses));
   }
   EXPECT_EQ(found, (std::set<std::string>{"zb-h1 vpp1 u1", "zb-v vpp2 u1", "dualpipe vpp1 u1", "1f1b vpp1 u2",
                                           "1f1b vpp1 u4"}));

@@ -28,10 +28,9 @@ TEST(ExpectedError, EverySpeedCaseAsAThroughputError) {
   // memory is not a speed; a case marked inconsistent is left out.
   Scored odd = scored("e", Quantity::TokensPerGpu, 1, 2, 8);
   odd.consistent = false;
-  const auto runs = checked_runs({scored("c", Quantity::TokensPerGpu, 1000, 900, 8),
-                                  scored("b", Quantity::IterationTime, 1.0, 0.8, 16),
-                                  scored("d", Quantity::ReservedGiB, 50, 80, 8),
-                                  scored("a", Quantity::TflopsPerGpu, 100, 105, 64), odd});
+  const auto runs = checked_runs(
+      {scored("c", Quantity::TokensPerGpu, 1000, 900, 8), scored("b", Quantity::IterationTime, 1.0, 0.8, 16),
+       scored("d", Quantity::ReservedGiB, 50, 80, 8), scored("a", Quantity::TflopsPerGpu, 100, 105, 64), odd});
   ASSERT_EQ(runs.size(), 3u);
   EXPECT_EQ(runs[0].name, "a");  // by name
   EXPECT_NEAR(runs[0].error, 0.05, 1e-12);
@@ -42,7 +41,7 @@ TEST(ExpectedError, EverySpeedCaseAsAThroughputError) {
 
 TEST(ExpectedError, TheNearestGroupOfAtLeastThreeRuns) {
   const std::vector<CheckedRun> runs{
-      {"h1", "Hopper", "fsdp", 8, 0.30},   {"h2", "Hopper", "fsdp", 16, 0.10},  {"h3", "Hopper", "fsdp", 32, -0.20},
+      {"h1", "Hopper", "fsdp", 8, 0.30},    {"h2", "Hopper", "fsdp", 16, 0.10},  {"h3", "Hopper", "fsdp", 32, -0.20},
       {"h4", "Hopper", "fsdp", 1024, 0.50}, {"h5", "Hopper", "mcore", 64, 0.02}, {"a1", "Ampere", "mcore", 64, 0.0},
   };
   // 8 GPUs: the fsdp runs at 2-32 GPUs (8x4): h1, h2, h3.
@@ -89,7 +88,8 @@ TEST(ExpectedError, RoundTripsAndNoticesAStaleTable) {
   std::vector<CheckedRun> moved = runs;
   moved[0].error = 0.102;  // more than 0.1 point
   ASSERT_EQ(stale_checked_runs(back, moved).size(), 1u);
-  EXPECT_EQ(stale_checked_runs(back, moved)[0], "a: recorded Hopper / s / 8 GPUs +10.0 %, now Hopper / s / 8 GPUs +10.2 %");
+  EXPECT_EQ(stale_checked_runs(back, moved)[0],
+            "a: recorded Hopper / s / 8 GPUs +10.0 %, now Hopper / s / 8 GPUs +10.2 %");
   moved.pop_back();
   moved.push_back({"c", "Ampere", "s", 64, 0});
   EXPECT_EQ(stale_checked_runs(back, moved).size(), 3u);  // a moved, c new, b gone
