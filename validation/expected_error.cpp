@@ -131,7 +131,9 @@ std::string ExpectedError::group() const {
 
 std::string ExpectedError::warning() const {
   if (same_family && same_stack) return "";
-  return fmt::format("no public run of {} on {} devices was checked", stack, family);
+  if (own_runs == 0) return fmt::format("no public run of {} on {} devices was checked", stack, family);
+  return fmt::format("only {} public run{} of {} on {} devices {} checked, too few for a group of their own", own_runs,
+                     own_runs == 1 ? "" : "s", stack, family, own_runs == 1 ? "was" : "were");
 }
 
 std::string ExpectedError::text() const {
@@ -155,6 +157,7 @@ ExpectedError expected_error(const std::vector<CheckedRun>& runs, const std::str
   const std::vector<std::function<bool(const CheckedRun&)>> groups{
       [&](const CheckedRun& r) { return same_both(r) && near(r); }, same_both, same_family,
       [](const CheckedRun&) { return true; }};
+  e.own_runs = static_cast<int>(std::count_if(runs.begin(), runs.end(), same_both));
   for (std::size_t g = 0; g < groups.size(); ++g) {
     std::vector<const CheckedRun*> in;
     for (const auto& r : runs) {

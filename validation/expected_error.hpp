@@ -51,13 +51,16 @@ struct ExpectedError {
   std::string family, stack;  // of the prediction
   bool same_family = false, same_stack = false;
   int runs = 0, min_gpus = 0, max_gpus = 0;
+  int own_runs = 0;     // checked runs of the prediction's own family and stack, at any scale
   double mean_abs = 0;  // mean |throughput error|
   double bias = 0;      // mean signed throughput error (+: predictions faster than the runs)
   double max_abs = 0;
   /// "11 public Hopper runs under torch-fsdp2-compile at 8-128 GPUs".
   [[nodiscard]] std::string group() const;
   /// Empty where the group is the prediction's own family and stack, else
-  /// why it is not ("no public run of hzp-async on Hopper devices was checked").
+  /// why it is not ("no public run of hzp-async on Hopper devices was
+  /// checked", "only 2 public runs of torch-fsdp2 on Hopper devices were
+  /// checked, too few for a group of their own").
   [[nodiscard]] std::string warning() const;
   /// What hzp prints beside a prediction: the figure, the bias, the worst
   /// run and the group, then the warning on a line of its own where there is one.

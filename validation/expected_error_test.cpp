@@ -71,6 +71,10 @@ TEST(ExpectedError, TheNearestGroupOfAtLeastThreeRuns) {
   EXPECT_NE(e.text().find("\nwarning: no public run of hzp-async on Hopper devices was checked; the figure above is "
                           "the nearest group's\n"),
             std::string::npos);
+  // A stack with too few runs of its own: said so.
+  e = expected_error(runs, "Ampere", "mcore", 64);
+  EXPECT_EQ(e.own_runs, 1);
+  EXPECT_EQ(e.warning(), "only 1 public run of mcore on Ampere devices was checked, too few for a group of their own");
   // A family with no run: every run.
   e = expected_error(runs, "Blackwell", "mcore", 64);
   EXPECT_FALSE(e.same_family);
