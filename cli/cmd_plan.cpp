@@ -340,14 +340,7 @@ int cmd_plan(PlanArgs& a) {
   q.jobs = a.jobs > 0 ? a.jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   a.jobs_used = q.jobs;
   q.exhaustive = a.exhaustive;
-  q.strategies = strategies_of(a.strategies, "--strategy");
-  for (plan::Strategy x : q.strategies) {  // asked for by name: one the stack does not run is bad input
-    plan::PlanOptions o;
-    o.strategy = x;
-    if (auto why = plan::not_runnable(stacks::resolve_stack(q.stack)->spec, o)) {
-      throw core::InputError("command line", "--strategy", *why);
-    }
-  }
+  q.strategies = strategies_of(a.strategies, "--strategy");  // one the stack does not run: search_plans refuses it
   a.tolerance_given = a.tolerance_pct.has_value();
   q.progress = progress_line("hzp plan");
   if (!a.compare.empty()) return cmd_compare(a, q);
