@@ -318,7 +318,7 @@ def deepspeed_stack(zeropp):
     stack["name"] = "megatron-deepspeed+" + collectives["name"]
     stack["source"] = ("Kernels and attention as stacks/catalog/megatron-deepspeed.json; collectives, host costs "
                        "and overlap as stacks/catalog/%s.json." % collectives["name"])
-    for key in ("collectives", "host", "overlap"):
+    for key in ("runs", "collectives", "host", "overlap"):  # ZeRO-3 is DeepSpeed's, not Megatron-DeepSpeed's
         stack[key] = collectives[key]
     return stack
 
