@@ -183,12 +183,12 @@ void model_problems(const models::ModelSpec& m, const PlanOptions& o, const Batc
                                            "({} / tp {}), got {}",
                                            heads, m.heads, o.tp, o.ulysses)});
     }
-    const std::int64_t split = static_cast<std::int64_t>(o.ulysses) * (o.cp > 1 ? 2 * o.cp : 1) *
-                               (o.tp > 1 && o.sequence_parallel ? o.tp : 1);
+    const std::int64_t split =
+        static_cast<std::int64_t>(o.ulysses) * (o.cp > 1 ? 2 * o.cp : 1) * (o.tp > 1 && o.sequence_parallel ? o.tp : 1);
     if (batch.seq_len % split != 0) {
-      ps.push_back({"ulysses", fmt::format("expected the sequence length {} to divide by ulysses{}{} = {}",
-                                           batch.seq_len, o.cp > 1 ? " x 2 x cp" : "",
-                                           o.tp > 1 && o.sequence_parallel ? " x tp" : "", split)});
+      ps.push_back(
+          {"ulysses", fmt::format("expected the sequence length {} to divide by ulysses{}{} = {}", batch.seq_len,
+                                  o.cp > 1 ? " x 2 x cp" : "", o.tp > 1 && o.sequence_parallel ? " x tp" : "", split)});
     }
   }
   const int etp = o.expert_tp.value_or(o.tp);
@@ -223,6 +223,14 @@ void model_problems(const models::ModelSpec& m, const PlanOptions& o, const Batc
   if (!(o.doc_mean_tokens == 0 || o.doc_mean_tokens >= 1)) {
     ps.push_back({"doc_mean_tokens", "expected 0 (one document a sequence) or a mean length of at least 1 token"});
   }
+  if (o.doc_lengths) {
+    DocLengths lengths;
+    const std::vector<core::Problem> bad = parse_doc_lengths(*o.doc_lengths, lengths);
+    ps.insert(ps.end(), bad.begin(), bad.end());
+    if (o.doc_mean_tokens > 0) {
+      ps.push_back({"doc_lengths", "expected doc_lengths or doc_mean_tokens, not both"});
+    }
+  }
   if (!(o.compute_jitter >= 0 && o.compute_jitter <= 1))
     ps.push_back({"compute_jitter", "expected a number in [0, 1]"});
   if (!(o.moe_skew >= 0 && o.moe_skew <= 10)) ps.push_back({"moe_skew", "expected a number in [0, 10]"});
@@ -232,8 +240,7 @@ void model_problems(const models::ModelSpec& m, const PlanOptions& o, const Batc
   }
   const bool zb_h1 = o.pipeline_schedule == PipelineSchedule::ZbH1, zb_v = o.pipeline_schedule == PipelineSchedule::ZbV;
   const bool dual = o.pipeline_schedule == PipelineSchedule::DualPipe;
-  if (dual && (o.vpp != 1 || o.pp < 2 || o.pp % 2 != 0 || batch.micro_batches % 2 != 0 ||
-               batch.micro_batches < o.pp)) {
+  if (dual && (o.vpp != 1 || o.pp < 2 || o.pp % 2 != 0 || batch.micro_batches % 2 != 0 || batch.micro_batches < o.pp)) {
     ps.push_back({"pipeline_schedule",
                   fmt::format("dualpipe needs vpp 1 (each stage holds its mirror's copy as a second chunk), an even "
                               "pp >= 2 and an even number of micro-batches >= pp; got pp {}, vpp {}, {} micro-batches",
@@ -324,19 +331,21 @@ std::vector<core::Problem> check_plan(const models::ModelSpec& m, const topologi
                                            device.name, topo.spec().name)});
   }
   if (o.fp8_param_gather && o.precision == models::Precision::Bf16) {
-    ps.push_back({"fp8_param_gather", "an FP8 weight all-gather needs an FP8 precision (fp8-delayed, fp8-current "
-                                      "or fp8-block)"});
+    ps.push_back({"fp8_param_gather",
+                  "an FP8 weight all-gather needs an FP8 precision (fp8-delayed, fp8-current "
+                  "or fp8-block)"});
   } else if (o.fp8_param_gather && ps.empty() && r.shards.param <= 1 && r.shards.optim <= 1) {
-    ps.push_back({"fp8_param_gather", "nothing is gathered (g_p = 1: parameters unsharded; g_o = 1: no updated "
-                                      "shards to regather): expected false, or a plan with g_p or g_o > 1"});
+    ps.push_back({"fp8_param_gather",
+                  "nothing is gathered (g_p = 1: parameters unsharded; g_o = 1: no updated "
+                  "shards to regather): expected false, or a plan with g_p or g_o > 1"});
   } else if (o.fp8_param_gather && ps.empty() && r.shards.param <= 1 &&
              stack.spec.collectives.regather == stacks::Regather::Broadcast) {
     ps.push_back({"fp8_param_gather", fmt::format("the stack {} regathers updated parameters by bf16 broadcasts, "
                                                   "not an FP8 all-gather: expected false",
                                                   stack.spec.name)});
   } else if (o.fp8_param_gather && stack.spec.collectives.int8_weights) {
-    ps.push_back({"fp8_param_gather", fmt::format("the stack {} already gathers int8 weights (qwZ): expected false",
-                                                  stack.spec.name)});
+    ps.push_back({"fp8_param_gather",
+                  fmt::format("the stack {} already gathers int8 weights (qwZ): expected false", stack.spec.name)});
   }
   if (!ps.empty()) return ps;
   std::optional<ShardSizes> expert;

@@ -412,9 +412,9 @@ class PlanLowering {
     ep_groups_.assign(static_cast<std::size_t>(topo_.devices()), -1);
     etp_groups_ = ep_groups_;
     // Ulysses: the ulysses ranks d' = c + cp·(u + ulysses·d) of one cp index c.
-    ulysses_groups_ = o_.ulysses > 1 ? detail::add_dp_groups(s_, core::GroupKind::Ulysses, layout_, 1, dp_,
-                                                             o_.cp * o_.ulysses, o_.cp)
-                                     : ep_groups_;
+    ulysses_groups_ =
+        o_.ulysses > 1 ? detail::add_dp_groups(s_, core::GroupKind::Ulysses, layout_, 1, dp_, o_.cp * o_.ulysses, o_.cp)
+                       : ep_groups_;
     // DualPipe: stage p and stage pp - 1 - p hold copies of each other's
     // layers; each (tensor rank, data-parallel index) pair sums its copies'
     // gradients (on the representative of tensor rank 0: the class's).
@@ -485,10 +485,27 @@ class PlanLowering {
     // slowest of all replicas.
     const int residues = skewed_ ? o_.ep / std::gcd(o_.cp, o_.ep) : 1;
     const int data_class = first_d / classes_of_.per_block() * residues + first_d / o_.cp % residues;
-    stage.workload = draw_workload(o_, batch.seq_len, batch.micro_batches, data_class, p, skewed_ ? first_d % o_.ep : 0,
-                                   o_.ep, m_.moe ? m_.moe->experts : 0, std::max(1, members / o_.ulysses));
+    stage.workload = class_workload(o_, stragglers(std::max(1, members / o_.ulysses), residues), batch.micro_batches,
+                                    data_class, skewed_ ? first_d % o_.ep : 0, o_.ep, m_.moe ? m_.moe->experts : 0);
     if (o_.cp > 1) context_ring(stage, first_d, p);
     return stage;
+  }
+
+  // The expected order statistics of the classes' workloads, once per class
+  // size: ranks wait for each other every micro-batch where the data-parallel
+  // ranks gather parameters (g_p > 1) or route tokens (ep > 1) inside it, else
+  // at the step's gradient reduction.
+  const Stragglers& stragglers(int ranks, int residues) const {
+    auto it = stragglers_.find(ranks);
+    if (it != stragglers_.end()) return it->second;
+    const bool per_micro_batch = rp_.options.param_shard > 1 || (m_.moe && o_.ep > 1);
+    WorkloadShape w;
+    w.seq_len = rp_.batch.seq_len;
+    w.micro_batch = o_.micro_batch;
+    w.period = per_micro_batch ? 1 : rp_.batch.micro_batches;
+    w.classes = o_.variability_classes * residues;
+    w.ranks = ranks;
+    return stragglers_.emplace(ranks, expected_stragglers(o_, w)).first->second;
   }
 
   // With sequence parallelism the boundary is already split over tp; without
@@ -527,6 +544,7 @@ class PlanLowering {
   const std::vector<std::vector<PipelineSlot>> orders_;  // each stage's slots
   std::vector<int> tp_groups_, ep_groups_, etp_groups_, ulysses_groups_, mirror_groups_;
   std::vector<ShardedParams> param_classes_;
+  mutable std::map<int, Stragglers> stragglers_;  // by ranks per class
 };
 
 }  // namespace

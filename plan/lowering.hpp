@@ -100,8 +100,11 @@ class RankClasses {
 /// (accurate where 1 − q rounds to 1).
 double normal_quantile(double p);
 double normal_upper_quantile(double q);
-/// The u-quantile of the maximum of n standard normals: Φ⁻¹(u^{1/n}).
-double max_normal_quantile(double u, double n);
+/// E of the k-th smallest (k = 1..classes) of `classes` independent maxima of
+/// n draws of a variable given as points: x ascending, cdf[i] = P(X ≤ x[i])
+/// ascending to 1 (each point weighs its step of the CDF).
+std::vector<double> expected_order_statistics(const std::vector<double>& x, const std::vector<double>& cdf, double n,
+                                              int classes);
 
 /// The op as a rank class runs it in one micro-batch: FLOPs scaled by the
 /// compute jitter `compute`, the attention core also by `attention` (Σ lenᵢ² /

@@ -259,6 +259,15 @@ void add_workload_options(std::vector<PlanOption>& t) {
     s.unit = "tokens";
     t.push_back(field<&PlanOptions::doc_mean_tokens>(s));
   }
+  {
+    OptionSpec s = optional_in_file(
+        spec("doc_lengths", ValueType::Text,
+             "packed documents of lengths from a public distribution (dolma-v1: Dolma v1's sources by their "
+             "documents, each exponential of its mean length) or a histogram UPPER:WEIGHT,... (bins from 0 to each "
+             "UPPER tokens, WEIGHT their share of documents); instead of doc_mean_tokens; null: doc_mean_tokens"));
+    s.unit = "name or histogram";
+    t.push_back(optional_field<&PlanOptions::doc_lengths>(s));
+  }
   t.push_back(field<&PlanOptions::compute_jitter>(
       spec("compute_jitter", ValueType::Number, "relative std. dev. of each rank's compute per micro-batch", 0, 1)));
   t.push_back(field<&PlanOptions::moe_skew>(

@@ -14,6 +14,7 @@
 #include "core/schedule.hpp"
 #include "models/model_spec.hpp"
 #include "models/step_graph.hpp"
+#include "plan/doc_lengths.hpp"
 #include "stacks/stack_spec.hpp"
 #include "topologies/topology.hpp"
 
@@ -202,14 +203,18 @@ struct PlanOptions {
 
   /// Workload variability, which breaks the symmetry between ranks: the
   /// data-parallel ranks of each stage split into `variability_classes`
-  /// contiguous blocks (rank classes); every rank draws its own workload from
-  /// `seed`, and a class runs the slowest of its ranks' draws per micro-batch
-  /// (an order statistic), so the slowest class is the slowest of all ranks;
-  /// synchronising collectives then propagate it.
+  /// contiguous blocks (rank classes); every rank has its own documents and
+  /// jitter, a class runs the expected slowest of its ranks, and the classes
+  /// take the expected order statistics of those maxima (expected_stragglers),
+  /// so the slowest class is the expected slowest of all ranks; synchronising
+  /// collectives then propagate it.
   int variability_classes = 1;
   /// Packed documents of exponentially distributed length with this mean
   /// (tokens): attention costs Σ lenᵢ² instead of seq². 0: one document per sequence.
   double doc_mean_tokens = 0;
+  /// Packed documents of lengths from a named public distribution or a
+  /// histogram (plan/doc_lengths.hpp); instead of doc_mean_tokens.
+  std::optional<std::string> doc_lengths;
   /// Relative standard deviation of each (rank, micro-batch)'s compute time.
   double compute_jitter = 0;
   /// MoE routing skew: expert j receives tokens ∝ 1/(j+1)^skew (Zipf); 0 is
@@ -389,20 +394,43 @@ struct BatchSplit {
 [[nodiscard]] std::vector<core::Problem> check_batch(const models::ModelSpec& m, int world, const PlanOptions& o,
                                                      BatchSplit& out);
 
-/// Per rank class and micro-batch: what the seeded workload draws make of the
-/// nominal step (attention and compute factors; expert-load factor of the class).
+/// Per rank class and micro-batch: what the workload's variability makes of
+/// the nominal step (attention and compute factors; expert-load factor of the class).
 struct Workload {
-  std::vector<double> attention;  // per micro-batch: Σ lenᵢ² / seq²
-  std::vector<double> compute;    // per micro-batch: jitter factor
+  std::vector<double> attention;  // per micro-batch: Σ lenᵢ² / seq² of the class's slowest rank
+  std::vector<double> compute;    // per micro-batch: jitter factor of the class's slowest rank
   double experts = 1.0;           // this class's expert load relative to uniform
 };
-/// The draws for one rank class (deterministic in the seed, the class and the
-/// micro-batch). The class stands for `ranks` data-parallel ranks with
-/// independent draws: its attention and compute factors are the maximum over
-/// them (the slowest rank, which synchronising collectives wait for).
-[[nodiscard]] Workload draw_workload(const PlanOptions& o, std::int64_t seq_len, std::int64_t micro_batches,
-                                     int variability_class, int stage, int expert_rank, int ep, int experts,
-                                     std::int64_t ranks);
+/// What the classes of a plan stand for: `classes` rank classes drawing
+/// independently, each the slowest of `ranks` data-parallel ranks; ranks wait
+/// for each other every `period` micro-batches, each of `micro_batch`
+/// sequences of `seq_len` tokens.
+struct WorkloadShape {
+  std::int64_t seq_len = 0;
+  std::int64_t micro_batch = 1;
+  std::int64_t period = 1;
+  int classes = 1;
+  std::int64_t ranks = 1;
+};
+/// The expected order statistics of the classes' factors, ascending: entry k
+/// is the expected k-th slowest of the classes' maxima (each the slowest of
+/// its ranks over a period), so the last is the expected slowest of all ranks.
+struct Stragglers {
+  std::vector<double> attention;
+  std::vector<double> compute;
+  std::int64_t period = 1;
+};
+/// Computed once per plan (deterministic in the seed through the document
+/// sample); 1.0 throughout without documents or jitter.
+[[nodiscard]] Stragglers expected_stragglers(const PlanOptions& o, const WorkloadShape& w);
+/// Class `data_class`'s factors: in period p it runs order statistic
+/// (data_class + p) mod classes, so the straggler moves from class to class.
+[[nodiscard]] Workload class_workload(const PlanOptions& o, const Stragglers& s, std::int64_t micro_batches,
+                                      int data_class, int expert_rank, int ep, int experts);
+/// The plan's document lengths: `doc_lengths`, else exponential of
+/// `doc_mean_tokens`, else none (one document per sequence). Throws
+/// core::ProblemError naming doc_lengths when it does not parse.
+[[nodiscard]] std::optional<DocLengths> doc_lengths(const PlanOptions& o);
 
 /// A plan with every default resolved: `options` holds the group sizes the
 /// strategy uses (expert ones for MoE models, else null), async, sequence

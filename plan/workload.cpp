@@ -6,6 +6,7 @@
 #include <cmath>
 #include <vector>
 
+#include "plan/doc_lengths.hpp"
 #include "plan/lowering.hpp"
 
 namespace hzp::plan {
@@ -29,21 +30,25 @@ struct Rng {
 
 std::uint64_t mix(std::uint64_t a, std::uint64_t b) { return Rng{a ^ (b * 0x9e3779b97f4a7c15ULL)}.next(); }
 
-// Document draws one call may spend on the exact maximum over a class's ranks
-// (ranks × micro-batches × expected documents per sequence), 2^21 ≈ 2.1e6
-// (about 50 ms); above it the attention factor's maximum is approximated.
+// Document draws one distribution may spend on an empirical sample of a
+// synchronisation period's attention factor, 2^21 ≈ 2.1e6 (about 50 ms):
+// kMaxSample periods at most, and at least kMinSample (or 8 per rank behind
+// the slowest class) for the sample to be used; otherwise a pilot of single
+// packings fits mean, σ and skewness and the factor is taken from those.
 constexpr double kDocumentDrawBudget = 2097152.0;
-// Packings in the pilot sample of that approximation: 256, fewer (down to
-// 16) where a sequence holds so many documents that 256 would overrun the
-// budget; the factor is then nearly normal and narrow.
+constexpr double kMaxSample = 16384, kMinSample = 2048;
+// Packings in that pilot: 256, fewer (down to 16) where a sequence holds so
+// many documents that 256 would overrun the budget; the factor is then nearly
+// normal and narrow.
 constexpr double kPilotPackings = 256, kMinPilotPackings = 16;
 
-// Documents of exponential length (mean `mean`, rounded, at least one token)
-// packed into a sequence of s tokens, the last one cut at the end: Σ lenᵢ² / s².
-double packed_attention(Rng& rng, double s, double mean) {
+// Documents drawn from `lengths` packed into a sequence of s tokens, the last
+// one cut at the end: Σ lenᵢ² / s².
+double packed_attention(Rng& rng, double s, const DocLengths& lengths) {
   double filled = 0, squares = 0;
   while (filled < s) {
-    const double len = std::min(std::max(1.0, std::round(rng.exponential(mean))), s - filled);
+    const double u = rng.uniform();
+    const double len = std::min(lengths.draw(u, rng.uniform()), s - filled);
     filled += len;
     squares += len * len;
   }
@@ -88,87 +93,166 @@ double normal_quantile(double p) { return p > 0.5 ? -lower_quantile(1.0 - p) : l
 
 double normal_upper_quantile(double q) { return q >= 0.5 ? lower_quantile(1.0 - q) : -lower_quantile(q); }
 
-double max_normal_quantile(double u, double n) {
-  // log p with p = U^{1/n}; near 1 the quantile goes through 1 − p = −expm1(log p),
-  // which keeps its precision however close to 1 p gets (large n).
-  const double log_p = std::log(u) / n;
-  if (log_p < -std::log(2.0)) return normal_quantile(std::exp(log_p));
-  return normal_upper_quantile(-std::expm1(log_p));
+std::vector<double> expected_order_statistics(const std::vector<double>& x, const std::vector<double>& cdf, double n,
+                                              int classes) {
+  // P(k-th smallest of D maxima ≤ x) = P(Binomial(D, F(x)^n) ≥ k); its steps
+  // at the points weight x. The binomial's probabilities go through logs (D
+  // may be large), all D tails at once for each point: O(points · D).
+  const auto d = static_cast<std::size_t>(classes);
+  std::vector<double> log_choose(d + 1), expected(d, 0.0), tail(d + 1, 0.0), previous(d + 1, 0.0);
+  for (int j = 0; j <= classes; ++j) {
+    log_choose[static_cast<std::size_t>(j)] =
+        std::lgamma(classes + 1.0) - std::lgamma(j + 1.0) - std::lgamma(classes - j + 1.0);
+  }
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const double g = cdf[i] >= 1.0 ? 1.0 : std::exp(n * std::log(cdf[i]));  // F^n: the class maximum's CDF
+    // tail[k] = P(Binomial(D, g) ≥ k), k = 1..D.
+    if (g >= 1.0) {
+      std::fill(tail.begin(), tail.end(), 1.0);
+    } else if (g * classes < 1e-300) {
+      std::fill(tail.begin(), tail.end(), 0.0);
+    } else {
+      const double lg = std::log(g), l1g = std::log1p(-g);
+      double above = 0;
+      for (std::size_t j = d; j >= 1; --j) {
+        above += std::exp(log_choose[j] + static_cast<double>(j) * lg + static_cast<double>(d - j) * l1g);
+        tail[j] = std::min(1.0, above);
+      }
+    }
+    for (std::size_t k = 1; k <= d; ++k) expected[k - 1] += x[i] * (tail[k] - previous[k]);
+    std::swap(tail, previous);
+  }
+  return expected;
 }
 
 }  // namespace detail
 
-// Each rank class stands for `ranks` data-parallel ranks drawing independent
-// workloads; every synchronising collective waits for the slowest of them, so
-// the class's factor per micro-batch is the maximum over its ranks (an order
-// statistic), and the slowest class is then the maximum over all ranks.
-//  - Compute jitter: each rank's factor is 1 + σ·z, z standard normal, floored
-//    at 0.5; the maximum of n iid normals is exactly Φ⁻¹(U^{1/n}) for one
-//    uniform U, so that draw costs O(1) whatever n.
-//  - Packed documents (no closed form): exact while ranks × micro-batches ×
-//    expected documents per sequence (seq / max(1, mean) + 1) stays within
-//    kDocumentDrawBudget, and always for one rank: the n ranks' packings are
-//    drawn and the largest Σ lenᵢ² / seq² taken. Above the budget, an
-//    approximation: mean μ, standard deviation σ and skewness γ of the factor
-//    from a pilot sample of up to kPilotPackings packings (the same for every
-//    class), and per micro-batch the normal order statistic z = Φ⁻¹(U^{1/n})
-//    with the Cornish–Fisher skewness term, μ + σ·(z + γ(z² − 1)/6), clamped
-//    to [1/seq, 1]. The factor is right-skewed when few documents fill a
-//    sequence: without the γ term its maximum came out up to 30 % low in the
-//    cases measured, with it within about ±10 %; with many documents per
-//    sequence the factor tends to a normal and the approximation to exact.
-// Seed streams per (class, micro-batch) (and stage, for jitter): a class's draw
-// does not depend on how many other classes draw. With one rank per class the
-// documents are today's single draw, bit for bit.
-Workload draw_workload(const PlanOptions& o, std::int64_t seq_len, std::int64_t micro_batches, int variability_class,
-                       int stage, int expert_rank, int ep, int experts, std::int64_t ranks) {
+namespace {
+
+// A quantile function as points for detail::expected_order_statistics: 2,048
+// equal steps of probability up to 0.99, then 2,048 steps of the upper tail
+// down to 10⁻¹² (its last step closes at 1), each valued at its middle.
+template <class Quantile>
+void quantile_points(Quantile q, std::vector<double>& x, std::vector<double>& cdf) {
+  constexpr int kBody = 2048, kTail = 2048;
+  double last = 0;
+  for (int i = 1; i <= kBody; ++i) {
+    const double p = 0.99 * i / kBody;
+    x.push_back(q(0.5 * (last + p), 0.0));
+    cdf.push_back(p);
+    last = p;
+  }
+  double last_upper = 0.01;
+  for (int i = 1; i <= kTail; ++i) {
+    const double upper = std::pow(10.0, -2.0 - 10.0 * i / kTail);  // 1 − p
+    x.push_back(q(0.0, std::sqrt(last_upper * upper)));            // geometric middle of the upper tail
+    cdf.push_back(i == kTail ? 1.0 : 1.0 - upper);
+    last_upper = upper;
+  }
+}
+
+// The rank's attention factor over one synchronisation period (the mean of
+// micro_batch × period packings), as points of its distribution: an empirical
+// sample where the budget affords enough periods for the slowest of `ranks`,
+// else the pilot's mean, σ and skewness through the Cornish–Fisher quantile
+// μ + σ·(z + γ(z² − 1)/6), clamped to [1/seq, 1] (without the γ term the
+// maximum came out up to 30 % low where few documents fill a sequence).
+void attention_points(const PlanOptions& o, const DocLengths& lengths, const WorkloadShape& w, std::vector<double>& x,
+                      std::vector<double>& cdf) {
+  const double s = static_cast<double>(w.seq_len);
+  const double per_period = static_cast<double>(w.micro_batch * w.period);
+  const double documents = s / std::max(1.0, lengths.mean()) + 1.0;
+  const double affordable = kDocumentDrawBudget / (per_period * documents);
+  const double needed = std::max(kMinSample, 8.0 * static_cast<double>(w.ranks) * w.classes);
+  Rng rng{mix(o.seed ^ 0x9170f5a3ULL, static_cast<std::uint64_t>(w.seq_len))};
+  if (affordable >= needed) {
+    const auto k = static_cast<std::size_t>(std::min(affordable, kMaxSample));
+    x.resize(k);
+    for (double& v : x) {
+      double sum = 0;
+      for (double j = 0; j < per_period; ++j) sum += packed_attention(rng, s, lengths);
+      v = sum / per_period;
+    }
+    std::sort(x.begin(), x.end());
+    for (std::size_t i = 1; i <= k; ++i) cdf.push_back(static_cast<double>(i) / static_cast<double>(k));
+    return;
+  }
+  const int packings = static_cast<int>(std::clamp(kDocumentDrawBudget / documents, kMinPilotPackings, kPilotPackings));
+  std::vector<double> pilot(static_cast<std::size_t>(packings));
+  double mean = 0, m2 = 0, m3 = 0;
+  for (double& f : pilot) mean += (f = packed_attention(rng, s, lengths));
+  mean /= packings;
+  for (double f : pilot) {
+    m2 += (f - mean) * (f - mean);
+    m3 += (f - mean) * (f - mean) * (f - mean);
+  }
+  const double sd1 = std::sqrt(m2 / (packings - 1));
+  const double skew1 = sd1 > 0 ? m3 / packings / (sd1 * sd1 * sd1) : 0.0;
+  // A mean of N independent packings: σ/√N, skewness γ/√N.
+  const double sd = sd1 / std::sqrt(per_period), skew = skew1 / std::sqrt(per_period);
+  quantile_points(
+      [&](double p, double upper) {
+        const double z = upper > 0 ? detail::normal_upper_quantile(upper) : detail::normal_quantile(p);
+        return std::clamp(mean + sd * (z + skew * (z * z - 1.0) / 6.0), 1.0 / s, 1.0);
+      },
+      x, cdf);
+  // The expansion turns back far in the tail the skew points away from: hold
+  // the points to a quantile function (non-decreasing).
+  for (std::size_t i = 1; i < x.size(); ++i) x[i] = std::max(x[i], x[i - 1]);
+}
+
+}  // namespace
+
+// Stragglers as expected order statistics. Every data-parallel rank draws its
+// own documents and jitter; ranks wait for each other at the synchronisations
+// of the plan (every micro-batch where parameters are gathered or tokens
+// routed across data-parallel ranks, else once a step), so what a rank brings
+// to a synchronisation is its mean factor over the period. A class of n ranks
+// runs the slowest of them, and of the D classes the k-th slowest runs the
+// expected k-th order statistic of D such maxima: the slowest class is the
+// expected slowest of all n·D ranks, computed, not drawn. The classes rotate
+// through the order statistics from one period to the next (the straggler
+// moves), so each period has one class of each rank.
+Stragglers expected_stragglers(const PlanOptions& o, const WorkloadShape& w) {
+  Stragglers out;
+  out.period = std::max<std::int64_t>(1, w.period);
+  const auto d = static_cast<std::size_t>(std::max(1, w.classes));
+  const double n = static_cast<double>(std::max<std::int64_t>(1, w.ranks));
+  out.attention.assign(d, 1.0);
+  out.compute.assign(d, 1.0);
+  const std::optional<DocLengths> lengths = doc_lengths(o);
+  if (lengths) {
+    std::vector<double> x, cdf;
+    attention_points(o, *lengths, w, x, cdf);
+    out.attention = detail::expected_order_statistics(x, cdf, n, static_cast<int>(d));
+  }
+  if (o.compute_jitter > 0) {
+    // Each micro-batch's factor is 1 + σ·z (z standard normal), floored at
+    // 0.5; a period's mean has σ/√period.
+    const double sd = o.compute_jitter / std::sqrt(static_cast<double>(out.period));
+    std::vector<double> x, cdf;
+    quantile_points(
+        [&](double p, double upper) {
+          const double z = upper > 0 ? detail::normal_upper_quantile(upper) : detail::normal_quantile(p);
+          return std::max(0.5, 1.0 + sd * z);
+        },
+        x, cdf);
+    out.compute = detail::expected_order_statistics(x, cdf, n, static_cast<int>(d));
+  }
+  return out;
+}
+
+Workload class_workload(const PlanOptions& o, const Stragglers& s, std::int64_t micro_batches, int data_class,
+                        int expert_rank, int ep, int experts) {
   Workload w;
   const auto m = static_cast<std::size_t>(micro_batches);
   w.attention.assign(m, 1.0);
   w.compute.assign(m, 1.0);
-  const auto vc = static_cast<std::uint64_t>(variability_class);
-  const std::int64_t n = std::max<std::int64_t>(1, ranks);
-  const double s = static_cast<double>(seq_len);
-  if (o.doc_mean_tokens > 0) {
-    // Data belongs to the data-parallel rank: the same on every stage.
-    const double documents = s / std::max(1.0, o.doc_mean_tokens) + 1.0;
-    const bool exact =
-        n == 1 || static_cast<double>(n) * static_cast<double>(micro_batches) * documents <= kDocumentDrawBudget;
-    double mean = 0, sd = 0, skew = 0;
-    if (!exact) {
-      Rng rng{mix(o.seed ^ 0x9170f5a3ULL, static_cast<std::uint64_t>(seq_len))};
-      const int packings =
-          static_cast<int>(std::clamp(kDocumentDrawBudget / documents, kMinPilotPackings, kPilotPackings));
-      std::vector<double> pilot(static_cast<std::size_t>(packings));
-      for (double& f : pilot) f = packed_attention(rng, s, o.doc_mean_tokens);
-      for (double f : pilot) mean += f;
-      mean /= packings;
-      double m2 = 0, m3 = 0;
-      for (double f : pilot) {
-        m2 += (f - mean) * (f - mean);
-        m3 += (f - mean) * (f - mean) * (f - mean);
-      }
-      sd = std::sqrt(m2 / (packings - 1));
-      skew = sd > 0 ? m3 / packings / (sd * sd * sd) : 0.0;
-    }
-    for (std::size_t mb = 0; mb < m; ++mb) {
-      Rng rng{mix(mix(o.seed, vc), mb)};
-      if (exact) {
-        double slowest = 0;
-        for (std::int64_t r = 0; r < n; ++r) slowest = std::max(slowest, packed_attention(rng, s, o.doc_mean_tokens));
-        w.attention[mb] = slowest;
-      } else {
-        const double z = detail::max_normal_quantile(rng.open_uniform(), static_cast<double>(n));
-        w.attention[mb] = std::clamp(mean + sd * (z + skew * (z * z - 1.0) / 6.0), 1.0 / s, 1.0);
-      }
-    }
-  }
-  if (o.compute_jitter > 0) {
-    for (std::size_t mb = 0; mb < m; ++mb) {
-      Rng rng{mix(mix(mix(o.seed ^ 0x6a177e5ULL, vc), static_cast<std::uint64_t>(stage)), mb)};
-      const double z = detail::max_normal_quantile(rng.open_uniform(), static_cast<double>(n));
-      w.compute[mb] = std::max(0.5, 1.0 + o.compute_jitter * z);
-    }
+  const auto d = static_cast<std::int64_t>(s.attention.size());
+  for (std::size_t mb = 0; mb < m; ++mb) {
+    const auto rank = static_cast<std::size_t>((data_class + static_cast<std::int64_t>(mb) / s.period) % d);
+    w.attention[mb] = s.attention[rank];
+    w.compute[mb] = s.compute[rank];
   }
   if (o.moe_skew > 0 && ep > 1 && experts > 0) {
     // Zipf loads over experts; rank e holds experts [e·E/ep, (e+1)·E/ep).
@@ -182,6 +266,17 @@ Workload draw_workload(const PlanOptions& o, std::int64_t seq_len, std::int64_t 
     w.experts = mine / total * ep;
   }
   return w;
+}
+
+std::optional<DocLengths> doc_lengths(const PlanOptions& o) {
+  if (o.doc_lengths) {
+    DocLengths d;
+    const std::vector<core::Problem> problems = parse_doc_lengths(*o.doc_lengths, d);
+    if (!problems.empty()) throw core::ProblemError(problems);
+    return d;
+  }
+  if (o.doc_mean_tokens > 0) return exponential_doc_lengths(o.doc_mean_tokens);
+  return std::nullopt;
 }
 
 namespace detail {

@@ -1,6 +1,7 @@
-// Stragglers as order statistics: a rank class's workload draw is the slowest
-// of the data-parallel ranks it stands for, so the slowest class is the slowest
-// of all ranks and grows with their number (plan/workload.cpp).
+// Stragglers as expected order statistics: a rank class runs the expected
+// slowest of the data-parallel ranks it stands for, the classes the expected
+// order statistics of those maxima, so the slowest class is the expected
+// slowest of all ranks and grows with their number (plan/workload.cpp).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include <random>
 #include <vector>
 
+#include "plan/doc_lengths.hpp"
 #include "plan/lowering.hpp"
 #include "plan/plan.hpp"
 
@@ -18,7 +20,7 @@ namespace {
 struct Sample {
   double mean = 0, variance = 0;  // the sample's mean and unbiased variance
   std::size_t n = 0;
-  [[nodiscard]] double se2() const { return variance / static_cast<double>(n); }  // squared standard error
+  [[nodiscard]] double se() const { return std::sqrt(variance / static_cast<double>(n)); }  // standard error
 };
 
 Sample sample(const std::vector<double>& v) {
@@ -31,20 +33,13 @@ Sample sample(const std::vector<double>& v) {
   return s;
 }
 
-// Four standard errors of the difference of two independent sample means.
-double tolerance(const Sample& a, const Sample& b) { return 4.0 * std::sqrt(a.se2() + b.se2()); }
-
-// Per micro-batch, the largest of the classes' factors (attention or compute):
-// N data-parallel ranks in K classes of N / K, as lowering draws them.
-std::vector<double> slowest_class(const PlanOptions& o, std::int64_t seq_len, std::int64_t micro_batches, int ranks,
-                                  int classes, bool attention) {
-  std::vector<double> out(static_cast<std::size_t>(micro_batches), 0.0);
-  for (int c = 0; c < classes; ++c) {
-    const Workload w = draw_workload(o, seq_len, micro_batches, c, 0, 0, 1, 0, ranks / classes);
-    const std::vector<double>& f = attention ? w.attention : w.compute;
-    for (std::size_t mb = 0; mb < out.size(); ++mb) out[mb] = std::max(out[mb], f[mb]);
-  }
-  return out;
+WorkloadShape shape(std::int64_t seq_len, int classes, std::int64_t ranks, std::int64_t period = 1) {
+  WorkloadShape w;
+  w.seq_len = seq_len;
+  w.classes = classes;
+  w.ranks = ranks;
+  w.period = period;
+  return w;
 }
 
 TEST(OrderStatistics, InverseNormalCdf) {
@@ -67,51 +62,66 @@ TEST(OrderStatistics, InverseNormalCdf) {
       EXPECT_NEAR(detail::normal_quantile(1.0 - p), -x, 1e-9) << x;
     }
   }
-  // The maximum of n normals at U: Φ⁻¹(U^{1/n}), precise however close to 1 U^{1/n} gets.
-  EXPECT_NEAR(detail::max_normal_quantile(0.3, 1), detail::normal_quantile(0.3), 1e-12);
-  EXPECT_NEAR(detail::max_normal_quantile(0.5, 1e9), detail::normal_upper_quantile(-std::expm1(std::log(0.5) / 1e9)),
-              1e-12);
-  EXPECT_NEAR(detail::max_normal_quantile(0.5, 1e9), 6.0570628, 1e-6);  // median of the max of 1e9: Φ⁻¹(1 − ln2/1e9)
 }
 
-// Compute jitter: the slowest of K = 4 classes of 256 ranks is the slowest of
-// 1,024 ranks, and the slowest rank grows with the number of ranks.
-TEST(OrderStatistics, JitterStragglerIsTheMaxOverAllRanks) {
+// By hand, for X = 0 or 1 with probability 1/2 each: the maximum of n draws
+// is 1 unless all are 0, E = 1 − 2⁻ⁿ; of two classes of n the slower has
+// E = 1 − 2⁻²ⁿ, the faster (both maxima 1) (1 − 2⁻ⁿ)².
+TEST(OrderStatistics, ExpectedOrderStatisticsByHand) {
+  const std::vector<double> x{0, 1}, cdf{0.5, 1};
+  EXPECT_NEAR(detail::expected_order_statistics(x, cdf, 1, 1)[0], 0.5, 1e-15);
+  EXPECT_NEAR(detail::expected_order_statistics(x, cdf, 3, 1)[0], 0.875, 1e-15);
+  const std::vector<double> two = detail::expected_order_statistics(x, cdf, 2, 2);
+  EXPECT_NEAR(two[0], 0.5625, 1e-15);  // (3/4)²
+  EXPECT_NEAR(two[1], 0.9375, 1e-15);  // 1 − 1/16
+  // U uniform on [0, 1] as 1,000 equal steps: E max of 9 = 9/10, E min of 4 = 1/5.
+  std::vector<double> ux, ucdf;
+  for (int i = 1; i <= 1000; ++i) {
+    ux.push_back((i - 0.5) / 1000);
+    ucdf.push_back(i / 1000.0);
+  }
+  EXPECT_NEAR(detail::expected_order_statistics(ux, ucdf, 9, 1)[0], 0.9, 1e-4);
+  EXPECT_NEAR(detail::expected_order_statistics(ux, ucdf, 1, 4)[0], 0.2, 1e-4);
+  // Many classes: the k-th of D uniforms has E = k / (D + 1).
+  const std::vector<double> many = detail::expected_order_statistics(ux, ucdf, 1, 500);
+  EXPECT_NEAR(many[0], 1.0 / 501, 1e-4);
+  EXPECT_NEAR(many[249], 250.0 / 501, 1e-4);
+  EXPECT_NEAR(many[499], 500.0 / 501, 1e-4);
+}
+
+// Compute jitter 0.05: the slowest class is 1 + 0.05·E[max of N standard
+// normals] with N all the ranks, whatever the split into classes (tabled:
+// N = 2: 1/√π = 0.564190, 10: 1.538753, 64: 2.343701, 1,024: 3.248112
+// (Harter 1961, Expected values of normal order statistics)), and the
+// maxima grow with N; synchronising once every 4 micro-batches halves σ.
+TEST(OrderStatistics, JitterStragglerIsTheExpectedMaxOverAllRanks) {
   PlanOptions o;
   o.compute_jitter = 0.05;
-  o.seed = 7;
-  constexpr int kDraws = 2000;
-  const Sample modelled = sample(slowest_class(o, 4096, kDraws, 1024, 4, false));
-
-  std::mt19937_64 gen(12345);
-  std::normal_distribution<double> normal;
-  std::vector<double> direct(kDraws);
-  for (double& v : direct) {
-    double z = -HUGE_VAL;
-    for (int r = 0; r < 1024; ++r) z = std::max(z, normal(gen));
-    v = 1.0 + o.compute_jitter * z;
+  const double pairs[][2] = {{2, 0.564190}, {10, 1.538753}, {64, 2.343701}, {1024, 3.248112}};
+  for (const auto& [n, z] : pairs) {
+    const auto ranks = static_cast<std::int64_t>(n);
+    EXPECT_NEAR(expected_stragglers(o, shape(4096, 1, ranks)).compute.back(), 1 + 0.05 * z, 1e-4) << n;
+    if (ranks % 2 == 0) {
+      const Stragglers split = expected_stragglers(o, shape(4096, 2, ranks / 2));
+      EXPECT_NEAR(split.compute.back(), 1 + 0.05 * z, 1e-4) << n;
+      EXPECT_LT(split.compute.front(), split.compute.back());
+    }
   }
-  const Sample reference = sample(direct);
-  EXPECT_NEAR(modelled.mean, reference.mean, tolerance(modelled, reference));
-  EXPECT_NEAR(modelled.mean, 1.0 + 0.05 * 3.2482, 0.003);  // E max of 1,024 normals ≈ 3.2482
-
-  // 64 ranks in the same four classes: a visibly faster slowest rank.
-  const Sample fewer = sample(slowest_class(o, 4096, kDraws, 64, 4, false));
-  EXPECT_GT(modelled.mean, fewer.mean + tolerance(modelled, fewer));
-  EXPECT_NEAR(fewer.mean, 1.0 + 0.05 * 2.3437, 0.003);  // E max of 64 normals ≈ 2.3437
+  EXPECT_NEAR(expected_stragglers(o, shape(4096, 4, 256, 4)).compute.back(), 1 + 0.025 * 3.248112, 1e-4);
+  // The straggler moves: class c runs order statistic (c + period) mod D.
+  const Stragglers s = expected_stragglers(o, shape(4096, 4, 16, 2));
+  const Workload c1 = class_workload(o, s, 6, 1, 0, 1, 0);
+  EXPECT_EQ(c1.compute,
+            (std::vector<double>{s.compute[1], s.compute[1], s.compute[2], s.compute[2], s.compute[3], s.compute[3]}));
 }
 
 // Packed documents (exponential lengths, mean 512, in 4,096-token sequences):
-// the slowest of 2 classes of 128 ranks against 256 independent packings
-// written here from the spec.
-TEST(OrderStatistics, DocumentStragglerIsTheMaxOverAllRanks) {
+// the expected slowest of 256 ranks (2 classes of 128) against the mean of
+// 400 maxima of 256 packings written here from the spec.
+TEST(OrderStatistics, DocumentStragglerIsTheExpectedMaxOverAllRanks) {
   PlanOptions o;
   o.doc_mean_tokens = 512;
   o.seed = 11;
-  constexpr std::int64_t kSeq = 4096;
-  constexpr int kDraws = 400;  // 128 ranks × 400 × ~9 documents: exact, within the draw budget
-  const Sample modelled = sample(slowest_class(o, kSeq, kDraws, 256, 2, true));
-
   std::mt19937_64 gen(54321);
   std::exponential_distribution<double> length(1.0 / o.doc_mean_tokens);
   auto packing = [&](double s) {
@@ -123,59 +133,82 @@ TEST(OrderStatistics, DocumentStragglerIsTheMaxOverAllRanks) {
     }
     return squares / (s * s);
   };
-  std::vector<double> direct(kDraws);
-  for (double& v : direct) {
-    v = 0;
-    for (int r = 0; r < 256; ++r) v = std::max(v, packing(static_cast<double>(kSeq)));
-  }
-  const Sample reference = sample(direct);
-  EXPECT_NEAR(modelled.mean, reference.mean, tolerance(modelled, reference));
+  auto slowest = [&](int draws, int ranks, double s, int per_rank) {
+    std::vector<double> v(static_cast<std::size_t>(draws), 0.0);
+    for (double& m : v) {
+      for (int r = 0; r < ranks; ++r) {
+        double sum = 0;
+        for (int j = 0; j < per_rank; ++j) sum += packing(s);
+        m = std::max(m, sum / per_rank);
+      }
+    }
+    return sample(v);
+  };
+  const Stragglers exact = expected_stragglers(o, shape(4096, 2, 128));  // an empirical sample of 16,384 packings
+  const Sample reference = slowest(400, 256, 4096, 1);
+  EXPECT_NEAR(exact.attention.back(), reference.mean, 4 * reference.se());
+  EXPECT_GT(exact.attention.back(), expected_stragglers(o, shape(4096, 2, 32)).attention.back());  // 64 ranks
 
-  // Above the budget (512 ranks × 64 micro-batches × 65 documents of 512 in
-  // 32,768 tokens), the pilot-fitted order statistic: within 15 % of the
-  // slowest of 512 packings.
-  constexpr std::int64_t kLong = 32768;
-  constexpr int kFew = 64;
-  const Sample approx = sample(slowest_class(o, kLong, kFew, 512, 1, true));
-  std::vector<double> long_direct(kFew);
-  for (double& v : long_direct) {
-    v = 0;
-    for (int r = 0; r < 512; ++r) v = std::max(v, packing(static_cast<double>(kLong)));
+  // 512 ranks meeting once every 8 micro-batches of 32,768 tokens (65
+  // documents each): over the budget for a sample, the pilot-fitted quantile;
+  // within 5 % of the mean of 32 maxima of 512 ranks' 8-packing means.
+  const Stragglers fitted = expected_stragglers(o, shape(32768, 1, 512, 8));
+  const Sample long_reference = slowest(32, 512, 32768, 8);
+  EXPECT_NEAR(fitted.attention.back(), long_reference.mean, 0.05 * long_reference.mean);
+}
+
+// Histograms: documents all longer than the sequence fill it (Σ len² = s²);
+// one-token documents give s·1 / s² = 1/s.
+TEST(OrderStatistics, HistogramDocumentLengths) {
+  PlanOptions o;
+  o.doc_lengths = "10000:0,20000:1";
+  const Stragglers full = expected_stragglers(o, shape(8192, 3, 100));
+  EXPECT_EQ(full.attention, (std::vector<double>{1.0, 1.0, 1.0}));
+  o.doc_lengths = "1:1";
+  for (double f : expected_stragglers(o, shape(8192, 3, 100)).attention) EXPECT_NEAR(f, 1.0 / 8192, 1e-12);
+
+  DocLengths d;
+  EXPECT_TRUE(parse_doc_lengths("512:3, 2048:1", d).empty());
+  ASSERT_EQ(d.parts.size(), 2u);
+  EXPECT_EQ(d.draw(0.0, 0.0), 512.0);   // the first bin's top
+  EXPECT_EQ(d.draw(0.74, 0.5), 256.0);  // its middle
+  EXPECT_EQ(d.draw(0.76, 0.5), 1280.0);
+  EXPECT_NEAR(d.mean(), 0.75 * 256 + 0.25 * 1280, 1e-9);
+  // Dolma v1: its tokens over its documents, 3,085.4 billion / 5,244.952 million.
+  ASSERT_TRUE(parse_doc_lengths("dolma-v1", d).empty());
+  EXPECT_NEAR(d.mean(), 3085.4e9 / 5244.952e6, 1e-6);
+  for (const char* bad : {"", "512", "512:1,", "512:1,256:1", "512:-1", "512:0", "x:1", "4000000:1", "512:nan"}) {
+    const std::vector<core::Problem> p = parse_doc_lengths(bad, d);
+    ASSERT_EQ(p.size(), 1u) << bad;
+    EXPECT_EQ(p[0].field, "doc_lengths");
   }
-  const Sample long_reference = sample(long_direct);
-  EXPECT_NEAR(approx.mean, long_reference.mean, 0.15 * long_reference.mean);
 }
 
 TEST(OrderStatistics, DeterministicAndOffWithoutVariability) {
   PlanOptions o;
   for (std::int64_t ranks : {1, 16, 100000}) {
-    const Workload off = draw_workload(o, 8192, 8, 3, 1, 0, 1, 0, ranks);
+    const Workload off = class_workload(o, expected_stragglers(o, shape(8192, 4, ranks)), 8, 3, 0, 1, 0);
     EXPECT_EQ(off.attention, std::vector<double>(8, 1.0));
     EXPECT_EQ(off.compute, std::vector<double>(8, 1.0));
     EXPECT_EQ(off.experts, 1.0);
   }
   o.doc_mean_tokens = 512;
   o.compute_jitter = 0.1;
-  for (std::int64_t ranks : {1, 16, 100000}) {  // exact, exact, approximated documents
-    const Workload a = draw_workload(o, 8192, 8, 3, 1, 0, 1, 0, ranks);
-    const Workload b = draw_workload(o, 8192, 8, 3, 1, 0, 1, 0, ranks);
+  for (std::int64_t ranks : {1, 16, 100000}) {  // sampled, sampled, fitted documents
+    const Stragglers a = expected_stragglers(o, shape(8192, 4, ranks));
+    const Stragglers b = expected_stragglers(o, shape(8192, 4, ranks));
     EXPECT_EQ(a.attention, b.attention);
     EXPECT_EQ(a.compute, b.compute);
-    // A class's draw does not depend on the other classes' draws (or on how
-    // many micro-batches follow).
-    const Workload shorter = draw_workload(o, 8192, 4, 3, 1, 0, 1, 0, ranks);
-    EXPECT_EQ(std::vector<double>(a.attention.begin(), a.attention.begin() + 4), shorter.attention);
-    EXPECT_EQ(std::vector<double>(a.compute.begin(), a.compute.begin() + 4), shorter.compute);
+    EXPECT_TRUE(std::is_sorted(a.attention.begin(), a.attention.end()));
     for (double f : a.attention) {
       EXPECT_GT(f, 0.0);
       EXPECT_LE(f, 1.0);
     }
   }
-  // More ranks behind a class: a slower class, micro-batch by micro-batch for jitter
-  // (the same uniform mapped through a larger order statistic).
-  const Workload one = draw_workload(o, 8192, 8, 3, 1, 0, 1, 0, 1);
-  const Workload many = draw_workload(o, 8192, 8, 3, 1, 0, 1, 0, 64);
-  for (std::size_t mb = 0; mb < 8; ++mb) EXPECT_GT(many.compute[mb], one.compute[mb]);
+  // One rank per class, one class: the mean factor (E of one packing), below
+  // the expected slowest of many.
+  EXPECT_LT(expected_stragglers(o, shape(8192, 1, 1)).attention[0],
+            expected_stragglers(o, shape(8192, 1, 64)).attention[0]);
 }
 
 }  // namespace

@@ -47,6 +47,10 @@ expect_error "--out-dir: expected a folder (standard output holds one file: --tr
 expect_error "--doc-mean-tokens: expected 0 (one document a sequence) or a mean length of at least 1 token" \
   simulate --gpus 16 --doc-mean-tokens 1e-300
 expect_error "--doc-mean-tokens: expected a finite number in [0, 2097152], got '0x10'" simulate --gpus 16 --doc-mean-tokens 0x10
+expect_error "--doc-lengths: expected dolma-v1 or a histogram UPPER:WEIGHT,... (bins from 0 up to each UPPER tokens, WEIGHT their share of documents), got upper 256 after 512 (expected increasing uppers up to 2097152)" \
+  simulate --gpus 16 --doc-lengths 512:1,256:1
+expect_error "--doc-lengths: expected doc_lengths or doc_mean_tokens, not both" \
+  simulate --gpus 16 --doc-lengths dolma-v1 --doc-mean-tokens 512
 "$hzp" plan --gpus 16 --train-tokens 1e-300 > /dev/null 2> "$work/stderr"
 rc=$?
 if [ "$rc" -ne 2 ] || [ "$(wc -l < "$work/stderr")" -ne 1 ] ||
