@@ -39,7 +39,10 @@ void BM_LowerLlama70bFsdp1024(benchmark::State& state) {
 }
 BENCHMARK(BM_LowerLlama70bFsdp1024)->Unit(benchmark::kMillisecond)->UseRealTime();
 
-void BM_AnalyticEngineLlama70bFsdp1024(benchmark::State& state) {
+// The engine's walk and its timeline into a recorder: with op names (what a
+// trace or CSV needs) or without (what simulate, sweeps, cases and plan
+// search record since issue 41 item 2).
+void analytic_engine(benchmark::State& state, bool names) {
   explore::Scenario sc = scenario();
   core::Schedule s = explore::build_schedule(sc, plan::Strategy::Fsdp);
   topologies::PerfModel pm(topologies::Topology(topologies::load_cluster(sc.cluster), sc.gpus));
@@ -49,13 +52,16 @@ void BM_AnalyticEngineLlama70bFsdp1024(benchmark::State& state) {
   traces::TraceHeader header;
   header.schedule_sha256 = core::schedule_hash(s);  // hashed once per Schedule, outside the engine
   for (auto _ : state) {
-    traces::TimelineRecorder rec;
+    traces::TimelineRecorder rec(names);
     engine->run(s, header, rec);
     benchmark::DoNotOptimize(rec.timeline().ops.size());
   }
   state.counters["schedule_ops"] = static_cast<double>(ops);
 }
+void BM_AnalyticEngineLlama70bFsdp1024(benchmark::State& state) { analytic_engine(state, true); }
 BENCHMARK(BM_AnalyticEngineLlama70bFsdp1024)->Unit(benchmark::kMillisecond)->UseRealTime();
+void BM_AnalyticEngineLlama70bFsdp1024Nameless(benchmark::State& state) { analytic_engine(state, false); }
+BENCHMARK(BM_AnalyticEngineLlama70bFsdp1024Nameless)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 void BM_HashLlama70bFsdp1024Schedule(benchmark::State& state) {
   core::Schedule s = explore::build_schedule(scenario(), plan::Strategy::Fsdp);

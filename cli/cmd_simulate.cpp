@@ -176,6 +176,7 @@ int cmd_simulate(Options& o, const std::string& command_line) {
   // The Schedule's fingerprint goes only into outputs (JSON summary, traces,
   // CSV): a run that prints its table alone does not pay for it.
   o.sc.hash_schedules = o.json || !o.trace.empty() || !o.csv.empty() || !o.summary.empty() || !o.out_dir.empty();
+  o.sc.timeline_names = !o.trace.empty() || !o.csv.empty() || !o.out_dir.empty();
   explore::ScenarioResult r = explore::run_scenario(o.sc);
   const bool one = r.runs.size() == 1;
   if ((!o.trace.empty() || !o.csv.empty()) && !one) {

@@ -62,7 +62,7 @@ class Evaluator {
     core::check_schedule(s, core::Progress::ByTheEngine);  // the engine's walk finds any deadlock
     traces::TraceHeader header;
     header.schedule_sha256 = "(adaptive search)";  // not hashed: only the fastest plan is kept
-    traces::TimelineRecorder rec;
+    traces::TimelineRecorder rec(/*names=*/false);
     engine_->run(s, header, rec);
     sim::Metrics metrics = sim::compute_metrics(s, rec.timeline(), pm_.topology().spec().device);
     c.step = metrics.step_time;

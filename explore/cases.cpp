@@ -71,6 +71,7 @@ validation::Scored run_case(const validation::Case& c, const std::string& calibr
   sc.plan = plan::plan_from_json(c.plan_json, c.file + " (plan)");
   sc.strategies = {sc.plan.strategy};
   sc.hash_schedules = false;
+  sc.timeline_names = false;
   ScenarioResult r;
   try {
     r = run_scenario(sc);

@@ -203,7 +203,7 @@ ScenarioResult run_scenario(const Scenario& sc) {
     header.hzp_version = core::version();
     header.git_revision = core::git_revision();
     header.command_line = sc.command_line;
-    traces::TimelineRecorder rec;
+    traces::TimelineRecorder rec(sc.timeline_names);
     engine->run(run.schedule, header, rec);
     run.timeline = rec.take();
     r.engine_detail = run.timeline.header.engine_detail;

@@ -54,6 +54,9 @@ struct Scenario {
   /// Hash each Schedule for the trace header (plan search skips it: it only
   /// keeps numbers).
   bool hash_schedules = true;
+  /// Op names in the runs' timelines: needed to write a trace or CSV; the
+  /// metrics do without (a string fewer per op of a large Schedule).
+  bool timeline_names = true;
 
   /// The calibration and what-if changes, as the cluster resolver takes them.
   [[nodiscard]] topologies::ClusterOverlay overlay() const;

@@ -121,7 +121,7 @@ Estimate simulate(const models::ModelSpec& m, const topologies::PerfModel& pm, c
     core::check_schedule(s, core::Progress::ByTheEngine);  // the engine's walk finds any deadlock
     traces::TraceHeader h;
     h.schedule_sha256 = "(plan search)";
-    traces::TimelineRecorder rec;
+    traces::TimelineRecorder rec(/*names=*/false);
     sim::AnalyticEngine(pm).run(s, h, rec);
     out = sim::compute_metrics(s, rec.timeline(), pm.topology().spec().device);
     if (terms) *terms = sharding_terms(s, out, pm);

@@ -67,16 +67,18 @@ void emit_streams(const core::Schedule& s, TraceSink& sink) {
 }
 
 OpRecord op_record(const core::Schedule& s, const core::Program& prog, const core::Stream& st, const core::Op& op,
-                   core::TimePoint start, core::TimePoint end) {
+                   core::TimePoint start, core::TimePoint end, bool names) {
   OpRecord rec;
   rec.program = prog.id;
   rec.stream = st.id;
   rec.op_id = op.id;
-  rec.name = op.name;
   rec.kind = op.kind;
-  rec.what = op.kind == core::OpKind::Compute      ? std::string(core::to_string(op.compute))
-             : op.kind == core::OpKind::Collective ? std::string(core::to_string(op.collective))
-                                                   : std::string(core::to_string(op.kind));
+  if (names) {
+    rec.name = op.name;
+    rec.what = op.kind == core::OpKind::Compute      ? std::string(core::to_string(op.compute))
+               : op.kind == core::OpKind::Collective ? std::string(core::to_string(op.collective))
+                                                     : std::string(core::to_string(op.kind));
+  }
   if (op.kind == core::OpKind::Collective) rec.group_kind = s.group(op.group).kind;
   rec.flops = op.flops;
   rec.bytes = op.bytes;

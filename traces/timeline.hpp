@@ -3,10 +3,11 @@
 // and the runtime emit into a TraceSink; a Timeline is one such listener.
 #pragma once
 
+#include <cstddef>
 #include <optional>
 #include <string>
-#include <vector>
 #include <utility>
+#include <vector>
 
 #include "core/schedule.hpp"
 #include "core/units.hpp"
@@ -86,6 +87,11 @@ class TraceSink {
   // By value: a sink that keeps the record takes it without a copy.
   virtual void on_op(OpRecord r) = 0;
   virtual void on_memory(MemoryPoint m) = 0;
+  /// False: the sink reads no op's name or what (emitters may leave them
+  /// empty, sparing a string per op of a large Schedule).
+  [[nodiscard]] virtual bool wants_names() const { return true; }
+  /// How many ops and memory points are coming (a hint, before the first).
+  virtual void expect(std::size_t /*ops*/, std::size_t /*memory_points*/) {}
 };
 
 struct Timeline {
@@ -95,9 +101,17 @@ struct Timeline {
   std::vector<MemoryPoint> memory;
 };
 
-/// Collects everything it hears into a Timeline.
+/// Collects everything it hears into a Timeline; with `names` false, ops
+/// come without name and what (enough for metrics, not for a trace file).
 class TimelineRecorder final : public TraceSink {
  public:
+  TimelineRecorder() = default;
+  explicit TimelineRecorder(bool names) : names_(names) {}
+  [[nodiscard]] bool wants_names() const override { return names_; }
+  void expect(std::size_t ops, std::size_t memory_points) override {
+    t_.ops.reserve(t_.ops.size() + ops);
+    t_.memory.reserve(t_.memory.size() + memory_points);
+  }
   void on_header(const TraceHeader& h) override { t_.header = h; }
   void on_stream(const StreamInfo& s) override { t_.streams.push_back(s); }
   void on_op(OpRecord r) override { t_.ops.push_back(std::move(r)); }
@@ -106,6 +120,7 @@ class TimelineRecorder final : public TraceSink {
   [[nodiscard]] Timeline take() { return std::move(t_); }
 
  private:
+  bool names_ = true;
   Timeline t_;
 };
 
@@ -119,9 +134,10 @@ void emit_streams(const core::Schedule& s, TraceSink& sink);
 /// nothing. Ordered by source program, then op id. Computed only for a trace
 /// being written (O(ops log ops)), never in the engines' hot path.
 [[nodiscard]] std::vector<FlowLink> peer_links(const core::Schedule& s);
-/// The record of one op that takes time (compute, collective, send, recv).
+/// The record of one op that takes time (compute, collective, send, recv);
+/// without `names`, its name and what stay empty.
 [[nodiscard]] OpRecord op_record(const core::Schedule& s, const core::Program& prog, const core::Stream& st,
-                                 const core::Op& op, core::TimePoint start, core::TimePoint end);
+                                 const core::Op& op, core::TimePoint start, core::TimePoint end, bool names = true);
 
 /// Chrome trace-event JSON, loadable in Perfetto and chrome://tracing: one
 /// process per rank class, one thread (track) per stream, a memory counter per

@@ -115,6 +115,32 @@ TEST(AnalyticEngine, ComputeSlowsUnderACollectiveOnItsDevice) {
   }
 }
 
+// A recorder that wants no names gets the same times and metrics without
+// them, and is told every op and memory point before the first arrives.
+TEST(AnalyticEngine, NamelessRecorderKeepsTimesAndMetrics) {
+  topologies::PerfModel pm(topologies::Topology(topologies::load_cluster("dgx-h100"), 8));
+  const core::Schedule s = overlap_schedule();
+  AnalyticEngine engine(pm);
+  traces::TimelineRecorder named, nameless(/*names=*/false);
+  engine.run(s, {}, named);
+  engine.run(s, {}, nameless);
+  const traces::Timeline &a = named.timeline(), &b = nameless.timeline();
+  ASSERT_EQ(a.ops.size(), b.ops.size());
+  EXPECT_EQ(b.ops.capacity(), b.ops.size());
+  EXPECT_EQ(b.memory.capacity(), b.memory.size());
+  for (std::size_t i = 0; i < a.ops.size(); ++i) {
+    EXPECT_FALSE(a.ops[i].name.empty());
+    EXPECT_TRUE(b.ops[i].name.empty() && b.ops[i].what.empty());
+    EXPECT_EQ(std::tie(a.ops[i].op_id, a.ops[i].start, a.ops[i].end),
+              std::tie(b.ops[i].op_id, b.ops[i].start, b.ops[i].end));
+  }
+  const Metrics ma = compute_metrics(s, a, pm.topology().spec().device);
+  const Metrics mb = compute_metrics(s, b, pm.topology().spec().device);
+  EXPECT_EQ(ma.step_time, mb.step_time);
+  EXPECT_EQ(ma.exposed_comm, mb.exposed_comm);
+  EXPECT_EQ(ma.peak_memory(), mb.peak_memory());
+}
+
 TEST(AnalyticEngine, EstimateWithFreeOps) {
   topologies::PerfModel pm(topologies::Topology(topologies::load_cluster("dgx-h100"), 8));
   const core::Schedule s = overlap_schedule();
@@ -149,8 +175,8 @@ core::Schedule two_stream_schedule(bool across) {
   p.ranks = all;
   p.threads.push_back(core::Thread{0, "main", core::Duration::ns(0)});
   for (int k = 0; k < 2; ++k) {
-    core::Stream st{k, k == 0 ? "ag" : "rs", k == 0 ? core::StreamKind::ParamGather : core::StreamKind::GradReduce,
-                    0, {}};
+    core::Stream st{
+        k, k == 0 ? "ag" : "rs", k == 0 ? core::StreamKind::ParamGather : core::StreamKind::GradReduce, 0, {}};
     core::Op c;
     c.id = k;
     c.kind = core::OpKind::Collective;
@@ -208,10 +234,12 @@ TEST(AnalyticEngine, CollectivesOfDifferentLinkClassesDoNotShare) {
   const core::Schedule s = two_stream_schedule(/*across=*/false);
   ASSERT_EQ(pm.span(s.groups[1].ranks).domains, 1);
   const auto t = op_times(pm, {}, s);
-  EXPECT_EQ(t.at(0).second, pm.collective(core::CollectiveKind::AllGather, core::Bytes(256LL << 20),
-                                          pm.span(s.groups[0].ranks)).count_ns());
-  EXPECT_EQ(t.at(1).second, pm.collective(core::CollectiveKind::AllGather, core::Bytes(1LL << 30),
-                                          pm.span(s.groups[1].ranks)).count_ns());
+  EXPECT_EQ(
+      t.at(0).second,
+      pm.collective(core::CollectiveKind::AllGather, core::Bytes(256LL << 20), pm.span(s.groups[0].ranks)).count_ns());
+  EXPECT_EQ(
+      t.at(1).second,
+      pm.collective(core::CollectiveKind::AllGather, core::Bytes(1LL << 30), pm.span(s.groups[1].ranks)).count_ns());
 }
 
 TEST(AnalyticEngine, RejectsMoreRanksThanDevices) {
