@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <array>
 #include <nlohmann/json.hpp>
+#include <stdexcept>
 #include <utility>
 
 #include "core/json_reader.hpp"
@@ -15,28 +16,32 @@ namespace {
 template <class E, std::size_t N>
 using Names = std::array<std::pair<E, std::string_view>, N>;
 
-constexpr Names<Dtype, 4> kDtype{
-    {{Dtype::Bf16, "bf16"}, {Dtype::Fp16, "fp16"}, {Dtype::Fp32, "fp32"}, {Dtype::Fp8, "fp8"}}};
+constexpr Names<Dtype, 6> kDtype{{{Dtype::Bf16, "bf16"},
+                                  {Dtype::Fp16, "fp16"},
+                                  {Dtype::Fp32, "fp32"},
+                                  {Dtype::Fp8, "fp8"},
+                                  {Dtype::Int8, "int8"},
+                                  {Dtype::Int4, "int4"}}};
 constexpr Names<GroupKind, kGroupKinds> kGroupKind{{{GroupKind::World, "world"},
-                                           {GroupKind::DpShard, "dp_shard"},
-                                           {GroupKind::DpReplica, "dp_replica"},
-                                           {GroupKind::Tp, "tp"},
-                                           {GroupKind::Pp, "pp"},
-                                           {GroupKind::Cp, "cp"},
-                                           {GroupKind::Ep, "ep"},
-                                           {GroupKind::Edp, "edp"},
-                                           {GroupKind::DpGrad, "dp_grad"},
-                                           {GroupKind::DpOptim, "dp_optim"},
-                                           {GroupKind::DpRegather, "dp_regather"},
-                                           {GroupKind::EdpGrad, "edp_grad"},
-                                           {GroupKind::EdpOptim, "edp_optim"},
-                                           {GroupKind::EdpReplica, "edp_replica"},
-                                           {GroupKind::EdpRegather, "edp_regather"},
-                                           {GroupKind::DpAll, "dp_all"},
-                                           {GroupKind::EdpAll, "edp_all"},
-                                           {GroupKind::Etp, "etp"},
-                                           {GroupKind::Ulysses, "ulysses"},
-                                           {GroupKind::PpMirror, "pp_mirror"}}};
+                                                    {GroupKind::DpShard, "dp_shard"},
+                                                    {GroupKind::DpReplica, "dp_replica"},
+                                                    {GroupKind::Tp, "tp"},
+                                                    {GroupKind::Pp, "pp"},
+                                                    {GroupKind::Cp, "cp"},
+                                                    {GroupKind::Ep, "ep"},
+                                                    {GroupKind::Edp, "edp"},
+                                                    {GroupKind::DpGrad, "dp_grad"},
+                                                    {GroupKind::DpOptim, "dp_optim"},
+                                                    {GroupKind::DpRegather, "dp_regather"},
+                                                    {GroupKind::EdpGrad, "edp_grad"},
+                                                    {GroupKind::EdpOptim, "edp_optim"},
+                                                    {GroupKind::EdpReplica, "edp_replica"},
+                                                    {GroupKind::EdpRegather, "edp_regather"},
+                                                    {GroupKind::DpAll, "dp_all"},
+                                                    {GroupKind::EdpAll, "edp_all"},
+                                                    {GroupKind::Etp, "etp"},
+                                                    {GroupKind::Ulysses, "ulysses"},
+                                                    {GroupKind::PpMirror, "pp_mirror"}}};
 constexpr Names<OpKind, 9> kOpKind{{{OpKind::Compute, "compute"},
                                     {OpKind::Collective, "collective"},
                                     {OpKind::Send, "send"},
@@ -245,14 +250,21 @@ Program program_from_json(StrictObject p, std::size_t i) {
 
 }  // namespace
 
-std::int64_t dtype_bytes(Dtype d) {
+int dtype_bits(Dtype d) {
   switch (d) {
     case Dtype::Bf16:
-    case Dtype::Fp16: return 2;
-    case Dtype::Fp32: return 4;
-    case Dtype::Fp8: return 1;
+    case Dtype::Fp16: return 16;
+    case Dtype::Fp32: return 32;
+    case Dtype::Fp8:
+    case Dtype::Int8: return 8;
+    case Dtype::Int4: return 4;
   }
   return 0;
+}
+
+std::int64_t dtype_bytes(Dtype d) {
+  if (dtype_bits(d) % 8 != 0) throw std::logic_error(fmt::format("{} has no whole byte size", to_string(d)));
+  return dtype_bits(d) / 8;
 }
 
 std::string_view to_string(Dtype e) { return name_of(kDtype, e); }

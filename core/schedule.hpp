@@ -20,7 +20,12 @@ inline constexpr int kScheduleSchemaVersion = 4;
 /// The most ranks a Schedule may have (a million).
 inline constexpr int kMaxWorldSize = 1 << 20;
 
-enum class Dtype { Bf16, Fp16, Fp32, Fp8 };
+/// Element types. Int8 and Int4 are the quantized values of ZeRO++'s weight
+/// all-gathers and gradient reduce-scatters; int4 values travel packed, two a
+/// byte (a collective's `bytes` says what it moves).
+enum class Dtype { Bf16, Fp16, Fp32, Fp8, Int8, Int4 };
+[[nodiscard]] int dtype_bits(Dtype d);
+/// Bytes an element of a whole-byte type; throws std::logic_error for Int4.
 [[nodiscard]] std::int64_t dtype_bytes(Dtype d);
 
 /// Data-parallel sharding uses five kinds: dp_shard (parameter all-gather over
@@ -51,7 +56,7 @@ enum class GroupKind {
   EdpRegather,
   DpAll,
   EdpAll,
-  Etp,  // expert tensor parallelism when it differs from tp (MoE parallel folding)
+  Etp,      // expert tensor parallelism when it differs from tp (MoE parallel folding)
   Ulysses,  // DeepSpeed-Ulysses sequence parallelism: the all-to-alls around attention
   PpMirror  // DualPipe: a stage and its mirror stage, which hold copies of each other's layers
 };

@@ -174,8 +174,9 @@ void Lowering::gather_pieces(const Class& c, std::size_t u, const std::string& n
   std::vector<std::int64_t> parts = elements == c.padded[u] ? pieces(c, u, sc.gather) : std::vector{elements};
   for (std::size_t i = 0; i < parts.size(); ++i) {
     const std::string piece = parts.size() > 1 ? fmt::format("{}.{}", name, i) : name;
-    b_.collective(ag_, piece, CollectiveKind::AllGather, group, Bytes((one_byte ? 1 : 2) * parts[i]),
-                  one_byte ? Dtype::Fp8 : Dtype::Bf16, core::OpRole::ParamGather, c.cls);
+    const Dtype dtype = sc.int8_weights ? Dtype::Int8 : opt_.fp8_param_gather ? Dtype::Fp8 : Dtype::Bf16;
+    b_.collective(ag_, piece, CollectiveKind::AllGather, group, Bytes((one_byte ? 1 : 2) * parts[i]), dtype,
+                  core::OpRole::ParamGather, c.cls);
   }
 }
 
@@ -261,8 +262,8 @@ void Lowering::regather_collectives(std::size_t u) {
     const std::int64_t gathered = c.owned[u] / c.sh.param;
     if (fp8) {
       const std::int64_t shard = c.owned[u] / c.sh.optim;
-      b_.compute(ag_, name + ".fp8_cast", ComputeKind::Elementwise, Flops(static_cast<double>(shard)),
-                 Bytes(5 * shard), Dtype::Fp32, core::OpRole::ParamGather, c.cls);
+      b_.compute(ag_, name + ".fp8_cast", ComputeKind::Elementwise, Flops(static_cast<double>(shard)), Bytes(5 * shard),
+                 Dtype::Fp32, core::OpRole::ParamGather, c.cls);
     }
     b_.collective(ag_, name, CollectiveKind::AllGather, c.groups.regather, Bytes((fp8 ? 1 : 2) * gathered),
                   fp8 ? Dtype::Fp8 : Dtype::Bf16, core::OpRole::ParamGather, c.cls);
@@ -312,7 +313,7 @@ void Lowering::reduce_pieces(const Class& c, std::size_t u, const std::string& n
     const std::string piece = parts.size() > 1 ? fmt::format("{}.{}", name, i) : name;
     b_.collective(rs_, piece, CollectiveKind::ReduceScatter, c.groups.grad,
                   Bytes(sc.int4_gradients ? std::max<std::int64_t>(1, parts[i] / 2) : 2 * parts[i]),
-                  sc.int4_gradients ? Dtype::Fp8 : Dtype::Bf16, core::OpRole::GradReduce, c.cls);
+                  sc.int4_gradients ? Dtype::Int4 : Dtype::Bf16, core::OpRole::GradReduce, c.cls);
   }
 }
 

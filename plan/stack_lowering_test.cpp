@@ -92,6 +92,26 @@ TEST(StackLowering, DeepSpeedZero3GathersEachParameterTensor) {
   EXPECT_EQ(only(s, "layer0.grad_reducescatter").bytes.count(), 2 * kLayerParams);
 }
 
+// ZeRO++: quantized weights gather as int8 (one byte a parameter) and
+// gradients reduce-scatter as int4 (packed, half a byte); both typed so.
+TEST(StackLowering, ZeroPlusPlusCollectivesAreTypedAsTheirIntegers) {
+  const core::Schedule s = lower_under("deepspeed-zeropp");
+  std::int64_t int8 = 0, int4 = 0;
+  for (const auto& st : s.programs.at(0).streams) {
+    for (const auto& op : st.ops) {
+      if (op.kind != core::OpKind::Collective) continue;
+      EXPECT_NE(op.dtype, core::Dtype::Fp8) << op.name;  // no FP8 in this plan
+      if (op.dtype == core::Dtype::Int8 && op.name.starts_with("layer0.allgather.fwd")) int8 += op.bytes.count();
+      if (op.dtype == core::Dtype::Int4 && op.name.starts_with("layer0.grad_reducescatter")) int4 += op.bytes.count();
+    }
+  }
+  EXPECT_EQ(int8, kLayerParams);
+  EXPECT_EQ(int4, kLayerParams / 2);
+  EXPECT_EQ(core::dtype_bits(core::Dtype::Int4), 4);
+  EXPECT_EQ(core::dtype_bytes(core::Dtype::Int8), 1);
+  EXPECT_THROW((void)core::dtype_bytes(core::Dtype::Int4), std::logic_error);
+}
+
 double recomputed_flops(const core::Schedule& s, core::ComputeKind kind) {
   double sum = 0;
   for (const auto& op : ops_named(s, "l0.")) {

@@ -357,6 +357,20 @@ TEST(DeviceBackend, Fp8CollectivesCountOneByteElements) {
   EXPECT_EQ(ag[0].count, (8U << 20) / 8);  // the receive buffer's 8 MiB over 8 ranks, one byte each
 }
 
+// ZeRO++'s quantized collectives move their bytes as unsigned bytes: int4
+// values packed two a byte (NCCL has no 4-bit type).
+TEST(DeviceBackend, QuantizedCollectivesCountBytes) {
+  core::Schedule s = small();
+  core::Op& rs = s.programs[0].streams[0].ops[0];
+  rs.collective = core::CollectiveKind::ReduceScatter;
+  rs.dtype = core::Dtype::Int4;
+  const auto api = run_rank(s, 3, 1);
+  const auto calls = api->named("collective reduce_scatter");
+  ASSERT_EQ(calls.size(), 1U);
+  EXPECT_EQ(calls[0].type, CommType::U8);
+  EXPECT_EQ(calls[0].count, (8U << 20) / 8);  // 8 MiB sent over 8 ranks, a byte an element
+}
+
 // cuBLASLt's heuristic (host work) runs before the step, never between an
 // op's start and end events.
 TEST(DeviceBackend, PlansGemmsBeforeTheStep) {

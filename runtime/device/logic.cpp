@@ -85,6 +85,10 @@ std::pair<CommType, std::size_t> comm_element(core::Dtype d) {
     case core::Dtype::Fp32: return {CommType::F32, 4};
     case core::Dtype::Fp16: return {CommType::F16, 2};
     case core::Dtype::Fp8: return {CommType::F8, 1};
+    // Quantized ZeRO++ collectives move their bytes: int8 values, or int4
+    // values packed two a byte (NCCL has no 4-bit type), as unsigned bytes.
+    case core::Dtype::Int8:
+    case core::Dtype::Int4: return {CommType::U8, 1};
     case core::Dtype::Bf16: break;
   }
   return {CommType::Bf16, 2};
