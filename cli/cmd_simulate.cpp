@@ -32,15 +32,13 @@ struct Options {
   bool explain = false;
   std::string trace, csv, summary, out_dir, schedule_out;
   std::string plan_file;
-  std::string megatron_args;  // --from-megatron-args: the arguments, or a file of them
+  std::string plan_source = "command line";  // where plan problems are named: the flags, or plan_file once read
+  std::string megatron_args;                 // --from-megatron-args: the arguments, or a file of them
   bool force = false;
   bool adaptive = false;
   double memory_limit_GiB = 0;
   explore::WorkLimits limits;
 };
-
-// Where the plan's problems are reported: the plan file's keys, or the flags.
-std::string g_plan_source = "command line";  // see plan_source()
 
 void add_scenario_options(CLI::App* app, Options& o, bool engine) {
   const nlohmann::json defaults = cli::option_defaults();
@@ -106,7 +104,7 @@ void finish_plan(Options& o, const std::string& command_line) {
     }
     o.sc.plan = plan::plan_from_json(core::read_file(o.plan_file), o.plan_file);
     o.sc.strategies = {o.sc.plan.strategy};
-    g_plan_source = o.plan_file;
+    o.plan_source = o.plan_file;
     return;
   }
   const bool megatron = apply_megatron_args(o);
@@ -168,7 +166,8 @@ int cmd_simulate(Options& o, const std::string& command_line) {
   }
   for (const auto* path : {&o.trace, &o.csv, &o.summary}) check_writable(o, *path);
   if (o.out_dir == "-") {
-    throw core::InputError("command line", "--out-dir", "expected a folder (standard output holds one file: --trace -)");
+    throw core::InputError("command line", "--out-dir",
+                           "expected a folder (standard output holds one file: --trace -)");
   }
   if (int(o.trace == "-") + int(o.csv == "-") + int(o.summary == "-") > 1) {
     throw core::InputError("command line", "-", "expected at most one of --trace, --csv, --summary on standard output");
@@ -190,11 +189,12 @@ int cmd_simulate(Options& o, const std::string& command_line) {
   text << (o.json ? json : cli::summary_text(r));
   if ((o.explain || !one) && !o.json) {
     const topologies::PerfModel pm(topologies::Topology(r.cluster, r.gpus));
-    text << "\n" << explore::why_text(explore::plan_terms(r, pm), r.cluster.device.hbm_GiB,
-                                         cli::expected_error_of(r).mean_abs);
+    text << "\n"
+         << explore::why_text(explore::plan_terms(r, pm), r.cluster.device.hbm_GiB, cli::expected_error_of(r).mean_abs);
     if (o.explain) {
       for (const auto& run : r.runs) {
-        text << "\n" << cli::explain(run.schedule, run.plan, pm) << "\n"
+        text << "\n"
+             << cli::explain(run.schedule, run.plan, pm) << "\n"
              << cli::time_split_text(run.metrics.split, run.schedule, run.metrics.step_time);
       }
     }
@@ -250,6 +250,7 @@ class ScenarioCommand : public Command {
       : command_line_(std::move(command_line)), schedule_(schedule) {}
   [[nodiscard]] bool parsed() const override { return app->parsed(); }
   int run() override { return schedule_ ? cmd_schedule(o, command_line_) : cmd_simulate(o, command_line_); }
+  [[nodiscard]] std::string problem_source() const override { return o.plan_source; }
   CLI::App* app = nullptr;
   Options o;
 
@@ -259,8 +260,6 @@ class ScenarioCommand : public Command {
 };
 
 }  // namespace
-
-const std::string& plan_source() { return g_plan_source; }
 
 void add_scenario_commands(CLI::App& app, const std::string& command_line, Commands& out) {
   auto sim = std::make_unique<ScenarioCommand>(command_line, false);

@@ -24,6 +24,9 @@ class Command {
   virtual ~Command() = default;
   [[nodiscard]] virtual bool parsed() const = 0;
   virtual int run() = 0;
+  /// Where a plan problem the run raised came from: "command line" (named by
+  /// flag) or the plan file it read (named by its keys).
+  [[nodiscard]] virtual std::string problem_source() const { return "command line"; }
 };
 using Commands = std::vector<std::unique_ptr<Command>>;
 
@@ -46,14 +49,10 @@ class SimpleCommand : public Command {
 // of a subcommand before its parent).
 void add_scenario_commands(CLI::App& app, const std::string& command_line, Commands& out);  // simulate, schedule
 void add_catalog_commands(CLI::App& app, Commands& out);                                    // models, clusters, schema
-void add_sweep_commands(CLI::App& app, Commands& out);     // sweep merge, sweep export, sweep
-void add_plan_command(CLI::App& app, Commands& out);       // plan
-void add_validate_commands(CLI::App& app, Commands& out);  // validate cases|collectives|compare, calibrate, plot
+void add_sweep_commands(CLI::App& app, Commands& out);       // sweep merge, sweep export, sweep
+void add_plan_command(CLI::App& app, Commands& out);         // plan
+void add_validate_commands(CLI::App& app, Commands& out);    // validate cases|collectives|compare, calibrate, plot
 void add_collectives_command(CLI::App& app, Commands& out);  // collectives
-
-/// Where the plan's problems came from: "command line" (named by flag) or a
-/// plan file (named by its keys).
-[[nodiscard]] const std::string& plan_source();
 
 /// Runs `hzp plot ARGS` (the compiled-in Python script); its exit code.
 int run_plot(const std::vector<std::string>& args);

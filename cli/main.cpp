@@ -18,8 +18,8 @@ namespace {
 using namespace hzp;
 
 // A library check names option keys: a plan file's keys, or the flags.
-void print_problems(const core::ProblemError& e) {
-  const std::string& source = cli::plan_source();
+void print_problems(const cli::Command& command, const core::ProblemError& e) {
+  const std::string source = command.problem_source();
   const bool file = source != "command line";
   std::cerr << "hzp: error: " << source << ": "
             << core::one_line(core::join_problems(e.problems(),
@@ -35,7 +35,7 @@ int run(cli::Command& command) {
   try {
     return command.run();
   } catch (const core::ProblemError& e) {
-    print_problems(e);
+    print_problems(command, e);
     return cli::kExitBadInput;
   } catch (const core::InputError& e) {
     std::cerr << "hzp: error: " << e.what() << "\n";
