@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "core/error.hpp"
-#include "core/subprocess.hpp"
+#include "core/fd.hpp"
 #include "hzp_git_revision.hpp"
 
 namespace hzp::core {

@@ -25,25 +25,6 @@ std::pair<Fd, Fd> make_pipe() {
 
 }  // namespace
 
-Fd& Fd::operator=(Fd&& o) noexcept {
-  if (this != &o) {
-    reset();
-    fd_ = o.release();
-  }
-  return *this;
-}
-
-int Fd::release() {
-  const int fd = fd_;
-  fd_ = -1;
-  return fd;
-}
-
-void Fd::reset() {
-  if (fd_ >= 0) ::close(fd_);
-  fd_ = -1;
-}
-
 std::string ExitStatus::describe() const {
   if (signaled) return fmt::format("died of signal {} ({})", signal, ::strsignal(signal));
   return fmt::format("exited with status {}", code);
