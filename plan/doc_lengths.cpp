@@ -3,9 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <charconv>
 #include <cmath>
-#include <numeric>
 
 namespace hzp::plan {
 
@@ -25,34 +23,35 @@ constexpr Source kDolmaV1[] = {
     {"Project Gutenberg", 0.052, 4.8}, {"Wikipedia", 6.1, 3.6},
 };
 
-DocLengths dolma_v1() {
-  DocLengths d;
-  d.name = "dolma-v1";
-  d.source =
-      "Dolma v1 (allenai/dolma dataset card at a8b60c3; arXiv:2402.00159): six sources weighted by their documents, "
-      "each exponential of its mean length in GPT-NeoX tokens (tokens / documents: CommonCrawl 525, C4 481, peS2o "
-      "1,469, The Stack 1,822, Project Gutenberg 92,308, Wikipedia 590); the exponential within a source is assumed";
-  for (const Source& s : kDolmaV1) {
-    d.parts.push_back({s.documents_millions, s.tokens_billions * 1e3 / s.documents_millions, 0, 0});
-  }
+// The parts' weights scaled to sum to 1, once, so that a draw need not sum them.
+DocLengths normalised(DocLengths d) {
+  double total = 0;
+  for (const DocLengths::Part& p : d.parts) total += p.weight;
+  for (DocLengths::Part& p : d.parts) p.weight /= total;
   return d;
 }
 
+// Means in GPT-NeoX tokens (tokens / documents): CommonCrawl 525, C4 481,
+// peS2o 1,469, The Stack 1,822, Project Gutenberg 92,308, Wikipedia 590.
+DocLengths dolma_v1() {
+  DocLengths d;
+  for (const Source& s : kDolmaV1) {
+    d.parts.push_back({s.documents_millions, s.tokens_billions * 1e3 / s.documents_millions, 0, 0});
+  }
+  return normalised(std::move(d));
+}
+
+// A number of the histogram text, spaces around it allowed.
 std::optional<double> number(std::string_view s) {
   while (!s.empty() && s.front() == ' ') s.remove_prefix(1);
   while (!s.empty() && s.back() == ' ') s.remove_suffix(1);
-  double v = 0;
-  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (ec != std::errc{} || end != s.data() + s.size() || !std::isfinite(v)) return std::nullopt;
-  return v;
+  return core::parse_decimal(s);
 }
 
 }  // namespace
 
 double DocLengths::draw(double u, double v) const {
-  const double total =
-      std::accumulate(parts.begin(), parts.end(), 0.0, [](double a, const Part& p) { return a + p.weight; });
-  double target = u * total;
+  double target = u;
   const Part* part = &parts.back();
   for (const Part& p : parts) {
     if (target < p.weight) {
@@ -66,23 +65,16 @@ double DocLengths::draw(double u, double v) const {
 }
 
 double DocLengths::mean() const {
-  double total = 0, sum = 0;
-  for (const Part& p : parts) {
-    total += p.weight;
-    sum += p.weight * (p.mean > 0 ? p.mean : 0.5 * (p.lo + p.hi));
-  }
-  return sum / total;
+  double sum = 0;
+  for (const Part& p : parts) sum += p.weight * (p.mean > 0 ? p.mean : 0.5 * (p.lo + p.hi));
+  return sum;
 }
 
 DocLengths exponential_doc_lengths(double mean) {
   DocLengths d;
-  d.name = "exponential";
-  d.source = fmt::format("exponential lengths of mean {} tokens (doc_mean_tokens)", mean);
   d.parts.push_back({1, mean, 0, 0});
   return d;
 }
-
-std::vector<std::string> doc_length_names() { return {"dolma-v1"}; }
 
 std::vector<core::Problem> parse_doc_lengths(std::string_view text, DocLengths& out) {
   if (text == "dolma-v1") {
@@ -96,8 +88,6 @@ std::vector<core::Problem> parse_doc_lengths(std::string_view text, DocLengths& 
                                     what)}};
   };
   DocLengths d;
-  d.name = "histogram";
-  d.source = fmt::format("histogram {}", text);
   double lo = 0, total = 0;
   std::size_t start = 0;
   while (start <= text.size()) {
@@ -117,7 +107,7 @@ std::vector<core::Problem> parse_doc_lengths(std::string_view text, DocLengths& 
     start = comma + 1;
   }
   if (!(total > 0)) return problem("got no bin of positive weight");
-  out = std::move(d);
+  out = normalised(std::move(d));
   return {};
 }
 

@@ -17,13 +17,11 @@ namespace hzp::plan {
 /// over (lo, hi]. Drawn lengths are rounded and at least one token.
 struct DocLengths {
   struct Part {
-    double weight = 1;      // share of documents (normalised over the parts)
+    double weight = 1;      // share of documents; the parts' weights sum to 1
     double mean = 0;        // > 0: exponential of this mean
     double lo = 0, hi = 0;  // mean == 0: uniform over (lo, hi]
   };
   std::vector<Part> parts;
-  std::string name;    // catalog name, or "histogram" / "exponential"
-  std::string source;  // where the numbers come from
 
   /// One length from two uniforms in [0, 1): u picks the part, v the length in it.
   [[nodiscard]] double draw(double u, double v) const;
@@ -34,13 +32,10 @@ struct DocLengths {
 /// Exponential lengths of mean `mean` (`doc_mean_tokens`).
 [[nodiscard]] DocLengths exponential_doc_lengths(double mean);
 
-/// `doc_lengths` as a plan gives it: a catalog name (doc_length_names()) or
+/// `doc_lengths` as a plan gives it: a catalog name (dolma-v1) or
 /// a histogram "UPPER:WEIGHT,UPPER:WEIGHT,...", bins (previous upper, upper]
 /// from 0, weights the share of documents in each bin (any positive scale).
 /// Problems name `doc_lengths`; empty: `out` holds the distribution.
 [[nodiscard]] std::vector<core::Problem> parse_doc_lengths(std::string_view text, DocLengths& out);
-
-/// The names parse_doc_lengths knows.
-[[nodiscard]] std::vector<std::string> doc_length_names();
 
 }  // namespace hzp::plan
