@@ -34,3 +34,7 @@ run "qwen3-30b-a3b dgx-h100 x8, exhaustive" --model qwen3-30b-a3b --cluster dgx-
 # Calculon's reference model (Megatron-Turing NLG 530B on A100), at four sizes.
 run "mt-nlg-530b dgx-a100 x2520..5040" --model bench/models/mt-nlg-530b.json --cluster dgx-a100 \
   --gpus 2520,3360,4200,5040 --global-batch-sequences 2520
+# The 530B/2,056 question (issue 41): Calculon's llm-optimal-execution on 2,056
+# GPUs with at most 2,056 sequences tries 15,216 executions in about 4 min here.
+run "mt-nlg-530b dgx-a100 x2056" --model bench/models/mt-nlg-530b.json --cluster dgx-a100 --gpus 2056 \
+  --global-batch-sequences 2056

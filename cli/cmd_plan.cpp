@@ -198,6 +198,7 @@ nlohmann::ordered_json plan_row_json(const explore::PlanChoice& c, const std::st
        c.options.expert_tp ? nlohmann::ordered_json(*c.options.expert_tp) : nlohmann::ordered_json(nullptr)},
       {"offload_optimizer", c.options.offload_optimizer},
       {"offload_activations", c.options.offload_activations},
+      {"offload_params", c.options.offload_params},
       {"micro_batch", c.options.micro_batch},
       {"recompute", plan::to_string(c.options.recompute)},
       {"step_time_s", c.step_s},

@@ -36,6 +36,7 @@ std::string describe_plan(const PlanChoice& c) {
   if (o.ep > 1) s += fmt::format(" ep{}", o.ep);
   if (o.expert_tp) s += fmt::format(" etp{}", *o.expert_tp);
   if (o.offload_optimizer) s += " offload-optimizer";
+  if (o.offload_params) s += " offload-params";
   if (o.offload_activations) s += " offload-activations";
   s += fmt::format(" mb{} {}", o.micro_batch, plan::to_string(o.recompute));
   return s;

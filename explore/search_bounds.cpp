@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <optional>
 
 #include "core/units.hpp"
 #include "explore/search_internal.hpp"
@@ -10,14 +11,16 @@
 namespace hzp::explore::search {
 
 // The sharded model states alone (a lower bound on the peak), GiB: 2 bytes a
-// parameter over g_p, the gradient's bytes over g_g, Adam's 12 over g_o (none
-// on the device when offloaded), the experts over their own group sizes.
+// parameter over g_p, the gradient's bytes over g_g, Adam's 12 over g_o (the
+// parameters or Adam's states none on the device when offloaded), the experts
+// over their own group sizes.
 double memory_lower_bound_GiB(const StageParams& params, const PlanOptions& o, const plan::ShardSizes& sh,
                               const plan::ShardSizes& expert_sh) {
   const double grad_bytes = static_cast<double>(core::dtype_bytes(o.grad_dtype));
   const double optimizer = o.offload_optimizer ? 0.0 : 12.0;  // offloaded: in host memory
+  const double param = o.offload_params ? 0.0 : 2.0;
   auto bytes = [&](double n, const plan::ShardSizes& g) {
-    return n * (2.0 / g.param + grad_bytes / g.grad + optimizer / g.optim);
+    return n * (param / g.param + grad_bytes / g.grad + optimizer / g.optim);
   };
   return (bytes(params.dense, sh) + bytes(params.expert, expert_sh)) / (1024.0 * 1024 * 1024);
 }
@@ -44,7 +47,7 @@ LayerCost Search::layer_cost(std::size_t setting, const PlanOptions& p) {
   o.strategy = Strategy::Fsdp;
   o.pp = o.vpp = 1;
   o.pipeline_schedule = plan::PipelineSchedule::OneFOneB;
-  o.offload_optimizer = o.offload_activations = false;
+  o.offload_optimizer = o.offload_activations = o.offload_params = false;
   o.pipeline_layout.reset();
   o.first_stage_layers.reset();
   o.last_stage_layers.reset();
@@ -66,6 +69,24 @@ LayerCost Search::layer_cost(std::size_t setting, const PlanOptions& p) {
     lc.activations_GiB = std::max(0.0, e2.reserved_GiB - e1.reserved_GiB - layer_states);
   }
   return layer_costs_.emplace(key, lc).first->second;
+}
+
+// Host memory of one rank's offloaded states, GiB: with the optimizer
+// offloaded ZeRO-Offload's fp32 states, staging and gradient landing buffer
+// over g_o, with the parameters offloaded their bf16 shard over g_p (which
+// then takes the CPU's update in place where g_o = g_p: no staging).
+double host_states_GiB(const StageParams& p, const PlanOptions& o, const plan::ShardSizes& sh,
+                       const plan::ShardSizes& expert_sh) {
+  double bytes = 0;
+  for (auto [n, g] : {std::pair{p.dense, sh}, {p.expert, expert_sh}}) {
+    if (o.offload_optimizer) {
+      const bool in_place = o.offload_params && g.optim == g.param;
+      const auto per_param = plan::kHostStateBytesPerParam - (in_place ? 2 : 0) + core::dtype_bytes(o.grad_dtype);
+      bytes += static_cast<double>(per_param) * n / g.optim;
+    }
+    if (o.offload_params) bytes += 2.0 * n / g.param;
+  }
+  return bytes / (1024.0 * 1024 * 1024);
 }
 
 namespace {
@@ -100,38 +121,75 @@ bool first_stage_fits(Search& s, const Candidate& c, const plan::ShardSizes& sh,
 }
 
 // Whether a candidate passes the memory bounds: its sharded model states
-// (`states`, GiB, the largest of its stages') on the device, with the
-// optimizer offloaded its host states (ZeRO-Offload's fp32 states and
-// staging), and the first stage's activations.
-bool fits_memory(Search& s, const Candidate& c, const plan::ShardSizes& sh, const Stages& stages, double& states) {
+// (`states`, GiB, the largest of its stages') on the device, what it
+// offloads within the device's share of host memory, and (`activations`) the
+// first stage's activations.
+bool fits_memory(Search& s, const Candidate& c, const plan::ShardSizes& sh, const Stages& stages, double& states,
+                 bool activations) {
   const Setting& st = s.settings[c.setting];
   const plan::ShardSizes expert_sh = plan::expert_shard_sizes(c.o, st.gpus / (c.o.tp * c.o.pp), sh);
   states = 0;
-  double host_params = 0;  // optimizer-state parameters of one rank
+  double host = 0;
   for (const StageParams& p : stages) {
     states = std::max(states, memory_lower_bound_GiB(p, c.o, sh, expert_sh));
-    host_params = std::max(host_params, p.dense / sh.optim + p.expert / expert_sh.optim);
+    host = std::max(host, host_states_GiB(p, c.o, sh, expert_sh));
   }
-  if (states > st.limit_GiB) return false;
-  if (c.o.offload_optimizer) {
-    const double host = static_cast<double>(plan::kHostStateBytesPerParam + core::dtype_bytes(c.o.grad_dtype)) *
-                        host_params / (1024.0 * 1024 * 1024);
-    if (host > st.cluster.device.host_memory_GiB_per_device) return false;
+  if (states > st.limit_GiB || host > st.cluster.device.host_memory_GiB_per_device) return false;
+  return !activations || first_stage_fits(s, c, sh, expert_sh, stages);
+}
+
+// The next rung of offload for a candidate that does not fit: the optimizer
+// (ZeRO-Offload), then the parameters too (ZeRO-Infinity), then the
+// activations too (1F1B only); false when no rung is left.
+bool offload_more(PlanOptions& o) {
+  if (!o.offload_optimizer) {
+    o.offload_optimizer = true;
+  } else if (!o.offload_params && !o.overlap_param_gather) {
+    o.offload_params = true;
+  } else if (!o.offload_activations && o.pipeline_schedule == plan::PipelineSchedule::OneFOneB) {
+    o.offload_activations = true;
+  } else {
+    return false;
   }
-  return s.q.exhaustive || first_stage_fits(s, c, sh, expert_sh, stages);
+  return true;
+}
+
+// Which offloads a plan makes, as bits: optimizer 1, parameters 2, activations 4.
+int offload_mask(const PlanOptions& o) {
+  return (o.offload_optimizer ? 1 : 0) + (o.offload_params ? 2 : 0) + (o.offload_activations ? 4 : 0);
+}
+
+// Candidate c with as much offloaded as it takes to pass the memory bounds,
+// rung by rung, and then without each earlier rung the fit does not need
+// (the activations alone may be what did not fit: each copy over the host
+// link costs time); none when even every rung does not fit.
+std::optional<Candidate> offloaded(Search& s, const Candidate& c, const plan::ShardSizes& sh, const Stages& stages) {
+  Candidate kept = c;
+  kept.preset_at_base = false;
+  double states = 0;
+  bool fits = false;
+  while (!fits && offload_more(kept.o)) fits = fits_memory(s, kept, sh, stages, states, true);
+  if (!fits) return std::nullopt;
+  for (bool PlanOptions::*flag : {&PlanOptions::offload_optimizer, &PlanOptions::offload_params}) {
+    if (!(kept.o.*flag) || c.o.*flag) continue;
+    kept.o.*flag = false;
+    if (!fits_memory(s, kept, sh, stages, states, true)) kept.o.*flag = true;
+  }
+  return kept;
 }
 
 }  // namespace
 
 // The memory lower bound; shards that do not resolve are not candidates.
-// Offload where it applies: a candidate whose model states do not fit on the
-// device tries again with the optimizer offloaded to host memory (on a
-// cluster that states its host side), as a group of its own.
+// Offload where it applies: a candidate that does not fit tries again with
+// more offloaded to host memory, rung by rung (offload_more; on a cluster
+// that states its host side), then drops each offload the fit does not
+// need; each set of offloads makes a group of its own.
 void prune_by_memory(Search& s) {
   const LayerParams layer_params(s.m);
   // (pp, tp, ep, expert_tp or 0, layout) -> each stage's parameters
   std::map<std::tuple<int, int, int, int, std::string>, Stages> stage_params;
-  std::map<std::size_t, std::size_t> offload_groups;  // group -> its optimizer-offloaded twin
+  std::map<std::pair<std::size_t, int>, std::size_t> offload_groups;  // (group, what is offloaded) -> its twin
   for (auto& c : s.space) {
     const Setting& st = s.settings[c.setting];
     const int dp = st.gpus / (c.o.tp * c.o.pp);
@@ -149,29 +207,35 @@ void prune_by_memory(Search& s) {
       cached = stage_params.emplace(stage_key, std::move(stages)).first;
     }
     const Stages& stages = cached->second;
+    auto admit = [&](const Candidate& kept) {
+      double states = 0;
+      (void)fits_memory(s, kept, sh, stages, states, false);
+      s.alive.push_back(kept);
+      // Adam on the compute stream, the dense parameters of the largest stage
+      // (a bound); offloaded, Adam runs on the host: nothing on the compute stream.
+      double dense = 0;
+      for (const StageParams& p : stages) dense = std::max(dense, p.dense);
+      s.adam.push_back(kept.o.offload_optimizer ? 0.0 : adam_seconds(dense, sh, st.cluster.device));
+      s.states.push_back(states);
+    };
     double states = 0;
-    Candidate kept = c;
-    bool fits = fits_memory(s, kept, sh, stages, states);
-    if (!fits && st.cluster.host && !kept.o.offload_optimizer) {
-      kept.o.offload_optimizer = true;
-      kept.preset_at_base = false;
-      auto [g, added] = offload_groups.try_emplace(c.group, s.groups);
+    const bool fits = fits_memory(s, c, sh, stages, states, true);
+    // --exhaustive screens every plan whose states fit, and the offloaded
+    // twin of one whose activations do not.
+    const bool states_fit = s.q.exhaustive && fits_memory(s, c, sh, stages, states, false);
+    const std::optional<Candidate> twin = fits || !st.cluster.host ? std::nullopt : offloaded(s, c, sh, stages);
+    if (fits || states_fit) admit(c);
+    if (twin) {
+      auto [g, added] = offload_groups.try_emplace(std::pair{c.group, offload_mask(twin->o)}, s.groups);
       if (added) ++s.groups;
+      Candidate kept = *twin;
       kept.group = g->second;
-      fits = fits_memory(s, kept, sh, stages, states);
+      admit(kept);
     }
-    if (!fits) {
+    if (!fits && !states_fit && !twin) {
       ++s.out.pruned_memory;
       ++s.tally(c.setting).memory;
-      continue;
     }
-    s.alive.push_back(kept);
-    // Adam on the compute stream, the dense parameters of the largest stage
-    // (a bound); offloaded, Adam runs on the host: nothing on the compute stream.
-    double dense = 0;
-    for (const StageParams& p : stages) dense = std::max(dense, p.dense);
-    s.adam.push_back(kept.o.offload_optimizer ? 0.0 : adam_seconds(dense, sh, st.cluster.device));
-    s.states.push_back(states);
   }
 }
 

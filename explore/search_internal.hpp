@@ -111,6 +111,9 @@ struct LayerParams {
 /// The sharded model states of one rank of a stage alone (a lower bound on its peak), GiB.
 [[nodiscard]] double memory_lower_bound_GiB(const StageParams& params, const PlanOptions& o, const plan::ShardSizes& sh,
                                             const plan::ShardSizes& expert_sh);
+/// The pinned host memory of one rank's offloaded states (optimizer, parameters), GiB.
+[[nodiscard]] double host_states_GiB(const StageParams& p, const PlanOptions& o, const plan::ShardSizes& sh,
+                                     const plan::ShardSizes& expert_sh);
 /// Adam's kernels on the compute stream, largest stage, seconds.
 [[nodiscard]] double adam_seconds(double dense_stage_params, const plan::ShardSizes& sh,
                                   const topologies::DeviceProfile& d);

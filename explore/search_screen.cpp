@@ -63,7 +63,8 @@ Estimate over_layers(const models::ModelSpec& m, const topologies::PerfModel& pm
   // growth is then measured one layer per stage further on.
   Estimate lo = ea, hi = eb;
   int l_lo = la, l_hi = lb;
-  if (eb.reserved_GiB - ea.reserved_GiB < eb.states_GiB - ea.states_GiB && (k1 + 2) * unit < target) {
+  const bool offloaded = o.offload_activations;
+  if ((offloaded || eb.reserved_GiB - ea.reserved_GiB < eb.states_GiB - ea.states_GiB) && (k1 + 2) * unit < target) {
     const auto [lc, ec] = reduced(k1 + 2);
     if (!ec.ok) return Estimate{};
     lo = eb, hi = ec, l_lo = lb, l_hi = lc;
@@ -71,9 +72,16 @@ Estimate over_layers(const models::ModelSpec& m, const topologies::PerfModel& pm
   const double states = at_target(l_lo, lo.states_GiB, l_hi, hi.states_GiB);
   // More layers never need less memory: the larger reduced model bounds the
   // peak from below, as do the extrapolated states with what the larger
-  // model holds besides them.
-  const double reserved = std::max({hi.reserved_GiB, at_target(l_lo, lo.reserved_GiB, l_hi, hi.reserved_GiB),
-                                    states + hi.reserved_GiB - hi.states_GiB});
+  // model holds besides them. Offloaded activations: the device holds those
+  // in flight, which do not grow with the layers, so more layers add their
+  // states only, to the most any reduced model held besides its states (the
+  // caching allocator's peaks wander from one layer count to the next).
+  double reserved = std::max(hi.reserved_GiB, states + hi.reserved_GiB - hi.states_GiB);
+  if (offloaded) {
+    for (const Estimate& e : {ea, lo}) reserved = std::max(reserved, states + e.reserved_GiB - e.states_GiB);
+  } else {
+    reserved = std::max(reserved, at_target(l_lo, lo.reserved_GiB, l_hi, hi.reserved_GiB));
+  }
   return Estimate{true,  x(ea.step_s, eb.step_s), reserved, x(ea.compute_s, eb.compute_s), x(ea.floor_s, eb.floor_s),
                   states};
 }

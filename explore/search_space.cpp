@@ -54,7 +54,10 @@ void add_group(Search& s, std::size_t si, int tp, int pp, int vpp, plan::Pipelin
                const std::optional<std::string>& layout, std::optional<int> expert_tp) {
   const Setting& st = s.settings[si];
   const int dp = st.gpus / (tp * pp);
-  for (std::int64_t mb : {1, 2}) {
+  // Micro-batches up to 8: few large ones amortise what each micro-batch
+  // repeats (ZeRO-3's gathers, offloaded parameters' fetches), as in
+  // Calculon's best plans (one micro-batch of 8 or 9 per rank).
+  for (std::int64_t mb : {1, 2, 4, 8}) {
     for (auto rc : {models::Recompute::None, models::Recompute::Selective, models::Recompute::Full}) {
       PlanOptions o = s.q.base;
       o.tp = tp;
@@ -144,7 +147,7 @@ Search::Search(const PlanQuery& query) : q(query), m(models::load_model(query.mo
 
 // Every TP (within a node), every pipeline depth that divides the layers,
 // VPP 1-3 where pp x vpp divides them too, EP for MoE models, micro-batch
-// 1-2, every recompute; and pipeline depths that are powers of two but do not
+// 1, 2, 4 or 8, every recompute; and pipeline depths that are powers of two but do not
 // divide the layers, with plan::balanced_layout.
 void enumerate_space(Search& s) {
   const models::ModelSpec& m = s.m;

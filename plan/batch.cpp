@@ -315,12 +315,19 @@ std::vector<core::Problem> check_plan(const models::ModelSpec& m, const topologi
                                        stack.spec.name)});
   }
   for (auto [on, key] :
-       {std::pair{o.offload_optimizer, "offload_optimizer"}, {o.offload_activations, "offload_activations"}}) {
+       {std::pair{o.offload_optimizer, "offload_optimizer"},
+        {o.offload_activations, "offload_activations"},
+        {o.offload_params, "offload_params"}}) {
     if (on && !topo.spec().host) {
       ps.push_back({key, fmt::format("the cluster {} does not describe node.host (host link, memory and its "
                                      "bandwidth): expected false, or a cluster with node.host",
                                      topo.spec().name)});
     }
+  }
+  if (o.offload_params && o.overlap_param_gather) {
+    ps.push_back({"offload_params",
+                  "offloaded parameters are updated in host memory at the step's end; expected "
+                  "overlap_param_gather false (its regather runs inside the next step)"});
   }
   if (o.offload_activations && o.pipeline_schedule != PipelineSchedule::OneFOneB) {
     ps.push_back({"offload_activations", "activation offload is modelled with the 1f1b pipeline schedule only"});

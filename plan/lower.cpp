@@ -67,12 +67,8 @@ Lowering::Lowering(std::vector<Unit> units, const BatchSplit& batch, const PlanO
       b_(stage_.program, stage_.name, stage_.ranks),
       units_(std::move(units)) {
   for (const ShardedParams& c : classes) {
-    Class k;
-    k.cls = c.cls;
-    k.tag = c.tag;
-    k.sh = c.sh;
-    k.ranks = c.ranks;
-    k.groups = c.groups_of(stage_.ranks.front());
+    Class k{.cls = c.cls, .tag = c.tag, .sh = c.sh, .ranks = c.ranks, .groups = c.groups_of(stage_.ranks.front()),
+            .padded = {}, .owned = {}, .host = opt.offload_params};
     // Each unit is flattened and padded to a multiple of g_o.
     const std::int64_t o = c.sh.optim;
     for (const auto& u : units_) {
@@ -105,7 +101,7 @@ core::Program Lowering::run() {
   }
   reduce_deferred();
   step_end();
-  b_.set_host_bytes(Bytes(host_state_bytes() + host_act_peak_));
+  b_.set_host_bytes(Bytes(host_state_bytes() + host_param_bytes() + host_act_peak_));
   return b_.take();
 }
 

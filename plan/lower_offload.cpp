@@ -1,12 +1,15 @@
 // Offload to host memory over the device's host link (PCIe or NVLink-C2C; the
 // cluster's node.host): the optimizer, as ZeRO-Offload does it (Ren et al.
 // 2021, arXiv:2101.06840: fp32 master weights and Adam moments on the host,
-// gradients down once a step, Adam on the CPU, bf16 parameters back up), and
-// the activations a unit keeps for its backward (down after its forward, back
-// up one backward ahead). Copies run on their own streams, one per direction
-// (each direction of the link in order), the CPU's Adam on a third; all are
-// compute ops of kinds HostCopy and HostOptimizer, which the engines cost at
-// the host link and the host memory bandwidth.
+// gradients down once a step, Adam on the CPU, bf16 parameters back up); the
+// parameters, as ZeRO-Infinity does it (Rajbhandari et al. 2021,
+// arXiv:2104.07857: each rank's 1/g_p shard on the host, up before every use
+// that gathers it, the update down at the step's end); and the activations a
+// unit keeps for its backward (down after its forward, back up one backward
+// ahead). Copies run on their own streams, one per direction (each direction
+// of the link in order), the CPU's Adam on a third; all are compute ops of
+// kinds HostCopy and HostOptimizer, which the engines cost at the host link
+// and the host memory bandwidth.
 #include <fmt/format.h>
 
 #include "plan/lowering.hpp"
@@ -20,24 +23,102 @@ using core::Flops;
 using core::StreamKind;
 
 void Lowering::add_offload_streams(int thread) {
-  if (!opt_.offload_optimizer && !opt_.offload_activations) return;
+  if (!opt_.offload_optimizer && !opt_.offload_activations && !opt_.offload_params) return;
   d2h_ = b_.add_stream("offload_d2h", StreamKind::Offload, thread);
   h2d_ = b_.add_stream("offload_h2d", StreamKind::Offload, thread);
   if (opt_.offload_optimizer) cpu_ = b_.add_stream("cpu_adam", StreamKind::Offload, thread);
 }
 
 // Host memory of the offloaded optimizer per rank: for each parameter of the
-// 1/g_o shard the optimizer states, the upload's bf16 staging and the landing
-// buffer of the gradient (grad_dtype).
+// 1/g_o shard the optimizer states, the upload's bf16 staging (none when the
+// offloaded parameters take the update in place) and the landing buffer of
+// the gradient (grad_dtype).
 std::int64_t Lowering::host_state_bytes() const {
   if (!opt_.offload_optimizer) return 0;
   std::int64_t n = 0;
   for (const auto& c : classes_) {
     std::int64_t owned = 0;
     for (auto o : c.owned) owned += o;
-    n += (kHostStateBytesPerParam + acc_) * owned / c.sh.optim;
+    // Offloaded parameters updated in place need no staging buffer of their own.
+    const std::int64_t staging = c.host && updated_on_host(c) ? 2 : 0;
+    n += (kHostStateBytesPerParam - staging + acc_) * owned / c.sh.optim;
   }
   return n;
+}
+
+// Bytes a parameter of the host's copy: the FP8 weights themselves with
+// fp8_param_gather, else bf16.
+namespace {
+std::int64_t param_bytes(const PlanOptions& o) { return o.fp8_param_gather ? 1 : 2; }
+Dtype param_dtype(const PlanOptions& o) { return o.fp8_param_gather ? Dtype::Fp8 : Dtype::Bf16; }
+}  // namespace
+
+// Host memory of the offloaded parameters per rank: every unit's 1/g_p shard.
+std::int64_t Lowering::host_param_bytes() const {
+  std::int64_t n = 0;
+  for (const auto& c : classes_) {
+    if (!c.host) continue;
+    for (auto o : c.owned) n += param_bytes(opt_) * o / c.sh.param;
+  }
+  return n;
+}
+
+// Offloaded parameters before a gathering use j: each class's 1/g_p shard of
+// the unit host -> device, into its place in the gathered buffer, once the
+// parameter stream has that buffer; the all-gathers (g_p > 1) wait for it.
+void Lowering::fetch_params(std::size_t j) {
+  if (!opt_.offload_params) return;
+  const Use& use = uses_[j];
+  const auto& unit = *units_[use.unit].u;
+  const char* pass = use.backward ? "bwd" : "fwd";
+  b_.wait(h2d_, b_.record(ag_, fmt::format("{}.buffer_ready", unit.name)), fmt::format("wait {}.buffer_ready", unit.name));
+  for (const auto& c : classes_) {
+    if (!c.gathers(use.unit)) continue;
+    b_.compute(h2d_, fmt::format("{}{}.params_to_device.{}", unit.name, c.tag, pass), ComputeKind::HostCopy, Flops(0),
+               Bytes(param_bytes(opt_) * c.padded[use.unit] / c.sh.param), param_dtype(opt_),
+               core::OpRole::ParamGather, c.cls);
+  }
+  b_.wait(ag_, b_.record(h2d_, fmt::format("{}.params_fetched", unit.name)),
+          fmt::format("wait {}.params_fetched", unit.name));
+}
+
+// Whether class c's update lands in host memory by itself: the CPU's Adam
+// writes the offloaded 1/g_p shard in place when it is the 1/g_o shard.
+bool Lowering::updated_on_host(const Class& c) const {
+  return opt_.offload_optimizer && c.sh.optim == c.sh.param;
+}
+
+// The device buffer an offloaded unit's updated 1/g_p shards pass through on
+// their way to the host (the update's output, then the regather's).
+Bytes Lowering::updated_bytes(std::size_t u) const {
+  std::int64_t n = 0;
+  for (const auto& c : classes_) {
+    if (c.host && !updated_on_host(c)) n += param_bytes(opt_) * c.owned[u] / c.sh.param;
+  }
+  return Bytes(n);
+}
+
+void Lowering::alloc_updated(std::size_t u, int stream) {
+  if (updated_bytes(u).count() == 0) return;
+  b_.alloc(stream, fmt::format("{}.updated_params", units_[u].u->name), updated_bytes(u),
+           core::BufferClass::Gathered);
+}
+
+// Offloaded parameters after unit u's update (the last op on `stream`
+// completes it): each class's updated 1/g_p shard device -> host, then the
+// staging buffer is freed.
+void Lowering::params_to_host(std::size_t u, int stream) {
+  if (updated_bytes(u).count() == 0) return;
+  const auto& unit = *units_[u].u;
+  b_.wait(d2h_, b_.record(stream, fmt::format("{}.params_updated", unit.name)),
+          fmt::format("wait {}.params_updated", unit.name));
+  for (const auto& c : classes_) {
+    if (!c.host || updated_on_host(c) || c.owned[u] == 0) continue;
+    b_.compute(d2h_, fmt::format("{}{}.params_to_host", unit.name, c.tag), ComputeKind::HostCopy, Flops(0),
+               Bytes(param_bytes(opt_) * c.owned[u] / c.sh.param), param_dtype(opt_), core::OpRole::ParamGather,
+               c.cls);
+  }
+  b_.free(d2h_, fmt::format("{}.updated_params", unit.name), updated_bytes(u));
 }
 
 // Unit u's optimizer step on the host once its final gradients are there
@@ -66,8 +147,9 @@ int Lowering::host_optimizer_step(std::size_t u, int ev) {
                core::OpRole::Optimizer, c.cls);
   }
   b_.wait(h2d_, b_.record(cpu_, fmt::format("{}.stepped", unit.name)), fmt::format("wait {}.stepped", unit.name));
+  alloc_updated(u, h2d_);
   for (const auto& c : classes_) {
-    if (c.owned[u] == 0) continue;
+    if (c.owned[u] == 0 || (c.host && updated_on_host(c))) continue;  // offloaded and updated in place
     b_.compute(h2d_, fmt::format("{}{}.params_to_device", unit.name, c.tag), ComputeKind::HostCopy, Flops(0),
                Bytes(2 * c.owned[u] / c.sh.optim), Dtype::Bf16, core::OpRole::ParamGather, c.cls);
   }

@@ -49,14 +49,14 @@ void Lowering::alloc_model_state() {
   for (const auto& c : classes_) {
     std::int64_t owned = 0;
     for (auto o : c.owned) owned += o;
-    params += 2 * owned / c.sh.param;
+    params += c.host ? 0 : 2 * owned / c.sh.param;  // offload_params: in host memory (host_param_bytes)
     // FP8 with unsharded parameters: Transformer Engine keeps each weight's
     // FP8 copy and its FP8 transpose across the step (two bytes a parameter);
     // sharded ones are cast per gather inside the gathered buffer. With
     // fp8_param_gather the FP8 weights are the parameters (Megatron-Core's
     // --fp8-param-gather: no bf16 copy), one byte each and one more for the
     // transpose: the same two bytes as the bf16 copy they replace.
-    if (fp8 && c.sh.param == 1 && !opt_.fp8_param_gather) params += 2 * owned;
+    if (fp8 && c.sh.param == 1 && !opt_.fp8_param_gather && !c.host) params += 2 * owned;
     grads += acc_ * owned / c.sh.grad;
     states += kOptimizerStateBytesPerParam * owned / c.sh.optim;
   }
@@ -191,7 +191,7 @@ void Lowering::after_gather(std::size_t j) {
   for (const auto& c : classes_) {
     if (!c.gathers(uses_[j].unit)) continue;
     const std::int64_t n = c.padded[uses_[j].unit];
-    if (sc.copy_out || sc.int8_weights) {
+    if ((sc.copy_out || sc.int8_weights) && c.collects(uses_[j].unit)) {
       b_.compute(comp_, fmt::format("{}{}.{}", unit.name, c.tag, sc.int8_weights ? "dequantize" : "copy_out"),
                  ComputeKind::Elementwise, Flops(sc.int8_weights ? static_cast<double>(n) : 0.0),
                  Bytes((sc.int8_weights ? 3 : 4) * n), Dtype::Bf16, core::OpRole::ParamGather, c.cls);
@@ -218,8 +218,9 @@ void Lowering::issue_gather(std::size_t g, std::size_t j) {
     }
   }
   if (!pooled()) b_.alloc(ag_, buf("gathered", j), gathered_bytes(use.unit), core::BufferClass::Gathered);
+  fetch_params(j);
   for (const auto& c : classes_) {
-    if (!c.gathers(use.unit)) continue;
+    if (!c.collects(use.unit)) continue;
     gather_pieces(c, use.unit, fmt::format("{}{}.allgather.{}", unit.name, c.tag, use.backward ? "bwd" : "fwd"),
                   c.groups.param, c.padded[use.unit]);
   }
@@ -433,6 +434,10 @@ void Lowering::broadcast_updated() {
                     Bytes(2 * owned / c.sh.optim), Dtype::Bf16, core::OpRole::ParamGather, c.cls);
     }
   }
+  if (!waited) return;
+  for (std::size_t u = 0; u < units_.size(); ++u) {
+    if (regathers(u)) params_to_host(u, ag_);
+  }
 }
 
 // Adam on unit u's 1/g_o shards once its final gradients (event `ev`, -1:
@@ -442,6 +447,7 @@ void Lowering::optimizer_step(std::size_t u, int ev) {
   const auto& unit = *units_[u].u;
   const int uploaded = opt_.offload_optimizer ? host_optimizer_step(u, ev) : -1;
   if (ev >= 0 && uploaded < 0) b_.wait(comp_, ev, fmt::format("wait {}.grads_final", unit.name));
+  if (uploaded < 0) alloc_updated(u, comp_);
   bool regather = false;
   for (const auto& c : classes_) {
     if (c.owned[u] == 0) continue;
@@ -453,10 +459,17 @@ void Lowering::optimizer_step(std::size_t u, int ev) {
     }
     regather = regather || c.sh.optim / c.sh.param > 1;
   }
-  if (!regather || opt_.overlap_param_gather || stack_.collectives.regather == stacks::Regather::Broadcast) return;
+  const bool broadcast = stack_.collectives.regather == stacks::Regather::Broadcast;
+  if (!regather || opt_.overlap_param_gather || broadcast) {
+    // Offloaded parameters: the update goes to the host now (after the
+    // broadcasts when the stack regathers by broadcast).
+    if (!(regather && broadcast)) params_to_host(u, uploaded >= 0 ? h2d_ : comp_);
+    return;
+  }
   int done = uploaded >= 0 ? uploaded : b_.record(comp_, fmt::format("{}.updated", unit.name));
   b_.wait(ag_, done, fmt::format("wait {}.updated", unit.name));
   regather_collectives(u);
+  params_to_host(u, ag_);
 }
 
 }  // namespace hzp::plan::detail

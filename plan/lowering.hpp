@@ -156,7 +156,10 @@ class Lowering {
     int ranks = 1;
     ShardedParams::Groups groups;
     std::vector<std::int64_t> padded, owned;  // per unit
-    bool gathers(std::size_t u) const { return sh.param > 1 && padded[u] > 0; }
+    bool host = false;  // offload_params: the 1/g_p shard lives in host memory
+    // Whether a use of unit u must bring its parameters in: over g_p, or from the host.
+    bool gathers(std::size_t u) const { return (sh.param > 1 || host) && padded[u] > 0; }
+    bool collects(std::size_t u) const { return sh.param > 1 && padded[u] > 0; }  // with an all-gather
     bool reduces(std::size_t u) const { return sh.grad > 1 && padded[u] > 0; }
     bool step_reduction() const { return sh.optim / sh.grad > 1 || ranks / sh.optim > 1; }
   };
@@ -234,9 +237,15 @@ class Lowering {
   void optimizer_step(std::size_t u, int ev);
   void broadcast_updated();
 
-  // lower_offload.cpp: optimizer states and activations in host memory.
+  // lower_offload.cpp: optimizer states, parameters and activations in host memory.
   void add_offload_streams(int thread);
   std::int64_t host_state_bytes() const;
+  std::int64_t host_param_bytes() const;
+  void fetch_params(std::size_t j);
+  bool updated_on_host(const Class& c) const;
+  core::Bytes updated_bytes(std::size_t u) const;
+  void alloc_updated(std::size_t u, int stream);
+  void params_to_host(std::size_t u, int stream);
   int host_optimizer_step(std::size_t u, int ev);
   bool offloads(std::size_t j) const;
   void offload_activations(std::size_t j);

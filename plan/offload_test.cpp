@@ -26,7 +26,7 @@ constexpr std::int64_t kParams = 1'923'125'248;
 constexpr std::int64_t kShard = kParams / 8;
 
 struct Offloaded {
-  std::int64_t grads_down = 0, params_up = 0, act_down = 0, act_up = 0, cpu_adam_bytes = 0;
+  std::int64_t grads_down = 0, params_up = 0, params_down = 0, act_down = 0, act_up = 0, cpu_adam_bytes = 0;
   double cpu_adam_s = 0;  // PerfModel's cost of every CPU Adam op
 };
 
@@ -43,7 +43,7 @@ Offloaded offloaded(const core::Schedule& s, const topologies::PerfModel& pm) {
       } else if (op.role == core::OpRole::GradReduce) {
         o.grads_down += b;
       } else if (op.role == core::OpRole::ParamGather) {
-        o.params_up += b;
+        (st.name == "offload_d2h" ? o.params_down : o.params_up) += b;
       } else if (st.name == "offload_d2h") {
         o.act_down += b;
       } else {
@@ -87,6 +87,7 @@ TEST(Offload, OptimizerBytesCpuAdamAndMemory) {
   const Offloaded x = offloaded(off, pm);
   EXPECT_EQ(x.grads_down, 4 * kShard);  // fp32 gradients of the 1/g_o shard, once a step
   EXPECT_EQ(x.params_up, 2 * kShard);   // updated bf16 parameters
+  EXPECT_EQ(x.params_down, 0);
   EXPECT_EQ(x.cpu_adam_bytes, 30 * kShard);
   EXPECT_EQ(x.act_down + x.act_up, 0);
   // CPU Adam: 30 B/param at the device's share of the node's 614.4 GB/s.
@@ -159,6 +160,118 @@ TEST(Offload, ActivationsBothWays) {
   EXPECT_EQ(off.programs[0].host_bytes.count(), (kept - head) / 2);
   const sim::Metrics mb = simulate(base, pm), mo = simulate(off, pm);
   EXPECT_LT(mo.memory[0].peak, mb.memory[0].peak);
+}
+
+// Parameter offload (ZeRO-Infinity) under ZeRO-3 on 8 ranks, two
+// micro-batches: every use of every unit (6 units x forward and backward x 2
+// micro-batches) fetches its bf16 1/8 shard, 2 · P/8 bytes a pass over all
+// units, so 4 passes move exactly P bytes up; the update's 1/8 shard goes down
+// once (2 · P/8); the device holds no parameters (2 · P/8 less), the host them.
+TEST(Offload, ParamsFetchedPerUseUnderZero3) {
+  const models::ModelSpec m = test_util::four_layers();
+  const topologies::Topology topo(topologies::load_cluster("dgx-h100"), 8);
+  const topologies::PerfModel pm(topo);
+  PlanOptions o = zero1();
+  o.strategy = Strategy::Fsdp;
+  o.global_batch_sequences = 16;
+  const core::Schedule base = lower(m, topo, o);
+  o.offload_params = true;
+  const core::Schedule off = lower(m, topo, o);
+  const Offloaded x = offloaded(off, pm);
+  EXPECT_EQ(x.params_up, kParams);
+  EXPECT_EQ(x.params_down, 2 * kShard);
+  EXPECT_EQ(x.grads_down + x.cpu_adam_bytes + x.act_down + x.act_up, 0);
+  EXPECT_EQ(test_util::totals(base).static_alloc - test_util::totals(off).static_alloc, 2 * kShard);
+  EXPECT_EQ(off.programs[0].host_bytes.count(), 2 * kShard);
+  // The all-gathers are the same: the fetch lands in the gathered buffer.
+  EXPECT_EQ(test_util::totals(base).bytes, test_util::totals(off).bytes);
+  // Each fetch precedes its unit's all-gather: the gather stream waits for it.
+  int fetched_waits = 0;
+  for (const auto& st : off.programs[0].streams) {
+    for (const auto& op : st.ops) {
+      if (st.name == "param_allgather" && op.kind == core::OpKind::Wait &&
+          op.name.find(".params_fetched") != std::string::npos) {
+        ++fetched_waits;
+      }
+    }
+  }
+  EXPECT_EQ(fetched_waits, 6 * 2 * 2);
+  // 4 · P/8 · 2 bytes over a 63 GB/s link: the copies' time, overlapped.
+  const sim::Metrics mb = simulate(base, pm), mo = simulate(off, pm);
+  EXPECT_GE(mo.step_time.to_seconds(), mb.step_time.to_seconds());
+  EXPECT_EQ(mo.memory[0].host.count(), 2 * kShard);
+
+  // With the optimizer offloaded too, the CPU's Adam updates the host's
+  // shard in place: nothing goes up or down at the step's end, and the host
+  // holds the parameters, the states and the gradient's landing buffer
+  // (2 + 12 + 4 bytes a parameter of the shard, no staging).
+  o.offload_optimizer = true;
+  const core::Schedule both = lower(m, topo, o);
+  const Offloaded y = offloaded(both, pm);
+  EXPECT_EQ(y.params_up, kParams);  // the fetches only
+  EXPECT_EQ(y.params_down, 0);
+  EXPECT_EQ(both.programs[0].host_bytes.count(), 18 * kShard);
+}
+
+// g_p = 1 (ZeRO-1 and ZeRO-2 keep whole parameters): each use fetches the
+// whole unit, 2 · P bytes a pass; kept from forward to backward
+// (reshard_after_forward off), two passes instead of four. The update is
+// regathered 1/8 -> 1 on the device and goes down whole.
+TEST(Offload, ParamsWholeWhenUnsharded) {
+  const models::ModelSpec m = test_util::four_layers();
+  const topologies::Topology topo(topologies::load_cluster("dgx-h100"), 8);
+  const topologies::PerfModel pm(topo);
+  PlanOptions o = zero1();
+  o.global_batch_sequences = 16;
+  const core::Schedule base = lower(m, topo, o);
+  o.offload_params = true;
+  const core::Schedule off = lower(m, topo, o);
+  const Offloaded x = offloaded(off, pm);
+  EXPECT_EQ(x.params_up, 4 * 2 * kParams);
+  EXPECT_EQ(x.params_down, 2 * kParams);
+  EXPECT_EQ(test_util::totals(base).static_alloc - test_util::totals(off).static_alloc, 2 * kParams);
+  EXPECT_EQ(off.programs[0].host_bytes.count(), 2 * kParams);
+  // No all-gather is added for the fetches (g_p = 1); the regather stays.
+  EXPECT_EQ(test_util::totals(base).bytes, test_util::totals(off).bytes);
+  o.reshard_after_forward = false;
+  EXPECT_EQ(offloaded(lower(m, topo, o), pm).params_up, 2 * 2 * kParams);
+}
+
+// hzp (2, 8, 8) with the optimizer offloaded too: each use fetches the 1/2
+// shard (2 · P/2 a pass, 4 passes: 4P up), the CPU's update of the 1/8 shard
+// goes up (2 · P/8), is regathered to 1/2 on the device and goes down
+// (2 · P/2). Host: the 1/2 shard and the optimizer's 18 bytes of the 1/8.
+TEST(Offload, ParamsAndOptimizerOverDifferentGroups) {
+  const models::ModelSpec m = test_util::four_layers();
+  const topologies::Topology topo(topologies::load_cluster("dgx-h100"), 8);
+  const topologies::PerfModel pm(topo);
+  PlanOptions o = zero1();
+  o.strategy = Strategy::Hzp;
+  o.param_shard = 2;
+  o.grad_shard = o.optim_shard = 8;
+  o.global_batch_sequences = 16;
+  o.offload_params = o.offload_optimizer = true;
+  const core::Schedule s = lower(m, topo, o);
+  const Offloaded x = offloaded(s, pm);
+  EXPECT_EQ(x.params_up, 4 * kParams + 2 * kShard);
+  EXPECT_EQ(x.params_down, kParams);
+  EXPECT_EQ(s.programs[0].host_bytes.count(), kParams + 18 * kShard);
+  EXPECT_TRUE(simulate(s, pm).fits());
+}
+
+TEST(Offload, ParamsRefuseTheNextStepsRegather) {
+  const models::ModelSpec m = test_util::four_layers();
+  const topologies::Topology topo(topologies::load_cluster("dgx-h100"), 8);
+  PlanOptions o = zero1();
+  o.offload_params = true;
+  o.overlap_param_gather = true;
+  try {
+    (void)lower(m, topo, o);
+    FAIL();
+  } catch (const core::ProblemError& e) {
+    ASSERT_EQ(e.problems().size(), 1u);
+    EXPECT_EQ(e.problems()[0].field, "offload_params");
+  }
 }
 
 TEST(Offload, NeedsTheClustersHost) {

@@ -242,6 +242,11 @@ void add_offload_options(std::vector<PlanOption>& t) {
                  "copy each unit's kept activations to host memory after its forward and back before its backward, "
                  "overlapped on their own streams (needs the cluster's node.host)"),
             "--offload-activations", "--no-offload-activations"))));
+  t.push_back(field<&PlanOptions::offload_params>(optional_in_file(
+      flags(spec("offload_params", ValueType::Boolean,
+                 "ZeRO-Infinity: each rank's bf16 parameter shard in host memory, copied to the device before every "
+                 "use that gathers it and the step's update copied back (needs the cluster's node.host)"),
+            "--offload-params", "--no-offload-params"))));
 }
 
 // Workload variability: rank classes, packed documents, jitter, routing skew.

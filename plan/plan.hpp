@@ -152,6 +152,14 @@ struct PlanOptions {
   /// after the forward and host -> device ahead of the backward, on their own
   /// streams; the device holds it only in flight. Needs node.host.
   bool offload_activations = false;
+  /// Parameter offload as ZeRO-Infinity does it (Rajbhandari et al. 2021,
+  /// arXiv:2104.07857): each rank's bf16 1/g_p parameter shard lives in host
+  /// memory; before every use that needs a unit's parameters (each forward,
+  /// and each backward unless kept since the forward) the shard goes host ->
+  /// device, then is all-gathered over g_p (g_p = 1: the copy is the unit's
+  /// whole parameters); the step's updated shard goes device -> host. The
+  /// device holds parameters only in flight. Needs node.host.
+  bool offload_params = false;
   /// Tensor-parallel communication overlap: each all-gather + GEMM and GEMM +
   /// reduce-scatter pair runs as kTpOverlapChunks pipelined chunks on a
   /// separate stream (userbuffers-style), instead of back to back.

@@ -137,7 +137,7 @@ expect_fail "--memory-limit-GiB: expected a finite number" plan --memory-limit-G
 # A batch no plan can split is bad input (2), not "no plan fits" (3).
 expect_fail "--global-batch-tokens: expected a positive multiple of the sequence length 8192, got 1" plan --global-batch-tokens 1
 # ...and so is a batch no layout splits over the GPUs (issue 42, item 9: it said "no plan fits the memory budget").
-expect_fail "--global-batch-sequences: the batch splits under none of the 216 layouts tried" \
+expect_fail "--global-batch-sequences: the batch splits under none of the 432 layouts tried" \
   plan --gpus 1000 --global-batch-sequences 2048
 # One range per option in every channel (issue 42, item 11): the what-if's range is the cluster file's.
 expect_error "--oversubscription: expected a finite number in [1, 64] or null, got '0.001'" simulate --gpus 16 --oversubscription 0.001

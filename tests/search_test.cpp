@@ -58,6 +58,59 @@ TEST(PlanSearch, ExpertStatesShardOverTheirOwnGroups) {
   EXPECT_EQ(plan::expert_shard_sizes(o, 16, {8, 8, 8}), (plan::ShardSizes{4, 4, 4}));
   o.offload_optimizer = true;  // Adam's 12 bytes in host memory
   EXPECT_DOUBLE_EQ(explore::search::memory_lower_bound_GiB({1 << 30, 1 << 30}, o, sh, expert), 4.0 + 6.0);
+  // Host: 12 + 2 staging + 4 gradient bytes over g_o: 18 / 2 = 9 dense, 18 expert.
+  EXPECT_DOUBLE_EQ(explore::search::host_states_GiB({1 << 30, 1 << 30}, o, sh, expert), 9.0 + 18.0);
+  o.offload_params = true;  // and the bf16 parameters: only the gradients stay
+  EXPECT_DOUBLE_EQ(explore::search::memory_lower_bound_GiB({1 << 30, 1 << 30}, o, sh, expert), 2.0 + 4.0);
+  // Host, dense: 9 + 2 / 1 (g_o 2 > g_p 1: the update is staged); experts
+  // (1, 1, 1) take the CPU's update in place: 12 + 4 + 2 = 18.
+  EXPECT_DOUBLE_EQ(explore::search::host_states_GiB({1 << 30, 1 << 30}, o, sh, expert), 11.0 + 18.0);
+}
+
+// Llama-3 70B on 8 GPUs in 48 GiB each: fully sharded, its fp32 gradients
+// take 70.6e9 x 4 / 8 = 32.9 GiB and its bf16 parameters 16.4 GiB more, so
+// only plans with the parameters in host memory (and the optimizer, whose
+// 12 bytes would take 98.6 GiB) pass the bound; the search offloads them
+// rung by rung and its answer is such a plan.
+TEST(PlanSearch, OffloadsParametersWhenNothingElseFits) {
+  explore::PlanQuery q;
+  q.model = "llama3-70b";
+  q.clusters = {"dgx-h100"};
+  q.gpus = {8};
+  q.base.seq_len = 4096;
+  q.base.global_batch_sequences = 64;
+  q.memory_limit_GiB = 48;
+  q.top = 3;
+  q.jobs = 2;
+  const explore::PlanSearch r = explore::search_plans(q);
+  ASSERT_FALSE(r.best.empty());
+  for (const auto& c : r.best) {
+    EXPECT_TRUE(c.options.offload_params && c.options.offload_optimizer) << explore::describe_plan(c);
+    EXPECT_LE(c.peak_reserved_GiB, 48.0) << explore::describe_plan(c);
+  }
+}
+
+// Offloaded activations: the device holds those in flight, so the peak stops
+// growing with the layers; screening measured its growth from two to three
+// layers (one more layer's activations each) and extrapolated 80 of them.
+TEST(PlanSearch, ScreenedMemoryWithOffloadedActivations) {
+  const models::ModelSpec m = models::load_model("llama3-70b");
+  const topologies::PerfModel pm(topologies::Topology(topologies::load_cluster("dgx-a100"), 64));
+  plan::PlanOptions o;
+  o.stack = stacks::default_stack();
+  o.strategy = plan::Strategy::Fsdp;
+  o.tp = 8;
+  o.micro_batch = 8;
+  o.seq_len = 4096;
+  o.global_batch_sequences = 64;
+  o.recompute = models::Recompute::Selective;
+  o.offload_optimizer = o.offload_params = o.offload_activations = true;
+  sim::Metrics exact;
+  const explore::search::Estimate full = explore::search::simulate(m, pm, o, exact);
+  const explore::search::Estimate screened = explore::search::screen(m, pm, o, false);
+  ASSERT_TRUE(full.ok && screened.ok);
+  EXPECT_NEAR(screened.reserved_GiB / full.reserved_GiB, 1.0, 0.1);
+  EXPECT_NEAR(screened.step_s / full.step_s, 1.0, 0.05);
 }
 
 // Qwen3-30B-A3B, hzp (2, 2, 2) without background threads, TP 2, EP 8

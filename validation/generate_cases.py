@@ -191,6 +191,9 @@ def main():
     import hopper_cases  # section G, in its own file; it takes this file's helpers
     for c in hopper_cases.hopper_cases():
         write(c)
+    import offload_cases  # section H, likewise
+    for c in offload_cases.offload_cases():
+        write(c)
     mark_inconsistent()
     print("wrote", len([f for f in os.listdir(out_dir) if f.endswith(".json")]), "cases to", out_dir)
 
