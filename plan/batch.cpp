@@ -314,10 +314,9 @@ std::vector<core::Problem> check_plan(const models::ModelSpec& m, const topologi
                                        "async false, or a stack with background threads (hzp-async)",
                                        stack.spec.name)});
   }
-  for (auto [on, key] :
-       {std::pair{o.offload_optimizer, "offload_optimizer"},
-        {o.offload_activations, "offload_activations"},
-        {o.offload_params, "offload_params"}}) {
+  for (auto [on, key] : {std::pair{o.offload_optimizer, "offload_optimizer"},
+                         {o.offload_activations, "offload_activations"},
+                         {o.offload_params, "offload_params"}}) {
     if (on && !topo.spec().host) {
       ps.push_back({key, fmt::format("the cluster {} does not describe node.host (host link, memory and its "
                                      "bandwidth): expected false, or a cluster with node.host",

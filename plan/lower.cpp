@@ -67,8 +67,8 @@ Lowering::Lowering(std::vector<Unit> units, const BatchSplit& batch, const PlanO
       b_(stage_.program, stage_.name, stage_.ranks),
       units_(std::move(units)) {
   for (const ShardedParams& c : classes) {
-    Class k{.cls = c.cls, .tag = c.tag, .sh = c.sh, .ranks = c.ranks, .groups = c.groups_of(stage_.ranks.front()),
-            .padded = {}, .owned = {}, .host = opt.offload_params};
+    // The class's kind, tag, sizes, ranks and this rank's groups; padded and owned per unit below.
+    Class k{c.cls, c.tag, c.sh, c.ranks, c.groups_of(stage_.ranks.front()), {}, {}, opt.offload_params};
     // Each unit is flattened and padded to a multiple of g_o.
     const std::int64_t o = c.sh.optim;
     for (const auto& u : units_) {

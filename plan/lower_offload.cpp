@@ -71,12 +71,13 @@ void Lowering::fetch_params(std::size_t j) {
   const Use& use = uses_[j];
   const auto& unit = *units_[use.unit].u;
   const char* pass = use.backward ? "bwd" : "fwd";
-  b_.wait(h2d_, b_.record(ag_, fmt::format("{}.buffer_ready", unit.name)), fmt::format("wait {}.buffer_ready", unit.name));
+  b_.wait(h2d_, b_.record(ag_, fmt::format("{}.buffer_ready", unit.name)),
+          fmt::format("wait {}.buffer_ready", unit.name));
   for (const auto& c : classes_) {
     if (!c.gathers(use.unit)) continue;
     b_.compute(h2d_, fmt::format("{}{}.params_to_device.{}", unit.name, c.tag, pass), ComputeKind::HostCopy, Flops(0),
-               Bytes(param_bytes(opt_) * c.padded[use.unit] / c.sh.param), param_dtype(opt_),
-               core::OpRole::ParamGather, c.cls);
+               Bytes(param_bytes(opt_) * c.padded[use.unit] / c.sh.param), param_dtype(opt_), core::OpRole::ParamGather,
+               c.cls);
   }
   b_.wait(ag_, b_.record(h2d_, fmt::format("{}.params_fetched", unit.name)),
           fmt::format("wait {}.params_fetched", unit.name));
@@ -84,9 +85,7 @@ void Lowering::fetch_params(std::size_t j) {
 
 // Whether class c's update lands in host memory by itself: the CPU's Adam
 // writes the offloaded 1/g_p shard in place when it is the 1/g_o shard.
-bool Lowering::updated_on_host(const Class& c) const {
-  return opt_.offload_optimizer && c.sh.optim == c.sh.param;
-}
+bool Lowering::updated_on_host(const Class& c) const { return opt_.offload_optimizer && c.sh.optim == c.sh.param; }
 
 // The device buffer an offloaded unit's updated 1/g_p shards pass through on
 // their way to the host (the update's output, then the regather's).
@@ -100,8 +99,7 @@ Bytes Lowering::updated_bytes(std::size_t u) const {
 
 void Lowering::alloc_updated(std::size_t u, int stream) {
   if (updated_bytes(u).count() == 0) return;
-  b_.alloc(stream, fmt::format("{}.updated_params", units_[u].u->name), updated_bytes(u),
-           core::BufferClass::Gathered);
+  b_.alloc(stream, fmt::format("{}.updated_params", units_[u].u->name), updated_bytes(u), core::BufferClass::Gathered);
 }
 
 // Offloaded parameters after unit u's update (the last op on `stream`
@@ -115,8 +113,7 @@ void Lowering::params_to_host(std::size_t u, int stream) {
   for (const auto& c : classes_) {
     if (!c.host || updated_on_host(c) || c.owned[u] == 0) continue;
     b_.compute(d2h_, fmt::format("{}{}.params_to_host", unit.name, c.tag), ComputeKind::HostCopy, Flops(0),
-               Bytes(param_bytes(opt_) * c.owned[u] / c.sh.param), param_dtype(opt_), core::OpRole::ParamGather,
-               c.cls);
+               Bytes(param_bytes(opt_) * c.owned[u] / c.sh.param), param_dtype(opt_), core::OpRole::ParamGather, c.cls);
   }
   b_.free(d2h_, fmt::format("{}.updated_params", unit.name), updated_bytes(u));
 }

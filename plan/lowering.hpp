@@ -156,7 +156,7 @@ class Lowering {
     int ranks = 1;
     ShardedParams::Groups groups;
     std::vector<std::int64_t> padded, owned;  // per unit
-    bool host = false;  // offload_params: the 1/g_p shard lives in host memory
+    bool host = false;                        // offload_params: the 1/g_p shard lives in host memory
     // Whether a use of unit u must bring its parameters in: over g_p, or from the host.
     bool gathers(std::size_t u) const { return (sh.param > 1 || host) && padded[u] > 0; }
     bool collects(std::size_t u) const { return sh.param > 1 && padded[u] > 0; }  // with an all-gather
