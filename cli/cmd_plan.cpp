@@ -33,7 +33,7 @@ struct PlanArgs {
   std::string model = "llama3-70b";
   std::vector<std::string> clusters{"dgx-h100"};
   std::vector<int> gpus{1024};
-  cli::OptionFlags batch_flags;    // the plan's batch and sequence length
+  cli::OptionFlags batch_flags;    // the plan's batch, sequence length and workload variability
   cli::OptionFlags overlay_flags;  // calibration and what-if changes, applied to every cluster
   double memory_limit_GiB = 0;
   double price = 0;
@@ -366,7 +366,13 @@ void add_plan_command(CLI::App& app, Commands& out) {
       ->delimiter(',')
       ->capture_default_str();
   cmd->add_option("--gpus", pa.gpus, "GPU counts (e.g. 256,512,1024)")->delimiter(',')->capture_default_str();
-  pa.batch_flags.add(cmd, plan_specs({"global_batch_tokens", "global_batch_sequences", "seq_len"}), option_defaults());
+  // The batch, and what the data and the devices make of it (documents,
+  // jitter, routing skew): inputs every candidate shares, so the search
+  // weighs the stragglers they make under each plan.
+  pa.batch_flags.add(cmd,
+                     plan_specs({"global_batch_tokens", "global_batch_sequences", "seq_len", "doc_lengths",
+                                 "doc_mean_tokens", "compute_jitter", "moe_skew", "variability_classes", "seed"}),
+                     option_defaults());
   pa.overlay_flags.add(cmd,
                        scenario_specs(false, {"stack", "calibration", "nic_gbps", "oversubscription", "power_limit"}),
                        option_defaults());

@@ -24,6 +24,11 @@ struct PlanTerms {
   double idle_s = 0;                        // compute stream with nothing to run
   int pp = 1;
   ShardingTerms sharding;
+  /// What the expected slowest rank adds to the step: the plan against the
+  /// same plan with every rank at the mean of the work its packed documents,
+  /// compute jitter and routing skew draw, both in the analytic engine; 0
+  /// without them.
+  double stragglers_s = 0;
 };
 
 /// The terms of each run of `r` (sharding collectives costed by `pm`).
@@ -33,7 +38,8 @@ struct PlanTerms {
 /// largest of the growth in exposed communication of one group kind (named
 /// latency or bandwidth when the sharding collectives themselves cost that
 /// much more, else overlap), in compute-stream waits no collective explains
-/// (bubble) and in compute-stream busy time (compute).
+/// (bubble), in compute-stream busy time (compute) and in what the expected
+/// slowest rank adds (stragglers).
 [[nodiscard]] std::string deciding_term(const PlanTerms& fast, const PlanTerms& slow);
 
 /// A heading line and one line per plan, in the order given: against the

@@ -501,6 +501,7 @@ class PlanLowering {
     w.period = per_micro_batch ? 1 : rp_.batch.micro_batches;
     w.classes = o_.variability_classes * residues;
     w.ranks = ranks;
+    w.at_mean = rp_.ranks_at_mean;
     return stragglers_.emplace(ranks, expected_stragglers(o_, w)).first->second;
   }
 

@@ -419,6 +419,7 @@ struct WorkloadShape {
   std::int64_t period = 1;
   int classes = 1;
   std::int64_t ranks = 1;
+  bool at_mean = false;  // every class runs the mean work (ResolvedPlan::ranks_at_mean)
 };
 /// The expected order statistics of the classes' factors, ascending: entry k
 /// is the expected k-th slowest of the classes' maxima (each the slowest of
@@ -427,6 +428,7 @@ struct Stragglers {
   std::vector<double> attention;
   std::vector<double> compute;
   std::int64_t period = 1;
+  bool at_mean = false;  // the factors are the mean's, and experts carry the mean load
 };
 /// Computed once per plan (deterministic in the seed through the document
 /// sample); 1.0 throughout without documents or jitter.
@@ -450,6 +452,11 @@ struct ResolvedPlan {
   ShardSizes shards;      // the dense (g_p, g_g, g_o)
   int shard_ranks = 0;    // DP x CP: the ranks parameters are replicated over
   PipelineLayout layout;  // the layers of each virtual stage
+  /// Not from the plan: every rank runs the mean of the work the plan's
+  /// documents, jitter and routing skew draw, not the expected slowest of
+  /// its class: the reference that says what stragglers cost
+  /// (explore::PlanTerms::stragglers_s). Not in the provenance.
+  bool ranks_at_mean = false;
   /// The Schedule's provenance "plan": the resolved options (a plan file's
   /// body) plus micro_batches, data_parallel and shard_ranks.
   [[nodiscard]] nlohmann::json provenance() const;

@@ -216,15 +216,22 @@ void attention_points(const PlanOptions& o, const DocLengths& lengths, const Wor
 Stragglers expected_stragglers(const PlanOptions& o, const WorkloadShape& w) {
   Stragglers out;
   out.period = std::max<std::int64_t>(1, w.period);
+  out.at_mean = w.at_mean;
   const auto d = static_cast<std::size_t>(std::max(1, w.classes));
   const double n = static_cast<double>(std::max<std::int64_t>(1, w.ranks));
+  // The expected order statistics of D maxima of n draws, or at the mean:
+  // every class the expectation of one draw.
+  auto statistics = [&](const std::vector<double>& x, const std::vector<double>& cdf) {
+    if (w.at_mean) return std::vector<double>(d, detail::expected_order_statistics(x, cdf, 1, 1).front());
+    return detail::expected_order_statistics(x, cdf, n, static_cast<int>(d));
+  };
   out.attention.assign(d, 1.0);
   out.compute.assign(d, 1.0);
   const std::optional<DocLengths> lengths = doc_lengths(o);
   if (lengths) {
     std::vector<double> x, cdf;
     attention_points(o, *lengths, w, x, cdf);
-    out.attention = detail::expected_order_statistics(x, cdf, n, static_cast<int>(d));
+    out.attention = statistics(x, cdf);
   }
   if (o.compute_jitter > 0) {
     // Each micro-batch's factor is 1 + σ·z (z standard normal), floored at
@@ -237,7 +244,7 @@ Stragglers expected_stragglers(const PlanOptions& o, const WorkloadShape& w) {
           return std::max(0.5, 1.0 + sd * z);
         },
         x, cdf);
-    out.compute = detail::expected_order_statistics(x, cdf, n, static_cast<int>(d));
+    out.compute = statistics(x, cdf);
   }
   return out;
 }
@@ -254,7 +261,7 @@ Workload class_workload(const PlanOptions& o, const Stragglers& s, std::int64_t 
     w.attention[mb] = s.attention[rank];
     w.compute[mb] = s.compute[rank];
   }
-  if (o.moe_skew > 0 && ep > 1 && experts > 0) {
+  if (o.moe_skew > 0 && ep > 1 && experts > 0 && !s.at_mean) {
     // Zipf loads over experts; rank e holds experts [e·E/ep, (e+1)·E/ep).
     double total = 0, mine = 0;
     const int per_rank = experts / ep;

@@ -211,5 +211,25 @@ TEST(OrderStatistics, DeterministicAndOffWithoutVariability) {
             expected_stragglers(o, shape(8192, 1, 64)).attention[0]);
 }
 
+// At the mean (the straggler term's reference): every class runs the mean
+// of one rank's work, whatever the ranks and classes: the mean factor of
+// one draw, as for one rank in one class; experts carry the mean load 1.
+TEST(OrderStatistics, AtTheMeanEveryClassRunsTheMeanWork) {
+  PlanOptions o;
+  o.doc_mean_tokens = 512;
+  o.compute_jitter = 0.1;
+  o.moe_skew = 1.2;
+  const Stragglers one = expected_stragglers(o, shape(8192, 1, 1));
+  WorkloadShape w = shape(8192, 4, 64);
+  w.at_mean = true;
+  const Stragglers mean = expected_stragglers(o, w);
+  EXPECT_EQ(mean.attention, std::vector<double>(4, one.attention[0]));
+  EXPECT_EQ(mean.compute, std::vector<double>(4, one.compute[0]));
+  EXPECT_NEAR(mean.compute[0], 1.0, 1e-3);  // 1 + 0.1·z floored at 0.5: E = 1 to within 1e-6
+  // Zipf 1.2 over 8 experts on 2 ranks: rank 0's share is above 1 unless at the mean.
+  EXPECT_GT(class_workload(o, expected_stragglers(o, shape(8192, 4, 64)), 2, 0, 0, 2, 8).experts, 1.0);
+  EXPECT_EQ(class_workload(o, mean, 2, 0, 0, 2, 8).experts, 1.0);
+}
+
 }  // namespace
 }  // namespace hzp::plan

@@ -259,6 +259,16 @@ TEST(Why, NamesTheTermThatMakesAPlanSlower) {
   slow = terms("recompute", 10.2);
   why = explore::deciding_term(fast, slow);
   EXPECT_TRUE(has(why, "compute: 0.200 s more compute-stream time")) << why;
+  // The same 0.2 s, of which the expected slowest rank adds 0.1 s more than
+  // in the fast plan (at least half the difference): stragglers.
+  slow.stragglers_s = 0.15;
+  explore::PlanTerms fast_varies = fast;
+  fast_varies.stragglers_s = 0.05;
+  why = explore::deciding_term(fast_varies, slow);
+  EXPECT_TRUE(has(why, "stragglers: the expected slowest rank adds 0.150 s to its step against 0.050 s")) << why;
+  slow.stragglers_s = 0.14;  // 0.09 s: less than half of it
+  why = explore::deciding_term(fast_varies, slow);
+  EXPECT_TRUE(has(why, "compute: 0.200 s more")) << why;
 }
 
 TEST(Why, JudgesAgainstTheFastestPlanThatFitsAndMarksTies) {

@@ -269,3 +269,40 @@ TEST(EndToEnd, HierarchicalZeroOnEveryModelAndCluster) {
 
 }  // namespace
 }  // namespace hzp
+
+// The straggler term of `--explain` and `plan --compare` (issue 38 item 5):
+// with packed documents and jitter, the plan's step less the same plan with
+// every rank at the mean of its work; FSDP's ranks meet every micro-batch
+// (its gathers), ZeRO-2's once a step, so the expected slowest rank costs
+// FSDP more. Without variability there is no term.
+#include "explore/why.hpp"
+
+namespace hzp {
+namespace {
+
+TEST(Why, StragglersAreTheStepAgainstEveryRankAtTheMean) {
+  explore::Scenario sc;
+  sc.model = "llama3-8b";
+  sc.cluster = "mesh16-roce200";
+  sc.gpus = 64;
+  sc.plan.seq_len = 8192;
+  sc.plan.global_batch_sequences = 128;
+  sc.strategies = {plan::Strategy::Zero2, plan::Strategy::Fsdp};
+  const auto plain = explore::run_scenario(sc);
+  for (const auto& t : explore::plan_terms(plain, topologies::PerfModel(topologies::Topology(plain.cluster, 64)))) {
+    EXPECT_EQ(t.stragglers_s, 0.0) << t.name;
+  }
+  sc.plan.doc_lengths = "dolma-v1";
+  sc.plan.compute_jitter = 0.02;
+  const auto r = explore::run_scenario(sc);
+  const auto terms = explore::plan_terms(r, topologies::PerfModel(topologies::Topology(r.cluster, 64)));
+  ASSERT_EQ(terms.size(), 2u);
+  EXPECT_GT(terms[0].stragglers_s, 0.0);
+  EXPECT_GT(terms[1].stragglers_s, terms[0].stragglers_s);
+  EXPECT_LT(terms[1].stragglers_s, terms[1].step_s);
+  EXPECT_NE(explore::why_text(terms, 60, 0.08).find("fsdp pays stragglers"), std::string::npos)
+      << explore::why_text(terms, 60, 0.08);
+}
+
+}  // namespace
+}  // namespace hzp
