@@ -11,6 +11,7 @@
 
 #include "core/error.hpp"
 #include "core/schedule_check.hpp"
+#include "sim/analytic/analytic_engine.hpp"
 #include "sim/engine.hpp"
 #include "validation/expected_error.hpp"
 
@@ -72,6 +73,12 @@ class Evaluator {
     return c;
   }
 
+  // What the expected slowest rank adds to this plan's step (stragglers_seconds).
+  double stragglers(const plan::PlanOptions& o) const {
+    const plan::LoweredPlan lp = plan::lower_plan(model_, pm_.topology(), o, /*check=*/false);
+    return stragglers_seconds(model_, pm_, lp.plan, lp.schedule);
+  }
+
  private:
   topologies::PerfModel pm_;
   std::unique_ptr<sim::Engine> engine_;
@@ -118,6 +125,27 @@ ShardCandidate evaluate_experts(const Evaluator& evaluate, const plan::PlanOptio
   return experts.front();
 }
 
+// The straggler term of the chosen dense sizes and of each size it is
+// compared with (one group size doubled or halved): only they need it.
+void add_stragglers(const Evaluator& evaluate, const plan::PlanOptions& base, const plan::ShardSizes& b, Seen& seen) {
+  auto scale = [](int v, int f) { return f > 0 ? v * 2 : v / 2; };
+  std::vector<plan::ShardSizes> around{b};
+  for (int f : {2, -2}) {
+    around.push_back({scale(b.param, f), b.grad, b.optim});
+    around.push_back({b.param, scale(b.grad, f), b.optim});
+    around.push_back({b.param, b.grad, scale(b.optim, f)});
+  }
+  for (const plan::ShardSizes& n : around) {
+    auto it = seen.find({n.param, n.grad, n.optim});
+    if (it == seen.end()) continue;
+    plan::PlanOptions o = base;
+    o.param_shard = n.param;
+    o.grad_shard = n.grad;
+    o.optim_shard = n.optim;
+    it->second.stragglers_s = evaluate.stragglers(o);
+  }
+}
+
 // What moves from `here` to `there`: memory when `there` does not fit; else
 // the collective time's latency and bandwidth terms and how much of the change
 // the step sees (the rest overlap hides).
@@ -127,6 +155,14 @@ std::string deciding_term(const ShardCandidate& here, const ShardCandidate& ther
   const double latency = b.gather_latency_s + b.reduce_latency_s - a.gather_latency_s - a.reduce_latency_s;
   const double bandwidth = b.gather_bandwidth_s + b.reduce_bandwidth_s - a.gather_bandwidth_s - a.reduce_bandwidth_s;
   const double exposed = b.exposed_s - a.exposed_s;
+  // The expected slowest rank decides when it makes at least half the change.
+  const double stragglers = there.stragglers_s - here.stragglers_s;
+  const double step = (there.step - here.step).to_seconds();
+  if (stragglers != 0 && std::abs(stragglers) >= 0.5 * std::abs(step)) {
+    return fmt::format("stragglers {:+.3f} s (the expected slowest rank adds {:.3f} s against {:.3f} s: stragglers "
+                       "decide), collectives {:+.3f} s",
+                       stragglers, there.stragglers_s, here.stragglers_s, latency + bandwidth);
+  }
   const char* term = std::abs(latency) >= std::abs(bandwidth) ? "latency" : "bandwidth";
   return fmt::format("collectives {:+.3f} s (latency {:+.3f}, bandwidth {:+.3f}: {} decides), exposed {:+.3f} s",
                      latency + bandwidth, latency, bandwidth, term, exposed);
@@ -212,6 +248,17 @@ ShardingTerms sharding_terms(const core::Schedule& s, const sim::Metrics& metric
   return t;
 }
 
+double stragglers_seconds(const models::ModelSpec& m, const topologies::PerfModel& pm,
+                          const plan::ResolvedPlan& resolved, const core::Schedule& s) {
+  const plan::PlanOptions& o = resolved.options;
+  if (!(o.doc_mean_tokens > 0 || o.doc_lengths || o.compute_jitter > 0 || o.moe_skew > 0)) return 0;
+  plan::ResolvedPlan at_mean = resolved;
+  at_mean.ranks_at_mean = true;
+  const core::Schedule uniform = plan::lower_resolved(m, pm.topology(), o, std::move(at_mean), false).schedule;
+  const sim::AnalyticEngine engine(pm);
+  return std::max(0.0, engine.estimate(s).step.to_seconds() - engine.estimate(uniform).step.to_seconds());
+}
+
 AdaptiveChoice choose_shards(const Scenario& sc, double memory_limit_GiB) {
   // The same inputs the final simulation of the chosen plan resolves:
   // calibration and what-if changes included.
@@ -242,6 +289,7 @@ AdaptiveChoice choose_shards(const Scenario& sc, double memory_limit_GiB) {
   // Plans closer than the error expected of this device and stack are a tie.
   const double tolerance =
       validation::expected_error(in.cluster.spec.device.compute_capability, in.stack->spec.name, sc.gpus).mean_abs;
+  add_stragglers(evaluate, base, best.dense, dense_seen);
   explain(best, dense_seen, batch, base, memory_limit_GiB, tolerance, choice);
   return choice;
 }

@@ -26,6 +26,13 @@ struct ShardingTerms {
 [[nodiscard]] ShardingTerms sharding_terms(const core::Schedule& s, const sim::Metrics& metrics,
                                            const topologies::PerfModel& pm);
 
+/// What the expected slowest rank adds to a lowered plan's step: `s` (lowered
+/// from `resolved`) against the same resolved plan with every rank at the mean
+/// of the work its documents, jitter and routing skew draw, both in the
+/// analytic engine; 0 when its ranks' work does not vary.
+[[nodiscard]] double stragglers_seconds(const models::ModelSpec& m, const topologies::PerfModel& pm,
+                                        const plan::ResolvedPlan& resolved, const core::Schedule& s);
+
 struct ShardCandidate {
   plan::ShardSizes dense;
   std::optional<plan::ShardSizes> expert;
@@ -33,6 +40,7 @@ struct ShardCandidate {
   core::Bytes reserved{};
   bool fits = false;
   ShardingTerms terms{};
+  double stragglers_s = 0;  // stragglers_seconds, for the chosen plan and its neighbours only
 };
 
 struct AdaptiveChoice {

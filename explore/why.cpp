@@ -6,8 +6,6 @@
 #include <algorithm>
 #include <cmath>
 
-#include "sim/analytic/analytic_engine.hpp"
-
 namespace hzp::explore {
 namespace {
 
@@ -75,24 +73,6 @@ std::string anatomy(const PlanTerms& p) {
   if (l + b > 0) out += fmt::format("; its sharding collectives are {:.0f} % NCCL latency", 100 * l / (l + b));
   if (p.stragglers_s > 0) out += fmt::format("; the expected slowest rank adds {:.3f} s", p.stragglers_s);
   return out;
-}
-
-// Whether a plan's ranks differ in their work (packed documents, jitter, routing skew).
-bool varies(const plan::PlanOptions& o) {
-  return o.doc_mean_tokens > 0 || o.doc_lengths || o.compute_jitter > 0 || o.moe_skew > 0;
-}
-
-// The step of `run`'s plan less that of the same plan with every rank at the
-// mean of its work, both in the analytic engine (PlanTerms::stragglers_s).
-double stragglers_seconds(const ScenarioResult& r, const StrategyResult& run, const topologies::PerfModel& pm) {
-  if (!varies(run.plan.options)) return 0;
-  plan::ResolvedPlan at_mean = run.plan;
-  at_mean.ranks_at_mean = true;
-  const plan::PlanOptions options = at_mean.options;
-  const core::Schedule uniform =
-      plan::lower_resolved(r.model, pm.topology(), options, std::move(at_mean), false).schedule;
-  const sim::AnalyticEngine engine(pm);
-  return std::max(0.0, engine.estimate(run.schedule).step.to_seconds() - engine.estimate(uniform).step.to_seconds());
 }
 
 }  // namespace
@@ -202,7 +182,7 @@ std::vector<PlanTerms> plan_terms(const ScenarioResult& r, const topologies::Per
     t.idle_s = m.compute_idle.to_seconds();
     t.pp = run.plan.options.pp;
     t.sharding = sharding_terms(run.schedule, m, pm);
-    t.stragglers_s = stragglers_seconds(r, run, pm);
+    t.stragglers_s = stragglers_seconds(r.model, pm, run.plan, run.schedule);
     out.push_back(std::move(t));
   }
   return out;

@@ -302,6 +302,13 @@ TEST(Why, StragglersAreTheStepAgainstEveryRankAtTheMean) {
   EXPECT_LT(terms[1].stragglers_s, terms[1].step_s);
   EXPECT_NE(explore::why_text(terms, 60, 0.08).find("fsdp pays stragglers"), std::string::npos)
       << explore::why_text(terms, 60, 0.08);
+  // --adaptive: from g_p = 1 to 2 the ranks meet every micro-batch; the
+  // expected slowest rank decides that step, and says so.
+  sc.strategies = {};
+  const explore::AdaptiveChoice a = explore::choose_shards(sc, 59.6);
+  EXPECT_EQ(a.plan.param_shard, 1);
+  EXPECT_NE(a.explanation.find("g_p 1 -> 2"), std::string::npos) << a.explanation;
+  EXPECT_NE(a.explanation.find("stragglers decide"), std::string::npos) << a.explanation;
 }
 
 }  // namespace
