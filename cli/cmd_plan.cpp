@@ -223,7 +223,7 @@ std::string plan_json(const explore::PlanSearch& r, const std::vector<explore::R
   nlohmann::ordered_json j{{"hzp_version", core::version()},
                            {"git_revision", core::git_revision()},
                            {"model", q.model},
-                           {"objective", q.objective},
+                           {"objective", explore::to_string(q.objective)},
                            {"what_if", overlay_json(q.overlay)},
                            {"tolerance", *a.tolerance_pct / 100},
                            {"expected_error", nlohmann::ordered_json::array()},
@@ -336,7 +336,11 @@ int cmd_plan(PlanArgs& a) {
   a.overlay = q.overlay;
   q.memory_limit_GiB = a.memory_limit_GiB;
   if (a.price > 0) q.price_per_gpu_hour = a.price;
-  q.objective = a.objective;
+  const std::optional<explore::Objective> objective = explore::parse_objective(a.objective);
+  if (!objective) {
+    throw core::InputError("command line", "--objective", fmt::format("expected throughput or cost, got '{}'", a.objective));
+  }
+  q.objective = *objective;
   q.top = a.top;
   q.jobs = a.jobs > 0 ? a.jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   a.jobs_used = q.jobs;

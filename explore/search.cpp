@@ -6,10 +6,12 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <set>
 #include <tuple>
+#include <utility>
 
 #include "core/options.hpp"
 #include "explore/search_internal.hpp"
@@ -42,12 +44,28 @@ std::string describe_plan(const PlanChoice& c) {
   return s;
 }
 
+namespace {
+constexpr std::array<std::pair<Objective, std::string_view>, 2> kObjectives{
+    {{Objective::Throughput, "throughput"}, {Objective::Cost, "cost"}}};
+}  // namespace
+
+std::string_view to_string(Objective o) {
+  for (const auto& [v, name] : kObjectives) {
+    if (v == o) return name;
+  }
+  return "?";
+}
+
+std::optional<Objective> parse_objective(std::string_view s) {
+  for (const auto& [v, name] : kObjectives) {
+    if (name == s) return v;
+  }
+  return std::nullopt;
+}
+
 PlanSearch search_plans(const PlanQuery& q) {
   const double t0 = now_s();
   std::vector<core::Problem> bad;
-  if (q.objective != "throughput" && q.objective != "cost") {
-    bad.push_back({"objective", fmt::format("expected throughput or cost, got '{}'", q.objective)});
-  }
   if (q.top < 1) bad.push_back({"top", "expected at least 1"});
   if (!bad.empty()) throw core::ProblemError(std::move(bad));
 
@@ -74,8 +92,8 @@ PlanSearch search_plans(const PlanQuery& q) {
 
   // Ties (plans the model cannot tell apart) in a fixed order: less memory first, then by name.
   std::sort(s.found.begin(), s.found.end(), [&](const PlanChoice& a, const PlanChoice& b) {
-    const double sa = q.objective == "cost" ? a.usd_per_million_tokens.value_or(1e300) : a.step_s;
-    const double sb = q.objective == "cost" ? b.usd_per_million_tokens.value_or(1e300) : b.step_s;
+    const double sa = q.objective == Objective::Cost ? a.usd_per_million_tokens.value_or(1e300) : a.step_s;
+    const double sb = q.objective == Objective::Cost ? b.usd_per_million_tokens.value_or(1e300) : b.step_s;
     return std::tuple{sa, a.peak_reserved_GiB, a.cluster, a.gpus, describe_plan(a)} <
            std::tuple{sb, b.peak_reserved_GiB, b.cluster, b.gpus, describe_plan(b)};
   });
@@ -130,15 +148,15 @@ std::string merge_descriptions(const std::string& a, const std::string& b) {
 }
 
 // The objective's value, larger is better.
-double score(const PlanChoice& c, const std::string& objective) {
-  if (objective == "cost" && c.usd_per_million_tokens && *c.usd_per_million_tokens > 0)
+double score(const PlanChoice& c, Objective objective) {
+  if (objective == Objective::Cost && c.usd_per_million_tokens && *c.usd_per_million_tokens > 0)
     return 1 / *c.usd_per_million_tokens;
   return c.tokens_per_s;
 }
 
 }  // namespace
 
-std::vector<RankedPlan> rank_with_ties(const std::vector<PlanChoice>& plans, const std::string& objective,
+std::vector<RankedPlan> rank_with_ties(const std::vector<PlanChoice>& plans, Objective objective,
                                        double tolerance) {
   std::vector<RankedPlan> rows;
   for (std::size_t i = 0; i < plans.size(); ++i) {

@@ -20,6 +20,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "plan/plan.hpp"
@@ -27,6 +28,13 @@
 #include "topologies/overlay.hpp"
 
 namespace hzp::explore {
+
+/// What plan search ranks by: tokens per second, or dollars per million
+/// tokens (needs a price).
+enum class Objective { Throughput, Cost };
+[[nodiscard]] std::string_view to_string(Objective o);
+/// "throughput" or "cost"; nullopt for any other text.
+[[nodiscard]] std::optional<Objective> parse_objective(std::string_view s);
 
 struct PlanQuery {
   std::string model = "llama3-70b";
@@ -44,7 +52,7 @@ struct PlanQuery {
   topologies::ClusterOverlay overlay;         // calibration and what-if changes, applied to every cluster
   double memory_limit_GiB = 0;                // 0: each cluster's HBM
   std::optional<double> price_per_gpu_hour;   // else the cluster file's price
-  std::string objective = "throughput";       // or "cost"
+  Objective objective = Objective::Throughput;
   int top = 5;
   int jobs = 1;
   /// Screen every candidate that passes the closed-form memory bound (no
@@ -113,7 +121,7 @@ struct RankedPlan {
   std::string rank;  // "3", or "1=" for a tie
   bool tied = false;
 };
-[[nodiscard]] std::vector<RankedPlan> rank_with_ties(const std::vector<PlanChoice>& plans, const std::string& objective,
+[[nodiscard]] std::vector<RankedPlan> rank_with_ties(const std::vector<PlanChoice>& plans, Objective objective,
                                                      double tolerance);
 
 /// Training `tokens` with a plan: wall-clock days, GPU-hours and, when a

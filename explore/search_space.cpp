@@ -121,7 +121,7 @@ Search::Search(const PlanQuery& query) : q(query), m(models::load_model(query.mo
       setting_best.push_back(1e300);
     }
   }
-  if (q.objective == "cost") {
+  if (q.objective == Objective::Cost) {
     for (const auto& s : settings) {
       if (!price && !s.cluster.price_per_device_hour) {
         throw core::ProblemError(
@@ -142,7 +142,8 @@ Search::Search(const PlanQuery& query) : q(query), m(models::load_model(query.mo
   }
   tokens_per_step = q.base.global_batch_sequences
                         ? static_cast<double>(*q.base.global_batch_sequences * seq)
-                        : static_cast<double>(q.base.global_batch_tokens.value_or(0) / seq * seq);
+                        : static_cast<double>(
+                              q.base.global_batch_tokens.value_or(plan::kDefaultGlobalBatchTokens) / seq * seq);
 }
 
 // Every TP (within a node), every pipeline depth that divides the layers,
@@ -198,7 +199,7 @@ bool Search::wanted(const PlanOptions& p) const {
 }
 
 double Search::score(const Setting& st, double step_s) const {
-  if (q.objective == "cost") return cost_of(st, step_s).value_or(1e300);
+  if (q.objective == Objective::Cost) return cost_of(st, step_s).value_or(1e300);
   return step_s;  // same tokens per step everywhere: throughput is 1 / step
 }
 

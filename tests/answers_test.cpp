@@ -39,7 +39,7 @@ TEST(Ties, PlansWithinTheToleranceShareARankAndIdenticalOnesMerge) {
   const std::vector<explore::PlanChoice> plans = {choice(1000, 10), choice(990, 11), choice(900, 12),
                                                   choice(800, 13, models::Recompute::None),
                                                   choice(800, 13, models::Recompute::Selective)};
-  const auto rows = explore::rank_with_ties(plans, "throughput", 0.03);
+  const auto rows = explore::rank_with_ties(plans, explore::Objective::Throughput, 0.03);
   ASSERT_EQ(rows.size(), 4u);
   EXPECT_EQ(rows[0].rank, "1=");
   EXPECT_EQ(rows[1].rank, "1=");
@@ -48,7 +48,16 @@ TEST(Ties, PlansWithinTheToleranceShareARankAndIdenticalOnesMerge) {
   EXPECT_EQ(rows[3].merged, (std::vector<std::size_t>{3, 4}));
   EXPECT_NE(rows[3].description.find("none|selective"), std::string::npos) << rows[3].description;
   // No tolerance: a ranking again.
-  EXPECT_EQ(explore::rank_with_ties(plans, "throughput", 0)[1].rank, "2");
+  EXPECT_EQ(explore::rank_with_ties(plans, explore::Objective::Throughput, 0)[1].rank, "2");
+}
+
+// The search objective's one name table, both ways.
+TEST(Objective, NamesRoundTrip) {
+  for (explore::Objective o : {explore::Objective::Throughput, explore::Objective::Cost}) {
+    EXPECT_EQ(explore::parse_objective(explore::to_string(o)), o);
+  }
+  EXPECT_EQ(explore::to_string(explore::Objective::Cost), "cost");
+  EXPECT_FALSE(explore::parse_objective("speed"));
 }
 
 TEST(TrainingCost, DaysGpuHoursAndDollars) {

@@ -234,6 +234,27 @@ TEST(PlanSearch, EveryGpuCountGetsItsBestPlanAndATally) {
   EXPECT_EQ(none.settings.at(0).fit, 0);
 }
 
+// The cost objective without a batch on the command line: the default batch
+// (16 Mi tokens) prices every plan, 2 $/GPU-hour x 64 GPUs x step / 3600 per
+// 16 Mi tokens (before, no plan had a cost and the ranking was arbitrary).
+TEST(PlanSearch, CostObjectiveWithTheDefaultBatch) {
+  explore::PlanQuery q;
+  q.model = "llama3-8b";
+  q.gpus = {64};
+  q.strategies = {plan::Strategy::Fsdp};
+  q.objective = explore::Objective::Cost;
+  q.price_per_gpu_hour = 2.0;
+  q.top = 1;
+  q.jobs = 2;
+  const explore::PlanSearch r = explore::search_plans(q);
+  ASSERT_FALSE(r.best.empty());
+  const explore::PlanChoice& b = r.best.front();
+  ASSERT_TRUE(b.usd_per_million_tokens.has_value());
+  EXPECT_NEAR(*b.usd_per_million_tokens, 2.0 * 64 * b.step_s / 3600 / (16 << 20) * 1e6, 1e-12);
+  q.objective = explore::Objective::Throughput;  // one price, one GPU count: the same best plan
+  EXPECT_DOUBLE_EQ(explore::search_plans(q).best.front().step_s, b.step_s);
+}
+
 // Under a stack the search proposes only plans it runs (issue 43, item 2):
 // torch-fsdp1 runs ddp, zero2, fsdp, hsdp and hsdp2 with tensor parallelism
 // only; --strategy narrows further, and PyTorch's names reach it.
