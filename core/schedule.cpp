@@ -143,7 +143,7 @@ Op op_from_json(StrictObject o) {
       op.kernels = static_cast<int>(o.integer("kernels", 0, 1000000));
       if (o.has("attention_kernel")) {
         if (op.compute != ComputeKind::Attention) o.fail("attention_kernel", "expected only on attention ops");
-        op.attention_kernel = o.name("attention_kernel");
+        op.attention_kernel = parse_enum(kAttentionKernels, o, "attention_kernel");
       }
       break;
     case OpKind::Collective:

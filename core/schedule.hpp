@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/stack_kernels.hpp"
 #include "core/units.hpp"
 
 namespace hzp::core {
@@ -157,10 +158,9 @@ struct Op {
   /// Compute: the kernels the op launches (a stack's eager norm is several);
   /// each costs its thread one launch latency to issue.
   int kernels = 1;
-  /// Compute, attention only: the fused kernel's family ("flash2", "flash3",
-  /// "cudnn"), whose efficiency the device profile gives; empty: the device's
-  /// generic attention efficiency.
-  std::string attention_kernel;
+  /// Compute, attention only: the fused kernel's family, whose efficiency the
+  /// device profile gives; none: the device's generic attention efficiency.
+  std::optional<AttentionKernel> attention_kernel;
   int group = -1;
   int seq = -1;
   int peer = -1;

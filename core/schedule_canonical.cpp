@@ -129,7 +129,7 @@ void write_op(Out& out, const Op& op) {
       m.str("dtype", to_string(op.dtype));
       if (op.gemm) m.ints("gemm", {op.gemm->m, op.gemm->n, op.gemm->k, op.gemm->batch});
       m.i64("kernels", op.kernels);
-      if (!op.attention_kernel.empty()) m.str("attention_kernel", op.attention_kernel);
+      if (op.attention_kernel) m.str("attention_kernel", to_string(*op.attention_kernel));
       break;
     case OpKind::Collective:
       m.str("op", to_string(op.collective));

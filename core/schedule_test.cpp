@@ -154,6 +154,35 @@ TEST(Schedule, RolesAndClassesRoundTrip) {
   EXPECT_EQ(to_canonical_json(back), text);
 }
 
+// The attention kernel is the enum in memory and its name in the file, read
+// and written through one name table; an unknown family is refused.
+TEST(Schedule, AttentionKernelRoundTripsThroughItsNameTable) {
+  for (const auto& [kernel, name] : kAttentionKernels) {
+    EXPECT_EQ(parse_attention_kernel(to_string(kernel)), kernel);
+    EXPECT_EQ(to_string(kernel), name);
+  }
+  EXPECT_FALSE(parse_attention_kernel("flash9"));
+  Schedule s = two_rank_schedule();
+  for (auto& p : s.programs) {
+    p.streams[0].ops[0].compute = ComputeKind::Attention;
+    p.streams[0].ops[0].attention_kernel = AttentionKernel::Flash3;
+  }
+  const std::string text = to_canonical_json(s);
+  EXPECT_NE(text.find(R"("attention_kernel":"flash3")"), std::string::npos);
+  const Schedule back = schedule_from_json(text, "s.json", false);
+  EXPECT_EQ(back.programs[0].streams[0].ops[0].attention_kernel, AttentionKernel::Flash3);
+  EXPECT_FALSE(back.programs[0].streams[0].ops[1].attention_kernel);
+  EXPECT_EQ(to_canonical_json(back), text);
+  std::string bad = text;
+  bad.replace(bad.find("flash3"), 6, "flash9");
+  try {
+    (void)schedule_from_json(bad, "s.json", false);
+    ADD_FAILURE() << "flash9 accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("expected one of flash2|flash3|cudnn"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Schedule, OlderSchemaIsRejectedWithWhatToDo) {
   std::string text = to_canonical_json(two_rank_schedule());
   const auto pos = text.find(R"("schema_version":4)");

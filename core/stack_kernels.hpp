@@ -5,6 +5,11 @@
 // them. The defaults are one fused kernel per op.
 #pragma once
 
+#include <array>
+#include <optional>
+#include <string_view>
+#include <utility>
+
 namespace hzp::core {
 
 /// One pass of a non-GEMM op: the kernels it launches and the HBM bytes they
@@ -39,8 +44,21 @@ struct NonGemmKernels {
 
 /// The fused attention kernel family (the device profile gives each one's efficiency).
 enum class AttentionKernel { Flash2, Flash3, Cudnn };
-[[nodiscard]] constexpr const char* to_string(AttentionKernel k) {
-  return k == AttentionKernel::Flash2 ? "flash2" : k == AttentionKernel::Flash3 ? "flash3" : "cudnn";
+/// Its names, the one table every reader and writer uses (stack files, device
+/// profiles, the Schedule).
+inline constexpr std::array<std::pair<AttentionKernel, std::string_view>, 3> kAttentionKernels{
+    {{AttentionKernel::Flash2, "flash2"}, {AttentionKernel::Flash3, "flash3"}, {AttentionKernel::Cudnn, "cudnn"}}};
+[[nodiscard]] constexpr std::string_view to_string(AttentionKernel k) {
+  for (const auto& [v, name] : kAttentionKernels) {
+    if (v == k) return name;
+  }
+  return "?";
+}
+[[nodiscard]] constexpr std::optional<AttentionKernel> parse_attention_kernel(std::string_view s) {
+  for (const auto& [v, name] : kAttentionKernels) {
+    if (name == s) return v;
+  }
+  return std::nullopt;
 }
 
 /// What `recompute: selective` recomputes.

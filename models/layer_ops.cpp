@@ -174,7 +174,7 @@ void attention_core(Builder& b, const ModelSpec& m, const GraphOptions& o, const
       b.flags.back().bwd_bytes = bytes;
     }
     b.attention(p + "attn_core", 0.5 * full_core, e * T * (H * dqk + G * dqk + G * dv + H * dv));
-    b.ops.back().attention_kernel = core::to_string(o.attention_kernel);
+    b.ops.back().attention_kernel = o.attention_kernel;
     return;
   }
   b.gemm(p + "attn_scores", s, s, dqk, bs * H);

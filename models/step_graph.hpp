@@ -117,7 +117,7 @@ struct GraphOp {
   int kernels = 1;                 // kernels launched (a stack's eager op is several)
   /// The operands' dtype of a GEMM (Fp8: at the fp8 rate); Bf16 for everything else.
   core::Dtype dtype = core::Dtype::Bf16;
-  std::string attention_kernel{};  // the fused attention kernel's family
+  std::optional<core::AttentionKernel> attention_kernel{};  // the fused attention kernel's family
 };
 
 enum class UnitKind { Embedding, Layer, Head };

@@ -123,9 +123,17 @@ StackSpec stack_from_json(const std::string& text, const std::string& file) {
   s.ops = non_gemm_ops(o.object("ops"));
   using core::AttentionKernel;
   using core::SelectivePolicy;
-  s.attention = choose<AttentionKernel>(
-      o, "attention",
-      {{"flash2", AttentionKernel::Flash2}, {"flash3", AttentionKernel::Flash3}, {"cudnn", AttentionKernel::Cudnn}});
+  {
+    const std::string v = o.str("attention");
+    const std::optional<AttentionKernel> k = core::parse_attention_kernel(v);
+    if (!k) {
+      std::string names;
+      for (const auto& [kernel, name] : core::kAttentionKernels)
+        names += (names.empty() ? "" : "|") + std::string(name);
+      o.fail("attention", "expected one of " + names + ", got \"" + v + "\"");
+    }
+    s.attention = *k;
+  }
   s.selective = choose<SelectivePolicy>(
       o, "selective_recompute",
       {{"core_attention", SelectivePolicy::CoreAttention}, {"every_other_matmul", SelectivePolicy::EveryOtherMatmul}});

@@ -117,9 +117,10 @@ DeviceProfile read_device(StrictObject d) {
   dev.attention_efficiency = d.number("attention_efficiency", 1e-3, 1);
   if (d.has("attention_kernels")) {
     StrictObject k = d.object("attention_kernels");
-    for (const char* family : {"flash2", "flash3", "cudnn"}) {
-      if (!k.has(family)) continue;
-      StrictObject f = k.object(family);
+    for (const auto& [family, name] : core::kAttentionKernels) {
+      const std::string key(name);
+      if (!k.has(key)) continue;
+      StrictObject f = k.object(key);
       dev.attention_kernels[family] = {f.number("forward", 1e-3, 1), f.number("backward", 1e-3, 1)};
       f.finish();
     }

@@ -63,7 +63,7 @@ struct DeviceProfile {
   struct AttentionKernel {
     double forward = 0, backward = 0;
   };
-  std::map<std::string, AttentionKernel> attention_kernels;
+  std::map<core::AttentionKernel, AttentionKernel> attention_kernels;
   double hbm_efficiency = 0;  // achievable fraction of HBM bandwidth
   /// The device's own time per bandwidth-bound kernel beyond its bytes
   /// (launch, ramp and tail: a fit of time = bytes / (HBM · hbm_efficiency)

@@ -166,7 +166,8 @@ namespace {
 // The efficiency of a fused attention op: its kernel family's, forward or
 // backward (a recomputed forward is a forward), else the device's generic figure.
 double attention_efficiency(const DeviceProfile& d, const core::Op& op) {
-  auto it = d.attention_kernels.find(op.attention_kernel);
+  if (!op.attention_kernel) return d.attention_efficiency;
+  auto it = d.attention_kernels.find(*op.attention_kernel);
   if (it == d.attention_kernels.end()) return d.attention_efficiency;
   return op.role == core::OpRole::Backward ? it->second.backward : it->second.forward;
 }

@@ -169,7 +169,7 @@ TEST(PerfModel, APowerCapRunsTensorCoreWorkAtItsClock) {
   core::Op attention = gemm;
   attention.compute = core::ComputeKind::Attention;
   attention.gemm.reset();
-  attention.attention_kernel = "flash3";
+  attention.attention_kernel = core::AttentionKernel::Flash3;
   EXPECT_NEAR(low.compute(attention).to_seconds() / rated.compute(attention).to_seconds(), 1830.0 / 1610.0, 1e-6);
   const core::Op ew = bandwidth_kernel(3350000000LL);
   EXPECT_EQ(low.compute(ew), rated.compute(ew));
@@ -287,7 +287,7 @@ TEST(PerfModel, BandwidthKernelsPayATailPerKernel) {
   core::Op attention = gemm;
   attention.compute = core::ComputeKind::Attention;
   attention.gemm.reset();
-  attention.attention_kernel = "flash2";
+  attention.attention_kernel = core::AttentionKernel::Flash2;
   attention.role = core::OpRole::Backward;
   EXPECT_NEAR(pm.compute(attention).to_seconds(), gemm.flops.count() / (989e12 * 0.248 * 0.825), 1e-9);
 }
