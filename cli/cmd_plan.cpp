@@ -338,7 +338,8 @@ int cmd_plan(PlanArgs& a) {
   if (a.price > 0) q.price_per_gpu_hour = a.price;
   const std::optional<explore::Objective> objective = explore::parse_objective(a.objective);
   if (!objective) {
-    throw core::InputError("command line", "--objective", fmt::format("expected throughput or cost, got '{}'", a.objective));
+    throw core::InputError("command line", "--objective",
+                           fmt::format("expected throughput or cost, got '{}'", a.objective));
   }
   q.objective = *objective;
   q.top = a.top;

@@ -159,9 +159,10 @@ std::string deciding_term(const ShardCandidate& here, const ShardCandidate& ther
   const double stragglers = there.stragglers_s - here.stragglers_s;
   const double step = (there.step - here.step).to_seconds();
   if (stragglers != 0 && std::abs(stragglers) >= 0.5 * std::abs(step)) {
-    return fmt::format("stragglers {:+.3f} s (the expected slowest rank adds {:.3f} s against {:.3f} s: stragglers "
-                       "decide), collectives {:+.3f} s",
-                       stragglers, there.stragglers_s, here.stragglers_s, latency + bandwidth);
+    return fmt::format(
+        "stragglers {:+.3f} s (the expected slowest rank adds {:.3f} s against {:.3f} s: stragglers "
+        "decide), collectives {:+.3f} s",
+        stragglers, there.stragglers_s, here.stragglers_s, latency + bandwidth);
   }
   const char* term = std::abs(latency) >= std::abs(bandwidth) ? "latency" : "bandwidth";
   return fmt::format("collectives {:+.3f} s (latency {:+.3f}, bandwidth {:+.3f}: {} decides), exposed {:+.3f} s",

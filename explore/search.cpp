@@ -156,8 +156,7 @@ double score(const PlanChoice& c, Objective objective) {
 
 }  // namespace
 
-std::vector<RankedPlan> rank_with_ties(const std::vector<PlanChoice>& plans, Objective objective,
-                                       double tolerance) {
+std::vector<RankedPlan> rank_with_ties(const std::vector<PlanChoice>& plans, Objective objective, double tolerance) {
   std::vector<RankedPlan> rows;
   for (std::size_t i = 0; i < plans.size(); ++i) {
     auto same = std::find_if(rows.begin(), rows.end(),

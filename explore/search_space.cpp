@@ -140,10 +140,10 @@ Search::Search(const PlanQuery& query) : q(query), m(models::load_model(query.mo
                                                                   "length {}, got {}",
                                                                   seq, *q.base.global_batch_tokens)}});
   }
-  tokens_per_step = q.base.global_batch_sequences
-                        ? static_cast<double>(*q.base.global_batch_sequences * seq)
-                        : static_cast<double>(
-                              q.base.global_batch_tokens.value_or(plan::kDefaultGlobalBatchTokens) / seq * seq);
+  tokens_per_step =
+      q.base.global_batch_sequences
+          ? static_cast<double>(*q.base.global_batch_sequences * seq)
+          : static_cast<double>(q.base.global_batch_tokens.value_or(plan::kDefaultGlobalBatchTokens) / seq * seq);
 }
 
 // Every TP (within a node), every pipeline depth that divides the layers,
