@@ -100,7 +100,7 @@ int cmd_stacks(bool json) {
     j.push_back({{"name", name},
                  {"norm_kernels", s.ops.norm.forward.kernels},
                  {"attention", core::to_string(s.attention)},
-                 {"selective_recompute", core::to_string(s.selective)},
+                 {"selective_recompute", core::name_of(s.selective, core::kSelectivePolicies)},
                  {"gather", stacks::to_string(c.gather)},
                  {"reduce", stacks::to_string(c.reduce)},
                  {"kernel_us", s.host.kernel_us},

@@ -3,6 +3,7 @@
 // name the file and the full key path (e.g. "scale_out.tiers[1].radix").
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <initializer_list>
 #include <map>
@@ -10,6 +11,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "core/error.hpp"
@@ -115,6 +117,18 @@ E choose(StrictObject& o, const std::string& key, std::initializer_list<std::pai
   const std::string v = o.str(key);
   std::string names;
   for (const auto& [n, e] : options) {
+    if (v == n) return e;
+    names += (names.empty() ? "" : "|") + std::string(n);
+  }
+  o.fail(key, "expected one of " + names + ", got \"" + v + "\"");
+}
+
+/// The same over an enum's name table (the one its writers use too).
+template <class E, std::size_t N>
+E choose(StrictObject& o, const std::string& key, const std::array<std::pair<E, std::string_view>, N>& table) {
+  const std::string v = o.str(key);
+  std::string names;
+  for (const auto& [e, n] : table) {
     if (v == n) return e;
     names += (names.empty() ? "" : "|") + std::string(n);
   }

@@ -68,8 +68,36 @@ inline constexpr std::array<std::pair<AttentionKernel, std::string_view>, 3> kAt
 ///    keeping the others' outputs — an op-level policy of PyTorch's selective
 ///    activation checkpointing.
 enum class SelectivePolicy { CoreAttention, EveryOtherMatmul };
-[[nodiscard]] constexpr const char* to_string(SelectivePolicy p) {
-  return p == SelectivePolicy::CoreAttention ? "core_attention" : "every_other_matmul";
+inline constexpr std::array<std::pair<SelectivePolicy, std::string_view>, 2> kSelectivePolicies{
+    {{SelectivePolicy::CoreAttention, "core_attention"}, {SelectivePolicy::EveryOtherMatmul, "every_other_matmul"}}};
+
+/// How a stack runs the cross-entropy when it is not one fused kernel
+/// (`fused_loss` off), which decides what its backward holds beside the fp32
+/// probabilities it saved:
+///  - MegatronVocabParallel: Megatron's vocab-parallel cross-entropy
+///    (megatron/core/tensor_parallel/cross_entropy.py) turns the fp32 logits
+///    into the softmax in place, saves it, and its backward turns that into
+///    the gradient in place: nothing more.
+///  - TorchCrossEntropy: F.cross_entropy over the logits cast to fp32
+///    (log_softmax, then nll_loss; PyTorch stacks). Its backward holds the
+///    saved log-probabilities, nll_loss's dense fp32 gradient and
+///    log_softmax's fp32 gradient of the logits: two fp32 copies more. Under
+///    DTensor loss parallelism (tensor parallelism; torch/distributed/tensor/
+///    parallel/loss.py) the two backward steps are one decomposed expression,
+///    (zeros scattered with the target + exp(log-probabilities)) x grad,
+///    whose zeros, exp and sum are three fp32 copies more.
+enum class UnfusedLoss { MegatronVocabParallel, TorchCrossEntropy };
+inline constexpr std::array<std::pair<UnfusedLoss, std::string_view>, 2> kUnfusedLosses{
+    {{UnfusedLoss::MegatronVocabParallel, "megatron_vocab_parallel"},
+     {UnfusedLoss::TorchCrossEntropy, "torch_cross_entropy"}}};
+
+/// The name of an enum value in its table ("?" if the table misses it).
+template <class E, std::size_t N>
+[[nodiscard]] constexpr std::string_view name_of(E v, const std::array<std::pair<E, std::string_view>, N>& table) {
+  for (const auto& [e, n] : table) {
+    if (e == v) return n;
+  }
+  return "?";
 }
 
 }  // namespace hzp::core

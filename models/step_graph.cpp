@@ -178,11 +178,37 @@ bool fused_softmax_available(std::int64_t attn_batches, std::int64_t seq_len) {
   return seq_len > 16 && seq_len <= 4096 && seq_len % 4 == 0 && attn_batches % per_block == 0;
 }
 
+namespace {
+
+// What an op-level selective policy keeps of a dense layer (torchtitan's
+// per-op SAC, torchtitan/models/llama/parallelize_llama.py: every output of
+// aten.mm except every second one, the attention kernel's, and the tensor-
+// parallel reduce-scatters'), as PyTorch runs the layer: separate linear
+// layers in the order q, k, v, o, then gate, up, down (GLU) or fc1, fc2.
+// Kept: the layer's input (what the checkpoint replays), q and v, the
+// attention output and its fp32 log-sum-exp, the gate (fc1), the down
+// projection's output (GLU: the seventh), and with sequence parallelism the
+// two reduce-scattered outputs. Everything else the backward recomputes.
+std::int64_t op_policy_kept(const ModelSpec& m, const Dims& d) {
+  const std::int64_t e = d.e, T = d.T, h = d.h, Th = d.Th;
+  const bool glu = m.ffn_activation == FfnActivation::SwiGlu;
+  std::int64_t kept = e * Th * h + e * T * (d.H * d.dqk + d.G * d.dv + d.H * d.dv) + 4 * d.bs * d.H * d.s_local;
+  kept += e * T * (m.ffn_hidden / d.t + (glu ? h : 0));
+  if (d.sp) kept += 2 * e * Th * h;
+  return kept;
+}
+
+}  // namespace
+
 core::Bytes layer_activation_bytes(const ModelSpec& m, int layer, const GraphOptions& o) {
   const Dims d = dims(m, o);
   const std::int64_t e = d.e, s = d.s, bs = d.bs, T = d.T, h = d.h, Th = d.Th, H = d.H, G = d.G;
   const std::int64_t dqk = d.dqk, dv = d.dv;
   if (o.recompute == Recompute::Full) return Bytes(e * Th * h);  // the layer's input only
+  if (o.recompute == Recompute::Selective && o.selective == core::SelectivePolicy::EveryOtherMatmul && !m.mla &&
+      !m.is_moe_layer(layer) && o.flash_attention) {
+    return Bytes(op_policy_kept(m, d));
+  }
   const std::int64_t mask = m.dropout ? Th * h : 0;              // 1-byte dropout masks on h-sized outputs
 
   // Attention block: norm input and QKV-projection input (h-sized: split by
@@ -231,8 +257,9 @@ core::Bytes layer_activation_bytes(const ModelSpec& m, int layer, const GraphOpt
            + e * T * x.shared_experts * x.shared_expert_ffn_hidden / d.t * per_f;
   } else {
     ffn += e * T * m.ffn_hidden / d.t * per_f;
-    // An op-level policy recomputes the activation (it is a non-GEMM op), so
-    // its output, the down projection's input, is not kept.
+    // Elsewhere (MLA, unfused attention) an op-level policy is counted from
+    // the kept-everything sum: the activation is a non-GEMM op it
+    // recomputes, so its output, the down projection's input, is not kept.
     if (o.recompute == Recompute::Selective && o.selective == core::SelectivePolicy::EveryOtherMatmul)
       ffn -= e * T * m.ffn_hidden / d.t;
   }
@@ -378,6 +405,11 @@ Unit head_unit(const ModelSpec& m, const GraphOptions& o) {
   u.forward = b.forward();
   u.backward = backward_of(b, flash_backward_ratio(o));
   u.activations = Bytes(e * Th * h + e * T * h + 4 * T * (m.vocab / t));  // norm and GEMM inputs, fp32 probabilities
+  if (!o.fused_loss && o.unfused_loss == core::UnfusedLoss::TorchCrossEntropy) {
+    // Beside the saved fp32 log-probabilities: two fp32 gradients of the
+    // logits, or three more under loss parallelism (core/stack_kernels.hpp).
+    u.backward_working = Bytes((t > 1 ? 12 : 8) * T * (m.vocab / t));
+  }
   return u;
 }
 

@@ -52,6 +52,8 @@ struct GraphOptions {
   core::NonGemmKernels kernels{};
   core::AttentionKernel attention_kernel = core::AttentionKernel::Flash2;
   core::SelectivePolicy selective = core::SelectivePolicy::CoreAttention;
+  /// How the stack runs the loss when it is not fused: what its backward holds.
+  core::UnfusedLoss unfused_loss = core::UnfusedLoss::MegatronVocabParallel;
   core::Dtype dtype = core::Dtype::Bf16;
   /// Megatron tensor parallelism over `tp` ranks: attention heads, FFN and
   /// vocabulary split column/row-wise; with sequence parallelism the norms,
@@ -146,6 +148,9 @@ struct Unit {
   /// Bytes that recomputation brings back to life for the duration of this
   /// unit's backward: what no recomputation would have stored, minus what was kept.
   core::Bytes recomputed{};
+  /// Bytes its backward allocates beyond those and frees before it ends (an
+  /// unfused PyTorch cross-entropy's fp32 gradients of the logits).
+  core::Bytes backward_working{};
 };
 
 struct StepGraph {

@@ -89,6 +89,46 @@ TEST(StepGraph, LossBytesFusedAndUnfused) {
   EXPECT_EQ(eager.forward.size(), fused.forward.size() + 5);
 }
 
+// What the unfused loss's backward holds beside its saved fp32
+// probabilities: nothing under Megatron's in-place cross-entropy; two fp32
+// gradients of the logits under PyTorch's (8 bytes a logit), three more
+// under loss parallelism (12 bytes a logit of the shard).
+TEST(StepGraph, UnfusedLossWorkingMemory) {
+  ModelSpec m = load_model("llama3-8b");  // vocabulary 128,256 (divisible by 8)
+  GraphOptions o{.seq_len = 8192, .micro_batch = 2, .fused_loss = false};
+  const std::int64_t T = 2 * 8192;
+  EXPECT_EQ(build_step_graph(m, o).units.back().backward_working.count(), 0);
+  o.unfused_loss = core::UnfusedLoss::TorchCrossEntropy;
+  const Unit head = build_step_graph(m, o).units.back();
+  EXPECT_EQ(head.backward_working.count(), 8 * T * 128256);
+  EXPECT_EQ(head.activations.count(), 2 * T * 4096 * 2 + 4 * T * 128256);  // norm and GEMM inputs, probabilities
+  o.tp = 8;
+  EXPECT_EQ(build_step_graph(m, o).units.back().backward_working.count(), 12 * T * (128256 / 8));
+  o.fused_loss = true;
+  EXPECT_EQ(build_step_graph(m, o).units.back().backward_working.count(), 0);
+}
+
+// torchtitan's per-op policy on a Llama-3 8B layer (h 4096, 32 heads and 8
+// KV heads of 128, FFN 14,336; T = 2 x 8,192 tokens, bf16): the layer input
+// (4,096), q (4,096), v (1,024), the attention output (4,096), the gate
+// (14,336) and the down projection's output (4,096) kept, 31,744 elements
+// a token, plus the fp32 log-sum-exp of 32 heads (128 bytes a token).
+TEST(StepGraph, OpLevelSelectivePolicyKeepsEveryOtherMatmulOutput) {
+  ModelSpec m = load_model("llama3-8b");
+  GraphOptions o{.seq_len = 8192, .micro_batch = 2, .recompute = Recompute::Selective};
+  o.selective = core::SelectivePolicy::EveryOtherMatmul;
+  const std::int64_t T = 2 * 8192;
+  EXPECT_EQ(layer_activation_bytes(m, 0, o).count(), T * (2 * 31744 + 128));
+  // Sequence parallelism over 8: h-sized tensors on T/8 tokens, heads and
+  // the FFN split 8 ways, the two reduce-scattered outputs kept too; the
+  // down projection's output is the full-width partial sum before its
+  // reduce-scatter.
+  o.tp = 8;
+  EXPECT_EQ(layer_activation_bytes(m, 0, o).count(),
+            2 * (T / 8) * 4096 + 2 * T * (512 + 128 + 512) + 4 * 2 * 4 * 8192 + 2 * T * (1792 + 4096) +
+                2 * 2 * (T / 8) * 4096);
+}
+
 TEST(StepGraph, MegatronSoftmaxFusionRules) {
   // Causal kernel: batches per block 4 above 128 keys, 8 up to 128.
   EXPECT_TRUE(fused_softmax_available(4, 2048));

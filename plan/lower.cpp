@@ -244,7 +244,9 @@ void Lowering::backward(std::size_t j) {
   fetch_activations(j);
   const std::string recomputed = fmt::format("recomputed.u{}.mb{}", use.unit, use.mb);
   if (unit.recomputed.count() > 0) b_.alloc(comp_, recomputed, unit.recomputed, core::BufferClass::Recomputed);
+  alloc_working(j);
   unit_ops(unit.backward, use.mb);
+  free_working(j);
   if (unit.recomputed.count() > 0) b_.free(comp_, recomputed, unit.recomputed);
   use_done_[j] = b_.record(comp_, fmt::format("{}.bwd_done", unit.name));
   if (gathered >= 0 && !pooled()) {
@@ -283,6 +285,7 @@ models::StepGraph step_graph(const models::ModelSpec& m, const PlanOptions& o, c
   go.kernels = stack.ops;
   go.attention_kernel = stack.attention;
   go.selective = stack.selective;
+  go.unfused_loss = stack.unfused_loss;
   go.tp = o.tp;
   go.sequence_parallel = o.sequence_parallel;
   go.ep = o.ep;

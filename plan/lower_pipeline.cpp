@@ -155,6 +155,21 @@ void Lowering::alloc_activations(std::size_t j) {
   b_.alloc(comp_, fmt::format("act_w.u{}.mb{}", use.unit, use.mb), held, core::BufferClass::Activations);
 }
 
+// What a backward allocates and frees again beside its activations (the
+// unfused loss's gradients), for the duration of its kernels.
+void Lowering::alloc_working(std::size_t j) {
+  const Use& use = uses_[j];
+  const Bytes working = units_[use.unit].u->backward_working;
+  if (working.count() > 0) {
+    b_.alloc(comp_, fmt::format("working.u{}.mb{}", use.unit, use.mb), working, core::BufferClass::Activations);
+  }
+}
+void Lowering::free_working(std::size_t j) {
+  const Use& use = uses_[j];
+  const Bytes working = units_[use.unit].u->backward_working;
+  if (working.count() > 0) b_.free(comp_, fmt::format("working.u{}.mb{}", use.unit, use.mb), working);
+}
+
 bool Lowering::split_backward() const { return opt_.pipeline_schedule != PipelineSchedule::OneFOneB; }
 
 // What a unit's W reads after its B (per micro-batch, M_W in Qi et al.'s
@@ -196,7 +211,9 @@ void Lowering::backward_input(std::size_t j) {
   for (const auto& op : unit.backward) {
     if (op.phase != models::Phase::BackwardWeight) ops.push_back(op);
   }
+  alloc_working(j);  // the loss's gradients belong to B
   unit_ops(ops, use.mb);
+  free_working(j);
   use_done_[j] = b_.record(comp_, fmt::format("{}.input_grad_done", unit.name));
   if (gathered >= 0 && !pooled()) {
     b_.free(comp_, buf("gathered", static_cast<std::size_t>(gathered)), gathered_bytes(use.unit));

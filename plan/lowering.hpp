@@ -197,6 +197,8 @@ class Lowering {
   bool split_backward() const;
   std::pair<core::Bytes, core::Bytes> weight_held(std::size_t u) const;
   void alloc_activations(std::size_t j);
+  void alloc_working(std::size_t j);
+  void free_working(std::size_t j);
   void backward_input(std::size_t j);
   void backward_weight(std::size_t j);
 

@@ -66,6 +66,44 @@ TEST(StackLowering, EagerRmsNormIsSevenKernelsForwardTwelveBackward) {
   EXPECT_TRUE(ops_named(fused, "l0.repeat_kv").empty());
 }
 
+// An unfused loss under a PyTorch stack: the head's backward allocates two
+// fp32 gradients of the logits (8 bytes each of T x 128,256) before its
+// first kernel and frees them after its last; Megatron's in-place one
+// allocates nothing.
+TEST(StackLowering, TorchCrossEntropyHoldsTwoFp32GradientsDuringTheHeadsBackward) {
+  const auto lowered = [](const std::string& stack) {
+    const models::ModelSpec m = test_util::four_layers();
+    const topologies::Topology topo(topologies::load_cluster("dgx-h100"), 8);
+    PlanOptions o = test_util::options(Strategy::Fsdp, 8 * T);
+    o.seq_len = T;
+    o.fused_loss = false;
+    o.stack = stacks::resolve_stack(stack);
+    return lower(m, topo, o);
+  };
+  const core::Schedule s = lowered("torch-fsdp2");
+  const std::vector<core::Op>& ops = s.programs.at(0).streams.at(0).ops;
+  const auto at = [&](core::OpKind kind, const std::string& buffer) {
+    return std::find_if(ops.begin(), ops.end(), [&](const core::Op& op) { return op.kind == kind && op.buffer == buffer; });
+  };
+  const auto alloc = at(core::OpKind::Alloc, "working.u5.mb0"), free = at(core::OpKind::Free, "working.u5.mb0");
+  ASSERT_NE(alloc, ops.end());
+  ASSERT_NE(free, ops.end());
+  EXPECT_EQ(alloc->bytes.count(), 8 * T * 128256);
+  EXPECT_EQ(alloc->buffer_class, core::BufferClass::Activations);
+  // Between them: the head's backward kernels, from the loss's gradient to
+  // the final norm's.
+  std::vector<std::string> between;
+  for (auto it = alloc + 1; it != free; ++it) {
+    if (it->kind == core::OpKind::Compute) between.push_back(it->name);
+  }
+  ASSERT_FALSE(between.empty());
+  EXPECT_TRUE(between.front().starts_with("head.loss.grad")) << between.front();
+  EXPECT_EQ(between.back(), "head.final_norm.bwd");
+  const core::Schedule megatron = lowered("megatron-core-te");
+  const auto& mops = megatron.programs.at(0).streams.at(0).ops;
+  EXPECT_TRUE(std::none_of(mops.begin(), mops.end(), [](const core::Op& op) { return op.buffer.starts_with("working"); }));
+}
+
 TEST(StackLowering, Fsdp2CopiesInAndOutAroundEachAllGather) {
   const core::Schedule s = lower_under("torch-fsdp2");
   // Copy-in: each rank's 1/8 shard read and written once (bf16); copy-out:

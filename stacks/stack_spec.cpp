@@ -121,22 +121,9 @@ StackSpec stack_from_json(const std::string& text, const std::string& file) {
   s.name = o.name("name");
   s.source = o.str("source");
   s.ops = non_gemm_ops(o.object("ops"));
-  using core::AttentionKernel;
-  using core::SelectivePolicy;
-  {
-    const std::string v = o.str("attention");
-    const std::optional<AttentionKernel> k = core::parse_attention_kernel(v);
-    if (!k) {
-      std::string names;
-      for (const auto& [kernel, name] : core::kAttentionKernels)
-        names += (names.empty() ? "" : "|") + std::string(name);
-      o.fail("attention", "expected one of " + names + ", got \"" + v + "\"");
-    }
-    s.attention = *k;
-  }
-  s.selective = choose<SelectivePolicy>(
-      o, "selective_recompute",
-      {{"core_attention", SelectivePolicy::CoreAttention}, {"every_other_matmul", SelectivePolicy::EveryOtherMatmul}});
+  s.attention = choose(o, "attention", core::kAttentionKernels);
+  s.selective = choose(o, "selective_recompute", core::kSelectivePolicies);
+  if (o.has("unfused_loss")) s.unfused_loss = choose(o, "unfused_loss", core::kUnfusedLosses);
   s.collectives = collectives(o.object("collectives"));
   {
     StrictObject h = o.object("host");

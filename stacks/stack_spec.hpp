@@ -102,6 +102,9 @@ struct StackSpec {
   core::NonGemmKernels ops;
   core::AttentionKernel attention = core::AttentionKernel::Flash2;
   core::SelectivePolicy selective = core::SelectivePolicy::CoreAttention;
+  /// How its cross-entropy runs when the plan does not fuse it ("unfused_loss",
+  /// optional: Megatron's in-place one unless the file says otherwise).
+  core::UnfusedLoss unfused_loss = core::UnfusedLoss::MegatronVocabParallel;
   Collectives collectives;
   HostCosts host;
   Overlap overlap;

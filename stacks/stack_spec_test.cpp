@@ -69,6 +69,18 @@ TEST(StackSpec, BadInputNamesFileKeyAndExpectation) {
   EXPECT_NE(bad_message([](auto& j) { j["collectives"]["gather"] = "bucket"; }).find("bucket_MB"), std::string::npos);
   EXPECT_NE(bad_message([](auto& j) { j["extra"] = 1; }).find("mine.json"), std::string::npos);
   EXPECT_NE(bad_message([](auto& j) { j["schema_version"] = 2; }).find("schema_version"), std::string::npos);
+  EXPECT_NE(bad_message([](auto& j) { j["unfused_loss"] = "apex"; })
+                .find("unfused_loss: expected one of megatron_vocab_parallel|torch_cross_entropy, got \"apex\""),
+            std::string::npos);
+}
+
+// The unfused loss: PyTorch's cross-entropy for the PyTorch stacks, Megatron's
+// in-place one where a file does not say (the key is optional).
+TEST(StackSpec, UnfusedLossByStack) {
+  for (const char* name : {"torch-fsdp1", "torch-fsdp2", "torch-fsdp2-compile"})
+    EXPECT_EQ(load_stack(name).unfused_loss, core::UnfusedLoss::TorchCrossEntropy) << name;
+  EXPECT_EQ(load_stack("megatron-core-te").unfused_loss, core::UnfusedLoss::MegatronVocabParallel);
+  EXPECT_EQ(bad_message([](auto& j) { j.erase("unfused_loss"); }), "");
 }
 
 // What each stack runs (issue 43, item 2): read from "runs", names checked.
