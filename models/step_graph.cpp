@@ -140,11 +140,21 @@ std::int64_t ffn_expert_matmul(const ModelSpec& m) {
 // The forward ops selective recomputation runs again before the backward:
 // the attention core (unfused: its s×s parts up to the context GEMM; fused:
 // the kernel), or every non-GEMM kernel and every second GEMM of the layer.
+// An op-level policy also runs the sequence-parallel all-gathers again:
+// torchtitan's keeps the reduce-scatters' outputs but not the all-gathers',
+// which the recomputed K and up projections read, and PyTorch recomputes
+// collectives inside a user-annotated checkpoint region (eager, and
+// torch.compile's partitioner: force_save_collectives exempts them).
 std::vector<GraphOp> selectively_recomputed(const std::vector<GraphOp>& forward, core::SelectivePolicy policy) {
   std::vector<GraphOp> out;
   int gemms = 0;
   for (const auto& op : forward) {
-    if (op.collective) continue;
+    if (op.collective) {
+      if (policy == core::SelectivePolicy::EveryOtherMatmul && op.comm_group == CommGroup::Tp &&
+          *op.collective == core::CollectiveKind::AllGather)
+        out.push_back(op);
+      continue;
+    }
     bool again = false;
     if (policy == core::SelectivePolicy::CoreAttention) {
       again = op.attention == AttentionPart::Scores || op.attention == AttentionPart::Softmax ||

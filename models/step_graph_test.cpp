@@ -129,6 +129,31 @@ TEST(StepGraph, OpLevelSelectivePolicyKeepsEveryOtherMatmulOutput) {
                 2 * 2 * (T / 8) * 4096);
 }
 
+// The op-level policy runs a layer's two sequence-parallel all-gathers again
+// in its recomputation (their outputs are not kept; the reduce-scatters'
+// are): e·T·h bytes each, T = 2 x 8,192 tokens, h = 4,096. Megatron's
+// policy recomputes no collective.
+TEST(StepGraph, OpLevelPolicyRecomputesTheSequenceParallelAllGathers) {
+  ModelSpec m = load_model("llama3-8b");
+  GraphOptions o{.seq_len = 8192, .micro_batch = 2, .recompute = Recompute::Selective, .tp = 8};
+  const auto recomputed_collectives = [&] {
+    std::vector<GraphOp> out;
+    for (const auto& op : build_step_graph(m, o).units[1].backward) {
+      if (op.phase == Phase::Recompute && op.collective) out.push_back(op);
+    }
+    return out;
+  };
+  o.selective = core::SelectivePolicy::EveryOtherMatmul;
+  const std::vector<GraphOp> ags = recomputed_collectives();
+  ASSERT_EQ(ags.size(), 2u);
+  for (const GraphOp& op : ags) {
+    EXPECT_EQ(*op.collective, core::CollectiveKind::AllGather);
+    EXPECT_EQ(op.bytes.count(), 2 * 2 * 8192 * 4096);
+  }
+  o.selective = core::SelectivePolicy::CoreAttention;
+  EXPECT_TRUE(recomputed_collectives().empty());
+}
+
 TEST(StepGraph, MegatronSoftmaxFusionRules) {
   // Causal kernel: batches per block 4 above 128 keys, 8 up to 128.
   EXPECT_TRUE(fused_softmax_available(4, 2048));
