@@ -73,9 +73,9 @@ int cmd_clusters(bool json) {
                  {"power_limits_W", limits},
                  {"source", c.source}});
     const std::string power = limits.empty() ? "-" : fmt::format("{}", fmt::join(limits, ", "));
-    text += fmt::format("{:<16} {:<20} {:>9.0f} {:>8.1f} {:>14} {:>9.1f}GB/s  {}\n", name, c.device.name,
-                        c.device.peak_tflops.at(core::Dtype::Bf16), c.device.hbm_GiB, up, c.nic_GBps_per_device(),
-                        power);
+    text +=
+        fmt::format("{:<16} {:<20} {:>9.0f} {:>8.1f} {:>14} {:>9.1f}GB/s  {}\n", name, c.device.name,
+                    c.device.peak_tflops.at(core::Dtype::Bf16), c.device.hbm_GiB, up, c.nic_GBps_per_device(), power);
   }
   std::cout << (json ? j.dump(2) + "\n" : text);
   return 0;
@@ -100,7 +100,7 @@ int cmd_stacks(bool json) {
     j.push_back({{"name", name},
                  {"norm_kernels", s.ops.norm.forward.kernels},
                  {"attention", core::to_string(s.attention)},
-                 {"selective_recompute", core::name_of(s.selective, core::kSelectivePolicies)},
+                 {"selective_recompute", core::name_of(core::kSelectivePolicies, s.selective)},
                  {"gather", stacks::to_string(c.gather)},
                  {"reduce", stacks::to_string(c.reduce)},
                  {"kernel_us", s.host.kernel_us},

@@ -3,7 +3,6 @@
 // name the file and the full key path (e.g. "scale_out.tiers[1].radix").
 #pragma once
 
-#include <array>
 #include <cstdint>
 #include <initializer_list>
 #include <map>
@@ -15,6 +14,7 @@
 #include <utility>
 
 #include "core/error.hpp"
+#include "core/names.hpp"
 
 namespace hzp::core {
 
@@ -125,14 +125,10 @@ E choose(StrictObject& o, const std::string& key, std::initializer_list<std::pai
 
 /// The same over an enum's name table (the one its writers use too).
 template <class E, std::size_t N>
-E choose(StrictObject& o, const std::string& key, const std::array<std::pair<E, std::string_view>, N>& table) {
+E choose(StrictObject& o, const std::string& key, const Names<E, N>& table) {
   const std::string v = o.str(key);
-  std::string names;
-  for (const auto& [e, n] : table) {
-    if (v == n) return e;
-    names += (names.empty() ? "" : "|") + std::string(n);
-  }
-  o.fail(key, "expected one of " + names + ", got \"" + v + "\"");
+  if (const std::optional<E> e = parse_name(table, v)) return *e;
+  o.fail(key, "expected one of " + joined_names(table) + ", got \"" + v + "\"");
 }
 
 /// Requires `schema_version` == `expected` and reads it.

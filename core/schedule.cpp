@@ -8,127 +8,26 @@
 #include <utility>
 
 #include "core/json_reader.hpp"
+#include "core/schedule_names.hpp"
 #include "core/sha256.hpp"
 
 namespace hzp::core {
 namespace {
 
-template <class E, std::size_t N>
-using Names = std::array<std::pair<E, std::string_view>, N>;
-
-constexpr Names<Dtype, 6> kDtype{{{Dtype::Bf16, "bf16"},
-                                  {Dtype::Fp16, "fp16"},
-                                  {Dtype::Fp32, "fp32"},
-                                  {Dtype::Fp8, "fp8"},
-                                  {Dtype::Int8, "int8"},
-                                  {Dtype::Int4, "int4"}}};
-constexpr Names<GroupKind, kGroupKinds> kGroupKind{{{GroupKind::World, "world"},
-                                                    {GroupKind::DpShard, "dp_shard"},
-                                                    {GroupKind::DpReplica, "dp_replica"},
-                                                    {GroupKind::Tp, "tp"},
-                                                    {GroupKind::Pp, "pp"},
-                                                    {GroupKind::Cp, "cp"},
-                                                    {GroupKind::Ep, "ep"},
-                                                    {GroupKind::Edp, "edp"},
-                                                    {GroupKind::DpGrad, "dp_grad"},
-                                                    {GroupKind::DpOptim, "dp_optim"},
-                                                    {GroupKind::DpRegather, "dp_regather"},
-                                                    {GroupKind::EdpGrad, "edp_grad"},
-                                                    {GroupKind::EdpOptim, "edp_optim"},
-                                                    {GroupKind::EdpReplica, "edp_replica"},
-                                                    {GroupKind::EdpRegather, "edp_regather"},
-                                                    {GroupKind::DpAll, "dp_all"},
-                                                    {GroupKind::EdpAll, "edp_all"},
-                                                    {GroupKind::Etp, "etp"},
-                                                    {GroupKind::Ulysses, "ulysses"},
-                                                    {GroupKind::PpMirror, "pp_mirror"}}};
-constexpr Names<OpKind, 9> kOpKind{{{OpKind::Compute, "compute"},
-                                    {OpKind::Collective, "collective"},
-                                    {OpKind::Send, "send"},
-                                    {OpKind::Recv, "recv"},
-                                    {OpKind::Alloc, "alloc"},
-                                    {OpKind::Free, "free"},
-                                    {OpKind::Record, "record"},
-                                    {OpKind::Wait, "wait"},
-                                    {OpKind::Sync, "sync"}}};
-constexpr Names<ComputeKind, 9> kComputeKind{{{ComputeKind::Gemm, "gemm"},
-                                              {ComputeKind::Attention, "attention"},
-                                              {ComputeKind::Elementwise, "elementwise"},
-                                              {ComputeKind::Norm, "norm"},
-                                              {ComputeKind::Embedding, "embedding"},
-                                              {ComputeKind::Loss, "loss"},
-                                              {ComputeKind::Optimizer, "optimizer"},
-                                              {ComputeKind::HostCopy, "host_copy"},
-                                              {ComputeKind::HostOptimizer, "host_optimizer"}}};
-constexpr Names<CollectiveKind, 5> kCollectiveKind{{{CollectiveKind::AllGather, "all_gather"},
-                                                    {CollectiveKind::ReduceScatter, "reduce_scatter"},
-                                                    {CollectiveKind::AllReduce, "all_reduce"},
-                                                    {CollectiveKind::AllToAll, "all_to_all"},
-                                                    {CollectiveKind::Broadcast, "broadcast"}}};
-constexpr Names<StreamKind, 6> kStreamKind{{{StreamKind::Compute, "compute"},
-                                            {StreamKind::ParamGather, "param_gather"},
-                                            {StreamKind::GradReduce, "grad_reduce"},
-                                            {StreamKind::Optimizer, "optimizer"},
-                                            {StreamKind::Comm, "comm"},
-                                            {StreamKind::Offload, "offload"}}};
-
-constexpr Names<OpRole, 11> kOpRole{{{OpRole::Forward, "forward"},
-                                     {OpRole::Backward, "backward"},
-                                     {OpRole::Recompute, "recompute"},
-                                     {OpRole::ModelParallel, "model_parallel"},
-                                     {OpRole::Pipeline, "pipeline"},
-                                     {OpRole::ParamGather, "param_gather"},
-                                     {OpRole::GradReduce, "grad_reduce"},
-                                     {OpRole::GradAccumulate, "grad_accumulate"},
-                                     {OpRole::Optimizer, "optimizer"},
-                                     {OpRole::ZeroGrads, "zero_grads"},
-                                     {OpRole::Other, "other"}}};
-constexpr Names<ParamClass, 3> kParamClass{
-    {{ParamClass::None, "none"}, {ParamClass::Dense, "dense"}, {ParamClass::Expert, "expert"}}};
-constexpr Names<BufferClass, 10> kBufferClass{{{BufferClass::Params, "params"},
-                                               {BufferClass::Grads, "grads"},
-                                               {BufferClass::OptimizerStates, "optimizer_states"},
-                                               {BufferClass::NcclBuffers, "nccl_buffers"},
-                                               {BufferClass::GatheredPool, "pool.gathered"},
-                                               {BufferClass::GradBucketPool, "pool.grad_buckets"},
-                                               {BufferClass::Gathered, "gathered"},
-                                               {BufferClass::GradBucket, "grad_buckets"},
-                                               {BufferClass::Activations, "act"},
-                                               {BufferClass::Recomputed, "recomputed"}}};
-
-template <class E, std::size_t N>
-std::string_view name_of(const Names<E, N>& names, E e) {
-  for (const auto& [v, n] : names) {
-    if (v == e) return n;
-  }
-  return "?";
-}
-
-template <class E, std::size_t N>
-E parse_enum(const Names<E, N>& names, StrictObject& o, const std::string& key) {
-  std::string s = o.str(key);
-  std::string options;
-  for (const auto& [v, n] : names) {
-    if (n == s) return v;
-    options += (options.empty() ? "" : "|") + std::string(n);
-  }
-  o.fail(key, fmt::format("expected one of {}, got \"{}\"", options, s));
-}
-
 Op op_from_json(StrictObject o) {
   Op op;
   op.id = static_cast<int>(o.integer("id", 0, INT32_MAX));
-  op.kind = parse_enum(kOpKind, o, "kind");
+  op.kind = choose(o, "kind", kOpKind);
   op.name = o.str("name");
-  op.role = parse_enum(kOpRole, o, "role");
-  op.param_class = parse_enum(kParamClass, o, "param_class");
+  op.role = choose(o, "role", kOpRole);
+  op.param_class = choose(o, "param_class", kParamClass);
   auto bytes = [&] { return Bytes(o.integer("bytes", 0)); };
   switch (op.kind) {
     case OpKind::Compute:
-      op.compute = parse_enum(kComputeKind, o, "op");
+      op.compute = choose(o, "op", kComputeKind);
       op.flops = Flops(o.number("flops", 0));
       op.bytes = bytes();
-      op.dtype = parse_enum(kDtype, o, "dtype");
+      op.dtype = choose(o, "dtype", kDtype);
       if (o.has("gemm")) {
         const auto& g = o.array("gemm");
         if (g.size() != 4) o.fail("gemm", "expected [m, n, k, batch]");
@@ -143,15 +42,15 @@ Op op_from_json(StrictObject o) {
       op.kernels = static_cast<int>(o.integer("kernels", 0, 1000000));
       if (o.has("attention_kernel")) {
         if (op.compute != ComputeKind::Attention) o.fail("attention_kernel", "expected only on attention ops");
-        op.attention_kernel = parse_enum(kAttentionKernels, o, "attention_kernel");
+        op.attention_kernel = choose(o, "attention_kernel", kAttentionKernels);
       }
       break;
     case OpKind::Collective:
-      op.collective = parse_enum(kCollectiveKind, o, "op");
+      op.collective = choose(o, "op", kCollectiveKind);
       op.group = static_cast<int>(o.integer("group", 0, INT32_MAX));
       op.seq = static_cast<int>(o.integer("seq", 0, INT32_MAX));
       op.bytes = bytes();
-      op.dtype = parse_enum(kDtype, o, "dtype");
+      op.dtype = choose(o, "dtype", kDtype);
       break;
     case OpKind::Send:
     case OpKind::Recv:
@@ -162,7 +61,7 @@ Op op_from_json(StrictObject o) {
     case OpKind::Alloc:
     case OpKind::Free:
       op.buffer = o.str("buffer");
-      op.buffer_class = parse_enum(kBufferClass, o, "buffer_class");
+      op.buffer_class = choose(o, "buffer_class", kBufferClass);
       op.bytes = bytes();
       break;
     case OpKind::Record:
@@ -202,7 +101,7 @@ Group group_from_json(StrictObject g, std::size_t i) {
   Group grp;
   grp.id = static_cast<int>(g.integer("id", 0, INT32_MAX));
   if (grp.id != static_cast<int>(i)) g.fail("id", fmt::format("expected {} (groups are numbered in order)", i));
-  grp.kind = parse_enum(kGroupKind, g, "kind");
+  grp.kind = choose(g, "kind", kGroupKind);
   grp.ranks = int_list(g, "ranks");
   g.finish();
   return grp;
@@ -224,7 +123,7 @@ Stream stream_from_json(StrictObject so, std::size_t k) {
   st.id = static_cast<int>(so.integer("id", 0, INT32_MAX));
   if (st.id != static_cast<int>(k)) so.fail("id", fmt::format("expected {} (streams are numbered in order)", k));
   st.name = so.str("name");
-  st.kind = parse_enum(kStreamKind, so, "kind");
+  st.kind = choose(so, "kind", kStreamKind);
   st.thread = static_cast<int>(so.integer("thread", 0, INT32_MAX));
   const auto& ops = so.array("ops");
   st.ops.reserve(ops.size());

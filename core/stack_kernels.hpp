@@ -5,10 +5,10 @@
 // them. The defaults are one fused kernel per op.
 #pragma once
 
-#include <array>
 #include <optional>
 #include <string_view>
-#include <utility>
+
+#include "core/names.hpp"
 
 namespace hzp::core {
 
@@ -46,19 +46,11 @@ struct NonGemmKernels {
 enum class AttentionKernel { Flash2, Flash3, Cudnn };
 /// Its names, the one table every reader and writer uses (stack files, device
 /// profiles, the Schedule).
-inline constexpr std::array<std::pair<AttentionKernel, std::string_view>, 3> kAttentionKernels{
+inline constexpr Names<AttentionKernel, 3> kAttentionKernels{
     {{AttentionKernel::Flash2, "flash2"}, {AttentionKernel::Flash3, "flash3"}, {AttentionKernel::Cudnn, "cudnn"}}};
-[[nodiscard]] constexpr std::string_view to_string(AttentionKernel k) {
-  for (const auto& [v, name] : kAttentionKernels) {
-    if (v == k) return name;
-  }
-  return "?";
-}
+[[nodiscard]] constexpr std::string_view to_string(AttentionKernel k) { return name_of(kAttentionKernels, k); }
 [[nodiscard]] constexpr std::optional<AttentionKernel> parse_attention_kernel(std::string_view s) {
-  for (const auto& [v, name] : kAttentionKernels) {
-    if (name == s) return v;
-  }
-  return std::nullopt;
+  return parse_name(kAttentionKernels, s);
 }
 
 /// What `recompute: selective` recomputes.
@@ -68,7 +60,7 @@ inline constexpr std::array<std::pair<AttentionKernel, std::string_view>, 3> kAt
 ///    keeping the others' outputs — an op-level policy of PyTorch's selective
 ///    activation checkpointing.
 enum class SelectivePolicy { CoreAttention, EveryOtherMatmul };
-inline constexpr std::array<std::pair<SelectivePolicy, std::string_view>, 2> kSelectivePolicies{
+inline constexpr Names<SelectivePolicy, 2> kSelectivePolicies{
     {{SelectivePolicy::CoreAttention, "core_attention"}, {SelectivePolicy::EveryOtherMatmul, "every_other_matmul"}}};
 
 /// How a stack runs the cross-entropy when it is not one fused kernel
@@ -87,17 +79,7 @@ inline constexpr std::array<std::pair<SelectivePolicy, std::string_view>, 2> kSe
 ///    (zeros scattered with the target + exp(log-probabilities)) x grad,
 ///    whose zeros, exp and sum are three fp32 copies more.
 enum class UnfusedLoss { MegatronVocabParallel, TorchCrossEntropy };
-inline constexpr std::array<std::pair<UnfusedLoss, std::string_view>, 2> kUnfusedLosses{
-    {{UnfusedLoss::MegatronVocabParallel, "megatron_vocab_parallel"},
-     {UnfusedLoss::TorchCrossEntropy, "torch_cross_entropy"}}};
-
-/// The name of an enum value in its table ("?" if the table misses it).
-template <class E, std::size_t N>
-[[nodiscard]] constexpr std::string_view name_of(E v, const std::array<std::pair<E, std::string_view>, N>& table) {
-  for (const auto& [e, n] : table) {
-    if (e == v) return n;
-  }
-  return "?";
-}
+inline constexpr Names<UnfusedLoss, 2> kUnfusedLosses{{{UnfusedLoss::MegatronVocabParallel, "megatron_vocab_parallel"},
+                                                       {UnfusedLoss::TorchCrossEntropy, "torch_cross_entropy"}}};
 
 }  // namespace hzp::core

@@ -44,24 +44,8 @@ std::string describe_plan(const PlanChoice& c) {
   return s;
 }
 
-namespace {
-constexpr std::array<std::pair<Objective, std::string_view>, 2> kObjectives{
-    {{Objective::Throughput, "throughput"}, {Objective::Cost, "cost"}}};
-}  // namespace
-
-std::string_view to_string(Objective o) {
-  for (const auto& [v, name] : kObjectives) {
-    if (v == o) return name;
-  }
-  return "?";
-}
-
-std::optional<Objective> parse_objective(std::string_view s) {
-  for (const auto& [v, name] : kObjectives) {
-    if (name == s) return v;
-  }
-  return std::nullopt;
-}
+std::string_view to_string(Objective o) { return core::name_of(kObjectives, o); }
+std::optional<Objective> parse_objective(std::string_view s) { return core::parse_name(kObjectives, s); }
 
 PlanSearch search_plans(const PlanQuery& q) {
   const double t0 = now_s();

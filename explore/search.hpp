@@ -23,6 +23,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/names.hpp"
 #include "plan/plan.hpp"
 #include "stacks/stack_spec.hpp"
 #include "topologies/overlay.hpp"
@@ -32,6 +33,8 @@ namespace hzp::explore {
 /// What plan search ranks by: tokens per second, or dollars per million
 /// tokens (needs a price).
 enum class Objective { Throughput, Cost };
+inline constexpr core::Names<Objective, 2> kObjectives{
+    {{Objective::Throughput, "throughput"}, {Objective::Cost, "cost"}}};
 [[nodiscard]] std::string_view to_string(Objective o);
 /// "throughput" or "cost"; nullopt for any other text.
 [[nodiscard]] std::optional<Objective> parse_objective(std::string_view s);
@@ -49,9 +52,9 @@ struct PlanQuery {
   /// Called as screening advances (the long phase): groups of candidates
   /// screened or set aside so far, of how many; the last call has done == total.
   std::function<void(std::size_t done, std::size_t total)> progress;
-  topologies::ClusterOverlay overlay;         // calibration and what-if changes, applied to every cluster
-  double memory_limit_GiB = 0;                // 0: each cluster's HBM
-  std::optional<double> price_per_gpu_hour;   // else the cluster file's price
+  topologies::ClusterOverlay overlay;        // calibration and what-if changes, applied to every cluster
+  double memory_limit_GiB = 0;               // 0: each cluster's HBM
+  std::optional<double> price_per_gpu_hour;  // else the cluster file's price
   Objective objective = Objective::Throughput;
   int top = 5;
   int jobs = 1;
@@ -93,11 +96,11 @@ struct PlanSearch {
   /// (cluster, GPU count) that has none among them.
   std::vector<PlanChoice> best;
   std::vector<SettingTally> settings;  // in the order of the query's clusters, then GPU counts
-  long long candidates = 0;      // well-formed plans in the search space
-  long long pruned_memory = 0;   // by the closed-form memory bound
-  long long pruned_bound = 0;    // by a group's compute lower bound (branch and bound)
-  long long screened = 0;        // extrapolated from reduced-layer simulations
-  long long exact = 0;           // simulated on the full model
+  long long candidates = 0;            // well-formed plans in the search space
+  long long pruned_memory = 0;         // by the closed-form memory bound
+  long long pruned_bound = 0;          // by a group's compute lower bound (branch and bound)
+  long long screened = 0;              // extrapolated from reduced-layer simulations
+  long long exact = 0;                 // simulated on the full model
   double seconds = 0;
   double screen_seconds = 0, exact_seconds = 0;  // wall time of screening and of the exact simulations
   [[nodiscard]] double candidates_per_second() const {

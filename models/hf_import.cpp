@@ -293,10 +293,6 @@ std::string derived_name(StrictObject& o, const std::string& file, const std::st
   return lowercase(n);
 }
 
-const char* to_string(FfnActivation a) { return a == FfnActivation::SwiGlu ? "swiglu" : "gelu"; }
-const char* to_string(NormKind n) { return n == NormKind::RmsNorm ? "rmsnorm" : "layernorm"; }
-const char* to_string(PositionEmbedding p) { return p == PositionEmbedding::Rope ? "rope" : "learned"; }
-
 }  // namespace
 
 const std::vector<std::string>& hf_model_types() {
@@ -336,14 +332,14 @@ std::string model_to_json(const ModelSpec& m) {
   j["kv_heads"] = m.kv_heads;
   j["head_dim"] = m.head_dim;
   j["ffn_hidden"] = m.ffn_hidden;
-  j["ffn_activation"] = to_string(m.ffn_activation);
+  j["ffn_activation"] = core::name_of(kFfnActivations, m.ffn_activation);
   j["vocab"] = m.vocab;
   j["tied_embeddings"] = m.tied_embeddings;
-  j["norm"] = to_string(m.norm);
+  j["norm"] = core::name_of(kNormKinds, m.norm);
   j["qk_norm"] = m.qk_norm;
   j["bias"] = m.bias;
   j["dropout"] = m.dropout;
-  j["position_embedding"] = to_string(m.position_embedding);
+  j["position_embedding"] = core::name_of(kPositionEmbeddings, m.position_embedding);
   j["max_seq_len"] = m.max_seq_len;
   j["moe"] = nullptr;
   if (m.moe) {

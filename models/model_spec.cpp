@@ -66,16 +66,14 @@ ModelSpec model_from_json(const std::string& text, const std::string& file) {
   if (m.heads % m.kv_heads != 0) o.fail("kv_heads", fmt::format("expected a divisor of heads ({})", m.heads));
   m.head_dim = o.integer("head_dim", 1, 1 << 12);
   m.ffn_hidden = o.integer("ffn_hidden", 1, 1 << 22);
-  m.ffn_activation =
-      choose<FfnActivation>(o, "ffn_activation", {{"swiglu", FfnActivation::SwiGlu}, {"gelu", FfnActivation::Gelu}});
+  m.ffn_activation = choose(o, "ffn_activation", kFfnActivations);
   m.vocab = o.integer("vocab", 1, 1 << 24);
   m.tied_embeddings = o.boolean("tied_embeddings");
-  m.norm = choose<NormKind>(o, "norm", {{"rmsnorm", NormKind::RmsNorm}, {"layernorm", NormKind::LayerNorm}});
+  m.norm = choose(o, "norm", kNormKinds);
   m.qk_norm = o.boolean("qk_norm");
   m.bias = o.boolean("bias");
   m.dropout = o.boolean("dropout");
-  m.position_embedding = choose<PositionEmbedding>(
-      o, "position_embedding", {{"rope", PositionEmbedding::Rope}, {"learned", PositionEmbedding::Learned}});
+  m.position_embedding = choose(o, "position_embedding", kPositionEmbeddings);
   m.max_seq_len = o.integer("max_seq_len", 1, 1 << 21);
   if (auto e = o.object_or_null("moe")) {
     MoeSpec s;

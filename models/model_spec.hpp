@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/names.hpp"
 #include "core/units.hpp"
 
 namespace hzp::models {
@@ -20,6 +21,13 @@ inline constexpr double kMaxModelParams = 1e16;
 enum class FfnActivation { SwiGlu, Gelu };
 enum class NormKind { RmsNorm, LayerNorm };
 enum class PositionEmbedding { Rope, Learned };
+/// Their names in model files (read and written).
+inline constexpr core::Names<FfnActivation, 2> kFfnActivations{
+    {{FfnActivation::SwiGlu, "swiglu"}, {FfnActivation::Gelu, "gelu"}}};
+inline constexpr core::Names<NormKind, 2> kNormKinds{
+    {{NormKind::RmsNorm, "rmsnorm"}, {NormKind::LayerNorm, "layernorm"}}};
+inline constexpr core::Names<PositionEmbedding, 2> kPositionEmbeddings{
+    {{PositionEmbedding::Rope, "rope"}, {PositionEmbedding::Learned, "learned"}}};
 
 /// Mixture-of-Experts FFN, used by every layer after the first `dense_layers`.
 struct MoeSpec {

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/names.hpp"
 #include "core/schedule.hpp"
 #include "core/stack_kernels.hpp"
 #include "core/units.hpp"
@@ -17,6 +18,8 @@
 namespace hzp::models {
 
 enum class Recompute { None, Selective, Full };
+inline constexpr core::Names<Recompute, 3> kRecomputes{
+    {{Recompute::None, "none"}, {Recompute::Selective, "selective"}, {Recompute::Full, "full"}}};
 
 /// The training precision of the linear layers' GEMMs. Bf16: every GEMM in
 /// bf16. The FP8 recipes (Transformer Engine's and torchao Float8's): the
@@ -33,6 +36,10 @@ enum class Recompute { None, Selective, Full };
 /// (1x128 / 128x128, DeepSeek-V3 and MXFP8 style) computes its scales inside
 /// the cast and writes one fp32 scale per 128 elements.
 enum class Precision { Bf16, Fp8Delayed, Fp8Current, Fp8Block };
+inline constexpr core::Names<Precision, 4> kPrecisions{{{Precision::Bf16, "bf16"},
+                                                        {Precision::Fp8Delayed, "fp8-delayed"},
+                                                        {Precision::Fp8Current, "fp8-current"},
+                                                        {Precision::Fp8Block, "fp8-block"}}};
 
 struct GraphOptions {
   std::int64_t seq_len = 0;
@@ -116,7 +123,7 @@ struct GraphOp {
   /// the expert load), Dense for everything else.
   core::ParamClass param_class = core::ParamClass::Dense;
   AttentionPart attention = AttentionPart::None;
-  int kernels = 1;                 // kernels launched (a stack's eager op is several)
+  int kernels = 1;  // kernels launched (a stack's eager op is several)
   /// The operands' dtype of a GEMM (Fp8: at the fp8 rate); Bf16 for everything else.
   core::Dtype dtype = core::Dtype::Bf16;
   std::optional<core::AttentionKernel> attention_kernel{};  // the fused attention kernel's family

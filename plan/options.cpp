@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <type_traits>
 
 namespace hzp::plan {
@@ -76,7 +77,9 @@ void add_sharding_options(std::vector<PlanOption>& t) {
              "PyTorch FSDP's names: NO_SHARD = ddp, SHARD_GRAD_OP = zero2 (the same bytes and peak memory; PyTorch "
              "gathers each unit before its forward), FULL_SHARD = fsdp, HYBRID_SHARD = hsdp, _HYBRID_SHARD_ZERO2 = "
              "hsdp2; DeepSpeed's ZeRO stages 0-3 (--zero-stage N) = ddp, zero1, zero2, zero3");
-    s.choices = {"ddp", "zero1", "zero2", "zero3", "fsdp", "hsdp", "hsdp2", "hpz", "hzp"};
+    s.choices = core::names(kStrategies);
+    // DeepSpeed's name for fsdp (parse_strategy), listed before it.
+    s.choices.insert(std::find(s.choices.begin(), s.choices.end(), "fsdp"), "zero3");
     // PyTorch FSDP's ShardingStrategy names, DeepSpeed's stage numbers, and Megatron-LM's distributed optimizer.
     s.choice_aliases = {{"NO_SHARD", "ddp"},
                         {"SHARD_GRAD_OP", "zero2"},
@@ -130,7 +133,7 @@ PlanOption pipeline_schedule_option() {
            "bubbles: zb-h1 (vpp 1, 1F1B's peak activations) or zb-v (vpp 2, chunks in a V); or dualpipe "
            "(DeepSeek-V3: vpp 1, pp even, each stage also holds its mirror stage's copy, micro-batches from both "
            "ends, B and W split)"));
-  s.choices = {"1f1b", "zb-h1", "zb-v", "dualpipe"};
+  s.choices = core::names(kPipelineSchedules);
   return {s, [](const PlanOptions& o) -> json { return std::string(to_string(o.pipeline_schedule)); },
           [](PlanOptions& o, const json& v) { o.pipeline_schedule = *parse_pipeline_schedule(v.get<std::string>()); }};
 }
@@ -334,7 +337,7 @@ void add_batch_and_kernel_options(std::vector<PlanOption>& t) {
   }
   {
     OptionSpec s = spec("recompute", ValueType::Choice, "activation recomputation");
-    s.choices = {"none", "selective", "full"};
+    s.choices = core::names(models::kRecomputes);
     s.flag_aliases = {"--recompute-granularity"};
     t.push_back({s, [](const PlanOptions& o) -> json { return std::string(to_string(o.recompute)); },
                  [](PlanOptions& o, const json& v) { o.recompute = *parse_recompute(v.get<std::string>()); }});
@@ -364,7 +367,7 @@ void add_precision_options(std::vector<PlanOption>& t) {
              "the linear layers' GEMMs: bf16, or FP8 at the device's fp8 rate with Transformer Engine's / torchao's "
              "recipes: fp8-delayed (amax history), fp8-current (per-tensor amax first), fp8-block (1x128 block "
              "scales); casts, transposes and amax reductions around each GEMM"));
-    s.choices = {"bf16", "fp8-delayed", "fp8-current", "fp8-block"};
+    s.choices = core::names(models::kPrecisions);
     // Megatron-Core's --fp8-recipe values.
     s.flag_aliases = {"--fp8-recipe"};
     s.choice_aliases = {{"delayed", "fp8-delayed"}, {"tensorwise", "fp8-current"}, {"blockwise", "fp8-block"}};

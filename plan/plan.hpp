@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/names.hpp"
 #include "core/options.hpp"
 #include "core/schedule.hpp"
 #include "models/model_spec.hpp"
@@ -28,6 +29,14 @@ namespace hzp::plan {
 ///        default (scale-up domain, node, DP); asynchronous by default.
 /// Hsdp2 is (1, S, S): PyTorch FSDP's _HYBRID_SHARD_ZERO2, as SHARD_GRAD_OP is zero2.
 enum class Strategy { Ddp, Zero1, Zero2, Fsdp, Hsdp, Hsdp2, Hpz, Hzp };
+inline constexpr core::Names<Strategy, 8> kStrategies{{{Strategy::Ddp, "ddp"},
+                                                       {Strategy::Zero1, "zero1"},
+                                                       {Strategy::Zero2, "zero2"},
+                                                       {Strategy::Fsdp, "fsdp"},
+                                                       {Strategy::Hsdp, "hsdp"},
+                                                       {Strategy::Hsdp2, "hsdp2"},
+                                                       {Strategy::Hpz, "hpz"},
+                                                       {Strategy::Hzp, "hzp"}}};
 
 [[nodiscard]] std::string_view to_string(Strategy s);
 /// Parses a strategy name ("zero3" is fsdp); nullopt for any other text.
@@ -53,6 +62,10 @@ enum class Strategy { Ddp, Zero1, Zero2, Fsdp, Hsdp, Hsdp2, Hpz, Hzp };
 /// stage pp − 1 − p, half the micro-batches run down the stages and half up
 /// through the copies, with B and W split.
 enum class PipelineSchedule { OneFOneB, ZbH1, ZbV, DualPipe };
+inline constexpr core::Names<PipelineSchedule, 4> kPipelineSchedules{{{PipelineSchedule::OneFOneB, "1f1b"},
+                                                                      {PipelineSchedule::ZbH1, "zb-h1"},
+                                                                      {PipelineSchedule::ZbV, "zb-v"},
+                                                                      {PipelineSchedule::DualPipe, "dualpipe"}}};
 /// "1f1b" | "zb-h1" | "zb-v" | "dualpipe", and back (nullopt for any other text).
 [[nodiscard]] std::string_view to_string(PipelineSchedule s);
 [[nodiscard]] std::optional<PipelineSchedule> parse_pipeline_schedule(std::string_view s);

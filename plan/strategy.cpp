@@ -9,38 +9,13 @@
 
 namespace hzp::plan {
 
-std::string_view to_string(models::Recompute r) {
-  switch (r) {
-    case models::Recompute::None: return "none";
-    case models::Recompute::Selective: return "selective";
-    case models::Recompute::Full: return "full";
-  }
-  return "?";
-}
-
+std::string_view to_string(models::Recompute r) { return core::name_of(models::kRecomputes, r); }
 std::optional<models::Recompute> parse_recompute(std::string_view s) {
-  for (auto r : {models::Recompute::None, models::Recompute::Selective, models::Recompute::Full}) {
-    if (s == to_string(r)) return r;
-  }
-  return std::nullopt;
+  return core::parse_name(models::kRecomputes, s);
 }
-
-std::string_view to_string(models::Precision p) {
-  switch (p) {
-    case models::Precision::Bf16: return "bf16";
-    case models::Precision::Fp8Delayed: return "fp8-delayed";
-    case models::Precision::Fp8Current: return "fp8-current";
-    case models::Precision::Fp8Block: return "fp8-block";
-  }
-  return "?";
-}
-
+std::string_view to_string(models::Precision p) { return core::name_of(models::kPrecisions, p); }
 std::optional<models::Precision> parse_precision(std::string_view s) {
-  for (auto p : {models::Precision::Bf16, models::Precision::Fp8Delayed, models::Precision::Fp8Current,
-                 models::Precision::Fp8Block}) {
-    if (s == to_string(p)) return p;
-  }
-  return std::nullopt;
+  return core::parse_name(models::kPrecisions, s);
 }
 
 std::optional<core::Dtype> parse_grad_dtype(std::string_view s) {
@@ -50,28 +25,11 @@ std::optional<core::Dtype> parse_grad_dtype(std::string_view s) {
   return std::nullopt;
 }
 
-std::string_view to_string(Strategy s) {
-  switch (s) {
-    case Strategy::Ddp: return "ddp";
-    case Strategy::Zero1: return "zero1";
-    case Strategy::Zero2: return "zero2";
-    case Strategy::Fsdp: return "fsdp";
-    case Strategy::Hsdp: return "hsdp";
-    case Strategy::Hsdp2: return "hsdp2";
-    case Strategy::Hpz: return "hpz";
-    case Strategy::Hzp: return "hzp";
-  }
-  return "?";
-}
+std::string_view to_string(Strategy s) { return core::name_of(kStrategies, s); }
 
 std::optional<Strategy> parse_strategy(std::string_view s) {
-  if (s == "zero3") return Strategy::Fsdp;
-  // Not one of the presets `all` compares: hsdp with parameters gathered once.
-  if (s == "hsdp2") return Strategy::Hsdp2;
-  for (Strategy x : all_strategies()) {
-    if (s == to_string(x)) return x;
-  }
-  return std::nullopt;
+  if (s == "zero3") return Strategy::Fsdp;  // DeepSpeed's name, an alias
+  return core::parse_name(kStrategies, s);
 }
 
 std::vector<Strategy> all_strategies() {

@@ -50,20 +50,10 @@
 
 namespace hzp::plan {
 
-std::string_view to_string(PipelineSchedule s) {
-  switch (s) {
-    case PipelineSchedule::ZbH1: return "zb-h1";
-    case PipelineSchedule::ZbV: return "zb-v";
-    case PipelineSchedule::DualPipe: return "dualpipe";
-    default: return "1f1b";
-  }
-}
+std::string_view to_string(PipelineSchedule s) { return core::name_of(kPipelineSchedules, s); }
 
 std::optional<PipelineSchedule> parse_pipeline_schedule(std::string_view s) {
-  for (auto k : {PipelineSchedule::OneFOneB, PipelineSchedule::ZbH1, PipelineSchedule::ZbV, PipelineSchedule::DualPipe}) {
-    if (to_string(k) == s) return k;
-  }
-  return std::nullopt;
+  return core::parse_name(kPipelineSchedules, s);
 }
 
 namespace {
@@ -240,8 +230,8 @@ class VSchedule {
   int pp_;
   std::int64_t m_;
   bool dual_;
-  std::int64_t per_chunk_;  // micro-batches through each chunk
-  std::int64_t cap_;        // chunk micro-batches in flight per stage
+  std::int64_t per_chunk_;            // micro-batches through each chunk
+  std::int64_t cap_;                  // chunk micro-batches in flight per stage
   std::array<std::int64_t, 3> cost_;  // ticks of B, F, W (by Pick::kind)
   std::vector<std::int64_t> f_, b_;   // [virtual stage][micro-batch]: end of its F, B
   std::vector<Stage> stages_;

@@ -6,6 +6,7 @@
 #include "core/error.hpp"
 #include "core/io.hpp"
 #include "core/options.hpp"
+#include "runtime/host/host_backend.hpp"
 
 namespace hzp::run_cli {
 using core::file_name;
@@ -22,7 +23,7 @@ void add_run_options(CLI::App& app, Args& a) {
                  "timed ops late is unreliable, exit 4) | virtual (time advanced by the backend: deterministic, "
                  "load-independent, equal to the analytic engine)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"wall", "virtual"}));
+      ->check(CLI::IsMember(core::names(runtime::kHostClocks)));
   app.add_option("--step-seconds", a.step_seconds, "host backend, wall clock: wall seconds a timed step should take")
       ->capture_default_str()
       ->check(number_in(1e-3, 86400));

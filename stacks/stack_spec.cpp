@@ -45,10 +45,7 @@ core::NonGemmKernels non_gemm_ops(StrictObject o) {
   return n;
 }
 
-Granularity granularity(StrictObject& o, const std::string& key) {
-  return choose<Granularity>(
-      o, key, {{"unit", Granularity::Unit}, {"parameter", Granularity::Parameter}, {"bucket", Granularity::Bucket}});
-}
+Granularity granularity(StrictObject& o, const std::string& key) { return choose(o, key, kGranularities); }
 
 Collectives collectives(StrictObject o) {
   Collectives c;
@@ -64,10 +61,8 @@ Collectives collectives(StrictObject o) {
   c.grad_copy_in = o.boolean("grad_copy_in");
   c.int8_weights = o.boolean("int8_weights");
   c.int4_gradients = o.boolean("int4_gradients");
-  c.step_reduction = choose<StepReduction>(
-      o, "step_reduction", {{"hierarchical", StepReduction::Hierarchical}, {"all_reduce", StepReduction::AllReduce}});
-  c.regather =
-      choose<Regather>(o, "regather", {{"all_gather", Regather::AllGather}, {"broadcast", Regather::Broadcast}});
+  c.step_reduction = choose(o, "step_reduction", kStepReductions);
+  c.regather = choose(o, "regather", kRegathers);
   o.finish();
   return c;
 }
@@ -104,15 +99,6 @@ const std::vector<std::string>& parallelism_names() {
   return n;
 }
 
-const char* to_string(Granularity g) {
-  switch (g) {
-    case Granularity::Unit: return "unit";
-    case Granularity::Parameter: return "parameter";
-    case Granularity::Bucket: return "bucket";
-  }
-  return "?";
-}
-
 StackSpec stack_from_json(const std::string& text, const std::string& file) {
   const nlohmann::json j = core::parse_json(text, file);
   StrictObject o(j, file);
@@ -139,7 +125,7 @@ StackSpec stack_from_json(const std::string& text, const std::string& file) {
     if (v.has("tp_gemm_streams")) s.overlap.tp_gemm_streams = static_cast<int>(v.integer("tp_gemm_streams", 1, 16));
     v.finish();
   }
-  s.allocator = choose<Allocator>(o, "allocator", {{"pools", Allocator::Pools}, {"caching", Allocator::Caching}});
+  s.allocator = choose(o, "allocator", kAllocators);
   if (o.has("runs")) {
     StrictObject r = o.object("runs");
     s.runs.strategies = names_of(r, "strategies", strategy_names(), false);

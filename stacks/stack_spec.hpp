@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/names.hpp"
 #include "core/stack_kernels.hpp"
 
 namespace hzp::stacks {
@@ -23,6 +24,8 @@ inline constexpr int kStackSchemaVersion = 1;
 /// flat buffer: FSDP, FSDP2, hzp), one per parameter tensor (DeepSpeed
 /// ZeRO-3's partitioned parameters), or buckets of `bucket_MB`.
 enum class Granularity { Unit, Parameter, Bucket };
+inline constexpr core::Names<Granularity, 3> kGranularities{
+    {{Granularity::Unit, "unit"}, {Granularity::Parameter, "parameter"}, {Granularity::Bucket, "bucket"}}};
 
 /// How the once-per-step gradient reduction reaches the optimizer's shards:
 /// hierarchical (reduce-scatter over the g_o ranks of a shard group, then an
@@ -30,11 +33,15 @@ enum class Granularity { Unit, Parameter, Bucket };
 /// optimizer when g_o = DP) or one all-reduce over every data-parallel rank,
 /// each rank keeping its part (InternEvo's hybrid ZeRO).
 enum class StepReduction { Hierarchical, AllReduce };
+inline constexpr core::Names<StepReduction, 2> kStepReductions{
+    {{StepReduction::Hierarchical, "hierarchical"}, {StepReduction::AllReduce, "all_reduce"}}};
 
 /// How updated 1/g_o shards return to every rank that needs them: one
 /// all-gather per unit over the regather group, or one broadcast per owner
 /// rank of its whole updated shard after the optimizer step (InternEvo).
 enum class Regather { AllGather, Broadcast };
+inline constexpr core::Names<Regather, 2> kRegathers{
+    {{Regather::AllGather, "all_gather"}, {Regather::Broadcast, "broadcast"}}};
 
 struct Collectives {
   Granularity gather = Granularity::Unit;
@@ -81,6 +88,7 @@ struct Overlap {
 /// allocated once (hzp's runtime: no fragmentation) or the framework's caching
 /// allocator, one allocation per use.
 enum class Allocator { Pools, Caching };
+inline constexpr core::Names<Allocator, 2> kAllocators{{{Allocator::Pools, "pools"}, {Allocator::Caching, "caching"}}};
 
 /// The plans a stack can express: its data-parallel strategies (plan
 /// strategy names; "zero3" is fsdp) and its model parallelism ("tp", "pp",
@@ -111,7 +119,7 @@ struct StackSpec {
   Allocator allocator = Allocator::Caching;
 };
 
-[[nodiscard]] const char* to_string(Granularity g);
+[[nodiscard]] constexpr std::string_view to_string(Granularity g) { return core::name_of(kGranularities, g); }
 
 /// Parses a StackSpec; errors name `file` and the key.
 [[nodiscard]] StackSpec stack_from_json(const std::string& text, const std::string& file);

@@ -48,14 +48,15 @@ DeviceProfile::GemmTiling read_gemm_tiling(StrictObject t) {
   const auto& tiles = t.array("tiles");
   if (tiles.empty() || tiles.size() > 8) t.fail("tiles", "expected 1 to 8 [m, n, relative rate] tiles");
   for (const auto& e : tiles) {
-    auto whole = [](const nlohmann::json& v) { return v.is_number_integer() && v.get<std::int64_t>() >= 8 &&
-                                                      v.get<std::int64_t>() <= 1024; };
+    auto whole = [](const nlohmann::json& v) {
+      return v.is_number_integer() && v.get<std::int64_t>() >= 8 && v.get<std::int64_t>() <= 1024;
+    };
     if (!e.is_array() || e.size() != 3 || !whole(e[0]) || !whole(e[1]) || !e[2].is_number() ||
         !(e[2].get<double>() > 0) || e[2].get<double>() > 1) {
       t.fail("tiles", "expected [m, n, relative rate] tiles: m and n integers in [8, 1024], the rate in (0, 1]");
     }
-    g.tiles.push_back({static_cast<int>(e[0].get<std::int64_t>()), static_cast<int>(e[1].get<std::int64_t>()),
-                       e[2].get<double>()});
+    g.tiles.push_back(
+        {static_cast<int>(e[0].get<std::int64_t>()), static_cast<int>(e[1].get<std::int64_t>()), e[2].get<double>()});
   }
   if (t.str("source").empty()) t.fail("source", "expected where the tiles and their rates come from");
   t.finish();
@@ -137,27 +138,13 @@ DeviceProfile read_device(StrictObject d) {
 
 ScaleUp read_scale_up(StrictObject up, int devices_per_node) {
   ScaleUp u;
-  std::string kind = up.str("kind");
-  if (kind == "nvswitch") {
-    u.kind = ScaleUpKind::NvSwitch;
-  } else if (kind == "full_mesh") {
-    u.kind = ScaleUpKind::FullMesh;
-  } else {
-    up.fail("kind", fmt::format("expected nvswitch|full_mesh, got \"{}\"", kind));
-  }
+  u.kind = core::choose(up, "kind", kScaleUpKinds);
   u.domain_devices = static_cast<int>(up.integer("domain_devices", 1, devices_per_node));
   if (devices_per_node % u.domain_devices != 0) {
     up.fail("domain_devices", fmt::format("expected a divisor of node.devices ({})", devices_per_node));
   }
   u.bw_GBps = up.number("bw_GBps", 1e-3, 1e6);
-  const std::string link = up.str("link");
-  if (link == "nvlink") {
-    u.link = LinkClass::NvLink;
-  } else if (link == "pcie") {
-    u.link = LinkClass::Pci;
-  } else {
-    up.fail("link", fmt::format("expected nvlink|pcie, got \"{}\"", link));
-  }
+  u.link = core::choose(up, "link", kScaleUpLinks);
   u.ring_efficiency = up.number("ring_efficiency", 1e-3, 1);
   // NVLink SHARP reduces in the switch: all-reduce bus bandwidth may exceed the link rate.
   if (up.has("nvls_efficiency")) {

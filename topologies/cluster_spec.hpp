@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/names.hpp"
 #include "core/schedule.hpp"
 
 namespace hzp::topologies {
@@ -106,8 +107,12 @@ struct DeviceProfile {
 };
 
 enum class ScaleUpKind { NvSwitch, FullMesh };
+inline constexpr core::Names<ScaleUpKind, 2> kScaleUpKinds{
+    {{ScaleUpKind::NvSwitch, "nvswitch"}, {ScaleUpKind::FullMesh, "full_mesh"}}};
 /// The link classes NCCL's latency table distinguishes.
 enum class LinkClass { NvLink, Pci, Net };
+/// The ones a scale-up domain's links may be, by their name in cluster files.
+inline constexpr core::Names<LinkClass, 2> kScaleUpLinks{{{LinkClass::NvLink, "nvlink"}, {LinkClass::Pci, "pcie"}}};
 
 /// Devices joined by NVLink-class links. NVSwitch: any-to-any at `bw_GBps` per
 /// device and direction. Full mesh: one link per device pair, the device's

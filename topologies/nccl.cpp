@@ -38,28 +38,8 @@ namespace hzp::topologies {
 
 using core::CollectiveKind;
 
-std::string_view to_string(NcclAlgorithm a) {
-  switch (a) {
-    case NcclAlgorithm::Tree: return "tree";
-    case NcclAlgorithm::Ring: return "ring";
-    case NcclAlgorithm::CollNetDirect: return "collnet_direct";
-    case NcclAlgorithm::CollNetChain: return "collnet_chain";
-    case NcclAlgorithm::Nvls: return "nvls";
-    case NcclAlgorithm::NvlsTree: return "nvls_tree";
-    case NcclAlgorithm::Pat: return "pat";
-    case NcclAlgorithm::Pairwise: return "pairwise";
-  }
-  return "?";
-}
-
-std::string_view to_string(NcclProtocol p) {
-  switch (p) {
-    case NcclProtocol::LL: return "LL";
-    case NcclProtocol::LL128: return "LL128";
-    case NcclProtocol::Simple: return "Simple";
-  }
-  return "?";
-}
+std::string_view to_string(NcclAlgorithm a) { return core::name_of(kNcclAlgorithmNames, a); }
+std::string_view to_string(NcclProtocol p) { return core::name_of(kNcclProtocolNames, p); }
 
 namespace {
 

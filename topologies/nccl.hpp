@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/names.hpp"
 #include "core/schedule.hpp"
 #include "topologies/cluster_spec.hpp"
 
@@ -23,6 +24,17 @@ struct GroupSpan;
 /// send/recv (which NCCL's tuner does not cost).
 enum class NcclAlgorithm { Tree, Ring, CollNetDirect, CollNetChain, Nvls, NvlsTree, Pat, Pairwise };
 enum class NcclProtocol { LL, LL128, Simple };
+/// Their names as NCCL prints them (NCCL_ALGO, NCCL_PROTO) in lower case for the algorithms.
+inline constexpr core::Names<NcclAlgorithm, 8> kNcclAlgorithmNames{{{NcclAlgorithm::Tree, "tree"},
+                                                                    {NcclAlgorithm::Ring, "ring"},
+                                                                    {NcclAlgorithm::CollNetDirect, "collnet_direct"},
+                                                                    {NcclAlgorithm::CollNetChain, "collnet_chain"},
+                                                                    {NcclAlgorithm::Nvls, "nvls"},
+                                                                    {NcclAlgorithm::NvlsTree, "nvls_tree"},
+                                                                    {NcclAlgorithm::Pat, "pat"},
+                                                                    {NcclAlgorithm::Pairwise, "pairwise"}}};
+inline constexpr core::Names<NcclProtocol, 3> kNcclProtocolNames{
+    {{NcclProtocol::LL, "LL"}, {NcclProtocol::LL128, "LL128"}, {NcclProtocol::Simple, "Simple"}}};
 
 inline constexpr int kNcclAlgorithms = 7;  // without Pairwise
 inline constexpr int kNcclProtocols = 3;

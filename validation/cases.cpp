@@ -14,15 +14,6 @@
 namespace hzp::validation {
 namespace {
 
-constexpr std::pair<Quantity, std::string_view> kQuantities[] = {
-    {Quantity::IterationTime, "iteration_time_s"},
-    {Quantity::TflopsPerGpu, "tflops_per_gpu"},
-    {Quantity::StatesGiB, "states_GiB"},
-    {Quantity::ActivationsGiB, "activations_GiB"},
-    {Quantity::ReservedGiB, "reserved_GiB"},
-    {Quantity::TokensPerGpu, "tokens_per_s_per_gpu"},
-};
-
 constexpr std::string_view kMegatron2021 = "megatron-2021";
 
 bool memory_quantity(Quantity q) {
@@ -31,12 +22,7 @@ bool memory_quantity(Quantity q) {
 
 }  // namespace
 
-std::string_view to_string(Quantity q) {
-  for (const auto& [k, name] : kQuantities) {
-    if (k == q) return name;
-  }
-  return "?";
-}
+std::string_view to_string(Quantity q) { return core::name_of(kQuantities, q); }
 
 Case case_from_json(const std::string& text, const std::string& file) {
   const nlohmann::json j = core::parse_json(text, file);
@@ -71,19 +57,7 @@ Case case_from_json(const std::string& text, const std::string& file) {
   if (!plan.is_object()) o.fail("plan", "expected the full plan object (a plan file's schema)");
   c.plan_json = plan.dump();
   core::StrictObject m = o.object("measured");
-  const std::string q = m.str("quantity");
-  bool known = false;
-  for (const auto& [k, name] : kQuantities) {
-    if (q == name) {
-      c.quantity = k;
-      known = true;
-    }
-  }
-  if (!known) {
-    m.fail("quantity", fmt::format("expected iteration_time_s, tflops_per_gpu, states_GiB, activations_GiB, "
-                                   "reserved_GiB or tokens_per_s_per_gpu, got \"{}\"",
-                                   q));
-  }
+  c.quantity = core::choose(m, "quantity", kQuantities);
   c.measured = m.number("value", 0, 1e300, true);
   if (!m.raw("flops_convention").is_null()) c.flops_convention = m.str("flops_convention");
   if (c.quantity == Quantity::TflopsPerGpu && !c.flops_convention) {
@@ -158,10 +132,7 @@ std::vector<Summary> summarize(const std::vector<Scored>& scored) {
   for (const auto& s : scored) add(s.group, s);
   for (const auto& s : scored) {
     if (memory_quantity(s.quantity)) continue;
-    add(s.group.starts_with("hopper-")   ? "hopper"
-        : s.group.ends_with("-sharded") ? "sharded-dp"
-                                         : "megatron-era",
-        s);
+    add(s.group.starts_with("hopper-") ? "hopper" : s.group.ends_with("-sharded") ? "sharded-dp" : "megatron-era", s);
   }
   for (const auto& s : scored) add(memory_quantity(s.quantity) ? "memory" : "all", s);
   for (const auto& s : scored) {
@@ -237,11 +208,11 @@ BaselineCheck check_misses(const std::vector<Scored>& scored, const MissBaseline
     }
     const double was = it->second;
     if (!std::isfinite(e) || std::abs(e) > std::abs(was) + kMissSlack) {
-      out.failures.push_back(fmt::format("{}: {:+.1f}%, worse than the recorded miss of {:+.1f}%", s.name, 100 * e,
-                                         100 * was));
+      out.failures.push_back(
+          fmt::format("{}: {:+.1f}%, worse than the recorded miss of {:+.1f}%", s.name, 100 * e, 100 * was));
     } else if (s.within()) {
-      out.notes.push_back(fmt::format("{}: {:+.1f}% is within its tolerance now (recorded {:+.1f}%)", s.name,
-                                      100 * e, 100 * was));
+      out.notes.push_back(
+          fmt::format("{}: {:+.1f}% is within its tolerance now (recorded {:+.1f}%)", s.name, 100 * e, 100 * was));
     } else if (std::abs(e) < std::abs(was) - kMissSlack) {
       out.notes.push_back(fmt::format("{}: {:+.1f}%, better than the recorded {:+.1f}%", s.name, 100 * e, 100 * was));
     }

@@ -5,10 +5,12 @@
 #pragma once
 
 #include <cmath>
-#include <optional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "core/names.hpp"
 
 namespace hzp::validation {
 
@@ -22,6 +24,12 @@ enum class Quantity {
                    //   (PyTorch's reserved_bytes.all.peak)
   TokensPerGpu,    // "tokens_per_s_per_gpu": training tokens per second per GPU
 };
+inline constexpr core::Names<Quantity, 6> kQuantities{{{Quantity::IterationTime, "iteration_time_s"},
+                                                       {Quantity::TflopsPerGpu, "tflops_per_gpu"},
+                                                       {Quantity::StatesGiB, "states_GiB"},
+                                                       {Quantity::ActivationsGiB, "activations_GiB"},
+                                                       {Quantity::ReservedGiB, "reserved_GiB"},
+                                                       {Quantity::TokensPerGpu, "tokens_per_s_per_gpu"}}};
 [[nodiscard]] std::string_view to_string(Quantity q);
 
 struct Case {

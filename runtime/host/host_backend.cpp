@@ -19,13 +19,8 @@ thread_local core::TimePoint issued_at{};
 constexpr double kMaxSleepSeconds = 1e9;
 }  // namespace
 
-std::optional<HostClock> parse_host_clock(std::string_view s) {
-  if (s == "wall") return HostClock::Wall;
-  if (s == "virtual") return HostClock::Virtual;
-  return std::nullopt;
-}
-
-std::string_view to_string(HostClock c) { return c == HostClock::Wall ? "wall" : "virtual"; }
+std::optional<HostClock> parse_host_clock(std::string_view s) { return core::parse_name(kHostClocks, s); }
+std::string_view to_string(HostClock c) { return core::name_of(kHostClocks, c); }
 
 HostBackend::HostBackend(const core::Schedule& s, const topologies::PerfModel& pm, HostOptions o)
     : s_(s), pm_(pm), o_(o) {

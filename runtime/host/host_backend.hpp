@@ -29,6 +29,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/names.hpp"
 #include "core/schedule_replay.hpp"
 #include "runtime/executor.hpp"
 #include "topologies/topology.hpp"
@@ -37,6 +38,7 @@
 namespace hzp::runtime {
 
 enum class HostClock { Wall, Virtual };
+inline constexpr core::Names<HostClock, 2> kHostClocks{{{HostClock::Wall, "wall"}, {HostClock::Virtual, "virtual"}}};
 /// "wall" | "virtual"; nullopt for any other text.
 [[nodiscard]] std::optional<HostClock> parse_host_clock(std::string_view s);
 [[nodiscard]] std::string_view to_string(HostClock c);
