@@ -70,7 +70,7 @@ struct Estimate {
 /// The full simulation with metrics, for the plans that are reported.
 /// The full simulation; `terms`, when given, gets its sharding collectives' latency and bandwidth terms.
 [[nodiscard]] Estimate simulate(const models::ModelSpec& m, const topologies::PerfModel& pm, const PlanOptions& o,
-                                sim::Metrics& out, ShardingTerms* terms = nullptr);
+                                sim::Metrics& out, ShardingTerms* terms = nullptr, double* stragglers_s = nullptr);
 /// Screening: the plan on reduced-layer models (and fewer micro-batches for
 /// long pipelines), extrapolated.
 [[nodiscard]] Estimate screen(const models::ModelSpec& m, const topologies::PerfModel& pm, const PlanOptions& o,
@@ -118,8 +118,11 @@ struct LayerParams {
 [[nodiscard]] double adam_seconds(double dense_stage_params, const plan::ShardSizes& sh,
                                   const topologies::DeviceProfile& d);
 /// Which stream or link is on the critical path, in words (and, when a
-/// collective kind is exposed, the latency share of the sharding collectives).
-[[nodiscard]] std::string bottleneck(const sim::Metrics& m, const ShardingTerms& t, bool pipelined);
+/// collective kind is exposed, the latency share of the sharding
+/// collectives); `stragglers_s`, what the expected slowest rank adds to the
+/// step, is named when it is at least as large as the waits it causes.
+[[nodiscard]] std::string bottleneck(const sim::Metrics& m, const ShardingTerms& t, bool pipelined,
+                                     double stragglers_s = 0);
 /// Doubles in and out of parallel_map's records.
 [[nodiscard]] std::string pack(std::initializer_list<double> v);
 [[nodiscard]] double unpack(const std::string& r, std::size_t i);

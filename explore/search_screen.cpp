@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <limits>
 #include <map>
+#include <optional>
 
 #include "core/schedule_check.hpp"
 #include "explore/parallel_map.hpp"
@@ -116,15 +117,19 @@ Estimate estimate(const models::ModelSpec& m, const topologies::PerfModel& pm, c
   }
 }
 
-// The full simulation with metrics, for the plans that are reported.
+// The full simulation with metrics, for the plans that are reported; with
+// `stragglers_s`, also what the expected slowest rank adds to the step
+// (stragglers_seconds: 0 where the ranks' work does not vary).
 Estimate simulate(const models::ModelSpec& m, const topologies::PerfModel& pm, const PlanOptions& o, sim::Metrics& out,
-                  ShardingTerms* terms) {
+                  ShardingTerms* terms, double* stragglers_s) {
   plan::ResolvedPlan resolved;
   if (!plan::check_plan(m, pm.topology(), o, &resolved).empty()) return Estimate{};
   // A plan whose full Schedule is over --max-ops cannot be simulated exactly:
   // not an answer (screening, on reduced models, still ranked it).
   if (plan::estimate_work(m, o, resolved).ops > o.max_ops) return over_op_limit();
   {
+    std::optional<plan::ResolvedPlan> kept;
+    if (stragglers_s) kept = resolved;
     core::Schedule s = plan::lower_resolved(m, pm.topology(), o, std::move(resolved), /*check=*/false).schedule;
     core::check_schedule(s, core::Progress::ByTheEngine);  // the engine's walk finds any deadlock
     traces::TraceHeader h;
@@ -133,6 +138,7 @@ Estimate simulate(const models::ModelSpec& m, const topologies::PerfModel& pm, c
     sim::AnalyticEngine(pm).run(s, h, rec);
     out = sim::compute_metrics(s, rec.timeline(), pm.topology().spec().device);
     if (terms) *terms = sharding_terms(s, out, pm);
+    if (stragglers_s) *stragglers_s = stragglers_seconds(m, pm, *kept, s);
     const double reserved = out.host_fits() ? out.peak_reserved().gib() : std::numeric_limits<double>::infinity();
     return Estimate{true, out.step_time.to_seconds(), reserved, 0};
   }

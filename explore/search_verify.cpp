@@ -12,7 +12,7 @@
 
 namespace hzp::explore::search {
 
-std::string bottleneck(const sim::Metrics& m, const ShardingTerms& t, bool pipelined) {
+std::string bottleneck(const sim::Metrics& m, const ShardingTerms& t, bool pipelined, double stragglers_s) {
   const double step = m.step_time.to_seconds();
   std::string worst;
   double worst_s = 0;
@@ -23,6 +23,12 @@ std::string bottleneck(const sim::Metrics& m, const ShardingTerms& t, bool pipel
     }
   }
   const double idle = m.compute_idle.to_seconds();
+  // The expected slowest rank's extra work shows on the others as waits at
+  // the synchronising collectives (exposed communication or idle compute):
+  // named as what it is when it is at least as large as those waits.
+  if (stragglers_s > 0.05 * step && stragglers_s >= worst_s && stragglers_s >= idle) {
+    return fmt::format("stragglers (the expected slowest rank adds {:.0f}% of the step)", 100 * stragglers_s / step);
+  }
   if (worst_s > 0.05 * step && worst_s >= idle) {
     // Which of NCCL's terms the sharding collectives pay most: latency (ring
     // steps, more with the group) or bandwidth (bytes over the links).
@@ -95,10 +101,11 @@ std::size_t verify(Search& s, std::set<std::size_t>& simulated, std::vector<std:
     const Candidate& c = s.alive[which[j]];
     sim::Metrics metrics;
     ShardingTerms terms;
-    const Estimate e = simulate(s.m, *s.settings[c.setting].pm, c.o, metrics, &terms);
+    double stragglers_s = 0;
+    const Estimate e = simulate(s.m, *s.settings[c.setting].pm, c.o, metrics, &terms, &stragglers_s);
     if (!e.ok) return pack({e.over_op_limit ? -1.0 : 0.0});
     return pack({1.0, e.step_s, e.reserved_GiB, metrics.tokens_per_s, metrics.mfu}) +
-           bottleneck(metrics, terms, c.o.pp > 1);
+           bottleneck(metrics, terms, c.o.pp > 1, stragglers_s);
   });
   s.out.exact += static_cast<long long>(which.size());
   std::size_t fits = 0;

@@ -215,9 +215,14 @@ TEST(PlanSearch, BottleneckNamesTheExposedKindAndTheLatencyShare) {
   m.compute_idle = core::Duration::seconds(1);
   EXPECT_EQ(explore::search::bottleneck(m, t, true), "compute stream idle (10%: pipeline bubble or waits)");
   EXPECT_EQ(explore::search::bottleneck(m, t, false), "compute stream idle (10%: waits on communication or the host)");
+  // Stragglers: the expected slowest rank's extra 1.5 s shows on the others
+  // as the 1 s of idle compute; named when at least as large as the waits.
+  EXPECT_EQ(explore::search::bottleneck(m, t, false, 1.5), "stragglers (the expected slowest rank adds 15% of the step)");
+  EXPECT_EQ(explore::search::bottleneck(m, t, false, 0.8), "compute stream idle (10%: waits on communication or the host)");
   m.compute_idle = core::Duration{};
   m.mfu = 0.5;
   EXPECT_EQ(explore::search::bottleneck(m, t, false), "compute (50% MFU)");
+  EXPECT_EQ(explore::search::bottleneck(m, t, false, 0.4), "compute (50% MFU)");  // under 5 % of the step
 }
 
 TEST(Adaptive, ExpertShardsChosenSeparately) {
