@@ -138,7 +138,8 @@ TEST(StepGraph, OpLevelPolicyRecomputesTheSequenceParallelAllGathers) {
   GraphOptions o{.seq_len = 8192, .micro_batch = 2, .recompute = Recompute::Selective, .tp = 8};
   const auto recomputed_collectives = [&] {
     std::vector<GraphOp> out;
-    for (const auto& op : build_step_graph(m, o).units[1].backward) {
+    const StepGraph g = build_step_graph(m, o);
+    for (const auto& op : g.units[1].backward) {
       if (op.phase == Phase::Recompute && op.collective) out.push_back(op);
     }
     return out;
