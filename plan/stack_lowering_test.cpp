@@ -19,12 +19,14 @@ constexpr std::int64_t T = 8192, h = 4096, f = 14336;
 // One layer's dense parameters: Q and O (h x h), K and V (h x 1,024), three FFN matrices, two RMSNorm weights.
 constexpr std::int64_t kLayerParams = 2 * h * h + 2 * h * 1024 + 3 * h * f + 2 * h;
 
-core::Schedule lower_under(const std::string& stack, models::Recompute recompute = models::Recompute::None) {
+core::Schedule lower_under(const std::string& stack, models::Recompute recompute = models::Recompute::None,
+                           bool fused_loss = true) {
   const models::ModelSpec m = test_util::four_layers();
   const topologies::Topology topo(topologies::load_cluster("dgx-h100"), 8);
   PlanOptions o = test_util::options(Strategy::Fsdp, 8 * T);
   o.seq_len = T;
   o.recompute = recompute;
+  o.fused_loss = fused_loss;
   o.stack = stacks::resolve_stack(stack);
   return lower(m, topo, o);
 }
@@ -71,15 +73,7 @@ TEST(StackLowering, EagerRmsNormIsSevenKernelsForwardTwelveBackward) {
 // first kernel and frees them after its last; Megatron's in-place one
 // allocates nothing.
 TEST(StackLowering, TorchCrossEntropyHoldsTwoFp32GradientsDuringTheHeadsBackward) {
-  const auto lowered = [](const std::string& stack) {
-    const models::ModelSpec m = test_util::four_layers();
-    const topologies::Topology topo(topologies::load_cluster("dgx-h100"), 8);
-    PlanOptions o = test_util::options(Strategy::Fsdp, 8 * T);
-    o.seq_len = T;
-    o.fused_loss = false;
-    o.stack = stacks::resolve_stack(stack);
-    return lower(m, topo, o);
-  };
+  const auto lowered = [](const std::string& stack) { return lower_under(stack, models::Recompute::None, false); };
   const core::Schedule s = lowered("torch-fsdp2");
   const std::vector<core::Op>& ops = s.programs.at(0).streams.at(0).ops;
   const auto at = [&](core::OpKind kind, const std::string& buffer) {
