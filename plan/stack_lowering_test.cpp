@@ -77,7 +77,8 @@ TEST(StackLowering, TorchCrossEntropyHoldsTwoFp32GradientsDuringTheHeadsBackward
   const core::Schedule s = lowered("torch-fsdp2");
   const std::vector<core::Op>& ops = s.programs.at(0).streams.at(0).ops;
   const auto at = [&](core::OpKind kind, const std::string& buffer) {
-    return std::find_if(ops.begin(), ops.end(), [&](const core::Op& op) { return op.kind == kind && op.buffer == buffer; });
+    return std::find_if(ops.begin(), ops.end(),
+                        [&](const core::Op& op) { return op.kind == kind && op.buffer == buffer; });
   };
   const auto alloc = at(core::OpKind::Alloc, "working.u5.mb0"), free = at(core::OpKind::Free, "working.u5.mb0");
   ASSERT_NE(alloc, ops.end());
@@ -95,7 +96,8 @@ TEST(StackLowering, TorchCrossEntropyHoldsTwoFp32GradientsDuringTheHeadsBackward
   EXPECT_EQ(between.back(), "head.final_norm.bwd");
   const core::Schedule megatron = lowered("megatron-core-te");
   const auto& mops = megatron.programs.at(0).streams.at(0).ops;
-  EXPECT_TRUE(std::none_of(mops.begin(), mops.end(), [](const core::Op& op) { return op.buffer.starts_with("working"); }));
+  EXPECT_TRUE(
+      std::none_of(mops.begin(), mops.end(), [](const core::Op& op) { return op.buffer.starts_with("working"); }));
 }
 
 TEST(StackLowering, Fsdp2CopiesInAndOutAroundEachAllGather) {
