@@ -3,6 +3,7 @@
 // written piece by piece into a SHA-256 and/or a string without building the
 // document. Hashing a 10,000-op Schedule is then the cost of its bytes.
 #include <algorithm>
+#include <array>
 #include <charconv>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -27,6 +28,8 @@ class Out {
     buffer_ += s;
     if (buffer_.size() >= kFlushAt) flush();
   }
+  /// Where a Members writes its values before they are copied out in order.
+  std::string& scratch() { return scratch_; }
   void flush() {
     if (hash_) hash_->update(buffer_);
     if (text_) *text_ += buffer_;
@@ -38,6 +41,7 @@ class Out {
   Sha256* hash_;
   std::string* text_;
   std::string buffer_;
+  std::string scratch_;
 };
 
 // A JSON string as nlohmann/json dumps it (UTF-8 kept, control characters
@@ -62,9 +66,12 @@ void append_int(std::string& out, std::int64_t v) {
   out.append(buf, r.ptr);
 }
 
-// A small object's members, written in sorted key order.
+// A small object's members, written in sorted key order: each value is
+// written into `scratch` as it comes (no allocation per member once the
+// scratch has grown), then the members are copied out by key.
 class Members {
  public:
+  explicit Members(std::string& scratch) : scratch_(scratch) { scratch_.clear(); }
   void str(std::string_view key, std::string_view v) { append_string(add(key), v); }
   void i64(std::string_view key, std::int64_t v) { append_int(add(key), v); }
   void f64(std::string_view key, double v) { add(key) += nlohmann::json(v).dump(); }
@@ -80,21 +87,36 @@ class Members {
     out += ']';
   }
   void write(Out& out) {
-    std::sort(members_.begin(), members_.end());
-    std::string text = "{";
-    for (std::size_t i = 0; i < members_.size(); ++i) {
-      if (i) text += ',';
-      append_string(text, members_[i].first);
-      text += ':';
-      text += members_[i].second;
+    close();
+    std::sort(members_.begin(), members_.begin() + static_cast<std::ptrdiff_t>(count_),
+              [](const Member& a, const Member& b) { return a.key < b.key; });
+    out.raw("{");
+    for (std::size_t i = 0; i < count_; ++i) {
+      const Member& m = members_[i];
+      out.raw(i ? ",\"" : "\"");  // keys are plain ASCII: no escapes
+      out.raw(m.key);
+      out.raw("\":");
+      out.raw(std::string_view(scratch_).substr(m.begin, m.end - m.begin));
     }
-    text += '}';
-    out.raw(text);
+    out.raw("}");
   }
 
  private:
-  std::string& add(std::string_view key) { return members_.emplace_back(std::string(key), std::string()).second; }
-  std::vector<std::pair<std::string, std::string>> members_;
+  struct Member {
+    std::string_view key;
+    std::size_t begin = 0, end = 0;  // the value, in scratch_
+  };
+  void close() {
+    if (count_ > 0) members_[count_ - 1].end = scratch_.size();
+  }
+  std::string& add(std::string_view key) {
+    close();
+    members_.at(count_++) = Member{key, scratch_.size(), scratch_.size()};
+    return scratch_;
+  }
+  std::string& scratch_;
+  std::array<Member, 16> members_{};
+  std::size_t count_ = 0;
 };
 
 void write_ints(Out& out, const std::vector<int>& vs) {
@@ -115,7 +137,7 @@ void write_key(Out& out, std::string_view key, bool first = false) {
 }
 
 void write_op(Out& out, const Op& op) {
-  Members m;
+  Members m(out.scratch());
   m.i64("id", op.id);
   m.str("kind", to_string(op.kind));
   m.str("name", op.name);
@@ -201,7 +223,7 @@ void write_program(Out& out, const Program& p) {
   for (std::size_t i = 0; i < p.threads.size(); ++i) {
     if (i) out.raw(",");
     const Thread& t = p.threads[i];
-    Members m;
+    Members m(out.scratch());
     m.i64("id", t.id);
     m.str("name", t.name);
     m.i64("launch_latency_ns", t.launch_latency.count_ns());
@@ -250,7 +272,7 @@ void write_schedule(Out& out, const Schedule& s, const std::string* sha256) {
     out.raw(h);
   }
   write_key(out, "step");
-  Members step;
+  Members step(out.scratch());
   step.str("model", s.step.model);
   step.str("cluster", s.step.cluster);
   step.str("strategy", s.step.strategy);

@@ -4,6 +4,13 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <stdexcept>
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
+#include <immintrin.h>
+#define HZP_SHA_EXTENSIONS 1
+#endif
 
 namespace hzp::core {
 namespace {
@@ -21,7 +28,7 @@ constexpr std::array<std::uint32_t, 64> kRound = {
 
 constexpr std::uint32_t rotr(std::uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
 
-void compress(std::array<std::uint32_t, 8>& h, const unsigned char* block) {
+void compress_portable(std::array<std::uint32_t, 8>& h, const unsigned char* block) {
   std::array<std::uint32_t, 64> w{};
   for (int t = 0; t < 16; ++t) {
     w[static_cast<std::size_t>(t)] = (std::uint32_t{block[4 * t]} << 24) | (std::uint32_t{block[4 * t + 1]} << 16) |
@@ -55,10 +62,96 @@ void compress(std::array<std::uint32_t, 8>& h, const unsigned char* block) {
   h[7] += k;
 }
 
+#ifdef HZP_SHA_EXTENSIONS
+// The same rounds on the SHA extensions (Intel SDM, SHA256RNDS2, SHA256MSG1,
+// SHA256MSG2). The state is held as two registers of four words, high word
+// first: (a, b, e, f) and (c, d, g, h), the operands SHA256RNDS2 takes. Each
+// instruction runs two rounds from the low two words of message plus round
+// constant; its result is the new (a, b, e, f), and the old one is then
+// (c, d, g, h). Words w[16..63] come four at a time: MSG1 adds sigma0 of the
+// next word to w[t-16..t-13], the words w[t-7..t-4] are added, and MSG2 adds
+// sigma1 of w[t-2], w[t-1] and then of the two words it has just made.
+__attribute__((target("sha,ssse3,sse4.1"))) void compress_sha_extensions(std::array<std::uint32_t, 8>& h,
+                                                                         const unsigned char* blocks,
+                                                                         std::size_t count) {
+  // Reverses the bytes of each 32-bit word: the message is big-endian.
+  const __m128i big_endian = _mm_set_epi64x(0x0c0d0e0f08090a0bLL, 0x0405060700010203LL);
+  __m128i abef =
+      _mm_set_epi32(static_cast<int>(h[0]), static_cast<int>(h[1]), static_cast<int>(h[4]), static_cast<int>(h[5]));
+  __m128i cdgh =
+      _mm_set_epi32(static_cast<int>(h[2]), static_cast<int>(h[3]), static_cast<int>(h[6]), static_cast<int>(h[7]));
+  for (std::size_t b = 0; b < count; ++b, blocks += 64) {
+    const __m128i abef_in = abef, cdgh_in = cdgh;
+    __m128i w[4];  // w[i % 4]: message words 4i .. 4i + 3, word 4i lowest
+    for (std::size_t i = 0; i < 4; ++i) {
+      w[i] = _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blocks + 16 * i)), big_endian);
+    }
+    for (std::size_t i = 0; i < 16; ++i) {
+      __m128i& now = w[i % 4];
+      if (i >= 4) {
+        const __m128i& next = w[(i + 1) % 4];    // words 4i - 12 ..
+        const __m128i& before = w[(i + 2) % 4];  // 4i - 8 ..
+        const __m128i& last = w[(i + 3) % 4];    // 4i - 4 .. 4i - 1
+        now = _mm_sha256msg2_epu32(_mm_add_epi32(_mm_sha256msg1_epu32(now, next), _mm_alignr_epi8(last, before, 4)),
+                                   last);
+      }
+      __m128i wk = _mm_add_epi32(now, _mm_loadu_si128(reinterpret_cast<const __m128i*>(kRound.data() + 4 * i)));
+      cdgh = _mm_sha256rnds2_epu32(cdgh, abef, wk);  // two rounds: cdgh now holds (a, b, e, f)
+      wk = _mm_shuffle_epi32(wk, 0x0e);              // the upper two words down
+      abef = _mm_sha256rnds2_epu32(abef, cdgh, wk);  // two more: back in place
+    }
+    abef = _mm_add_epi32(abef, abef_in);
+    cdgh = _mm_add_epi32(cdgh, cdgh_in);
+  }
+  h[0] = static_cast<std::uint32_t>(_mm_extract_epi32(abef, 3));
+  h[1] = static_cast<std::uint32_t>(_mm_extract_epi32(abef, 2));
+  h[4] = static_cast<std::uint32_t>(_mm_extract_epi32(abef, 1));
+  h[5] = static_cast<std::uint32_t>(_mm_extract_epi32(abef, 0));
+  h[2] = static_cast<std::uint32_t>(_mm_extract_epi32(cdgh, 3));
+  h[3] = static_cast<std::uint32_t>(_mm_extract_epi32(cdgh, 2));
+  h[6] = static_cast<std::uint32_t>(_mm_extract_epi32(cdgh, 1));
+  h[7] = static_cast<std::uint32_t>(_mm_extract_epi32(cdgh, 0));
+}
+#endif
+
 }  // namespace
 
+bool cpu_has_sha_extensions() {
+#ifdef HZP_SHA_EXTENSIONS
+  static const bool has = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (__get_cpuid(1, &a, &b, &c, &d) == 0) return false;
+    const bool ssse3 = (c & bit_SSSE3) != 0, sse41 = (c & bit_SSE4_1) != 0;
+    if (__get_cpuid_count(7, 0, &a, &b, &c, &d) == 0) return false;
+    return ssse3 && sse41 && (b & bit_SHA) != 0;
+  }();
+  return has;
+#else
+  return false;
+#endif
+}
+
+Sha256::Sha256(Sha256Rounds rounds) : Sha256() {
+  if (rounds == Sha256Rounds::ShaExtensions && !cpu_has_sha_extensions()) {
+    throw std::invalid_argument("SHA-256: this CPU has no SHA extensions");
+  }
+  rounds_ = rounds;
+}
+
+void Sha256::compress(const unsigned char* blocks, std::size_t count) {
+#ifdef HZP_SHA_EXTENSIONS
+  if (rounds_ == Sha256Rounds::ShaExtensions) {
+    compress_sha_extensions(h_, blocks, count);
+    return;
+  }
+#endif
+  for (std::size_t b = 0; b < count; ++b) compress_portable(h_, blocks + 64 * b);
+}
+
 // Initial hash: first 32 bits of the fractional parts of the square roots of the first 8 primes.
-Sha256::Sha256() : h_{0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19} {}
+Sha256::Sha256()
+    : h_{0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19},
+      rounds_(cpu_has_sha_extensions() ? Sha256Rounds::ShaExtensions : Sha256Rounds::Portable) {}
 
 void Sha256::update(std::string_view data) {
   const auto* p = reinterpret_cast<const unsigned char*>(data.data());
@@ -71,10 +164,12 @@ void Sha256::update(std::string_view data) {
     p += take;
     n -= take;
     if (filled_ < 64) return;
-    compress(h_, block_.data());
+    compress(block_.data(), 1);
     filled_ = 0;
   }
-  for (; n >= 64; p += 64, n -= 64) compress(h_, p);
+  compress(p, n / 64);
+  p += n / 64 * 64;
+  n %= 64;
   std::copy(p, p + n, block_.begin());
   filled_ = n;
 }
@@ -85,12 +180,12 @@ std::string Sha256::hex() {
   block_[filled_++] = 0x80;
   if (filled_ > 56) {
     std::fill(block_.begin() + static_cast<std::ptrdiff_t>(filled_), block_.end(), 0);
-    compress(h_, block_.data());
+    compress(block_.data(), 1);
     filled_ = 0;
   }
   std::fill(block_.begin() + static_cast<std::ptrdiff_t>(filled_), block_.begin() + 56, 0);
   for (std::size_t i = 0; i < 8; ++i) block_[63 - i] = static_cast<unsigned char>(bits >> (8 * i));
-  compress(h_, block_.data());
+  compress(block_.data(), 1);
   static constexpr char kHex[] = "0123456789abcdef";
   std::string out;
   out.reserve(64);

@@ -2,6 +2,7 @@
 #include "core/sha256.hpp"
 
 #include <gtest/gtest.h>
+#include <algorithm>
 #include <string>
 
 namespace hzp::core {
@@ -27,6 +28,33 @@ TEST(Sha256, StreamedInPiecesEqualsTheWhole) {
   Sha256 million;
   for (int i = 0; i < 1000; ++i) million.update(std::string(1000, 'a'));
   EXPECT_EQ(million.hex(), "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+}
+
+// The SHA extensions' rounds give the portable rounds' digest for every
+// length around the block and padding boundaries, fed whole and in pieces.
+TEST(Sha256, ShaExtensionsAgreeWithThePortableRounds) {
+  if (!cpu_has_sha_extensions()) GTEST_SKIP() << "this CPU has no SHA extensions";
+  std::string text;
+  for (int i = 0; i < 4099; ++i) text += static_cast<char>((i * 131 + 7) % 256);
+  auto digest = [&text](Sha256Rounds rounds, std::size_t length, std::size_t piece) {
+    Sha256 h(rounds);
+    for (std::size_t at = 0; at < length; at += piece) {
+      h.update(std::string_view(text).substr(at, std::min(piece, length - at)));
+    }
+    return h.hex();
+  };
+  for (std::size_t length = 0; length <= 300; ++length) {
+    EXPECT_EQ(digest(Sha256Rounds::ShaExtensions, length, 1000), digest(Sha256Rounds::Portable, length, 1000))
+        << length << " bytes";
+  }
+  for (std::size_t piece : {1UL, 63UL, 64UL, 65UL, 200UL, 4099UL}) {
+    EXPECT_EQ(digest(Sha256Rounds::ShaExtensions, text.size(), piece),
+              digest(Sha256Rounds::Portable, text.size(), piece))
+        << "pieces of " << piece;
+  }
+  Sha256 abc(Sha256Rounds::ShaExtensions);
+  abc.update("abc");
+  EXPECT_EQ(abc.hex(), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
 }
 
 }  // namespace hzp::core
