@@ -38,7 +38,10 @@ Estimate over_layers(const models::ModelSpec& m, const topologies::PerfModel& pm
     for (int v = 0; v < layout.virtual_stages(); ++v) most = std::max(most, layout.layers_of(v));
     target = most * unit;
   }
-  if ((k1 + 1) * unit >= target) return estimate(m, pm, o, floor);
+  // The model itself where it is no larger than the two reduced ones together
+  // (long pipelines: Llama-3 70B's 80 layers at pp 32 would be screened as 32
+  // and 64): exact, and cheaper.
+  if ((k1 + 1) * unit >= target || (2 * k1 + 1) * unit >= m.layers) return estimate(m, pm, o, floor);
   // The reduced model with `per_stage` layers per virtual stage. The layer it
   // adds over fewer is what most of the model's layers are: an MoE layer
   // (all keep the same leading dense layers, at least one MoE layer each).

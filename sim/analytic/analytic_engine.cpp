@@ -38,9 +38,9 @@ struct CollectiveSite {
 // collective's end would move (ns) if costed by `collective_at` (the sharing
 // of `r`'s own intervals) from its start in `r`, every member's cost taken
 // and the slowest kept, as the walk does; and the last collective's end.
-std::pair<std::int64_t, std::int64_t> sharing_residual(const core::Schedule& s, const std::vector<CollectiveSite>& sites,
-                                                       const core::ReplayResult& r,
-                                                       const decltype(core::ReplayCosts::collective_at)& collective_at) {
+std::pair<std::int64_t, std::int64_t> sharing_residual(
+    const core::Schedule& s, const std::vector<CollectiveSite>& sites, const core::ReplayResult& r,
+    const decltype(core::ReplayCosts::collective_at)& collective_at) {
   std::unordered_map<std::uint64_t, std::pair<std::int64_t, std::int64_t>> ends;  // (group, seq) -> (costed, walked)
   ends.reserve(sites.size());
   std::int64_t last = 0;
@@ -51,8 +51,8 @@ std::pair<std::int64_t, std::int64_t> sharing_residual(const core::Schedule& s, 
     const std::int64_t costed =
         t.start.count_ns() +
         collective_at(s.group(op.group), op, s.programs[c.program], core::OpAt{c.stream, c.index}, t.start).count_ns();
-    const auto key = (static_cast<std::uint64_t>(static_cast<std::uint32_t>(op.group)) << 32) |
-                     static_cast<std::uint32_t>(op.seq);
+    const auto key =
+        (static_cast<std::uint64_t>(static_cast<std::uint32_t>(op.group)) << 32) | static_cast<std::uint32_t>(op.seq);
     auto [it, fresh] = ends.try_emplace(key, costed, t.end.count_ns());
     if (!fresh) it->second.first = std::max(it->second.first, costed);
   }
@@ -317,9 +317,9 @@ core::ReplayResult AnalyticEngine::walk(const core::Schedule& s, const FreeOps& 
       const CollectiveCosts::Cost c = collective_cost(g, op);
       if (c.transfer.count_ns() == 0) return c.latency;
       const auto p = static_cast<std::size_t>(&member - s.programs.data());
-      const std::int64_t end = sharing->finish(p, collective_cost.link_class(g), at.stream,
-                                               start.count_ns() + c.latency.count_ns(),
-                                               static_cast<double>(c.transfer.count_ns()));
+      const std::int64_t end =
+          sharing->finish(p, collective_cost.link_class(g), at.stream, start.count_ns() + c.latency.count_ns(),
+                          static_cast<double>(c.transfer.count_ns()));
       return core::Duration::ns(end - start.count_ns());
     };
   }
@@ -344,6 +344,9 @@ void AnalyticEngine::run(const core::Schedule& s, traces::TraceHeader header, tr
 
 StepEstimate AnalyticEngine::estimate(const core::Schedule& s, const FreeOps& free) const {
   const core::ReplayResult r = walk(s, free);
+  // Where compute was not slowed, each kernel's walked duration is its
+  // uncontended cost, read back rather than costed again.
+  const bool slowed = contention_.interference && pm_.topology().spec().device.comm_compute_slowdown > 1;
   StepEstimate e;
   core::StepSpan span;
   for (std::size_t p = 0; p < s.programs.size(); ++p) {
@@ -361,7 +364,7 @@ StepEstimate AnalyticEngine::estimate(const core::Schedule& s, const FreeOps& fr
             // Uncontended: the same under every sharding of a model-parallel plan.
             if (st.kind == core::StreamKind::Compute && !(free && free(op)) &&
                 (op.compute == core::ComputeKind::Gemm || op.compute == core::ComputeKind::Attention)) {
-              compute += pm_.compute(op).count_ns();
+              compute += slowed ? pm_.compute(op).count_ns() : (t.end - t.start).count_ns();
             }
             [[fallthrough]];
           case core::OpKind::Collective:
