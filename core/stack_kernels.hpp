@@ -82,4 +82,16 @@ enum class UnfusedLoss { MegatronVocabParallel, TorchCrossEntropy };
 inline constexpr Names<UnfusedLoss, 2> kUnfusedLosses{{{UnfusedLoss::MegatronVocabParallel, "megatron_vocab_parallel"},
                                                        {UnfusedLoss::TorchCrossEntropy, "torch_cross_entropy"}}};
 
+/// What an FP8 linear layer saves of its input for the weight gradient.
+/// HighPrecision: the bf16 input, cast again in the backward (torchao's
+/// Float8Linear: matmul_with_hp_or_float8_args saves input_hp and
+/// weight_hp, torchao/float8/float8_linear.py). Fp8: the FP8 copy the weight
+/// gradient reads, one byte an element, beside the bf16 tensor only where
+/// that is kept anyway (Transformer Engine on Hopper: "1 MB (input in FP8
+/// saved for backward)" for a 1024 x 1024 bf16 input, docs/features/
+/// low_precision_training/performance_considerations, "Memory usage").
+enum class Fp8SavedInputs { HighPrecision, Fp8 };
+inline constexpr Names<Fp8SavedInputs, 2> kFp8SavedInputs{
+    {{Fp8SavedInputs::HighPrecision, "high_precision"}, {Fp8SavedInputs::Fp8, "fp8"}}};
+
 }  // namespace hzp::core

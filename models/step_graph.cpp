@@ -219,13 +219,22 @@ core::Bytes layer_activation_bytes(const ModelSpec& m, int layer, const GraphOpt
       !m.is_moe_layer(layer) && o.flash_attention) {
     return Bytes(op_policy_kept(m, d));
   }
-  const std::int64_t mask = m.dropout ? Th * h : 0;              // 1-byte dropout masks on h-sized outputs
+  const std::int64_t mask = m.dropout ? Th * h : 0;  // 1-byte dropout masks on h-sized outputs
+  // FP8 linear layers that save their inputs in FP8 (Transformer Engine):
+  // the QKV, FC1 and FC2 (down) projections' inputs at one byte an element
+  // instead of e, and the output projection's FP8 copy of its input beside
+  // the attention kernel's bf16 output, which that kernel's backward keeps
+  // anyway. MoE experts and MLA's projections are counted in bf16.
+  const bool fp8_saved = o.precision != Precision::Bf16 && o.fp8_saved_inputs == core::Fp8SavedInputs::Fp8 && !m.mla &&
+                         !m.is_moe_layer(layer);
+  const std::int64_t gemm_in = fp8_saved ? 1 : e;  // bytes an element of a saved projection input
 
   // Attention block: norm input and QKV-projection input (h-sized: split by
   // sequence parallelism only), Q, K, V (split by heads), then either the
   // fused kernel's output and log-sum-exp, or the output-projection input plus
   // (unless recomputed) the s×s softmax output, dropout mask and dropout output.
-  std::int64_t attn = 2 * e * Th * h + e * T * (H * dqk + G * dqk + G * dv) + mask;
+  std::int64_t attn = (e + gemm_in) * Th * h + e * T * (H * dqk + G * dqk + G * dv) + mask;
+  if (fp8_saved) attn += T * H * dv;
   if (m.mla) {
     const MlaSpec& a = *m.mla;
     attn += 2 * e * T * (a.q_lora_rank + a.kv_lora_rank) + e * T * a.qk_rope_head_dim;
@@ -249,7 +258,7 @@ core::Bytes layer_activation_bytes(const ModelSpec& m, int layer, const GraphOpt
   // FFN block: norm input and FFN input, then what each activation needs.
   const bool glu = m.ffn_activation == FfnActivation::SwiGlu;
   const std::int64_t per_f = glu ? 3 : 2;  // SwiGLU: gate, up, down input; GELU: its input and output
-  std::int64_t ffn = 2 * e * Th * h + mask;
+  std::int64_t ffn = (e + gemm_in) * Th * h + mask;
   if (m.is_moe_layer(layer) && folded(o)) {
     // Folded: the router and the combine on this rank's Th tokens; the
     // experts' inputs as gathered over etp, their hidden split etp ways.
@@ -266,7 +275,7 @@ core::Bytes layer_activation_bytes(const ModelSpec& m, int layer, const GraphOpt
            + e * T * x.top_k * h                           // expert outputs, for the gate-weighted combine
            + e * T * x.shared_experts * x.shared_expert_ffn_hidden / d.t * per_f;
   } else {
-    ffn += e * T * m.ffn_hidden / d.t * per_f;
+    ffn += (e * (per_f - 1) + gemm_in) * T * m.ffn_hidden / d.t;
     // Elsewhere (MLA, unfused attention) an op-level policy is counted from
     // the kept-everything sum: the activation is a non-GEMM op it
     // recomputes, so its output, the down projection's input, is not kept.

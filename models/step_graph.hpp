@@ -61,6 +61,8 @@ struct GraphOptions {
   core::SelectivePolicy selective = core::SelectivePolicy::CoreAttention;
   /// How the stack runs the loss when it is not fused: what its backward holds.
   core::UnfusedLoss unfused_loss = core::UnfusedLoss::MegatronVocabParallel;
+  /// Under FP8: what each linear layer saves of its input for the backward.
+  core::Fp8SavedInputs fp8_saved_inputs = core::Fp8SavedInputs::HighPrecision;
   core::Dtype dtype = core::Dtype::Bf16;
   /// Megatron tensor parallelism over `tp` ranks: attention heads, FFN and
   /// vocabulary split column/row-wise; with sequence parallelism the norms,

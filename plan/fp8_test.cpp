@@ -196,6 +196,52 @@ TEST(Fp8, UnshardedWeightsKeepTheirFp8CopyAndScalingState) {
   EXPECT_EQ(fp8.static_alloc - bf16.static_alloc, 2 * z.padded_params() + 32 * 4 * 3 * 4 * 1024);
 }
 
+// What Transformer Engine saves of each FP8 linear layer's input: its FP8
+// copy, one byte an element ("1 MB (input in FP8 saved for backward)" for a
+// 1024 x 1024 bf16 input in TE's memory-usage example), where torchao's
+// Float8Linear saves the bf16 input. A Llama-3 8B layer (h 4,096, 32 heads
+// and 8 KV heads of 128, SwiGLU FFN 14,336), one sequence of 4,096 tokens,
+// no recomputation, bytes a token:
+//   bf16 inputs: attention 2·(2·4096) norm and QKV inputs + 2·(4096 + 1024 +
+//   1024) q, k, v + 2·4096 kernel output + 4·32 log-sum-exp = 36,992;
+//   FFN 2·(2·4096) norm and FC1 inputs + 2·3·14336 gate, up and down inputs
+//   = 102,400; 139,392 in all.
+//   FP8 inputs: the QKV, FC1 and down inputs at one byte (-4,096 - 4,096 -
+//   14,336) and the output projection's FP8 copy of the kernel output
+//   (+4,096): 120,960.
+// The whole model, 32 layers, peaks with every layer's activations held:
+// 32 · 4,096 · 18,432 bytes (2.42 GB) less under FP8 inputs.
+TEST(Fp8, TransformerEngineSavesItsLinearInputsInFp8) {
+  const models::ModelSpec m = models::load_model("llama3-8b");
+  models::GraphOptions g{.seq_len = 4096, .precision = models::Precision::Fp8Delayed};
+  const std::int64_t T = 4096;
+  EXPECT_EQ(models::layer_activation_bytes(m, 0, g).count(), T * 139392);
+  g.fp8_saved_inputs = core::Fp8SavedInputs::Fp8;
+  EXPECT_EQ(models::layer_activation_bytes(m, 0, g).count(), T * 120960);
+  g.precision = models::Precision::Bf16;  // no FP8 layers, nothing saved in FP8
+  EXPECT_EQ(models::layer_activation_bytes(m, 0, g).count(), T * 139392);
+
+  auto peak = [](const core::Schedule& s) {
+    std::int64_t now = 0, most = 0;
+    for (const auto& op : s.programs.at(0).streams.at(0).ops) {
+      if (op.buffer_class != core::BufferClass::Activations) continue;
+      if (op.kind == core::OpKind::Alloc) now += op.bytes.count();
+      if (op.kind == core::OpKind::Free) now -= op.bytes.count();
+      most = std::max(most, now);
+    }
+    return most;
+  };
+  Zero1Llama z;
+  z.o.precision = models::Precision::Fp8Delayed;
+  z.o.stack = stacks::resolve_stack("megatron-core-te");
+  ASSERT_EQ(z.o.stack->spec.fp8_saved_inputs, core::Fp8SavedInputs::Fp8);
+  const std::int64_t fp8 = peak(lower(z.m, z.topo, z.o));
+  auto high = std::make_shared<stacks::Stack>(*z.o.stack);
+  high->spec.fp8_saved_inputs = core::Fp8SavedInputs::HighPrecision;
+  z.o.stack = high;
+  EXPECT_EQ(peak(lower(z.m, z.topo, z.o)) - fp8, 32 * T * 18432);
+}
+
 // Megatron-Core's --fp8-param-gather under the distributed optimizer (zero1:
 // g_p = 1, g_o = 8): the FP8 weights are the parameters, one byte and one
 // for the transpose, the same two bytes as the bf16 copy they replace, so

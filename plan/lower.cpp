@@ -275,25 +275,25 @@ using detail::Lowering;
 using detail::ShardedParams;
 
 models::StepGraph step_graph(const models::ModelSpec& m, const PlanOptions& o, const BatchSplit& batch) {
-  models::GraphOptions go;
-  go.seq_len = batch.seq_len;
-  go.micro_batch = o.micro_batch;
-  go.recompute = o.recompute;
-  go.flash_attention = o.flash_attention;
-  go.fused_loss = o.fused_loss;
   const stacks::StackSpec& stack = stack_of(o).spec;
-  go.kernels = stack.ops;
-  go.attention_kernel = stack.attention;
-  go.selective = stack.selective;
-  go.unfused_loss = stack.unfused_loss;
-  go.tp = o.tp;
-  go.sequence_parallel = o.sequence_parallel;
-  go.ep = o.ep;
-  go.etp = o.expert_tp.value_or(0);
-  go.cp = o.cp;
-  go.ulysses = o.ulysses;
-  go.precision = o.precision;
-  go.fp8_gathered_weights = o.fp8_param_gather;
+  const models::GraphOptions go{.seq_len = batch.seq_len,
+                                .micro_batch = o.micro_batch,
+                                .recompute = o.recompute,
+                                .flash_attention = o.flash_attention,
+                                .fused_loss = o.fused_loss,
+                                .kernels = stack.ops,
+                                .attention_kernel = stack.attention,
+                                .selective = stack.selective,
+                                .unfused_loss = stack.unfused_loss,
+                                .fp8_saved_inputs = stack.fp8_saved_inputs,
+                                .tp = o.tp,
+                                .sequence_parallel = o.sequence_parallel,
+                                .ep = o.ep,
+                                .etp = o.expert_tp.value_or(0),
+                                .cp = o.cp,
+                                .ulysses = o.ulysses,
+                                .precision = o.precision,
+                                .fp8_gathered_weights = o.fp8_param_gather};
   return models::build_step_graph(m, go);
 }
 

@@ -110,6 +110,7 @@ StackSpec stack_from_json(const std::string& text, const std::string& file) {
   s.attention = choose(o, "attention", core::kAttentionKernels);
   s.selective = choose(o, "selective_recompute", core::kSelectivePolicies);
   if (o.has("unfused_loss")) s.unfused_loss = choose(o, "unfused_loss", core::kUnfusedLosses);
+  if (o.has("fp8_saved_inputs")) s.fp8_saved_inputs = choose(o, "fp8_saved_inputs", core::kFp8SavedInputs);
   s.collectives = collectives(o.object("collectives"));
   {
     StrictObject h = o.object("host");

@@ -113,6 +113,9 @@ struct StackSpec {
   /// How its cross-entropy runs when the plan does not fuse it ("unfused_loss",
   /// optional: Megatron's in-place one unless the file says otherwise).
   core::UnfusedLoss unfused_loss = core::UnfusedLoss::MegatronVocabParallel;
+  /// What its FP8 linear layers save of their inputs ("fp8_saved_inputs",
+  /// optional: the high-precision input unless the file says otherwise).
+  core::Fp8SavedInputs fp8_saved_inputs = core::Fp8SavedInputs::HighPrecision;
   Collectives collectives;
   HostCosts host;
   Overlap overlap;

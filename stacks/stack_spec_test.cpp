@@ -69,8 +69,13 @@ TEST(StackSpec, BadInputNamesFileKeyAndExpectation) {
   EXPECT_NE(bad_message([](auto& j) { j["collectives"]["gather"] = "bucket"; }).find("bucket_MB"), std::string::npos);
   EXPECT_NE(bad_message([](auto& j) { j["extra"] = 1; }).find("mine.json"), std::string::npos);
   EXPECT_NE(bad_message([](auto& j) { j["schema_version"] = 2; }).find("schema_version"), std::string::npos);
-  EXPECT_NE(bad_message([](auto& j) { j["unfused_loss"] = "apex"; })
-                .find("unfused_loss: expected one of megatron_vocab_parallel|torch_cross_entropy, got \"apex\""),
+  EXPECT_NE(bad_message([](auto& j) {
+              j["unfused_loss"] = "apex";
+            }).find("unfused_loss: expected one of megatron_vocab_parallel|torch_cross_entropy, got \"apex\""),
+            std::string::npos);
+  EXPECT_NE(bad_message([](auto& j) {
+              j["fp8_saved_inputs"] = "int8";
+            }).find("fp8_saved_inputs: expected one of high_precision|fp8, got \"int8\""),
             std::string::npos);
 }
 
@@ -81,6 +86,16 @@ TEST(StackSpec, UnfusedLossByStack) {
     EXPECT_EQ(load_stack(name).unfused_loss, core::UnfusedLoss::TorchCrossEntropy) << name;
   EXPECT_EQ(load_stack("megatron-core-te").unfused_loss, core::UnfusedLoss::MegatronVocabParallel);
   EXPECT_EQ(bad_message([](auto& j) { j.erase("unfused_loss"); }), "");
+}
+
+// What FP8 linear layers save of their inputs: FP8 under Transformer Engine
+// (Megatron-Core's stack), the high-precision input elsewhere and where a
+// file does not say (the key is optional).
+TEST(StackSpec, Fp8SavedInputsByStack) {
+  EXPECT_EQ(load_stack("megatron-core-te").fp8_saved_inputs, core::Fp8SavedInputs::Fp8);
+  for (const char* name : {"torch-fsdp2", "torch-fsdp2-compile", "hzp-async"})
+    EXPECT_EQ(load_stack(name).fp8_saved_inputs, core::Fp8SavedInputs::HighPrecision) << name;
+  EXPECT_EQ(bad_message([](auto& j) { j.erase("fp8_saved_inputs"); }), "");
 }
 
 // What each stack runs (issue 43, item 2): read from "runs", names checked.

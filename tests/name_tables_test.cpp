@@ -80,6 +80,7 @@ TEST(NameTables, EveryEnumRoundTripsThroughItsOneTable) {
       [](std::string_view s) { return core::parse_attention_kernel(s); });
   expect_table(core::kSelectivePolicies, "SelectivePolicy");
   expect_table(core::kUnfusedLosses, "UnfusedLoss");
+  expect_table(core::kFp8SavedInputs, "Fp8SavedInputs");
   expect_table(
       stacks::kGranularities, "Granularity", [](auto v) { return stacks::to_string(v); }, nullptr);
   expect_table(stacks::kStepReductions, "StepReduction");
