@@ -151,14 +151,15 @@ void report_infeasible(const explore::ScenarioResult& r) {
 
 int cmd_simulate(Options& o, const std::string& command_line) {
   finish_scenario(o, command_line);
+  // The model, cluster (calibration and what-ifs applied) and stack, loaded once.
+  explore::Inputs inputs = explore::resolve_inputs(o.sc);
   if (o.adaptive) {
     if (o.sc.plan.param_shard || o.sc.plan.grad_shard || o.sc.plan.optim_shard) {
       throw core::InputError("command line", "--adaptive",
                              "expected no --param-shard/--grad-shard/--optim-shard with --adaptive");
     }
-    const double limit =
-        o.memory_limit_GiB > 0 ? o.memory_limit_GiB : explore::resolve_inputs(o.sc).cluster.spec.device.hbm_GiB;
-    explore::AdaptiveChoice choice = explore::choose_shards(o.sc, limit);
+    const double limit = o.memory_limit_GiB > 0 ? o.memory_limit_GiB : inputs.cluster.spec.device.hbm_GiB;
+    explore::AdaptiveChoice choice = explore::choose_shards(o.sc, inputs, limit);
     if (!o.json) std::cout << choice.explanation << "\n";
     o.sc.plan = choice.plan;
     o.limits.apply(o.sc);
@@ -176,7 +177,7 @@ int cmd_simulate(Options& o, const std::string& command_line) {
   // CSV): a run that prints its table alone does not pay for it.
   o.sc.hash_schedules = o.json || !o.trace.empty() || !o.csv.empty() || !o.summary.empty() || !o.out_dir.empty();
   o.sc.timeline_names = !o.trace.empty() || !o.csv.empty() || !o.out_dir.empty();
-  explore::ScenarioResult r = explore::run_scenario(o.sc);
+  explore::ScenarioResult r = explore::run_scenario(o.sc, std::move(inputs));
   const bool one = r.runs.size() == 1;
   if ((!o.trace.empty() || !o.csv.empty()) && !one) {
     throw core::InputError("command line", o.trace.empty() ? "--csv" : "--trace",

@@ -261,9 +261,12 @@ double stragglers_seconds(const models::ModelSpec& m, const topologies::PerfMode
 }
 
 AdaptiveChoice choose_shards(const Scenario& sc, double memory_limit_GiB) {
-  // The same inputs the final simulation of the chosen plan resolves:
+  return choose_shards(sc, resolve_inputs(sc), memory_limit_GiB);
+}
+
+AdaptiveChoice choose_shards(const Scenario& sc, const Inputs& in, double memory_limit_GiB) {
+  // The same inputs the final simulation of the chosen plan runs on:
   // calibration and what-if changes included.
-  const Inputs in = resolve_inputs(sc);
   const Evaluator evaluate(sc, in, core::gib(memory_limit_GiB));
   plan::PlanOptions base = sc.plan;
   base.strategy = plan::Strategy::Hzp;

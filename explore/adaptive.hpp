@@ -53,5 +53,8 @@ struct AdaptiveChoice {
 /// analytic engine (then the expert sizes over DP / ep with the dense ones
 /// fixed). Throws InfeasibleError when nothing fits `memory_limit_GiB`.
 [[nodiscard]] AdaptiveChoice choose_shards(const Scenario& sc, double memory_limit_GiB);
+/// The same on the scenario's inputs, resolved once by the caller (the final
+/// simulation of the chosen plan then runs on the very same inputs).
+[[nodiscard]] AdaptiveChoice choose_shards(const Scenario& sc, const Inputs& in, double memory_limit_GiB);
 
 }  // namespace hzp::explore

@@ -134,21 +134,20 @@ Inputs resolve_inputs(const Scenario& sc) {
   in.model_sha256 = core::sha256_hex(mt.text);
   in.cluster = topologies::resolve_cluster(sc.cluster, sc.overlay());
   in.cluster_sha256 = core::sha256_hex(in.cluster.text);
-  if (sc.stack_json) {
-    in.stack = stacks::stack_from_text(sc.stack_json->first, sc.stack_json->second);
-  } else {
-    in.stack = sc.stack == stacks::kDefaultStack ? stacks::default_stack() : stacks::resolve_stack(sc.stack);
-  }
-  // A calibration holds for the stack it was fitted under (one frozen
-  // calibration per device and stack).
-  const std::string& fitted = in.cluster.calibration_stack;
-  if (!fitted.empty() && fitted != in.stack->spec.name) {
-    throw core::InputError(sc.calibration, "stack",
-                           fmt::format("expected the scenario's stack \"{}\"; this calibration was fitted under "
-                                       "\"{}\" (run with --stack {})",
-                                       in.stack->spec.name, fitted, fitted));
-  }
+  in.stack = sc.stack_json ? stacks::stack_from_text(sc.stack_json->first, sc.stack_json->second)
+                           : stacks::resolve_stack(sc.stack);
+  check_calibration_stack(in.cluster, *in.stack, sc.calibration);
   return in;
+}
+
+void check_calibration_stack(const topologies::ResolvedCluster& cluster, const stacks::Stack& stack,
+                             const std::string& calibration_file) {
+  const std::string& fitted = cluster.calibration_stack;
+  if (fitted.empty() || fitted == stack.spec.name) return;
+  throw core::InputError(calibration_file, "stack",
+                         fmt::format("expected the stack the run uses, \"{}\"; this calibration was fitted under "
+                                     "\"{}\" (run with --stack {})",
+                                     stack.spec.name, fitted, fitted));
 }
 
 core::Schedule build_schedule(const Scenario& sc, plan::Strategy strategy) {
@@ -162,9 +161,10 @@ core::Schedule build_schedule(const Scenario& sc, plan::Strategy strategy) {
   return s;
 }
 
-ScenarioResult run_scenario(const Scenario& sc) {
+ScenarioResult run_scenario(const Scenario& sc) { return run_scenario(sc, resolve_inputs(sc)); }
+
+ScenarioResult run_scenario(const Scenario& sc, Inputs in) {
   ScenarioResult r;
-  Inputs in = resolve_inputs(sc);
   r.model = std::move(in.model);
   r.cluster = std::move(in.cluster.spec);
   r.model_sha256 = std::move(in.model_sha256);

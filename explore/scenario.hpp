@@ -103,6 +103,12 @@ struct Inputs {
   std::shared_ptr<const stacks::Stack> stack;
 };
 [[nodiscard]] Inputs resolve_inputs(const Scenario& sc);
+/// A calibration holds for the stack it was fitted under (one frozen
+/// calibration per device and stack): InputError naming the calibration file
+/// and its "stack" otherwise. What every resolver of a cluster and a stack
+/// checks (resolve_inputs, plan search for each of its clusters).
+void check_calibration_stack(const topologies::ResolvedCluster& cluster, const stacks::Stack& stack,
+                             const std::string& calibration_file);
 
 struct StrategyResult {
   plan::Strategy strategy = plan::Strategy::Hzp;
@@ -130,6 +136,9 @@ struct ScenarioResult {
 /// Loads the inputs, lowers each strategy and simulates it. Throws InputError
 /// for bad input; an out-of-memory plan is reported in its metrics, not thrown.
 [[nodiscard]] ScenarioResult run_scenario(const Scenario& sc);
+/// The same on inputs resolve_inputs(sc) already loaded (a caller that also
+/// needs them before, as `simulate --adaptive` does, resolves them once).
+[[nodiscard]] ScenarioResult run_scenario(const Scenario& sc, Inputs in);
 
 /// Loads the inputs and lowers one strategy (for `hzp schedule`).
 [[nodiscard]] core::Schedule build_schedule(const Scenario& sc, plan::Strategy strategy);

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "explore/scenario.hpp"
 #include "explore/search_internal.hpp"
 #include "topologies/overlay.hpp"
 
@@ -94,7 +95,7 @@ void add_group(Search& s, std::size_t si, int tp, int pp, int vpp, plan::Pipelin
 }  // namespace
 
 Search::Search(const PlanQuery& query) : q(query), m(models::load_model(query.model)), price(query.price_per_gpu_hour) {
-  q.base.stack = q.stack == stacks::kDefaultStack ? stacks::default_stack() : stacks::resolve_stack(q.stack);
+  q.base.stack = stacks::resolve_stack(q.stack);
   for (Strategy x : q.strategies) {  // asked for by name: one the stack does not run is bad input
     PlanOptions p;
     p.strategy = x;
@@ -104,11 +105,7 @@ Search::Search(const PlanQuery& query) : q(query), m(models::load_model(query.mo
     // Each cluster as every other command resolves it: calibration and what-if changes applied.
     const topologies::ResolvedCluster resolved = topologies::resolve_cluster(c, q.overlay);
     const topologies::ClusterSpec& spec = resolved.spec;
-    if (!resolved.calibration_stack.empty() && resolved.calibration_stack != q.base.stack->spec.name) {
-      throw core::InputError(q.overlay.calibration, "stack",
-                             fmt::format("expected the search's stack \"{}\"; this calibration was fitted under \"{}\"",
-                                         q.base.stack->spec.name, resolved.calibration_stack));
-    }
+    check_calibration_stack(resolved, *q.base.stack, q.overlay.calibration);
     for (int g : q.gpus) {
       Setting s;
       s.cluster_name = c;

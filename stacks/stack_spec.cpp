@@ -150,6 +150,7 @@ StackSpec load_stack(const std::string& name_or_path) {
 }
 
 std::shared_ptr<const Stack> resolve_stack(const std::string& name_or_path) {
+  if (name_or_path == kDefaultStack) return default_stack();
   auto [text, file] = stack_text(name_or_path);
   return stack_from_text(text, file);
 }
@@ -163,7 +164,10 @@ std::shared_ptr<const Stack> stack_from_text(const std::string& text, const std:
 }
 
 const std::shared_ptr<const Stack>& default_stack() {
-  static const std::shared_ptr<const Stack> s = resolve_stack(kDefaultStack);
+  static const std::shared_ptr<const Stack> s = [] {
+    auto [text, file] = stack_text(kDefaultStack);
+    return stack_from_text(text, file);
+  }();
   return s;
 }
 

@@ -140,7 +140,8 @@ struct Stack {
   std::string file;
   std::string sha256;
 };
-/// Loads a catalog name or a .json file (InputError naming the file and key on bad input).
+/// Loads a catalog name or a .json file (InputError naming the file and key on
+/// bad input); kDefaultStack is default_stack(), loaded once.
 [[nodiscard]] std::shared_ptr<const Stack> resolve_stack(const std::string& name_or_path);
 /// A stack given as JSON text (a validation case's), errors reported under `file`.
 [[nodiscard]] std::shared_ptr<const Stack> stack_from_text(const std::string& text, const std::string& file);

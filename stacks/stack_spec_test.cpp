@@ -98,6 +98,12 @@ TEST(StackSpec, Fp8SavedInputsByStack) {
   EXPECT_EQ(bad_message([](auto& j) { j.erase("fp8_saved_inputs"); }), "");
 }
 
+// The default stack by name is the one loaded once, not another copy of it.
+TEST(StackSpec, TheDefaultStackIsLoadedOnce) {
+  EXPECT_EQ(resolve_stack(kDefaultStack).get(), default_stack().get());
+  EXPECT_NE(resolve_stack("torch-fsdp2").get(), resolve_stack("torch-fsdp2").get());
+}
+
 // What each stack runs (issue 43, item 2): read from "runs", names checked.
 TEST(StackSpec, RunsListsItsStrategiesAndParallelism) {
   const StackSpec fsdp2 = load_stack("torch-fsdp2");

@@ -74,7 +74,7 @@ expect_error "--stack: unknown stack 'torch-fsdp3'; expected a catalog name" sim
 expect_error "badstack.json: source: missing required key" simulate --stack "$work/badstack.json"
 expect_error "--async: the stack torch-fsdp2 issues collectives from the training loop's thread" \
   simulate --stack torch-fsdp2 --strategy hzp --async
-expect_error "A100-SXM-80GB.megatron-deepspeed.json: stack: expected the scenario's stack \"hzp-async\"" \
+expect_error "A100-SXM-80GB.megatron-deepspeed.json: stack: expected the stack the run uses, \"hzp-async\"" \
   simulate --cluster dgx-a100 --calibration "$src/validation/calibration/A100-SXM-80GB.megatron-deepspeed.json"
 expect_error "typo.json: hiden_size: unknown key" simulate --model "$work/typo.json" --gpus 8
 expect_error "badcluster.json: source: missing required key" simulate --cluster "$work/badcluster.json"
