@@ -37,9 +37,10 @@ std::string model_parallelism(const plan::ResolvedPlan& plan) {
   const plan::PlanOptions& p = plan.options;
   std::string pipeline = p.pp > 1 ? " (1F1B)" : "";
   if (p.vpp > 1) pipeline = fmt::format(" x {} virtual stages (interleaved 1F1B)", p.vpp);
-  if (p.pp > 1 && p.pipeline_schedule == plan::PipelineSchedule::DualPipe) {
+  const plan::PipelineScheduleTraits& schedule = plan::traits(p.pipeline_schedule);
+  if (p.pp > 1 && schedule.mirrored) {
     pipeline = " (DualPipe: each stage also holds its mirror stage's copy; micro-batches from both ends)";
-  } else if (p.pp > 1 && p.pipeline_schedule != plan::PipelineSchedule::OneFOneB) {
+  } else if (p.pp > 1 && schedule.split_backward) {
     pipeline = fmt::format("{} ({}: B and W split)", p.vpp > 1 ? fmt::format(" x {} virtual stages", p.vpp) : "",
                            plan::to_string(p.pipeline_schedule));
   }

@@ -104,7 +104,7 @@ bool first_stage_fits(Search& s, const Candidate& c, const plan::ShardSizes& sh,
   const plan::PipelineLayout layout = plan::pipeline_layout(s.m, c.o);
   // ZB-V: stage 0 runs 2p - 1 forwards of its chunk 0 before the first of
   // its chunk 1, so count those of chunk 0 only.
-  const bool zbv = c.o.pipeline_schedule == plan::PipelineSchedule::ZbV;
+  const bool zbv = plan::traits(c.o.pipeline_schedule).v_shape;
   const std::int64_t in_flight = std::min<std::int64_t>(micro, zbv ? 2 * c.o.pp - 1 : c.o.pp);
   int moe_or_all = 0;  // the first stage's layers of the kind the layer model measured
   for (int ch = 0; ch < (zbv ? 1 : layout.vpp); ++ch) {

@@ -157,7 +157,7 @@ Estimate screen(const models::ModelSpec& m, const topologies::PerfModel& pm, con
   if (!plan::check_batch(m, world, o, split).empty()) return Estimate{};
   const std::int64_t micro = split.micro_batches;
   // ZB-V's order settles from 2p micro-batches on: extrapolate from 2p and 4p.
-  const std::int64_t settled = o.pipeline_schedule == plan::PipelineSchedule::ZbV ? 2 * o.pp : o.pp;
+  const std::int64_t settled = plan::traits(o.pipeline_schedule).settled_per_stage * o.pp;
   if (o.pp == 1 || micro <= 2 * settled) return over_layers(m, pm, o, floor);
   const std::int64_t dp = world / (o.tp * o.pp * plan::sequence_split(o));
   auto with_micro = [&](std::int64_t mb_count) {
@@ -196,7 +196,7 @@ std::pair<double, double> group_bound(Search& s, std::size_t i) {
   const double micro = static_cast<double>(plan::split_batch(s.m, st.gpus, c.o).micro_batches);
   // Zero-bubble schedules may hide it all: no fill and drain in their bound.
   const double bubble =
-      c.o.pipeline_schedule == plan::PipelineSchedule::OneFOneB ? static_cast<double>(c.o.pp - 1) / c.o.vpp : 0.0;
+      plan::traits(c.o.pipeline_schedule).fills_and_drains ? static_cast<double>(c.o.pp - 1) / c.o.vpp : 0.0;
   const plan::PipelineLayout layout = plan::pipeline_layout(s.m, c.o);
   int fewest = layout.stage_layers(0);
   for (int p = 1; p < layout.pp; ++p) fewest = std::min(fewest, layout.stage_layers(p));

@@ -199,11 +199,11 @@ std::vector<PlanOptions> variants(const Search& s, const Setting& st, const Plan
     if (s.wanted(o) && plan::check_plan(s.m, st.pm->topology(), o).empty()) out.push_back(std::move(o));
   };
   if (base.pp > 1 && base.pipeline_schedule == plan::PipelineSchedule::OneFOneB) {
-    for (auto schedule :
-         {plan::PipelineSchedule::ZbH1, plan::PipelineSchedule::ZbV, plan::PipelineSchedule::DualPipe}) {
+    for (const plan::PipelineScheduleTraits& t : plan::kPipelineScheduleTraits) {
+      if (!t.split_backward) continue;  // the zero-bubble family, each at the vpp it runs with
       PlanOptions o = base;
-      o.pipeline_schedule = schedule;
-      o.vpp = schedule == plan::PipelineSchedule::ZbV ? 2 : 1;
+      o.pipeline_schedule = t.schedule;
+      o.vpp = t.vpp;
       if (base.pipeline_layout) o.pipeline_layout = plan::balanced_layout(s.m.layers, o.pp, o.vpp).text();
       add(o);
     }

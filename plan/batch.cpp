@@ -238,16 +238,17 @@ void model_problems(const models::ModelSpec& m, const PlanOptions& o, const Batc
     ps.push_back(
         {"tp", fmt::format("expected a divisor of the {} attention heads of {}, got {}", m.heads, m.name, o.tp)});
   }
-  const bool zb_h1 = o.pipeline_schedule == PipelineSchedule::ZbH1, zb_v = o.pipeline_schedule == PipelineSchedule::ZbV;
-  const bool dual = o.pipeline_schedule == PipelineSchedule::DualPipe;
-  if (dual && (o.vpp != 1 || o.pp < 2 || o.pp % 2 != 0 || batch.micro_batches % 2 != 0 || batch.micro_batches < o.pp)) {
+  const PipelineScheduleTraits& schedule = traits(o.pipeline_schedule);
+  const bool zb_v = schedule.v_shape;
+  if (schedule.mirrored &&
+      (o.vpp != 1 || o.pp < 2 || o.pp % 2 != 0 || batch.micro_batches % 2 != 0 || batch.micro_batches < o.pp)) {
     ps.push_back({"pipeline_schedule",
                   fmt::format("dualpipe needs vpp 1 (each stage holds its mirror's copy as a second chunk), an even "
                               "pp >= 2 and an even number of micro-batches >= pp; got pp {}, vpp {}, {} micro-batches",
                               o.pp, o.vpp, batch.micro_batches)});
-  } else if ((zb_h1 && o.vpp != 1) || (zb_v && o.vpp != 2)) {
+  } else if (schedule.vpp > 0 && o.vpp != schedule.vpp) {
     ps.push_back({"pipeline_schedule",
-                  fmt::format("{} needs vpp {} ({}), got vpp {}", to_string(o.pipeline_schedule), zb_v ? 2 : 1,
+                  fmt::format("{} needs vpp {} ({}), got vpp {}", to_string(o.pipeline_schedule), schedule.vpp,
                               zb_v ? "two chunks per stage, placed in a V" : "one chunk per stage", o.vpp)});
   } else if (std::vector<core::Problem> lp = check_pipeline_layout(m, o, layout); !lp.empty()) {
     ps.insert(ps.end(), lp.begin(), lp.end());

@@ -66,9 +66,7 @@ bool Lowering::last_virtual(int chunk) const {
 // previous and the next (stage 0 chunk c: the last stage, chunk c - 1),
 // swapped for chunk 1 of ZB-V and DualPipe, which runs back up the stages.
 int Lowering::upstream(int chunk) const { return stage_.two_way() && chunk == 1 ? stage_.next_rep : stage_.prev_rep; }
-int Lowering::downstream(int chunk) const {
-  return stage_.two_way() && chunk == 1 ? stage_.prev_rep : stage_.next_rep;
-}
+int Lowering::downstream(int chunk) const { return stage_.two_way() && chunk == 1 ? stage_.prev_rep : stage_.next_rep; }
 
 // ZB-V's turn on the last stage: chunk 0's activations go on to chunk 1 of
 // the same stage (and chunk 1's gradients back to chunk 0), with no transfer.
@@ -170,7 +168,7 @@ void Lowering::free_working(std::size_t j) {
   if (working.count() > 0) b_.free(comp_, fmt::format("working.u{}.mb{}", use.unit, use.mb), working);
 }
 
-bool Lowering::split_backward() const { return opt_.pipeline_schedule != PipelineSchedule::OneFOneB; }
+bool Lowering::split_backward() const { return traits(opt_.pipeline_schedule).split_backward; }
 
 // What a unit's W reads after its B (per micro-batch, M_W in Qi et al.'s
 // Table 1): the operands of its weight-gradient GEMMs, the layer inputs and

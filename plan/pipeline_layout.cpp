@@ -253,8 +253,8 @@ std::vector<core::Problem> check_layout(const models::ModelSpec& m, const PlanOp
   const int middle_stages = o.pp - (first >= 0 ? 1 : 0) - (last >= 0 ? 1 : 0);
   const int rest = m.layers - std::max(first, 0) - std::max(last, 0);
   if (rest < 0) {
-    return {{field, fmt::format("the first and last stages hold {} layers; {} has {}", std::max(first, 0) +
-                                std::max(last, 0), m.name, m.layers)}};
+    return {{field, fmt::format("the first and last stages hold {} layers; {} has {}",
+                                std::max(first, 0) + std::max(last, 0), m.name, m.layers)}};
   }
   if ((middle_stages == 0 && rest != 0) || (middle_stages > 0 && rest % (middle_stages * o.vpp) != 0)) {
     return {{field, fmt::format("the other {} layers of {} do not split evenly over the {} other stages x vpp {}", rest,
@@ -263,7 +263,7 @@ std::vector<core::Problem> check_layout(const models::ModelSpec& m, const PlanOp
   std::vector<int> counts;
   PipelineLayout placement;  // where each virtual stage runs (ZB-V: in a V)
   placement.pp = o.pp;
-  placement.v_shape = o.pipeline_schedule == PipelineSchedule::ZbV;
+  placement.v_shape = traits(o.pipeline_schedule).v_shape;
   for (int v = 0; v < n; ++v) {
     const int p = placement.stage_of(v);
     const int k = p == 0 && first >= 0         ? first / o.vpp
@@ -285,7 +285,7 @@ std::vector<core::Problem> check_pipeline_layout(const models::ModelSpec& m, con
   // and gradients through; hzp does not lower such stages (issue 42, item 3).
   for (int v = 1; ps.empty() && v + 1 < out.virtual_stages(); ++v) {
     if (out.layers_of(v) > 0) continue;
-    const std::string field = o.pipeline_layout     ? "pipeline_layout"
+    const std::string field = o.pipeline_layout      ? "pipeline_layout"
                               : o.first_stage_layers ? "first_stage_layers"
                                                      : "last_stage_layers";
     ps.push_back({field, fmt::format("expected every pipeline stage between the first and the last to hold a "
@@ -293,8 +293,8 @@ std::vector<core::Problem> check_pipeline_layout(const models::ModelSpec& m, con
                                      "stages that only pass activations through",
                                      v, out.stage_of(v), out.chunk_of(v))});
   }
-  out.v_shape = ps.empty() && o.pipeline_schedule == PipelineSchedule::ZbV;
-  out.dual = ps.empty() && o.pipeline_schedule == PipelineSchedule::DualPipe;
+  out.v_shape = ps.empty() && traits(o.pipeline_schedule).v_shape;
+  out.dual = ps.empty() && traits(o.pipeline_schedule).mirrored;
   return ps;
 }
 

@@ -2,6 +2,7 @@
 // options in, one per-rank, multi-stream Schedule out.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -69,6 +70,38 @@ inline constexpr core::Names<PipelineSchedule, 4> kPipelineSchedules{{{PipelineS
 /// "1f1b" | "zb-h1" | "zb-v" | "dualpipe", and back (nullopt for any other text).
 [[nodiscard]] std::string_view to_string(PipelineSchedule s);
 [[nodiscard]] std::optional<PipelineSchedule> parse_pipeline_schedule(std::string_view s);
+
+/// What the plan check, the lowering, plan search and the explanation know of
+/// a pipeline schedule, one entry each (its slot order: pipeline_orders).
+struct PipelineScheduleTraits {
+  PipelineSchedule schedule;
+  /// Each backward runs as B (input gradients) and W (weight gradients).
+  bool split_backward;
+  /// Two chunks a stage placed in a V: stage p holds virtual stages p and
+  /// 2pp - 1 - p; stage 0 runs 2pp - 1 forwards of chunk 0 before its first backward.
+  bool v_shape;
+  /// Every stage also holds its mirror stage's copy; micro-batches from both ends.
+  bool mirrored;
+  /// The vpp it runs with; 0: any (interleaved when above 1).
+  int vpp;
+  /// Its fill and drain cannot be hidden: (pp - 1) / vpp micro-batches of one
+  /// stage's work (the zero-bubble schedules may hide them all).
+  bool fills_and_drains;
+  /// Its step is affine in the micro-batch count from this many per stage on.
+  int settled_per_stage;
+};
+inline constexpr std::array<PipelineScheduleTraits, 4> kPipelineScheduleTraits{{
+    {PipelineSchedule::OneFOneB, false, false, false, 0, true, 1},
+    {PipelineSchedule::ZbH1, true, false, false, 1, false, 1},
+    {PipelineSchedule::ZbV, true, true, false, 2, false, 2},
+    {PipelineSchedule::DualPipe, true, false, true, 1, false, 1},
+}};
+[[nodiscard]] constexpr const PipelineScheduleTraits& traits(PipelineSchedule s) {
+  for (const auto& t : kPipelineScheduleTraits) {
+    if (t.schedule == s) return t;
+  }
+  return kPipelineScheduleTraits[0];
+}
 
 /// Group sizes of a hierarchical ZeRO plan: bf16 parameters over g_p ranks,
 /// accumulated gradients over g_g, fp32 master weights and Adam moments over g_o.

@@ -25,6 +25,21 @@ std::string text(const std::vector<PipelineSlot>& order) {
   return out;
 }
 
+// One traits entry per pipeline schedule, in the name table's order, and
+// the facts the plan check, the lowering and the search read from it.
+TEST(PipelineSchedules, OneTraitsEntryEach) {
+  ASSERT_EQ(kPipelineScheduleTraits.size(), kPipelineSchedules.size());
+  for (std::size_t i = 0; i < kPipelineSchedules.size(); ++i) {
+    EXPECT_EQ(kPipelineScheduleTraits[i].schedule, kPipelineSchedules[i].first);
+    EXPECT_EQ(traits(kPipelineSchedules[i].first).schedule, kPipelineSchedules[i].first);
+  }
+  EXPECT_FALSE(traits(PipelineSchedule::OneFOneB).split_backward);
+  EXPECT_TRUE(traits(PipelineSchedule::OneFOneB).fills_and_drains);
+  EXPECT_EQ(traits(PipelineSchedule::ZbV).vpp, 2);
+  EXPECT_EQ(traits(PipelineSchedule::ZbV).settled_per_stage, 2);
+  EXPECT_TRUE(traits(PipelineSchedule::DualPipe).mirrored);
+}
+
 TEST(ZeroBubbleOrder, ZbH1DelaysStageIsWeightGradientsByI) {
   // p = 4, m = 8: stage 0 is 1F1B with each W right after its B; the last
   // stage defers its W passes by 3 micro-batches (4 in flight on every stage).
