@@ -280,7 +280,7 @@ core::Bytes layer_activation_bytes(const ModelSpec& m, int layer, const GraphOpt
     // the kept-everything sum: the activation is a non-GEMM op it
     // recomputes, so its output, the down projection's input, is not kept.
     if (o.recompute == Recompute::Selective && o.selective == core::SelectivePolicy::EveryOtherMatmul)
-      ffn -= e * T * m.ffn_hidden / d.t;
+      ffn -= gemm_in * T * m.ffn_hidden / d.t;  // the down projection input, as counted above
   }
   return Bytes(attn + ffn);
 }
