@@ -280,7 +280,7 @@ core::ReplayResult AnalyticEngine::walk(const core::Schedule& s, const FreeOps& 
   core::ReplayResult r = plan.replay(costs);
 
   const double slowdown = pm_.topology().spec().device.comm_compute_slowdown;
-  const bool interfere = contention_.interference && slowdown > 1;
+  const bool interfere = slows_compute();
   std::vector<CollectiveSite> sites;
   std::optional<LinkSharing> sharing;
   if (contention_.link_sharing) {
@@ -346,7 +346,7 @@ StepEstimate AnalyticEngine::estimate(const core::Schedule& s, const FreeOps& fr
   const core::ReplayResult r = walk(s, free);
   // Where compute was not slowed, each kernel's walked duration is its
   // uncontended cost, read back rather than costed again.
-  const bool slowed = contention_.interference && pm_.topology().spec().device.comm_compute_slowdown > 1;
+  const bool slowed = slows_compute();
   StepEstimate e;
   core::StepSpan span;
   for (std::size_t p = 0; p < s.programs.size(); ++p) {

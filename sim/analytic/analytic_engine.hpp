@@ -56,6 +56,10 @@ class AnalyticEngine final : public Engine {
 
  private:
   [[nodiscard]] core::ReplayResult walk(const core::Schedule& s, const FreeOps& free = {}) const;
+  /// Whether the walk slows compute under collectives (interference on, and a device that slows).
+  [[nodiscard]] bool slows_compute() const {
+    return contention_.interference && pm_.topology().spec().device.comm_compute_slowdown > 1;
+  }
   const topologies::PerfModel& pm_;
   Contention contention_;
 };
