@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <memory>
 #include <string>
 
 #include "plan/plan.hpp"
@@ -124,6 +125,33 @@ TEST(StackLowering, DeepSpeedZero3GathersEachParameterTensor) {
   EXPECT_EQ(bytes, 2 * kLayerParams);
   // One bucket of 1,000 MB holds the layer's 436 MB of bf16 gradients: one reduce-scatter.
   EXPECT_EQ(only(s, "layer0.grad_reducescatter").bytes.count(), 2 * kLayerParams);
+}
+
+TEST(StackLowering, ZeroThreeReducesALayerInBucketsOfItsSize) {
+  // reduce_bucket_size 5e7 bf16 elements (100 MB): a layer's 218,112,000
+  // gradient elements (divisible by the 8 ranks, so unpadded) fill four
+  // buckets and part of a fifth: five reduce-scatters, sizes in proportion.
+  auto stack = std::make_shared<stacks::Stack>(*stacks::resolve_stack("deepspeed-zero"));
+  stack->spec.collectives.bucket_MB = 100;
+  const models::ModelSpec m = test_util::four_layers();
+  const topologies::Topology topo(topologies::load_cluster("dgx-h100"), 8);
+  PlanOptions o = test_util::options(Strategy::Fsdp, 8 * T);
+  o.seq_len = T;
+  o.stack = stack;
+  const core::Schedule s = lower(m, topo, o);
+  std::int64_t count = 0, bytes = 0;
+  for (const auto& op : ops_named(s, "layer0.grad_reducescatter")) {
+    if (op.kind != core::OpKind::Collective) continue;
+    ++count;
+    bytes += op.bytes.count();
+  }
+  EXPECT_EQ(kLayerParams, 218'112'000);
+  EXPECT_EQ(count, 5);
+  EXPECT_EQ(bytes, 2 * kLayerParams);
+  // Forward and backward each gather the layer's nine parameter tensors.
+  std::int64_t gathers = 0;
+  for (const auto& op : ops_named(s, "layer0.allgather.")) gathers += op.kind == core::OpKind::Collective ? 1 : 0;
+  EXPECT_EQ(gathers, 18);
 }
 
 // ZeRO++: quantized weights gather as int8 (one byte a parameter) and
