@@ -372,6 +372,14 @@ std::vector<CollectiveChoice> NcclModel::candidates(CollectiveKind kind, double 
       // does not pick it (validation/collectives: the development case and
       // the held-out RoCE and EFA curves all move closer, docs/VALIDATION.md).
       if (a == A::Ring && p == NcclProtocol::LL128 && g.domains > 1) out.back().preferred = false;
+      // The same holds for the tree's LL128 across domains: on every
+      // multi-node all-reduce curve here where NCCL's model picks it (HDR
+      // InfiniBand on Leonardo at 8-256 nodes of 4 A100, NDR InfiniBand at
+      // 2-8 nodes of 8 H100, EFA at 2 nodes of p4de and p5), 256 KiB-64 MiB
+      // run 1.5-3x longer than it gives. What hzp picks instead (Tree or Ring
+      // Simple, LL) is still faster than measured at 2-16 MiB, by less
+      // (validation/collectives, docs/VALIDATION.md).
+      if (a == A::Tree && p == NcclProtocol::LL128 && g.domains > 1) out.back().preferred = false;
     }
   }
   return out;

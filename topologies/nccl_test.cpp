@@ -118,6 +118,24 @@ TEST(NcclModel, TreeAllReduceAcrossNodes) {
   EXPECT_NEAR(ring.latency_s * 1e6, 1666.0, 1e-9);
 }
 
+TEST(NcclModel, LL128IsCostedButNotChosenAcrossNodes) {
+  // 8 nodes × 8, a 4 MiB all-reduce: NCCL's own estimate ranks Tree LL128
+  // first, hzp's tuner passes over the LL128s that cross the network (ring
+  // and tree), and inside one node LL128 stays a choice.
+  PerfModel pm(Topology(h100(), 64));
+  const GroupSpan across = pm.span(iota(64));
+  const double N = 4 << 20;
+  const auto all = pm.nccl().candidates(CollectiveKind::AllReduce, N, across);
+  const auto tree_ll128 = pick(all, NcclAlgorithm::Tree, NcclProtocol::LL128);
+  EXPECT_FALSE(tree_ll128.preferred);
+  EXPECT_FALSE(pick(all, NcclAlgorithm::Ring, NcclProtocol::LL128).preferred);
+  for (const auto& c : all) EXPECT_GE(c.estimate_s, tree_ll128.estimate_s) << to_string(c.algorithm);
+  const auto chosen = pm.nccl().choose(CollectiveKind::AllReduce, N, across);
+  EXPECT_NE(chosen.protocol, NcclProtocol::LL128);
+  const GroupSpan node = pm.span(iota(8));
+  for (const auto& c : pm.nccl().candidates(CollectiveKind::AllReduce, N, node)) EXPECT_TRUE(c.preferred);
+}
+
 TEST(NcclModel, PatWithOneRankPerNode) {
   // 16 nodes × 1 rank, all-gather: PAT latency 8 + floor(log2 16) · 14 / 3.5
   // + 2.8 · 16 = 68.8 µs, bandwidth 0.75 · 45; ring Simple 8.4 + 15 · 14 = 218.4 µs.
@@ -216,15 +234,17 @@ TEST(NcclModel, ThePluginsLatencyMovesTheChoiceNotTheTime) {
     EXPECT_NEAR((after[i].estimate_s - before[i].estimate_s) * 1e6, extra_us, 1e-6) << to_string(after[i].algorithm);
     EXPECT_DOUBLE_EQ(after[i].seconds(), before[i].seconds());
   }
-  // At 8 MiB NVLSTree Simple is cheapest by less than 150 µs over Tree
-  // LL128; the plugin's latency hands the choice to Tree LL128.
-  const auto simple = plain.nccl().choose(CollectiveKind::AllReduce, N, g);
-  const auto ll128 = pick(before, NcclAlgorithm::Tree, NcclProtocol::LL128);
+  // At 2 MiB NVLSTree Simple is cheapest by less than 150 µs over Ring LL
+  // (hzp's tuner passes over the LL128s across nodes); the plugin's latency,
+  // 150 µs more on LL's estimate and 300 on Simple's, hands the choice to Ring LL.
+  const double M = 2 << 20;
+  const auto simple = plain.nccl().choose(CollectiveKind::AllReduce, M, g);
+  const auto ll = pick(plain.nccl().candidates(CollectiveKind::AllReduce, M, g), NcclAlgorithm::Ring, NcclProtocol::LL);
   ASSERT_EQ(simple.algorithm, NcclAlgorithm::NvlsTree);
-  EXPECT_LT(ll128.estimate_s - simple.estimate_s, 150e-6);
-  const auto chosen = efa.nccl().choose(CollectiveKind::AllReduce, N, g);
-  EXPECT_EQ(chosen.algorithm, NcclAlgorithm::Tree);
-  EXPECT_EQ(chosen.protocol, NcclProtocol::LL128);
+  EXPECT_LT(ll.estimate_s - simple.estimate_s, 150e-6);
+  const auto chosen = efa.nccl().choose(CollectiveKind::AllReduce, M, g);
+  EXPECT_EQ(chosen.algorithm, NcclAlgorithm::Ring);
+  EXPECT_EQ(chosen.protocol, NcclProtocol::LL);
 }
 
 }  // namespace
