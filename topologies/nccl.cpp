@@ -111,6 +111,10 @@ NcclTuning make_tuning() {
                                        .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9};
   t.pat_net_divisor = 3.5;
   t.pat_per_rank_us = 2.8;
+  // init.cc's default buffers over NCCL_STEPS (8): LL 8 lines x 512
+  // threads x 16 B (8 of data), LL128 120 words x 640 threads x 8 B (15 of
+  // 16 words data), Simple 4 MiB.
+  t.tree_chunk_bytes = {8.0 * 512 * 16 / 8 / 2, 120.0 * 640 * 8 / 8 * 15 / 16, 4194304.0 / 8};
   t.channel_threshold_bytes = {8, 8, 64};
   t.threads_per_channel = {512, 640, 512};
   return t;
@@ -126,6 +130,19 @@ double tree_correction(const NcclTuning& t, NcclProtocol p, double bytes) {
 }
 
 // NCCL's node-count column: one node, two, three or more.
+// The chunk a tree moves per step and channel (enqueue.cc): the protocol's
+// step; LL128's is halved while the message gives each channel too few.
+double tree_chunk(const NcclTuning& t, NcclProtocol p, double bytes, int channels, int domains, double ppn) {
+  double chunk = t.tree_chunk_bytes[idx(p)];
+  if (p == NcclProtocol::LL128) {
+    const double nsteps = 1 + log2_floor(domains) + 0.1 * ppn;
+    const auto chunks = [&] { return std::floor(bytes / (channels * chunk)); };
+    while (chunks() < nsteps * 64 / ppn && chunk > 131072) chunk /= 2;
+    while (chunks() < nsteps * 16 / ppn && chunk > 32768) chunk /= 2;
+  }
+  return chunk;
+}
+
 std::size_t node_column(int domains) { return static_cast<std::size_t>(std::clamp(domains, 1, 3) - 1); }
 
 }  // namespace
@@ -344,6 +361,20 @@ CollectiveChoice NcclModel::cost(NcclAlgorithm a, NcclProtocol p, CollectiveKind
   // applies to Tree only, so the choice above is made without it.
   if (a == A::NvlsTree && D > 1) c.bus_GBps *= tree_correction(t, p, N);
   c.transfer_s = c.bus_GBps > 0 ? moved / (c.bus_GBps * 1e9) : std::numeric_limits<double>::infinity();
+  // A tree streams its chunks through 2((ppn - 1) + log2 D) hops, up the
+  // chain and the tree and down again. NCCL's estimate charges each hop its
+  // latency and the message its bandwidth, not the first chunk's crossing of
+  // every hop before the pipeline streams. That chunk crosses alone, at
+  // twice a channel's share of the bus bandwidth (once streaming, the up and
+  // down halves share each link: the 2N bytes above). The last network hop
+  // is the bandwidth term's own. Only what runs pays it; the choice is made
+  // on NCCL's estimate.
+  if (a == A::Tree && D > 1 && c.bus_GBps > 0) {
+    const double chunk = std::min(N / c.channels, tree_chunk(t, p, N, c.channels, D, ppn));
+    const double up_hop_s = chunk / (2 * up_GBps_ / ch * 1e9);
+    const double net_hop_s = chunk / (2 * c.bus_GBps / c.channels * 1e9);
+    c.latency_s += 2 * (ppn - 1) * up_hop_s + (2 * log2_floor(D) - 1) * net_hop_s;
+  }
   return c;
 }
 

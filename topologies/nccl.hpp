@@ -83,6 +83,10 @@ struct NcclTuning {
   /// PAT latency: base + floor(log2 nodes) · NET step / divisor + per rank · ranks.
   double pat_net_divisor = 0;
   double pat_per_rank_us = 0;
+  /// Data a tree moves per step and channel (enqueue.cc: the protocol's
+  /// buffer over NCCL_STEPS; LL lines carry half data, LL128 lines 15 of 16
+  /// words), before enqueue.cc cuts the LL128 tree's chunk for small messages.
+  std::array<double, kNcclProtocols> tree_chunk_bytes{};
   /// After choosing, enqueue.cc spreads a collective over fewer channels
   /// while bytes < channels · threads · threshold (LL rings: threshold × ranks).
   std::array<double, kNcclProtocols> channel_threshold_bytes{};
@@ -97,7 +101,7 @@ struct CollectiveChoice {
   NcclAlgorithm algorithm = NcclAlgorithm::Ring;
   NcclProtocol protocol = NcclProtocol::Simple;
   int channels = 1;       // channels the message is spread over
-  double latency_s = 0;   // base + steps
+  double latency_s = 0;   // base + steps (+ a tree's pipeline fill across domains)
   double transfer_s = 0;  // bytes on the busiest link / bandwidth, over the channels used
   double bus_GBps = 0;    // the bus bandwidth it runs at, over the channels used
   /// NCCL's own estimate (every channel busy): what the choice is made on.
