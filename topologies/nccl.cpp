@@ -321,6 +321,13 @@ CollectiveChoice NcclModel::cost(NcclAlgorithm a, NcclProtocol p, CollectiveKind
     const double inter = (D <= 2 ? 2 : 1) * g.min_ranks_per_domain * nic_GBps(g.top_tier);
     bw = std::min(up_GBps_ * nvls_efficiency_, inter);
   }
+  if (a == A::Tree && D == 2) {
+    // Two domains' trees: each domain roots one of the two trees, so each
+    // sends half the message across and receives the other half, both ways:
+    // the NICs carry half what they carry for D > 2 (NCCL's tuner gives two
+    // nodes the intra-node bandwidth; the scale-up link still bounds it).
+    bw = std::min(up_GBps_, 2 * g.min_ranks_per_domain * nic_GBps(g.top_tier));
+  }
   const double links = bw;  // what every channel together can carry
   const double ll_max = D == 1 ? t.ll_max_one_node_GBps[arch] : t.ll_max_GBps[std::min<std::size_t>(col, 2) - 1];
   if (a == A::Ring && p == P::LL) bw = std::min(ll_max, bw * t.ll_ring_factor);

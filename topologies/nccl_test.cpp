@@ -125,6 +125,21 @@ TEST(NcclModel, TreeAllReduceAcrossNodes) {
   EXPECT_NEAR(ring.latency_s * 1e6, 1666.0, 1e-9);
 }
 
+TEST(NcclModel, TwoDomainsTreeSendsHalfAcross) {
+  // 1 GiB (tree correction 1.0: log2(2^30 / 64) = 24). Two nodes × 8: each
+  // roots one tree, so the 8 NICs of 45 GB/s carry half: min(450, 2 · 360) ·
+  // 0.92 = 414 GB/s, within 16 channels · 41.4. Four nodes: min(450, 360) ·
+  // 0.92 = 331.2 GB/s, within 16 · 36.0. 2N bytes either way.
+  const double N = 1 << 30;
+  for (const auto& [gpus, bus] : {std::pair{16, 414.0}, std::pair{32, 331.2}}) {
+    PerfModel pm(Topology(h100(), gpus));
+    const auto tree = pick(pm.nccl().candidates(CollectiveKind::AllReduce, N, pm.span(iota(gpus))), NcclAlgorithm::Tree,
+                           NcclProtocol::Simple);
+    EXPECT_NEAR(tree.bus_GBps, bus, 1e-9) << gpus;
+    EXPECT_NEAR(tree.transfer_s, 2 * N / (bus * 1e9), 1e-12) << gpus;
+  }
+}
+
 TEST(NcclModel, LL128IsCostedButNotChosenAcrossNodes) {
   // 8 nodes × 8, a 4 MiB all-reduce: NCCL's own estimate ranks Tree LL128
   // first, hzp's tuner passes over the LL128s that cross the network (ring
