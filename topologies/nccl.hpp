@@ -87,6 +87,12 @@ struct NcclTuning {
   /// buffer over NCCL_STEPS; LL lines carry half data, LL128 lines 15 of 16
   /// words), before enqueue.cc cuts the LL128 tree's chunk for small messages.
   std::array<double, kNcclProtocols> tree_chunk_bytes{};
+  /// Not NCCL's: what each peer adds to an all-to-all's latency across
+  /// domains (its grouped sends and receives are issued peer by peer). The
+  /// slope of the small-message floor measured on Leonardo (4 A100 a node,
+  /// HDR InfiniBand; De Sensi et al., SC24 raw data): 67.6 µs at 32 GPUs,
+  /// 1,977.9 µs at 1,024, (1977.9 − 67.6) / (1023 − 31) = 1.926 µs a peer.
+  double all_to_all_per_peer_us = 0;
   /// After choosing, enqueue.cc spreads a collective over fewer channels
   /// while bytes < channels · threads · threshold (LL rings: threshold × ranks).
   std::array<double, kNcclProtocols> channel_threshold_bytes{};

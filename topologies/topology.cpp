@@ -119,11 +119,14 @@ CollectiveCost PerfModel::collective_cost(core::CollectiveKind kind, Bytes bytes
   const double P = g.ranks, N = static_cast<double>(bytes.count());
   if (kind == core::CollectiveKind::AllToAll) {
     // Every rank sends N/P to each peer at once: k−1 peers over the scale-up
-    // links, P−k over the NIC (NCCL runs it as grouped send/recv).
+    // links, P−k over the NIC (NCCL runs it as grouped send/recv). Across
+    // domains each of the P − 1 peers adds its issue to the latency
+    // (NcclTuning::all_to_all_per_peer_us: measured, not NCCL's model).
     const double k = std::min<double>(g.max_ranks_per_domain, P);
     const double t_up = N * (k - 1) / P / (nccl_.scale_up_GBps() * 1e9);
     const double t_out = g.domains > 1 ? N * (P - k) / P / (nccl_.nic_GBps(g.top_tier) * 1e9) : 0;
-    c.latency_s = us_to_seconds(nccl_.p2p_latency_us(g.domains > 1 ? g.top_tier : -1));
+    const double peers_us = g.domains > 1 ? (P - 1) * nccl_.tuning().all_to_all_per_peer_us : 0;
+    c.latency_s = us_to_seconds(nccl_.p2p_latency_us(g.domains > 1 ? g.top_tier : -1) + peers_us);
     c.transfer_s = std::max(t_up, t_out);
     c.channels = 1;
     return c;

@@ -19,8 +19,9 @@ std::vector<int> iota(int n, int start = 0) {
 
 TEST(ClusterCatalog, AllEntriesLoad) {
   auto names = cluster_catalog_names();
-  EXPECT_EQ(names, (std::vector<std::string>{"aws-p4de", "aws-p5", "dgx-a100", "dgx-b200", "dgx-h100", "dgx-h200",
-                                             "dgx2-v100", "gb200-nvl72", "grand-teton-h100", "leonardo-booster", "mesh16-roce200"}));
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"aws-p4de", "aws-p5", "dgx-a100", "dgx-b200", "dgx-h100", "dgx-h200", "dgx2-v100",
+                                      "gb200-nvl72", "grand-teton-h100", "leonardo-booster", "mesh16-roce200"}));
   for (const auto& n : names) EXPECT_EQ(load_cluster(n).name, n);
 }
 
@@ -112,6 +113,24 @@ TEST(PerfModel, RingAcrossNodesIsNicBound) {
       pm.collective_cost(core::CollectiveKind::ReduceScatter, core::Bytes(1LL << 32), pm.span(iota(128)));
   EXPECT_EQ(c.protocol, NcclProtocol::Simple);
   EXPECT_NEAR(c.transfer_s, 127.0 / 128.0 * (1LL << 32) / (320e9), 1e-12);
+}
+
+TEST(PerfModel, AllToAllLatencyGrowsWithThePeersAcrossNodes) {
+  // 4 nodes x 8: one p2p latency plus 31 peers at (1977.9 − 67.6) / 992 µs
+  // each; inside one node, the p2p latency alone. Bandwidth: 24 of each
+  // rank's 32 blocks leave the node over its NIC (8 x 50 GB/s x 0.8 a node,
+  // 40 GB/s a GPU).
+  ClusterSpec spec = load_cluster("dgx-h100");
+  spec.scale_out.ring_efficiency = 0.8;
+  PerfModel pm(Topology(spec, 32));
+  const double per_peer_us = (1977.9 - 67.6) / (1023 - 31);
+  EXPECT_NEAR(pm.nccl().tuning().all_to_all_per_peer_us, per_peer_us, 1e-12);
+  const double N = 32 << 20;
+  const CollectiveCost across = pm.collective_cost(core::CollectiveKind::AllToAll, core::Bytes(N), pm.span(iota(32)));
+  EXPECT_NEAR(across.latency_s * 1e6, pm.nccl().p2p_latency_us(0) + 31 * per_peer_us, 1e-9);
+  EXPECT_NEAR(across.transfer_s, N * 24 / 32 / 40e9, 1e-12);
+  const CollectiveCost inside = pm.collective_cost(core::CollectiveKind::AllToAll, core::Bytes(N), pm.span(iota(8)));
+  EXPECT_NEAR(inside.latency_s * 1e6, pm.nccl().p2p_latency_us(-1), 1e-9);
 }
 
 TEST(PerfModel, OneRankPerNodeUsesOneNic) {
@@ -246,8 +265,7 @@ TEST(PerfModel, TensorCoreWorkRunsAtTheSustainedFraction) {
 TEST(ClusterSpec, RefusesAPowerCapListedTwice) {
   auto [text, file] = cluster_text("dgx-h100");
   const std::string from = "\"caps\": [";
-  const std::string twin =
-      "{\"limit_W\": 500, \"tensor_clock_MHz\": 1000, \"source\": \"a second measurement\"}, ";
+  const std::string twin = "{\"limit_W\": 500, \"tensor_clock_MHz\": 1000, \"source\": \"a second measurement\"}, ";
   text.replace(text.find(from), from.size(), from + twin);
   try {
     (void)cluster_from_json(text, "twice.json");

@@ -21,7 +21,8 @@ namespace hzp::validation {
 namespace {
 
 constexpr core::CollectiveKind kKinds[] = {core::CollectiveKind::AllGather, core::CollectiveKind::ReduceScatter,
-                                           core::CollectiveKind::AllReduce, core::CollectiveKind::Broadcast};
+                                           core::CollectiveKind::AllReduce, core::CollectiveKind::Broadcast,
+                                           core::CollectiveKind::AllToAll};
 
 std::optional<double> mean_abs(const std::vector<ScoredRow>& rows, bool large) {
   double sum = 0;
@@ -142,7 +143,9 @@ CollectiveCase collective_case_from_json(const std::string& text, const std::str
       known = true;
     }
   }
-  if (!known) o.fail("op", fmt::format("expected all_gather|reduce_scatter|all_reduce|broadcast, got \"{}\"", op));
+  if (!known) {
+    o.fail("op", fmt::format("expected all_gather|reduce_scatter|all_reduce|broadcast|all_to_all, got \"{}\"", op));
+  }
 
   read_rows(o, c);
   o.finish();
@@ -185,6 +188,17 @@ ScoredCollective score_collective_case(const CollectiveCase& c) {
   ScoredCollective s;
   s.c = &c;
   for (const auto& row : c.rows) {
+    if (c.op == core::CollectiveKind::AllToAll) {
+      // Pairwise sends and receives, as NCCL runs it (no algorithm choice).
+      const auto cost = pm.collective_cost(c.op, core::Bytes(static_cast<std::int64_t>(row.bytes)), g);
+      ScoredRow r;
+      r.measured = row;
+      r.predicted_us = std::max(cost.seconds() * 1e6, host_us);
+      r.predicted_busbw_GBps = row.bytes * busbw_factor(c.op, c.gpus) / r.predicted_us / 1e3;
+      r.choice = "pairwise";
+      s.rows.push_back(r);
+      continue;
+    }
     // NCCL's choice among what the run allowed.
     std::optional<topologies::CollectiveChoice> best;
     for (const auto& cand : pm.nccl().candidates(c.op, row.bytes, g)) {

@@ -4,8 +4,10 @@
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <algorithm>
 
 #include "core/error.hpp"
+#include "topologies/topology.hpp"
 #include "validation/nccl_tests_log.hpp"
 
 namespace hzp::validation {
@@ -25,11 +27,31 @@ std::string case_text(const std::string& rows, const std::string& model_extra = 
 TEST(CollectiveCases, DerivesTheMissingColumn) {
   // all_reduce over 8 ranks: busbw = algbw · 2 · 7/8 = 1.75 algbw.
   // 1e9 bytes at 175 GB/s bus: algbw 100 GB/s, 10,000 us; 1e6 bytes in 20 us: 87.5 GB/s bus.
-  const CollectiveCase c = collective_case_from_json(case_text("[[1000000, 20, 0], [1000000000, null, 175]]"), "t.json");
+  const CollectiveCase c =
+      collective_case_from_json(case_text("[[1000000, 20, 0], [1000000000, null, 175]]"), "t.json");
   ASSERT_EQ(c.rows.size(), 2U);
   EXPECT_NEAR(c.rows[0].busbw_GBps, 87.5, 1e-9);
   EXPECT_NEAR(c.rows[1].time_us, 10000, 1e-6);
   EXPECT_DOUBLE_EQ(busbw_factor(core::CollectiveKind::AllGather, 8), 7.0 / 8);
+}
+
+TEST(CollectiveCases, AllToAllIsScoredAsPairwiseSends) {
+  // 8 ranks in one node, 8 MiB each: busbw = size · 7/8 / time, and hzp's
+  // time is the pairwise model's (PerfModel::collective_cost), no NCCL choice.
+  std::string text = case_text("[[8388608, 100, 0]]");
+  const std::string op = "\"op\": \"all_reduce\"";
+  text.replace(text.find(op), op.size(), "\"op\": \"all_to_all\"");
+  const CollectiveCase c = collective_case_from_json(text, "t.json");
+  EXPECT_EQ(c.op, core::CollectiveKind::AllToAll);
+  EXPECT_NEAR(c.rows[0].busbw_GBps, 8388608.0 * 7 / 8 / 100 / 1e3, 1e-9);
+  const ScoredCollective s = score_collective_case(c);
+  ASSERT_EQ(s.rows.size(), 1U);
+  EXPECT_EQ(s.rows[0].choice, "pairwise");
+  const topologies::ClusterSpec spec = topologies::load_cluster("dgx-h100");
+  const topologies::PerfModel pm(topologies::Topology(spec, 8));
+  const auto cost =
+      pm.collective_cost(core::CollectiveKind::AllToAll, core::Bytes(8388608), pm.span({0, 1, 2, 3, 4, 5, 6, 7}));
+  EXPECT_NEAR(s.rows[0].predicted_us, std::max(cost.seconds() * 1e6, spec.device.collective_launch_latency_us), 1e-9);
 }
 
 TEST(CollectiveCases, RefusesWhatItCannotScore) {

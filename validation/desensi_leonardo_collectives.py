@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Writes validation/collectives/desensi-leonardo-*.json: NCCL all-reduce on
-CINECA Leonardo Booster at 2 to 256 nodes (4 A100 a node, one process a GPU),
+"""Writes validation/collectives/desensi-leonardo-*.json: NCCL all-reduce and
+all-to-all on CINECA Leonardo Booster at 2 to 256 nodes (4 A100 a node, one process a GPU),
 from the raw data of De Sensi et al., "Exploring GPU-to-GPU Communication:
 Insights into Supercomputer Interconnects" (SC24, arXiv 2408.14090), published
 with the paper in github.com/DanieleDeSensi/blink.
@@ -24,9 +24,11 @@ HARDWARE = ("Leonardo Booster (CINECA): 4 x A100 SXM 64GB per node (NVLink3), 2 
             "per node (mlx5_0-3, conf/leonardo.sh), InfiniBand HDR Dragonfly+; NCCL of NVHPC 23.1 (CUDA 11.8)")
 
 
-def git_show(path):
-    return subprocess.run(["git", "-C", repo, "show", "%s:%s" % (COMMIT, path)], check=True,
-                          capture_output=True, text=True).stdout
+def git_show(path, missing_ok=False):
+    r = subprocess.run(["git", "-C", repo, "show", "%s:%s" % (COMMIT, path)], capture_output=True, text=True)
+    if r.returncode != 0 and not missing_ok:
+        raise RuntimeError("%s: %s" % (path, r.stderr.strip()))
+    return r.stdout
 
 
 def full_commit():
@@ -34,17 +36,24 @@ def full_commit():
                           text=True).stdout.strip()
 
 
-def runs(service_level):
-    """{nodes: {bytes: [(median us of the run's iterations, run directory)]}} for ncclAllReduce, 4 processes a
+# The benchmark's applications: ncclAllReduce of `size` bytes; an all-to-all
+# that sends `size` bytes to each peer (so each rank's buffer, nccl-tests'
+# size, is `size` x ranks: 2 MiB a peer over 32 GPUs took 5.3 ms, the 29
+# peers off the node's 58.7 MB over one 100 Gb/s port at 88 % of its rate).
+APPS = {"all_reduce": "ar-nccl", "all_to_all": "a2a-nccl"}
+
+
+def runs(service_level, op="all_reduce"):
+    """{nodes: {bytes: [(median us of the run's iterations, run directory)]}} for the op, 4 processes a
     node, the allocation Slurm gave ('l'), on the given InfiniBand service level, hcoll off."""
     out = defaultdict(lambda: defaultdict(list))
     for d in csv.DictReader(io.StringIO(git_show("data/description.csv"))):
-        m = re.match(r"\./apps_mix/gpubench/ar-nccl/(\d+)(B|KiB|MiB|GiB)$", d["app_mix"])
+        m = re.match(r"\./apps_mix/gpubench/%s/(\d+)(B|KiB|MiB|GiB)$" % APPS[op], d["app_mix"])
         if (d["system"] != "leonardo" or not m or d["ppn"] != "4" or d["allocation_mode"] != "l"
                 or d["extra"] != "SL%d_hcoll0" % service_level):
             continue
         path = d["path"][2:]
-        rows = list(csv.reader(io.StringIO(git_show(path + "/data.csv"))))[1:]
+        rows = list(csv.reader(io.StringIO(git_show(path + "/data.csv", missing_ok=True))))[1:]  # some runs left none
         times = [float(r[0]) for r in rows if r and r[0]]
         if times:
             size = int(m.group(1)) * UNITS[m.group(2)]
@@ -52,42 +61,48 @@ def runs(service_level):
     return out
 
 
-def write(service_level, nodes, sizes):
+def write(service_level, nodes, sizes, op="all_reduce"):
     gpus = 4 * nodes
-    factor = 2.0 * (gpus - 1) / gpus
+    factor = (2.0 if op == "all_reduce" else 1.0) * (gpus - 1) / gpus
+    per_rank = 1 if op == "all_reduce" else gpus  # nccl-tests' size: the buffer each rank sends
     rows, where = [], []
     for size in sorted(sizes):
         per_run = sorted(t for t, _ in sizes[size])
         t = statistics.median(per_run)
-        rows.append([size, round(t, 1), round(size * factor / t / 1e3, 3)])
+        rows.append([size * per_rank, round(t, 1), round(size * per_rank * factor / t / 1e3, 3)])
         where += [p for _, p in sizes[size]]
-    spread = [(s, min(t for t, _ in v), max(t for t, _ in v)) for s, v in sorted(sizes.items()) if len(v) > 1]
+    spread = [(s * per_rank, min(t for t, _ in v), max(t for t, _ in v)) for s, v in sorted(sizes.items()) if len(v) > 1]
     quiet = service_level == 1
     case = {
         "schema_version": 1,
-        "id": "desensi-leonardo-a100-%dg-all_reduce%s" % (gpus, "" if quiet else "-sl0"),
-        "source": dict(SOURCE, where="data/description.csv rows app_mix ./apps_mix/gpubench/ar-nccl/<size>, "
+        "id": "desensi-leonardo-a100-%dg-%s%s" % (gpus, op, "" if quiet else "-sl0"),
+        "source": dict(SOURCE, where="data/description.csv rows app_mix ./apps_mix/gpubench/" + APPS[op] + "/<size>, "
                        "system leonardo, numnodes %d, ppn 4, allocation l, extra SL%d_hcoll0: run directories %s"
                        % (nodes, service_level, ", ".join(sorted(set(p.split("/")[-1] for p in where))))),
         "hardware": HARDWARE,
         "fabric": "infiniband",
         "nccl_version": None,
         "measured_algorithm": "default",
-        "use": "score" if quiet else "context",
-        "reason": "" if quiet else (
+        "use": "figure" if op == "all_to_all" and gpus in (32, 1024) else "score" if quiet else "context",
+        "reason": ("hzp's all-to-all cost per peer (topologies/nccl.hpp, all_to_all_per_peer_us) is the slope of "
+                   "the small-message floors of the 32- and 1,024-GPU curves: these two check themselves")
+        if op == "all_to_all" and gpus in (32, 1024) else "" if quiet else (
             "InfiniBand service level 0, the default, which production jobs share: %s (the paper's network "
             "noise); hzp does not model other jobs' traffic" % noise(nodes)),
-        "notes": ("The paper's GPU benchmark (blink wrappers/gpubench-ar-nccl.py: one ncclAllReduce of the size per "
-                  "iteration, 100-1,000 iterations after warm-up, ppn 4 = one process a GPU), NCCL_IB_SL=%d. Each "
+        "notes": (("The paper's GPU benchmark (blink wrappers/gpubench-ar-nccl.py: one ncclAllReduce of the size per "
+                   "iteration" if op == "all_reduce" else
+                   "The paper's GPU benchmark (blink wrappers/gpubench-a2a-nccl.py: one all-to-all sending the "
+                   "application's size to each peer per iteration; rows give nccl-tests' size, that times the ranks")
+                  + ", 100-1,000 iterations after warm-up, ppn 4 = one process a GPU), NCCL_IB_SL=%d. Each "
                   "row is the median iteration time of a run, the median over the runs when several measured the "
-                  "size; busbw = size x 2(n-1)/n / time (nccl-tests' factor). Node placement is Slurm's (the "
+                  "size; busbw = size x %s / time (nccl-tests' factor). Node placement is Slurm's (the "
                   "runs' hostnames span 2-20 of the Dragonfly+ cells). The source of the benchmark binary (a "
                   "submodule) is not in the repository, so whether the buffers are in place is not known."
-                  % service_level) + ("" if not spread else " Runs of one size range (us): " + "; ".join(
+                  % (service_level, "2(n-1)/n" if op == "all_reduce" else "(n-1)/n")) + ("" if not spread else " Runs of one size range (us): " + "; ".join(
                       "%d B %.0f-%.0f" % s for s in spread) + "."),
         "model": {"cluster": "leonardo-booster", "nic_gbps": None, "gpus": gpus, "ranks_per_node": 4,
                   "gpus_per_process": 1, "algorithms": [], "protocol": None},
-        "op": "all_reduce",
+        "op": op,
         "placement": "out-of-place",
         "rows": rows,
     }
@@ -120,3 +135,5 @@ if __name__ == "__main__":
                     t for t, _ in _SL[1][nodes][1 << 30]):
                 continue
             print(write(sl, nodes, sizes))
+    for nodes, sizes in sorted(runs(1, "all_to_all").items()):
+        print(write(1, nodes, sizes, "all_to_all"))
