@@ -51,6 +51,12 @@ void SchemaRecorder::probed(const std::string& path, const std::string& key) {
   fields_[kind_of(path)][key].optional = true;
 }
 
+void SchemaRecorder::defaulted(const std::string& path, const std::string& key, const nlohmann::json& value) {
+  Field& f = fields_[kind_of(path)][key];
+  f.optional = true;
+  f.default_value = value;
+}
+
 void SchemaRecorder::field(const std::string& path, const std::string& key, const Field& f) {
   Field& have = fields_[kind_of(path)][key];
   if (have.type.empty() || have.type == "any") have.type = f.type;
@@ -92,6 +98,7 @@ nlohmann::ordered_json SchemaRecorder::object_schema(const std::string& path) co
       auto bounded = [integer](double v) { return !integer || std::abs(v) < kInt64Edge; };
       if (f.min && bounded(*f.min)) p[f.min_exclusive ? "exclusiveMinimum" : "minimum"] = bound(*f.min);
       if (f.max && bounded(*f.max)) p["maximum"] = bound(*f.max);
+      if (f.default_value) p["default"] = *f.default_value;
       props[key] = p;
       if (!f.optional && f.reads >= instances && instances > 0) required.push_back(key);
     }
@@ -129,6 +136,11 @@ bool StrictObject::has(const std::string& key) const {
   probed_.insert(key);
   if (g_recorder) g_recorder->probed(path_, key);
   return j_->contains(key);
+}
+
+bool StrictObject::has_or_default(const std::string& key, const nlohmann::json& fallback) const {
+  if (g_recorder) g_recorder->defaulted(path_, key, fallback);
+  return has(key);
 }
 
 const nlohmann::json& StrictObject::need(const std::string& key) {

@@ -32,6 +32,7 @@ class SchemaRecorder {
     std::optional<double> min, max;
     bool min_exclusive = false;
     long long reads = 0;
+    std::optional<nlohmann::json> default_value;  // what an absent key means
   };
   class Scope {
    public:
@@ -47,6 +48,7 @@ class SchemaRecorder {
   void object_seen(const std::string& path);
   void field(const std::string& path, const std::string& key, const Field& f);
   void probed(const std::string& path, const std::string& key);
+  void defaulted(const std::string& path, const std::string& key, const nlohmann::json& value);
   /// The JSON Schema of everything recorded: objects closed to unknown keys,
   /// a key required when every object of its kind held it and it was not
   /// optional, integer and number ranges as the reader checks them.
@@ -65,6 +67,9 @@ class StrictObject {
   StrictObject(const nlohmann::json& j, std::string file, std::string path = "");
 
   [[nodiscard]] bool has(const std::string& key) const;
+  /// has(), for a key whose absence means `fallback` (recorded as the
+  /// schema's default).
+  [[nodiscard]] bool has_or_default(const std::string& key, const nlohmann::json& fallback) const;
   [[nodiscard]] const nlohmann::json& raw(const std::string& key);
 
   [[nodiscard]] std::string str(const std::string& key);

@@ -45,26 +45,60 @@ core::NonGemmKernels non_gemm_ops(StrictObject o) {
   return n;
 }
 
-Granularity granularity(StrictObject& o, const std::string& key) { return choose(o, key, kGranularities); }
+// Knobs a file may leave out: the value keeps its default (the member's
+// initializer in stack_spec.hpp) unless the key is there, so a new knob is a
+// member with its default and one read_knob line, and no catalog file has to
+// name it. The schema marks them optional (the reader probes them with has()).
+template <class E, std::size_t N>
+void read_knob(StrictObject& o, const std::string& key, const core::Names<E, N>& table, E& value) {
+  if (o.has_or_default(key, std::string(core::name_of(table, value)))) value = choose(o, key, table);
+}
+void read_knob(StrictObject& o, const std::string& key, bool& value) {
+  if (o.has_or_default(key, value)) value = o.boolean(key);
+}
+void read_knob(StrictObject& o, const std::string& key, double min, double max, double& value) {
+  if (o.has_or_default(key, value)) value = o.number(key, min, max);
+}
+void read_knob(StrictObject& o, const std::string& key, int min, int max, int& value) {
+  if (o.has_or_default(key, value)) value = static_cast<int>(o.integer(key, min, max));
+}
 
 Collectives collectives(StrictObject o) {
   Collectives c;
-  c.gather = granularity(o, "gather");
-  c.reduce = granularity(o, "reduce");
-  c.bucket_MB = o.number("bucket_MB", 0, 1e6);
+  read_knob(o, "gather", kGranularities, c.gather);
+  read_knob(o, "reduce", kGranularities, c.reduce);
+  read_knob(o, "bucket_MB", 0, 1e6, c.bucket_MB);
   // NCCL buckets below a megabyte are latency all the way; a stack that cuts
   // that fine would turn one unit into thousands of collectives.
   if ((c.gather == Granularity::Bucket || c.reduce == Granularity::Bucket) && c.bucket_MB < 1)
     o.fail("bucket_MB", "expected a bucket of at least 1 MB when a granularity is \"bucket\"");
-  c.copy_in = o.boolean("copy_in");
-  c.copy_out = o.boolean("copy_out");
-  c.grad_copy_in = o.boolean("grad_copy_in");
-  c.int8_weights = o.boolean("int8_weights");
-  c.int4_gradients = o.boolean("int4_gradients");
-  c.step_reduction = choose(o, "step_reduction", kStepReductions);
-  c.regather = choose(o, "regather", kRegathers);
+  read_knob(o, "copy_in", c.copy_in);
+  read_knob(o, "copy_out", c.copy_out);
+  read_knob(o, "grad_copy_in", c.grad_copy_in);
+  read_knob(o, "int8_weights", c.int8_weights);
+  read_knob(o, "int4_gradients", c.int4_gradients);
+  read_knob(o, "step_reduction", kStepReductions, c.step_reduction);
+  read_knob(o, "regather", kRegathers, c.regather);
   o.finish();
   return c;
+}
+
+HostCosts host_costs(StrictObject o) {
+  HostCosts h;
+  read_knob(o, "kernel_us", 0, 1e6, h.kernel_us);
+  read_knob(o, "collective_us", 0, 1e6, h.collective_us);
+  o.finish();
+  return h;
+}
+
+Overlap overlap(StrictObject o) {
+  Overlap v;
+  read_knob(o, "background_threads", v.background_threads);
+  read_knob(o, "max_inflight_gathers", 0, 64, v.max_inflight_gathers);
+  read_knob(o, "prefetch_MB", 0, 1e9, v.prefetch_MB);
+  read_knob(o, "tp_gemm_streams", 1, 16, v.tp_gemm_streams);
+  o.finish();
+  return v;
 }
 
 // A list of names, each one of `allowed` and none twice.
@@ -107,26 +141,14 @@ StackSpec stack_from_json(const std::string& text, const std::string& file) {
   s.name = o.name("name");
   s.source = o.str("source");
   s.ops = non_gemm_ops(o.object("ops"));
-  s.attention = choose(o, "attention", core::kAttentionKernels);
-  s.selective = choose(o, "selective_recompute", core::kSelectivePolicies);
-  if (o.has("unfused_loss")) s.unfused_loss = choose(o, "unfused_loss", core::kUnfusedLosses);
-  if (o.has("fp8_saved_inputs")) s.fp8_saved_inputs = choose(o, "fp8_saved_inputs", core::kFp8SavedInputs);
-  s.collectives = collectives(o.object("collectives"));
-  {
-    StrictObject h = o.object("host");
-    s.host.kernel_us = h.number("kernel_us", 0, 1e6);
-    s.host.collective_us = h.number("collective_us", 0, 1e6);
-    h.finish();
-  }
-  {
-    StrictObject v = o.object("overlap");
-    s.overlap.background_threads = v.boolean("background_threads");
-    s.overlap.max_inflight_gathers = static_cast<int>(v.integer("max_inflight_gathers", 0, 64));
-    s.overlap.prefetch_MB = v.number("prefetch_MB", 0, 1e9);
-    if (v.has("tp_gemm_streams")) s.overlap.tp_gemm_streams = static_cast<int>(v.integer("tp_gemm_streams", 1, 16));
-    v.finish();
-  }
-  s.allocator = choose(o, "allocator", kAllocators);
+  read_knob(o, "attention", core::kAttentionKernels, s.attention);
+  read_knob(o, "selective_recompute", core::kSelectivePolicies, s.selective);
+  read_knob(o, "unfused_loss", core::kUnfusedLosses, s.unfused_loss);
+  read_knob(o, "fp8_saved_inputs", core::kFp8SavedInputs, s.fp8_saved_inputs);
+  if (o.has("collectives")) s.collectives = collectives(o.object("collectives"));
+  if (o.has("host")) s.host = host_costs(o.object("host"));
+  if (o.has("overlap")) s.overlap = overlap(o.object("overlap"));
+  read_knob(o, "allocator", kAllocators, s.allocator);
   if (o.has("runs")) {
     StrictObject r = o.object("runs");
     s.runs.strategies = names_of(r, "strategies", strategy_names(), false);

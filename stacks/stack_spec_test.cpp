@@ -79,6 +79,46 @@ TEST(StackSpec, BadInputNamesFileKeyAndExpectation) {
             std::string::npos);
 }
 
+// Every knob may be left out and then takes its StackSpec default: a stack
+// that names only its kernels (ops) runs with every default, and a new knob
+// needs no catalog file to name it.
+TEST(StackSpec, EveryKnobLeftOutTakesItsDefault) {
+  auto [text, file] = stack_text("torch-fsdp2");
+  nlohmann::json full = nlohmann::json::parse(text);
+  nlohmann::json j = {
+      {"schema_version", full["schema_version"]}, {"name", "minimal"}, {"source", "test"}, {"ops", full["ops"]}};
+  const StackSpec s = stack_from_json(j.dump(), "minimal.json");
+  const StackSpec d;
+  EXPECT_EQ(s.attention, d.attention);
+  EXPECT_EQ(s.selective, d.selective);
+  EXPECT_EQ(s.unfused_loss, d.unfused_loss);
+  EXPECT_EQ(s.fp8_saved_inputs, d.fp8_saved_inputs);
+  EXPECT_EQ(s.allocator, d.allocator);
+  EXPECT_EQ(s.collectives.gather, Granularity::Unit);
+  EXPECT_EQ(s.collectives.reduce, Granularity::Unit);
+  EXPECT_FALSE(s.collectives.copy_in || s.collectives.copy_out || s.collectives.grad_copy_in);
+  EXPECT_FALSE(s.collectives.int8_weights || s.collectives.int4_gradients);
+  EXPECT_EQ(s.collectives.step_reduction, StepReduction::Hierarchical);
+  EXPECT_EQ(s.collectives.regather, Regather::AllGather);
+  EXPECT_EQ(s.host.kernel_us, 0);
+  EXPECT_EQ(s.host.collective_us, 0);
+  EXPECT_FALSE(s.overlap.background_threads);
+  EXPECT_EQ(s.overlap.max_inflight_gathers, 0);
+  EXPECT_EQ(s.overlap.prefetch_MB, 0);
+  EXPECT_EQ(s.overlap.tp_gemm_streams, 1);
+  EXPECT_FALSE(s.runs.strategies.has_value());
+  // A knob inside an object, left out alone, keeps its default too; the
+  // object's other keys are read.
+  full["overlap"].erase("prefetch_MB");
+  full["overlap"]["max_inflight_gathers"] = 3;
+  const StackSpec partial = stack_from_json(full.dump(), "partial.json");
+  EXPECT_EQ(partial.overlap.prefetch_MB, 0);
+  EXPECT_EQ(partial.overlap.max_inflight_gathers, 3);
+  // Left-out keys are still strict about what is there.
+  j["overlap"] = {{"prefetch_mb", 1}};
+  EXPECT_THROW((void)stack_from_json(j.dump(), "typo.json"), core::InputError);
+}
+
 // The unfused loss: PyTorch's cross-entropy for the PyTorch stacks, Megatron's
 // in-place one where a file does not say (the key is optional).
 TEST(StackSpec, UnfusedLossByStack) {
