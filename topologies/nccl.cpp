@@ -416,8 +416,8 @@ std::vector<CollectiveChoice> NcclModel::candidates(CollectiveKind kind, double 
       // InfiniBand on Leonardo at 8-256 nodes of 4 A100, NDR InfiniBand at
       // 2-8 nodes of 8 H100, EFA at 2 nodes of p4de and p5), 256 KiB-64 MiB
       // run 1.5-3x longer than it gives. What hzp picks instead (Tree or Ring
-      // Simple, LL) is still faster than measured at 2-16 MiB, by less
-      // (validation/collectives, docs/VALIDATION.md).
+      // Simple, LL), with the tree's pipeline fill (cost()), comes within
+      // about a quarter of them there (validation/collectives, docs/VALIDATION.md).
       if (a == A::Tree && p == NcclProtocol::LL128 && g.domains > 1) out.back().preferred = false;
     }
   }
