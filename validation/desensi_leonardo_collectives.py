@@ -21,7 +21,8 @@ SOURCE = {
     "url": "https://github.com/DanieleDeSensi/blink/tree/%s/data/leonardo" % COMMIT,
 }
 HARDWARE = ("Leonardo Booster (CINECA): 4 x A100 SXM 64GB per node (NVLink3), 2 dual-port HDR NICs = 4 x 100 Gb/s "
-            "per node (mlx5_0-3, conf/leonardo.sh), InfiniBand HDR Dragonfly+; NCCL of NVHPC 23.1 (CUDA 11.8)")
+            "per node (mlx5_0-3, conf/leonardo.sh), InfiniBand HDR Dragonfly+; NCCL not recorded (conf/leonardo.sh "
+            "points BLINK_NCCL_HOME at NVHPC 23.1's and also loads the system's nccl module)")
 
 
 def git_show(path, missing_ok=False):
