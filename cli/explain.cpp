@@ -154,6 +154,12 @@ std::string time_split_text(const sim::TimeSplit& split, const core::Schedule& s
   item("host_bound", split.host_bound);
   item("waiting", split.waiting);
   out.resize(out.size() - 2);
+  out += "\nWhat its host threads issue in the step (kernels at their launch latency, collectives at theirs):\n  ";
+  for (const auto& h : sim::host_issue(s, split.program)) {
+    out += fmt::format("{} {} kernels + {} collectives = {:.4f} s ({:.1f} %), ", h.thread, h.kernels, h.collectives,
+                       h.time.to_seconds(), 100 * h.time.to_seconds() / total);
+  }
+  out.resize(out.size() - 2);
   return out + "\n";
 }
 

@@ -85,6 +85,22 @@ struct Metrics {
 [[nodiscard]] Metrics compute_metrics(const core::Schedule& s, const traces::Timeline& t,
                                       const topologies::DeviceProfile& device);
 
+/// What one host thread of a rank class issues in a step and the host time
+/// that costs it (core::issue_latency summed over its streams' ops):
+/// kernels at the thread's launch latency each; collectives, sends and
+/// receives at its collective launch latency each. Whether that time shows
+/// in the step depends on whether the thread falls behind the device
+/// (TimeSplit::host_bound); a synchronous plan issues everything from one
+/// thread, an asynchronous one moves the sharding collectives to two more.
+struct HostIssue {
+  std::string thread;
+  std::int64_t kernels = 0;
+  std::int64_t collectives = 0;  // collectives, sends and receives
+  core::Duration time{};
+};
+/// The host threads of rank class `program`, in thread order.
+[[nodiscard]] std::vector<HostIssue> host_issue(const core::Schedule& s, int program);
+
 /// The busiest compute stream's step by kernel class (time_split.cpp). Host-
 /// bound time needs the records' issue times; without them (the SimGrid
 /// engine, traces without args.issued_us) all idle time is `waiting`.

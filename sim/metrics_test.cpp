@@ -66,7 +66,10 @@ TEST(Metrics, TimeSplitByKernelClassAndHostBoundGaps) {
   core::Op recv;
   recv.id = 5;
   recv.kind = core::OpKind::Recv;
-  p.streams = {core::Stream{0, "compute", core::StreamKind::Compute, 0,
+  p.streams = {core::Stream{0,
+                            "compute",
+                            core::StreamKind::Compute,
+                            0,
                             {compute(0, core::ComputeKind::Gemm, core::OpRole::Forward),
                              compute(1, core::ComputeKind::Norm, core::OpRole::Forward),
                              compute(2, core::ComputeKind::Attention, core::OpRole::Backward),
@@ -83,9 +86,9 @@ TEST(Metrics, TimeSplitByKernelClassAndHostBoundGaps) {
     r.end = core::TimePoint::ns(b);
     return r;
   };
-  t.ops = {rec(0, 0, core::OpKind::Compute, 0, 10), rec(0, 1, core::OpKind::Compute, 10, 15),
+  t.ops = {rec(0, 0, core::OpKind::Compute, 0, 10),  rec(0, 1, core::OpKind::Compute, 10, 15),
            rec(0, 2, core::OpKind::Compute, 25, 40), rec(0, 3, core::OpKind::Compute, 40, 42),
-           rec(0, 5, core::OpKind::Recv, 42, 44), rec(1, 9, core::OpKind::Collective, 0, 50)};
+           rec(0, 5, core::OpKind::Recv, 42, 44),    rec(1, 9, core::OpKind::Collective, 0, 50)};
   t.ops[2].issued = core::TimePoint::ns(20);
   const TimeSplit split = time_split(s, t, core::Duration::ns(50));
   EXPECT_EQ(split.program, 0);
@@ -120,6 +123,46 @@ TEST(Metrics, TimeSplitByKernelClassAndHostBoundGaps) {
   EXPECT_EQ(later.host_bound.count_ns(), 5);
   EXPECT_EQ(later.waiting.count_ns(), 11);
   EXPECT_EQ(later.classes.at(0).second.count_ns(), 10);
+}
+
+}  // namespace
+}  // namespace hzp::sim
+
+namespace hzp::sim {
+namespace {
+
+// Host time of a synchronous step for a given count of kernels and
+// collectives, and the same work split over an asynchronous plan's threads.
+TEST(Metrics, HostIssueIsKernelsAndCollectivesAtTheirLatencies) {
+  core::Program p;
+  p.threads = {core::Thread{0, "main", core::Duration::us(5), core::Duration::us(60)},
+               core::Thread{1, "param", core::Duration::us(5), core::Duration::us(60)}};
+  p.streams = {core::Stream{0, "compute", core::StreamKind::Compute, 0, {}},
+               core::Stream{1, "grad_reduce", core::StreamKind::GradReduce, 0, {}},
+               core::Stream{2, "param_allgather", core::StreamKind::ParamGather, 1, {}}};
+  auto add = [&](int stream, core::OpKind kind, int kernels) {
+    core::Op op;
+    op.kind = kind;
+    op.kernels = kernels;
+    p.streams[static_cast<std::size_t>(stream)].ops.push_back(op);
+  };
+  for (int i = 0; i < 10; ++i) add(0, core::OpKind::Compute, 3);    // 30 kernels
+  for (int i = 0; i < 4; ++i) add(1, core::OpKind::Collective, 0);  // 4 reduce-scatters
+  add(1, core::OpKind::Record, 0);                                  // events cost nothing to issue
+  add(0, core::OpKind::Wait, 0);
+  for (int i = 0; i < 2; ++i) add(2, core::OpKind::Collective, 0);  // 2 gathers, issued by "param"
+  core::Schedule s;
+  s.programs.push_back(p);
+  const auto h = host_issue(s, 0);
+  ASSERT_EQ(h.size(), 2u);
+  // main: 30 kernels x 5 us + 4 collectives x 60 us = 390 us; param: 2 x 60 = 120 us.
+  EXPECT_EQ(h[0].thread, "main");
+  EXPECT_EQ(h[0].kernels, 30);
+  EXPECT_EQ(h[0].collectives, 4);
+  EXPECT_EQ(h[0].time.count_ns(), 390'000);
+  EXPECT_EQ(h[1].kernels, 0);
+  EXPECT_EQ(h[1].collectives, 2);
+  EXPECT_EQ(h[1].time.count_ns(), 120'000);
 }
 
 }  // namespace

@@ -10,8 +10,8 @@ namespace hzp::sim {
 namespace {
 
 constexpr std::array<std::string_view, 9> kClasses = {
-    "gemm", "attention_forward", "attention_backward", "norm_rotary_activation", "loss", "optimizer",
-    "copies_casts", "embedding_other", "communication"};
+    "gemm",      "attention_forward", "attention_backward", "norm_rotary_activation", "loss",
+    "optimizer", "copies_casts",      "embedding_other",    "communication"};
 
 std::size_t class_of(const core::Op& op) {
   using core::ComputeKind;
@@ -33,6 +33,23 @@ std::size_t class_of(const core::Op& op) {
 }
 
 }  // namespace
+
+std::vector<HostIssue> host_issue(const core::Schedule& s, int program) {
+  const core::Program& p = s.programs.at(static_cast<std::size_t>(program));
+  std::vector<HostIssue> out(p.threads.size());
+  for (std::size_t i = 0; i < p.threads.size(); ++i) out[i].thread = p.threads[i].name;
+  for (const auto& st : p.streams) {
+    const auto t = static_cast<std::size_t>(st.thread);
+    const core::Thread& thread = p.threads.at(t);
+    for (const auto& op : st.ops) {
+      if (op.kind == core::OpKind::Compute) out[t].kernels += op.kernels;
+      if (op.kind == core::OpKind::Collective || op.kind == core::OpKind::Send || op.kind == core::OpKind::Recv)
+        ++out[t].collectives;
+      out[t].time += core::issue_latency(thread, op);
+    }
+  }
+  return out;
+}
 
 TimeSplit time_split(const core::Schedule& s, const traces::Timeline& t, core::Duration step) {
   // The busiest compute stream (ties: the lowest rank class, then stream).
@@ -72,14 +89,13 @@ TimeSplit time_split(const core::Schedule& s, const traces::Timeline& t, core::D
   for (const auto* r : recs) {
     const std::int64_t gap = std::max<std::int64_t>(0, (r->start - free_at).count_ns());
     if (gap > 0) {
-      const std::int64_t host =
-          r->issued ? std::clamp<std::int64_t>((*r->issued - free_at).count_ns(), 0, gap) : 0;
+      const std::int64_t host = r->issued ? std::clamp<std::int64_t>((*r->issued - free_at).count_ns(), 0, gap) : 0;
       host_ns += host;
       wait_ns += gap - host;
     }
     // A stream's ops are in ascending id (the order its thread issues them).
-    const auto it = std::lower_bound(st.ops.begin(), st.ops.end(), r->op_id,
-                                     [](const core::Op& op, int id) { return op.id < id; });
+    const auto it =
+        std::lower_bound(st.ops.begin(), st.ops.end(), r->op_id, [](const core::Op& op, int id) { return op.id < id; });
     const std::size_t c = it != st.ops.end() && it->id == r->op_id ? class_of(*it) : 7;
     if (r->end > free_at) out.classes[c].second += r->end - std::max(r->start, free_at);
     free_at = std::max(free_at, r->end);
