@@ -316,19 +316,16 @@ CollectiveChoice NcclModel::cost(NcclAlgorithm a, NcclProtocol p, CollectiveKind
   // Bus bandwidth with every channel busy.
   double bw = ring_GBps(g);
   if (a == A::Nvls) bw = up_GBps_ * nvls_efficiency_;
-  if (a == A::NvlsTree) {
-    // NVLS inside each domain, a tree across: on two domains each NIC carries
-    // half the data both ways (NCCL doubles the inter-node bandwidth there).
-    const double inter = (D <= 2 ? 2 : 1) * g.min_ranks_per_domain * nic_GBps(g.top_tier);
-    bw = std::min(up_GBps_ * nvls_efficiency_, inter);
-  }
-  if (a == A::Tree && D == 2) {
-    // Two domains' trees: each domain roots one of the two trees, so each
-    // sends half the message across and receives the other half, both ways:
-    // the NICs carry half what they carry for D > 2 (NCCL's tuner gives two
-    // nodes the intra-node bandwidth; the scale-up link still bounds it).
-    bw = std::min(up_GBps_, 2 * g.min_ranks_per_domain * nic_GBps(g.top_tier));
-  }
+  // A tree's bandwidth across domains: the NICs of the group's ranks in a
+  // domain. On two domains each domain roots one of the two trees, so each
+  // sends half the message across and receives the other half, both ways:
+  // the NICs carry half what they carry for more domains (NCCL's tuner gives
+  // two nodes the intra-node bandwidth).
+  const double tree_across = (D <= 2 ? 2 : 1) * g.min_ranks_per_domain * nic_GBps(g.top_tier);
+  // NVLS inside each domain, a tree across.
+  if (a == A::NvlsTree) bw = std::min(up_GBps_ * nvls_efficiency_, tree_across);
+  // The scale-up link still bounds a two-domain tree.
+  if (a == A::Tree && D == 2) bw = std::min(up_GBps_, tree_across);
   const double links = bw;  // what every channel together can carry
   const double ll_max = D == 1 ? t.ll_max_one_node_GBps[arch] : t.ll_max_GBps[std::min<std::size_t>(col, 2) - 1];
   if (a == A::Ring && p == P::LL) bw = std::min(ll_max, bw * t.ll_ring_factor);

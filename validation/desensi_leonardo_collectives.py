@@ -6,11 +6,11 @@ Insights into Supercomputer Interconnects" (SC24, arXiv 2408.14090), published
 with the paper in github.com/DanieleDeSensi/blink.
 Usage: validation/desensi_leonardo_collectives.py BLINK_CLONE
 Rerun after changing a rule here and review the diff; the cases are checked in."""
-import csv, io, json, os, re, statistics, subprocess, sys
+import csv, io, re, statistics, subprocess, sys
 from collections import defaultdict
 
-here = os.path.dirname(os.path.abspath(__file__))
-out_dir = os.path.join(here, "collectives")
+import collective_case_file
+
 repo = sys.argv[1] if len(sys.argv) > 1 else "."
 COMMIT = "af08878cf6ed6f73befaa20ff03825c192a9660f"  # "[ADD] RCCL 5.7.1.1 results.", 2024-07-29
 UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
@@ -101,16 +101,12 @@ def write(service_level, nodes, sizes, op="all_reduce"):
                   "submodule) is not in the repository, so whether the buffers are in place is not known."
                   % (service_level, "2(n-1)/n" if op == "all_reduce" else "(n-1)/n")) + ("" if not spread else " Runs of one size range (us): " + "; ".join(
                       "%d B %.0f-%.0f" % s for s in spread) + "."),
-        "model": {"cluster": "leonardo-booster", "nic_gbps": None, "gpus": gpus, "ranks_per_node": 4,
-                  "gpus_per_process": 1, "algorithms": [], "protocol": None},
+        "model": collective_case_file.model("leonardo-booster", gpus, 4),
         "op": op,
         "placement": "out-of-place",
         "rows": rows,
     }
-    with open(os.path.join(out_dir, case["id"] + ".json"), "w") as f:
-        json.dump(case, f, indent=1)
-        f.write("\n")
-    return case["id"]
+    return collective_case_file.write(case)
 
 
 _SL = {}

@@ -4,10 +4,10 @@ and all_gather on AWS p5.48xlarge (SageMaker HyperPod) at 2 to 32 nodes, from
 github.com/crazyguitar/aws-gpu-communication-benchmark (data/nccl_*.csv).
 Usage: validation/p5_hyperpod_collectives.py CLONE
 Rerun after changing a rule here and review the diff; the cases are checked in."""
-import csv, io, json, os, subprocess, sys
+import csv, io, subprocess, sys
 
-here = os.path.dirname(os.path.abspath(__file__))
-out_dir = os.path.join(here, "collectives")
+import collective_case_file
+
 repo = sys.argv[1] if len(sys.argv) > 1 else "."
 COMMIT = "fd167f97ab85009ff342f91e7117a80fd3741f39"  # the data files are unchanged since the first commit
 URL = "https://github.com/crazyguitar/aws-gpu-communication-benchmark/blob/%s/data/nccl_%s.csv"
@@ -40,16 +40,12 @@ def write(op, nodes, rows):
                   "step), NCCL_P2P_NET_CHUNKSIZE=524288, aws-ofi-nccl 1.16.3. The source gives bus bandwidth "
                   "(out-of-place used; in-place within a few percent), no times; one run a size. Sizes are "
                   "the total buffer (nccl-tests' size).") % (op, op, " --blocking 0" if op == "all_gather" else ""),
-        "model": {"cluster": "aws-p5", "nic_gbps": None, "gpus": gpus, "ranks_per_node": 8, "gpus_per_process": 1,
-                  "algorithms": [], "protocol": None},
+        "model": collective_case_file.model("aws-p5", gpus, 8),
         "op": op,
         "placement": "out-of-place",
         "rows": rows,
     }
-    with open(os.path.join(out_dir, case["id"] + ".json"), "w") as f:
-        json.dump(case, f, indent=1)
-        f.write("\n")
-    return case["id"]
+    return collective_case_file.write(case)
 
 
 if __name__ == "__main__":
