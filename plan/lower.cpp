@@ -1,6 +1,6 @@
-// Plan lowering's driver (lower_plan) and the walk over one stage's uses; the
-// pieces it calls live in layout.cpp, workload.cpp, lower_pipeline.cpp,
-// lower_model_parallel.cpp and lower_zero.cpp (see lowering.hpp).
+// Plan lowering's driver (lower_plan): the groups, then one StageLowering per
+// program (lower_stage.cpp and its passes, see stage_lowering.hpp); the
+// layout and the workloads come from layout.cpp and workload.cpp.
 //
 // Lowering plans to a Schedule: every data-parallel strategy is one
 // hierarchical ZeRO plan (g_p, g_g, g_o), composed with Megatron TP/SP, CP,
@@ -44,235 +44,18 @@
 
 #include "core/error.hpp"
 #include "core/schedule_check.hpp"
-#include "plan/lowering.hpp"
+#include "plan/stage_lowering.hpp"
 
 namespace hzp::plan {
-namespace detail {
-
-using core::Bytes;
-using core::ComputeKind;
-using core::Dtype;
-using core::StreamKind;
-
-Lowering::Lowering(std::vector<Unit> units, const BatchSplit& batch, const PlanOptions& opt,
-                   const std::vector<ShardedParams>& classes, bool async, Layout layout, Stage stage,
-                   const topologies::Topology& topo)
-    : batch_(batch),
-      opt_(opt),
-      async_(async),
-      layout_(layout),
-      stage_(std::move(stage)),
-      topo_(topo),
-      stack_(stack_of(opt).spec),
-      b_(stage_.program, stage_.name, stage_.ranks),
-      units_(std::move(units)) {
-  for (const ShardedParams& c : classes) {
-    // The class's kind, tag, sizes, ranks and this rank's groups; padded and owned per unit below.
-    Class k{c.cls, c.tag, c.sh, c.ranks, c.groups_of(stage_.ranks.front()), {}, {}, opt.offload_params};
-    // Each unit is flattened and padded to a multiple of g_o.
-    const std::int64_t o = c.sh.optim;
-    for (const auto& u : units_) {
-      const bool dense = c.cls == core::ParamClass::Dense;
-      std::int64_t weights = dense ? u.u->weight_params : u.u->expert_params;
-      std::int64_t owned = dense ? u.u->params : u.u->expert_params;
-      k.padded.push_back(ceil_div(weights, o) * o);
-      k.owned.push_back(ceil_div(owned, o) * o);
-    }
-    classes_.push_back(std::move(k));
-  }
-  acc_ = core::dtype_bytes(opt.grad_dtype);
-}
-
-core::Program Lowering::run() {
-  setup();
-  for (std::size_t j = 0; j < uses_.size(); ++j) {
-    prefetch_through(j);
-    if (uses_[j].first_of_slot) receive(j);
-    if (uses_[j].part == BackwardPart::Input) {
-      backward_input(j);
-    } else if (uses_[j].part == BackwardPart::Weight) {
-      backward_weight(j);
-    } else if (uses_[j].backward) {
-      backward(j);
-    } else {
-      forward(j);
-    }
-    if (uses_[j].last_of_slot) send(j);
-  }
-  reduce_deferred();
-  step_end();
-  b_.set_host_bytes(Bytes(host_state_bytes() + host_param_bytes() + host_act_peak_));
-  return b_.take();
-}
-
-std::string Lowering::buf(const char* what, std::size_t j) const { return fmt::format("{}.{}", what, j); }
-
-void Lowering::setup() {
-  depth_ = prefetch_depth();
-  add_streams();
-  alloc_model_state();
-  alloc_nccl_buffers();
-  alloc_pools();
-  plan_uses();
-}
-
-void Lowering::add_streams() {
-  // The host's cost to issue a kernel or a collective: the stack's (its
-  // framework's dispatch and hooks included) where it states one, else the
-  // device's launch latency.
-  const stacks::HostCosts& host = stack_of(opt_).spec.host;
-  const auto& dev = topo_.spec().device;
-  const core::Duration launch = core::Duration::us(host.kernel_us > 0 ? host.kernel_us : dev.launch_latency_us);
-  const core::Duration coll =
-      core::Duration::us(host.collective_us > 0 ? host.collective_us : dev.collective_launch_latency_us);
-  int main = b_.add_thread("main", launch, coll);
-  int param_thread = async_ ? b_.add_thread("param", launch, coll) : main;
-  int grad_thread = async_ ? b_.add_thread("grad", launch, coll) : main;
-  comp_ = b_.add_stream("compute", StreamKind::Compute, main);
-  ag_ = b_.add_stream("param_allgather", StreamKind::ParamGather, param_thread);
-  rs_ = b_.add_stream("grad_reduce", StreamKind::GradReduce, grad_thread);
-  if (opt_.tp_comm_overlap && stage_.tp_group >= 0) tp_comm_ = b_.add_stream("tp_comm", StreamKind::Comm, main);
-  if (stage_.cp > 1) {
-    // Ring attention: K/V blocks go round on their own send and receive
-    // streams, overlapped with the attention chunks on the compute stream.
-    cp_send_ = b_.add_stream("cp_send", StreamKind::Comm, main);
-    cp_recv_ = b_.add_stream("cp_recv", StreamKind::Comm, main);
-  }
-  if (layout_.pp > 1) {
-    // Sends run on their own streams so that a stage can send and receive at
-    // once (Megatron batches isend/irecv); receives sit on the compute stream.
-    send_fwd_ = b_.add_stream("pp_send_fwd", StreamKind::Comm, main);
-    send_bwd_ = b_.add_stream("pp_send_bwd", StreamKind::Comm, main);
-    if (stage_.two_way()) {
-      // A send waits for its receive: chunk 1 (ZB-V, DualPipe) sends the other way, each on its own stream.
-      send_fwd_v_ = b_.add_stream("pp_send_fwd_v", StreamKind::Comm, main);
-      send_bwd_v_ = b_.add_stream("pp_send_bwd_v", StreamKind::Comm, main);
-    }
-  }
-  add_offload_streams(main);
-}
-
-// NCCL's own buffers: every communicator (and point-to-point peer) this rank
-// uses holds kNcclBufferBytes (see plan.hpp).
-void Lowering::alloc_nccl_buffers() {
-  std::set<int> comms;
-  for (const auto& c : classes_) {
-    for (int g : {c.groups.param, c.groups.grad, c.groups.optim, c.groups.replica, c.groups.regather}) {
-      if (g >= 0) comms.insert(g);
-    }
-  }
-  for (int g : {stage_.tp_group, stage_.ep_group, stage_.etp_group}) {
-    if (g >= 0) comms.insert(g);
-  }
-  std::int64_t peers = (layout_.pp > 1 ? 2 : 0) + (stage_.cp > 1 ? 2 : 0) + (stage_.mirror_group >= 0 ? 1 : 0);
-  const std::int64_t communicators = static_cast<std::int64_t>(comms.size()) + peers;
-  if (communicators > 0) {
-    b_.alloc(comp_, "nccl_buffers", Bytes(communicators * kNcclBufferBytes), core::BufferClass::NcclBuffers);
-  }
-}
-
-// The uses of the stage in order: every unit of each slot's chunk, forward in
-// order or backward in reverse; and which of them gather and reduce.
-void Lowering::plan_uses() {
-  for (const PipelineSlot& slot : stage_.order) {
-    std::vector<std::size_t> in_chunk;
-    for (std::size_t u = 0; u < units_.size(); ++u) {
-      if (units_[u].chunk == slot.chunk) in_chunk.push_back(u);
-    }
-    if (slot.backward) std::reverse(in_chunk.begin(), in_chunk.end());
-    for (std::size_t i = 0; i < in_chunk.size(); ++i) {
-      std::size_t u = in_chunk[i];
-      // A W (zero-bubble schedules) computes without the parameters.
-      const bool gathers =
-          any_gathers(u) && (!slot.backward || opt_.reshard_after_forward) && slot.part != BackwardPart::Weight;
-      Use use{u, slot.micro_batch, slot.backward, gathers};
-      use.first_of_slot = i == 0;
-      use.last_of_slot = i + 1 == in_chunk.size();
-      use.chunk = slot.chunk;
-      use.part = slot.backward ? slot.part : BackwardPart::Whole;
-      uses_.push_back(use);
-    }
-  }
-  for (std::size_t j = 0; j < uses_.size(); ++j) {
-    if (uses_[j].gathers) gather_uses_.push_back(j);
-    const bool reduces = uses_[j].backward && uses_[j].part != BackwardPart::Input;  // a whole backward or a W
-    if (reduces && any_reduces(uses_[j].unit)) reduce_uses_.push_back(j);
-  }
-  ag_done_.assign(uses_.size(), -1);
-  use_done_.assign(uses_.size(), -1);
-  rs_done_.assign(uses_.size(), -1);
-  first_forward_.assign(units_.size(), uses_.size());
-  last_backward_of_.assign(units_.size(), uses_.size());
-  for (std::size_t j = 0; j < uses_.size(); ++j) {
-    const Use& use = uses_[j];
-    if (!use.backward && first_forward_[use.unit] == uses_.size()) first_forward_[use.unit] = j;
-    if (use.backward && use.part != BackwardPart::Input) last_backward_of_[use.unit] = j;
-  }
-  forward_gather_.assign(units_.size() * static_cast<std::size_t>(batch_.micro_batches), -1);
-}
-
-void Lowering::forward(std::size_t j) {
-  const Use& use = uses_[j];
-  const auto& unit = *units_[use.unit].u;
-  ensure_regathered(use.unit);
-  if (auto it = regathered_.find(use.unit); it != regathered_.end() && j == first_forward_[use.unit]) {
-    b_.wait(comp_, it->second, fmt::format("wait {}.regathered", unit.name));
-  }
-  if (use.gathers) {
-    b_.wait(comp_, ag_done_[j], fmt::format("wait {}.gathered", unit.name));
-    after_gather(j);
-  }
-  alloc_activations(j);
-  unit_ops(unit.forward, use.mb);
-  use_done_[j] = b_.record(comp_, fmt::format("{}.fwd_done", unit.name));
-  offload_activations(j);
-  if (use.gathers && opt_.reshard_after_forward && !pooled()) {
-    b_.free(comp_, buf("gathered", j), gathered_bytes(use.unit));
-  }
-}
-
-void Lowering::backward(std::size_t j) {
-  const Use& use = uses_[j];
-  const auto& unit = *units_[use.unit].u;
-  const bool last_mb = j == last_backward_of_[use.unit];
-  const int gathered = gathered_by(j);
-  if (gathered >= 0) {
-    b_.wait(comp_, ag_done_[static_cast<std::size_t>(gathered)], fmt::format("wait {}.gathered", unit.name));
-    if (use.gathers) after_gather(j);
-  }
-  take_grad_buffer(j);
-  fetch_activations(j);
-  const std::string recomputed = fmt::format("recomputed.u{}.mb{}", use.unit, use.mb);
-  if (unit.recomputed.count() > 0) b_.alloc(comp_, recomputed, unit.recomputed, core::BufferClass::Recomputed);
-  alloc_working(j);
-  unit_ops(unit.backward, use.mb);
-  free_working(j);
-  if (unit.recomputed.count() > 0) b_.free(comp_, recomputed, unit.recomputed);
-  use_done_[j] = b_.record(comp_, fmt::format("{}.bwd_done", unit.name));
-  if (gathered >= 0 && !pooled()) {
-    b_.free(comp_, buf("gathered", static_cast<std::size_t>(gathered)), gathered_bytes(use.unit));
-  }
-  release_activations(j);
-
-  const bool waited = reduce_gradients(j);
-  if (!last_mb) return;
-  if (opt_.overlap_grad_reduce) {
-    reduce_for_optimizer(use.unit, j, waited);
-  } else {
-    deferred_.push_back(use.unit);
-    last_backward_ = j;
-  }
-}
-
-}  // namespace detail
 
 namespace {
 
 using core::ComputeKind;
 using core::Dtype;
 using detail::Layout;
-using detail::Lowering;
 using detail::ShardedParams;
+using detail::Stage;
+using detail::StageLowering;
 
 models::StepGraph step_graph(const models::ModelSpec& m, const PlanOptions& o, const BatchSplit& batch) {
   const stacks::StackSpec& stack = stack_of(o).spec;
@@ -391,8 +174,8 @@ class PlanLowering {
     for (int p = 0; p < o_.pp; ++p) {
       std::vector<detail::Unit> units = detail::stage_units(graph_, p, rp_.layout);
       for (int c = 0; c < classes_of_.count(); ++c) {
-        Lowering lowering(units, rp_.batch, o_, param_classes_, *rp_.options.async, layout_, stage(p, c, program_id++),
-                          topo_);
+        StageLowering lowering(units, rp_.batch, o_, param_classes_, *rp_.options.async, layout_,
+                               stage(p, c, program_id++), topo_);
         s_.programs.push_back(lowering.run());
       }
     }
@@ -445,9 +228,9 @@ class PlanLowering {
   }
 
   // Rank class c of pipeline stage p: its ranks, neighbours, boundary sizes and workload.
-  Lowering::Stage stage(int p, int c, int program) const {
+  Stage stage(int p, int c, int program) const {
     const BatchSplit& batch = rp_.batch;
-    Lowering::Stage stage;
+    Stage stage;
     stage.program = program;
     stage.index = p;
     int first_d = -1, members = 0;
@@ -510,7 +293,7 @@ class PlanLowering {
 
   // With sequence parallelism the boundary is already split over tp; without
   // it, each rank sends its 1/tp slice and the receivers all-gather.
-  void boundary(Lowering::Stage& stage) const {
+  void boundary(Stage& stage) const {
     const std::int64_t activation =
         core::dtype_bytes(Dtype::Bf16) * rp_.batch.seq_len / sequence_split(o_) * o_.micro_batch * m_.hidden;
     stage.boundary_bytes = activation / o_.tp;
@@ -518,7 +301,7 @@ class PlanLowering {
   }
 
   // Ring neighbours: the classes of the next and previous context-parallel index.
-  void context_ring(Lowering::Stage& stage, int first_d, int p) const {
+  void context_ring(Stage& stage, int first_d, int p) const {
     const int base = first_d - first_d % o_.cp;
     stage.cp_next_rep = rank_of(0, base + (first_d + 1) % o_.cp, p, o_.tp, dp_);
     stage.cp_prev_rep = rank_of(0, base + (first_d + o_.cp - 1) % o_.cp, p, o_.tp, dp_);

@@ -1,7 +1,7 @@
 // Model parallelism inside a unit: its kernels with the tensor-parallel
 // (optionally chunked and overlapped) and expert-parallel collectives, and
 // context parallelism's ring attention.
-#include "plan/lowering.hpp"
+#include "plan/stage_lowering.hpp"
 
 #include <fmt/format.h>
 #include <algorithm>
@@ -12,11 +12,23 @@ namespace hzp::plan::detail {
 using core::Bytes;
 using core::Dtype;
 
+void ModelParallel::add_streams(int thread) {
+  if (c_.opt.tp_comm_overlap && c_.stage.tp_group >= 0) {
+    tp_comm_ = c_.b.add_stream("tp_comm", core::StreamKind::Comm, thread);
+  }
+  if (c_.stage.cp > 1) {
+    // Ring attention: K/V blocks go round on their own send and receive
+    // streams, overlapped with the attention chunks on the compute stream.
+    cp_send_ = c_.b.add_stream("cp_send", core::StreamKind::Comm, thread);
+    cp_recv_ = c_.b.add_stream("cp_recv", core::StreamKind::Comm, thread);
+  }
+}
+
 // The compute ops of a unit's forward or backward, with tensor- and
 // expert-parallel collectives on the compute stream (on the critical path),
 // scaled by this rank class's workload draw for the micro-batch.
-void Lowering::unit_ops(const std::vector<models::GraphOp>& ops, std::int64_t mb) {
-  const Workload& w = stage_.workload;
+void ModelParallel::unit_ops(const std::vector<models::GraphOp>& ops, std::int64_t mb) {
+  const Workload& w = c_.stage.workload;
   const auto i = static_cast<std::size_t>(mb);
   const double compute = w.compute.empty() ? 1.0 : w.compute[i];
   const double attention = w.attention.empty() ? 1.0 : w.attention[i];
@@ -40,101 +52,100 @@ void Lowering::unit_ops(const std::vector<models::GraphOp>& ops, std::int64_t mb
       continue;
     }
     if (op.collective) {
-      const int group = op.comm_group == models::CommGroup::Tp        ? stage_.tp_group
-                        : op.comm_group == models::CommGroup::Etp     ? stage_.etp_group
-                        : op.comm_group == models::CommGroup::Ulysses ? stage_.ulysses_group
-                                                                      : stage_.ep_group;
+      const int group = op.comm_group == models::CommGroup::Tp        ? c_.stage.tp_group
+                        : op.comm_group == models::CommGroup::Etp     ? c_.stage.etp_group
+                        : op.comm_group == models::CommGroup::Ulysses ? c_.stage.ulysses_group
+                                                                      : c_.stage.ep_group;
       // all_to_allv: a rank whose experts draw more tokens receives more than it sends.
       core::Bytes bytes =
           op.comm_group == models::CommGroup::Ep && w.experts > 1.0
               ? Bytes(static_cast<std::int64_t>(std::ceil(static_cast<double>(op.bytes.count()) * w.experts)))
               : op.bytes;
-      b_.collective(comp_, op.name, *op.collective, group, bytes, Dtype::Bf16, core::OpRole::ModelParallel,
-                    op.param_class);
+      c_.b.collective(c_.comp, op.name, *op.collective, group, bytes, Dtype::Bf16, core::OpRole::ModelParallel,
+                      op.param_class);
       continue;
     }
-    if (op.kind == core::ComputeKind::Attention && stage_.cp > 1) {
+    if (op.kind == core::ComputeKind::Attention && c_.stage.cp > 1) {
       ring_attention(op, compute * attention);
       continue;
     }
-    b_.compute(comp_, scaled(op), op.dtype);
+    c_.b.compute(c_.comp, scaled(op), op.dtype);
   }
 }
 
 // A GEMM cut into kTpOverlapChunks pieces along its first dimension. Where
 // the stack runs the chunks on several compute streams at once, a chunk's
 // shape (what its efficiency is judged by) is that many chunks together.
-models::GraphOp Lowering::chunk_of(const models::GraphOp& op, int k) const {
+models::GraphOp ModelParallel::chunk_of(const models::GraphOp& op, int k) const {
   models::GraphOp c = op;
   c.name = fmt::format("{}.chunk{}", op.name, k);
   c.flops = op.flops * (1.0 / kTpOverlapChunks);
   c.bytes = Bytes(op.bytes.count() / kTpOverlapChunks);
-  const int together = std::clamp(stack_.overlap.tp_gemm_streams, 1, kTpOverlapChunks);
+  const int together = std::clamp(c_.stack.overlap.tp_gemm_streams, 1, kTpOverlapChunks);
   if (c.gemm) c.gemm->m = std::max<std::int64_t>(1, c.gemm->m / kTpOverlapChunks) * together;
   return c;
 }
 
 // Tensor-parallel overlap: all-gather chunk k on the tp stream while the
 // GEMM works on chunk k - 1.
-void Lowering::overlapped_gather_gemm(const models::GraphOp& gather, const models::GraphOp& gemm) {
-  int input = b_.record(comp_, gather.name + ".input_ready");
-  b_.wait(tp_comm_, input, "wait input");
+void ModelParallel::overlapped_gather_gemm(const models::GraphOp& gather, const models::GraphOp& gemm) {
+  int input = c_.b.record(c_.comp, gather.name + ".input_ready");
+  c_.b.wait(tp_comm_, input, "wait input");
   std::vector<int> arrived;
   for (int k = 0; k < kTpOverlapChunks; ++k) {
-    b_.collective(tp_comm_, fmt::format("{}.chunk{}", gather.name, k), core::CollectiveKind::AllGather, stage_.tp_group,
-                  Bytes(gather.bytes.count() / kTpOverlapChunks), Dtype::Bf16, core::OpRole::ModelParallel,
-                  gather.param_class);
-    arrived.push_back(b_.record(tp_comm_, fmt::format("{}.chunk{}.done", gather.name, k)));
+    c_.b.collective(tp_comm_, fmt::format("{}.chunk{}", gather.name, k), core::CollectiveKind::AllGather,
+                    c_.stage.tp_group, Bytes(gather.bytes.count() / kTpOverlapChunks), Dtype::Bf16,
+                    core::OpRole::ModelParallel, gather.param_class);
+    arrived.push_back(c_.b.record(tp_comm_, fmt::format("{}.chunk{}.done", gather.name, k)));
   }
   for (int k = 0; k < kTpOverlapChunks; ++k) {
-    b_.wait(comp_, arrived[static_cast<std::size_t>(k)], "wait gathered chunk");
-    b_.compute(comp_, chunk_of(gemm, k), gemm.dtype);
+    c_.b.wait(c_.comp, arrived[static_cast<std::size_t>(k)], "wait gathered chunk");
+    c_.b.compute(c_.comp, chunk_of(gemm, k), gemm.dtype);
   }
 }
 
 // And the mirror: reduce-scatter chunk k while the GEMM computes chunk k + 1.
-void Lowering::overlapped_gemm_scatter(const models::GraphOp& gemm, const models::GraphOp& scatter) {
+void ModelParallel::overlapped_gemm_scatter(const models::GraphOp& gemm, const models::GraphOp& scatter) {
   for (int k = 0; k < kTpOverlapChunks; ++k) {
-    b_.compute(comp_, chunk_of(gemm, k), gemm.dtype);
-    int done = b_.record(comp_, fmt::format("{}.chunk{}.done", gemm.name, k));
-    b_.wait(tp_comm_, done, "wait gemm chunk");
-    b_.collective(tp_comm_, fmt::format("{}.chunk{}", scatter.name, k), core::CollectiveKind::ReduceScatter,
-                  stage_.tp_group, Bytes(scatter.bytes.count() / kTpOverlapChunks), Dtype::Bf16,
-                  core::OpRole::ModelParallel, scatter.param_class);
+    c_.b.compute(c_.comp, chunk_of(gemm, k), gemm.dtype);
+    int done = c_.b.record(c_.comp, fmt::format("{}.chunk{}.done", gemm.name, k));
+    c_.b.wait(tp_comm_, done, "wait gemm chunk");
+    c_.b.collective(tp_comm_, fmt::format("{}.chunk{}", scatter.name, k), core::CollectiveKind::ReduceScatter,
+                    c_.stage.tp_group, Bytes(scatter.bytes.count() / kTpOverlapChunks), Dtype::Bf16,
+                    core::OpRole::ModelParallel, scatter.param_class);
   }
-  int reduced = b_.record(tp_comm_, scatter.name + ".done");
-  b_.wait(comp_, reduced, "wait reduce-scatter");
+  int reduced = c_.b.record(tp_comm_, scatter.name + ".done");
+  c_.b.wait(c_.comp, reduced, "wait reduce-scatter");
 }
 
 // Attention of this rank's queries against every rank's keys, in cp chunks:
 // chunk 0 on the local K/V while that block starts round the ring; chunk i
 // once block i has arrived (forwarded on to the next rank as it comes).
 // Backward circulates K/V and their gradients: twice the bytes.
-void Lowering::ring_attention(const models::GraphOp& op, double factor) {
-  const int cp = stage_.cp;
+void ModelParallel::ring_attention(const models::GraphOp& op, double factor) {
+  const int cp = c_.stage.cp;
   const bool backward = op.phase == models::Phase::BackwardInput;
-  const Bytes block(stage_.kv_block_bytes * (backward ? 2 : 1));
+  const Bytes block(c_.stage.kv_block_bytes * (backward ? 2 : 1));
   models::GraphOp chunk = op;
   chunk.flops = op.flops * (factor / cp);
   chunk.bytes = Bytes(op.bytes.count() / cp);
-  int ready = b_.record(comp_, op.name + ".kv_ready");
-  b_.wait(cp_send_, ready, "wait kv ready");
-  b_.send(cp_send_, op.name + ".kv_send1", stage_.cp_next_rep, send_seq_[stage_.cp_next_rep]++, block,
-          core::OpRole::ModelParallel);
+  int ready = c_.b.record(c_.comp, op.name + ".kv_ready");
+  c_.b.wait(cp_send_, ready, "wait kv ready");
+  c_.b.send(cp_send_, op.name + ".kv_send1", c_.stage.cp_next_rep, kv_sent_++, block, core::OpRole::ModelParallel);
   chunk.name = op.name + ".cp0";
-  b_.compute(comp_, chunk, Dtype::Bf16);
+  c_.b.compute(c_.comp, chunk, Dtype::Bf16);
   for (int i = 1; i < cp; ++i) {
-    b_.recv(cp_recv_, fmt::format("{}.kv_recv{}", op.name, i), stage_.cp_prev_rep, recv_seq_[stage_.cp_prev_rep]++,
-            block, core::OpRole::ModelParallel);
-    int arrived = b_.record(cp_recv_, fmt::format("{}.kv{}", op.name, i));
+    c_.b.recv(cp_recv_, fmt::format("{}.kv_recv{}", op.name, i), c_.stage.cp_prev_rep, kv_received_++, block,
+              core::OpRole::ModelParallel);
+    int arrived = c_.b.record(cp_recv_, fmt::format("{}.kv{}", op.name, i));
     if (i + 1 < cp) {
-      b_.wait(cp_send_, arrived, "wait kv block");
-      b_.send(cp_send_, fmt::format("{}.kv_send{}", op.name, i + 1), stage_.cp_next_rep,
-              send_seq_[stage_.cp_next_rep]++, block, core::OpRole::ModelParallel);
+      c_.b.wait(cp_send_, arrived, "wait kv block");
+      c_.b.send(cp_send_, fmt::format("{}.kv_send{}", op.name, i + 1), c_.stage.cp_next_rep, kv_sent_++, block,
+                core::OpRole::ModelParallel);
     }
-    b_.wait(comp_, arrived, fmt::format("wait kv block {}", i));
+    c_.b.wait(c_.comp, arrived, fmt::format("wait kv block {}", i));
     chunk.name = fmt::format("{}.cp{}", op.name, i);
-    b_.compute(comp_, chunk, Dtype::Bf16);
+    c_.b.compute(c_.comp, chunk, Dtype::Bf16);
   }
 }
 

@@ -12,7 +12,9 @@
 // and the host memory bandwidth.
 #include <fmt/format.h>
 
-#include "plan/lowering.hpp"
+#include <algorithm>
+
+#include "plan/stage_lowering.hpp"
 
 namespace hzp::plan::detail {
 
@@ -22,19 +24,22 @@ using core::Dtype;
 using core::Flops;
 using core::StreamKind;
 
-void Lowering::add_offload_streams(int thread) {
-  if (!opt_.offload_optimizer && !opt_.offload_activations && !opt_.offload_params) return;
-  d2h_ = b_.add_stream("offload_d2h", StreamKind::Offload, thread);
-  h2d_ = b_.add_stream("offload_h2d", StreamKind::Offload, thread);
-  if (opt_.offload_optimizer) cpu_ = b_.add_stream("cpu_adam", StreamKind::Offload, thread);
+HostOffload::HostOffload(StageContext& c, const std::vector<RankParams>& classes)
+    : c_(c), classes_(classes), acc_(core::dtype_bytes(c.opt.grad_dtype)) {}
+
+void HostOffload::add_streams(int thread) {
+  if (!c_.opt.offload_optimizer && !c_.opt.offload_activations && !c_.opt.offload_params) return;
+  d2h_ = c_.b.add_stream("offload_d2h", StreamKind::Offload, thread);
+  h2d_ = c_.b.add_stream("offload_h2d", StreamKind::Offload, thread);
+  if (c_.opt.offload_optimizer) cpu_ = c_.b.add_stream("cpu_adam", StreamKind::Offload, thread);
 }
 
 // Host memory of the offloaded optimizer per rank: for each parameter of the
 // 1/g_o shard the optimizer states, the upload's bf16 staging (none when the
 // offloaded parameters take the update in place) and the landing buffer of
 // the gradient (grad_dtype).
-std::int64_t Lowering::host_state_bytes() const {
-  if (!opt_.offload_optimizer) return 0;
+std::int64_t HostOffload::host_state_bytes() const {
+  if (!c_.opt.offload_optimizer) return 0;
   std::int64_t n = 0;
   for (const auto& c : classes_) {
     std::int64_t owned = 0;
@@ -54,177 +59,184 @@ Dtype param_dtype(const PlanOptions& o) { return o.fp8_param_gather ? Dtype::Fp8
 }  // namespace
 
 // Host memory of the offloaded parameters per rank: every unit's 1/g_p shard.
-std::int64_t Lowering::host_param_bytes() const {
+std::int64_t HostOffload::host_param_bytes() const {
   std::int64_t n = 0;
   for (const auto& c : classes_) {
     if (!c.host) continue;
-    for (auto o : c.owned) n += param_bytes(opt_) * o / c.sh.param;
+    for (auto o : c.owned) n += param_bytes(c_.opt) * o / c.sh.param;
   }
   return n;
 }
 
+std::int64_t HostOffload::host_bytes() const { return host_state_bytes() + host_param_bytes() + host_act_peak_; }
+
 // Offloaded parameters before a gathering use j: each class's 1/g_p shard of
 // the unit host -> device, into its place in the gathered buffer, once the
 // parameter stream has that buffer; the all-gathers (g_p > 1) wait for it.
-void Lowering::fetch_params(std::size_t j) {
-  if (!opt_.offload_params) return;
-  const Use& use = uses_[j];
-  const auto& unit = *units_[use.unit].u;
+void HostOffload::fetch_params(std::size_t j, int param_stream) {
+  if (!c_.opt.offload_params) return;
+  const Use& use = c_.uses[j];
+  const auto& unit = *c_.units[use.unit].u;
   const char* pass = use.backward ? "bwd" : "fwd";
-  b_.wait(h2d_, b_.record(ag_, fmt::format("{}.buffer_ready", unit.name)),
-          fmt::format("wait {}.buffer_ready", unit.name));
+  c_.b.wait(h2d_, c_.b.record(param_stream, fmt::format("{}.buffer_ready", unit.name)),
+            fmt::format("wait {}.buffer_ready", unit.name));
   for (const auto& c : classes_) {
     if (!c.gathers(use.unit)) continue;
-    b_.compute(h2d_, fmt::format("{}{}.params_to_device.{}", unit.name, c.tag, pass), ComputeKind::HostCopy, Flops(0),
-               Bytes(param_bytes(opt_) * c.padded[use.unit] / c.sh.param), param_dtype(opt_), core::OpRole::ParamGather,
-               c.cls);
+    c_.b.compute(h2d_, fmt::format("{}{}.params_to_device.{}", unit.name, c.tag, pass), ComputeKind::HostCopy, Flops(0),
+                 Bytes(param_bytes(c_.opt) * c.padded[use.unit] / c.sh.param), param_dtype(c_.opt),
+                 core::OpRole::ParamGather, c.cls);
   }
-  b_.wait(ag_, b_.record(h2d_, fmt::format("{}.params_fetched", unit.name)),
-          fmt::format("wait {}.params_fetched", unit.name));
+  c_.b.wait(param_stream, c_.b.record(h2d_, fmt::format("{}.params_fetched", unit.name)),
+            fmt::format("wait {}.params_fetched", unit.name));
 }
 
 // Whether class c's update lands in host memory by itself: the CPU's Adam
 // writes the offloaded 1/g_p shard in place when it is the 1/g_o shard.
-bool Lowering::updated_on_host(const Class& c) const { return opt_.offload_optimizer && c.sh.optim == c.sh.param; }
+bool HostOffload::updated_on_host(const RankParams& c) const {
+  return c_.opt.offload_optimizer && c.sh.optim == c.sh.param;
+}
 
 // The device buffer an offloaded unit's updated 1/g_p shards pass through on
 // their way to the host (the update's output, then the regather's).
-Bytes Lowering::updated_bytes(std::size_t u) const {
+Bytes HostOffload::updated_bytes(std::size_t u) const {
   std::int64_t n = 0;
   for (const auto& c : classes_) {
-    if (c.host && !updated_on_host(c)) n += param_bytes(opt_) * c.owned[u] / c.sh.param;
+    if (c.host && !updated_on_host(c)) n += param_bytes(c_.opt) * c.owned[u] / c.sh.param;
   }
   return Bytes(n);
 }
 
-void Lowering::alloc_updated(std::size_t u, int stream) {
+void HostOffload::alloc_updated(std::size_t u, int stream) {
   if (updated_bytes(u).count() == 0) return;
-  b_.alloc(stream, fmt::format("{}.updated_params", units_[u].u->name), updated_bytes(u), core::BufferClass::Gathered);
+  c_.b.alloc(stream, fmt::format("{}.updated_params", c_.units[u].u->name), updated_bytes(u),
+             core::BufferClass::Gathered);
 }
 
 // Offloaded parameters after unit u's update (the last op on `stream`
 // completes it): each class's updated 1/g_p shard device -> host, then the
 // staging buffer is freed.
-void Lowering::params_to_host(std::size_t u, int stream) {
+void HostOffload::params_to_host(std::size_t u, int stream) {
   if (updated_bytes(u).count() == 0) return;
-  const auto& unit = *units_[u].u;
-  b_.wait(d2h_, b_.record(stream, fmt::format("{}.params_updated", unit.name)),
-          fmt::format("wait {}.params_updated", unit.name));
+  const auto& unit = *c_.units[u].u;
+  c_.b.wait(d2h_, c_.b.record(stream, fmt::format("{}.params_updated", unit.name)),
+            fmt::format("wait {}.params_updated", unit.name));
   for (const auto& c : classes_) {
     if (!c.host || updated_on_host(c) || c.owned[u] == 0) continue;
-    b_.compute(d2h_, fmt::format("{}{}.params_to_host", unit.name, c.tag), ComputeKind::HostCopy, Flops(0),
-               Bytes(param_bytes(opt_) * c.owned[u] / c.sh.param), param_dtype(opt_), core::OpRole::ParamGather, c.cls);
+    c_.b.compute(d2h_, fmt::format("{}{}.params_to_host", unit.name, c.tag), ComputeKind::HostCopy, Flops(0),
+                 Bytes(param_bytes(c_.opt) * c.owned[u] / c.sh.param), param_dtype(c_.opt), core::OpRole::ParamGather,
+                 c.cls);
   }
-  b_.free(d2h_, fmt::format("{}.updated_params", unit.name), updated_bytes(u));
+  c_.b.free(d2h_, fmt::format("{}.updated_params", unit.name), updated_bytes(u));
 }
 
 // Unit u's optimizer step on the host once its final gradients are there
 // (event `ev`; -1: in compute-stream order): its 1/g_o gradients device ->
 // host, CPU Adam (after the whole backward pass), its updated bf16 1/g_o
 // parameters host -> device. Returns the event of the upload.
-int Lowering::host_optimizer_step(std::size_t u, int ev) {
-  const auto& unit = *units_[u].u;
-  if (ev < 0) ev = b_.record(comp_, fmt::format("{}.grads_final", unit.name));
-  b_.wait(d2h_, ev, fmt::format("wait {}.grads_final", unit.name));
+int HostOffload::host_optimizer_step(std::size_t u, int ev) {
+  const auto& unit = *c_.units[u].u;
+  if (ev < 0) ev = c_.b.record(c_.comp, fmt::format("{}.grads_final", unit.name));
+  c_.b.wait(d2h_, ev, fmt::format("wait {}.grads_final", unit.name));
   for (const auto& c : classes_) {
     if (c.owned[u] == 0) continue;
-    b_.compute(d2h_, fmt::format("{}{}.grads_to_host", unit.name, c.tag), ComputeKind::HostCopy, Flops(0),
-               Bytes(acc_ * c.owned[u] / c.sh.optim), opt_.grad_dtype, core::OpRole::GradReduce, c.cls);
+    c_.b.compute(d2h_, fmt::format("{}{}.grads_to_host", unit.name, c.tag), ComputeKind::HostCopy, Flops(0),
+                 Bytes(acc_ * c.owned[u] / c.sh.optim), c_.opt.grad_dtype, core::OpRole::GradReduce, c.cls);
   }
   // As ZeRO-Offload without its one-step delayed update: the CPU steps once
   // the backward pass is over (the gradients' copies overlap it).
-  if (uploaded_ < 0) b_.wait(cpu_, b_.record(comp_, "backward_done"), "wait backward_done");
-  b_.wait(cpu_, b_.record(d2h_, fmt::format("{}.grads_on_host", unit.name)),
-          fmt::format("wait {}.grads_on_host", unit.name));
+  if (uploaded_ < 0) c_.b.wait(cpu_, c_.b.record(c_.comp, "backward_done"), "wait backward_done");
+  c_.b.wait(cpu_, c_.b.record(d2h_, fmt::format("{}.grads_on_host", unit.name)),
+            fmt::format("wait {}.grads_on_host", unit.name));
   for (const auto& c : classes_) {
     if (c.owned[u] == 0) continue;
     const std::int64_t shard = c.owned[u] / c.sh.optim;
-    b_.compute(cpu_, fmt::format("{}{}.cpu_adam", unit.name, c.tag), ComputeKind::HostOptimizer,
-               Flops(12.0 * static_cast<double>(shard)), Bytes((kCpuAdamBytesPerParam + acc_) * shard), Dtype::Fp32,
-               core::OpRole::Optimizer, c.cls);
+    c_.b.compute(cpu_, fmt::format("{}{}.cpu_adam", unit.name, c.tag), ComputeKind::HostOptimizer,
+                 Flops(12.0 * static_cast<double>(shard)), Bytes((kCpuAdamBytesPerParam + acc_) * shard), Dtype::Fp32,
+                 core::OpRole::Optimizer, c.cls);
   }
-  b_.wait(h2d_, b_.record(cpu_, fmt::format("{}.stepped", unit.name)), fmt::format("wait {}.stepped", unit.name));
+  c_.b.wait(h2d_, c_.b.record(cpu_, fmt::format("{}.stepped", unit.name)), fmt::format("wait {}.stepped", unit.name));
   alloc_updated(u, h2d_);
   for (const auto& c : classes_) {
     if (c.owned[u] == 0 || (c.host && updated_on_host(c))) continue;  // offloaded and updated in place
-    b_.compute(h2d_, fmt::format("{}{}.params_to_device", unit.name, c.tag), ComputeKind::HostCopy, Flops(0),
-               Bytes(2 * c.owned[u] / c.sh.optim), Dtype::Bf16, core::OpRole::ParamGather, c.cls);
+    c_.b.compute(h2d_, fmt::format("{}{}.params_to_device", unit.name, c.tag), ComputeKind::HostCopy, Flops(0),
+                 Bytes(2 * c.owned[u] / c.sh.optim), Dtype::Bf16, core::OpRole::ParamGather, c.cls);
   }
-  uploaded_ = b_.record(h2d_, fmt::format("{}.updated", unit.name));
+  uploaded_ = c_.b.record(h2d_, fmt::format("{}.updated", unit.name));
   return uploaded_;
 }
 
 // Whether forward use j sends its activations to the host: the unit keeps
 // some, and its backward does not follow right away (the head's).
-bool Lowering::offloads(std::size_t j) const {
-  const Use& use = uses_[j];
-  if (!opt_.offload_activations || split_backward() || use.backward || units_[use.unit].u->activations.count() == 0) {
+bool HostOffload::offloads(std::size_t j) const {
+  const Use& use = c_.uses[j];
+  if (!c_.opt.offload_activations || c_.split_backward() || use.backward ||
+      c_.units[use.unit].u->activations.count() == 0) {
     return false;
   }
-  const bool next_is_own_backward =
-      j + 1 < uses_.size() && uses_[j + 1].backward && uses_[j + 1].unit == use.unit && uses_[j + 1].mb == use.mb;
+  const bool next_is_own_backward = j + 1 < c_.uses.size() && c_.uses[j + 1].backward &&
+                                    c_.uses[j + 1].unit == use.unit && c_.uses[j + 1].mb == use.mb;
   return !next_is_own_backward;
 }
 
 // After forward use j: its activations go to the host once the forward is
 // done, and leave the device when they are there.
-void Lowering::offload_activations(std::size_t j) {
+void HostOffload::offload_activations(std::size_t j) {
   if (!offloads(j)) return;
-  const Use& use = uses_[j];
-  const auto& unit = *units_[use.unit].u;
-  b_.wait(d2h_, use_done_[j], fmt::format("wait {}.fwd_done", unit.name));
-  b_.compute(d2h_, fmt::format("act.u{}.mb{}.to_host", use.unit, use.mb), ComputeKind::HostCopy, Flops(0),
-             unit.activations, Dtype::Bf16, core::OpRole::Other, core::ParamClass::None);
-  b_.free(d2h_, fmt::format("act.u{}.mb{}", use.unit, use.mb), unit.activations);
-  act_on_host_[{use.unit, use.mb}] = b_.record(d2h_, fmt::format("act.u{}.mb{}.on_host", use.unit, use.mb));
+  const Use& use = c_.uses[j];
+  const auto& unit = *c_.units[use.unit].u;
+  c_.b.wait(d2h_, c_.use_done[j], fmt::format("wait {}.fwd_done", unit.name));
+  c_.b.compute(d2h_, fmt::format("act.u{}.mb{}.to_host", use.unit, use.mb), ComputeKind::HostCopy, Flops(0),
+               unit.activations, Dtype::Bf16, core::OpRole::Other, core::ParamClass::None);
+  c_.b.free(d2h_, fmt::format("act.u{}.mb{}", use.unit, use.mb), unit.activations);
+  act_on_host_[{use.unit, use.mb}] = c_.b.record(d2h_, fmt::format("act.u{}.mb{}.on_host", use.unit, use.mb));
   host_act_ += unit.activations.count();
   host_act_peak_ = std::max(host_act_peak_, host_act_);
 }
 
 // Backward use j's activations back from the host (once), into a buffer of
 // their own, not before event `after` (a backward's start on the device).
-void Lowering::issue_fetch(std::size_t j, int after) {
-  const Use& use = uses_[j];
+void HostOffload::issue_fetch(std::size_t j, int after) {
+  const Use& use = c_.uses[j];
   const auto on_host = act_on_host_.find({use.unit, use.mb});
   if (on_host == act_on_host_.end() || act_fetched_.contains({use.unit, use.mb})) return;
-  const auto& unit = *units_[use.unit].u;
-  b_.wait(h2d_, after, "wait backward started");
-  b_.wait(h2d_, on_host->second, fmt::format("wait act.u{}.mb{}.on_host", use.unit, use.mb));
+  const auto& unit = *c_.units[use.unit].u;
+  c_.b.wait(h2d_, after, "wait backward started");
+  c_.b.wait(h2d_, on_host->second, fmt::format("wait act.u{}.mb{}.on_host", use.unit, use.mb));
   const std::string name = fmt::format("act.u{}.mb{}.fetched", use.unit, use.mb);
-  b_.alloc(h2d_, name, unit.activations, core::BufferClass::Activations);
-  b_.compute(h2d_, fmt::format("act.u{}.mb{}.to_device", use.unit, use.mb), ComputeKind::HostCopy, Flops(0),
-             unit.activations, Dtype::Bf16, core::OpRole::Other, core::ParamClass::None);
-  act_fetched_[{use.unit, use.mb}] = b_.record(h2d_, name);
+  c_.b.alloc(h2d_, name, unit.activations, core::BufferClass::Activations);
+  c_.b.compute(h2d_, fmt::format("act.u{}.mb{}.to_device", use.unit, use.mb), ComputeKind::HostCopy, Flops(0),
+               unit.activations, Dtype::Bf16, core::OpRole::Other, core::ParamClass::None);
+  act_fetched_[{use.unit, use.mb}] = c_.b.record(h2d_, name);
 }
 
 // Before backward use j: its activations (fetched now if not yet), and the
 // next backward use's, so that the copy overlaps this backward. Fetches wait
 // for the device to start backward use j: the host issues far ahead, and
 // otherwise every activation would come back as soon as it had left.
-void Lowering::fetch_activations(std::size_t j) {
-  if (!opt_.offload_activations) return;
-  const Use& use = uses_[j];
-  const int started = b_.record(comp_, fmt::format("{}.bwd_start", units_[use.unit].u->name));
+void HostOffload::fetch_activations(std::size_t j) {
+  if (!c_.opt.offload_activations) return;
+  const Use& use = c_.uses[j];
+  const int started = c_.b.record(c_.comp, fmt::format("{}.bwd_start", c_.units[use.unit].u->name));
   issue_fetch(j, started);
-  for (std::size_t k = j + 1; k < uses_.size(); ++k) {
-    if (!uses_[k].backward) continue;
+  for (std::size_t k = j + 1; k < c_.uses.size(); ++k) {
+    if (!c_.uses[k].backward) continue;
     issue_fetch(k, started);
     break;
   }
   if (auto it = act_fetched_.find({use.unit, use.mb}); it != act_fetched_.end()) {
-    b_.wait(comp_, it->second, fmt::format("wait act.u{}.mb{}.fetched", use.unit, use.mb));
+    c_.b.wait(c_.comp, it->second, fmt::format("wait act.u{}.mb{}.fetched", use.unit, use.mb));
   }
 }
 
 // After backward use j: its activations leave the device (and the host).
-void Lowering::release_activations(std::size_t j) {
-  const Use& use = uses_[j];
-  const auto& unit = *units_[use.unit].u;
+void HostOffload::release_activations(std::size_t j) {
+  const Use& use = c_.uses[j];
+  const auto& unit = *c_.units[use.unit].u;
   if (!act_fetched_.contains({use.unit, use.mb})) {
-    b_.free(comp_, fmt::format("act.u{}.mb{}", use.unit, use.mb), unit.activations);
+    c_.b.free(c_.comp, fmt::format("act.u{}.mb{}", use.unit, use.mb), unit.activations);
     return;
   }
-  b_.free(comp_, fmt::format("act.u{}.mb{}.fetched", use.unit, use.mb), unit.activations);
+  c_.b.free(c_.comp, fmt::format("act.u{}.mb{}.fetched", use.unit, use.mb), unit.activations);
   host_act_ -= unit.activations.count();
 }
 

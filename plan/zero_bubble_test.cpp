@@ -346,5 +346,25 @@ TEST(ZeroBubble, ZbVPlacesTheChunksInAV) {
   }
 }
 
+// Two-way pipelines (ZB-V, DualPipe) number each peer's activations and
+// gradients apart (even and odd); context parallelism's ring numbers its K/V
+// blocks per neighbour. Counted in one table, the two collided and the ring's
+// receives waited for sequence numbers no one sent (a deadlock the replay
+// found). Every send now meets its receive, in order per peer and stream.
+TEST(ZeroBubble, TwoWayPipelinesRunWithContextParallelism) {
+  for (auto [schedule, vpp] : {std::pair{PipelineSchedule::ZbV, 2}, std::pair{PipelineSchedule::DualPipe, 1}}) {
+    topologies::Topology topo(topologies::load_cluster("dgx-h100"), 8);
+    PlanOptions o = test_util::ddp_pipeline(4, 8);
+    o.vpp = vpp;
+    o.cp = 2;
+    o.pipeline_schedule = schedule;
+    const core::Schedule s = lower(layers(8), topo, o);
+    ASSERT_EQ(s.programs.size(), 8u);  // 4 stages x 2 cp ranks
+    core::ReplayCosts costs;
+    costs.compute = [](const core::Program&, const core::Op&) { return core::Duration::ns(1000); };
+    EXPECT_NO_THROW((void)core::replay(s, costs)) << to_string(schedule);
+  }
+}
+
 }  // namespace
 }  // namespace hzp::plan
