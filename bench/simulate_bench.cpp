@@ -45,7 +45,7 @@ BENCHMARK(BM_LowerLlama70bFsdp1024)->Unit(benchmark::kMillisecond)->UseRealTime(
 void analytic_engine(benchmark::State& state, bool names) {
   explore::Scenario sc = scenario();
   core::Schedule s = explore::build_schedule(sc, plan::Strategy::Fsdp);
-  topologies::PerfModel pm(topologies::Topology(topologies::load_cluster(sc.cluster), sc.gpus));
+  cost::PerfModel pm(topologies::Topology(topologies::load_cluster(sc.cluster), sc.gpus));
   auto engine = sim::make_engine("analytic", pm);
   std::size_t ops = 0;
   for (const auto& st : s.programs[0].streams) ops += st.ops.size();

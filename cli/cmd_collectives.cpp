@@ -11,8 +11,8 @@
 #include "cli/option_flags.hpp"
 #include "core/error.hpp"
 #include "core/options.hpp"
+#include "cost/perf_model.hpp"
 #include "topologies/overlay.hpp"
-#include "topologies/topology.hpp"
 #include "validation/collective_cases.hpp"
 
 namespace hzp::cli {
@@ -88,9 +88,9 @@ int cmd_collectives(const CollectivesArgs& a) {
   const std::int64_t lo = bytes_arg(a.min_bytes, "--min-bytes"), hi = bytes_arg(a.max_bytes, "--max-bytes");
   if (hi < lo) throw core::InputError("command line", "--max-bytes", "expected at least --min-bytes");
   const topologies::ResolvedCluster cluster = topologies::resolve_cluster(a.cluster, overlay);
-  const topologies::PerfModel pm(topologies::Topology(cluster.spec, a.gpus));
+  const cost::PerfModel pm(topologies::Topology(cluster.spec, a.gpus));
   const std::vector<int> ranks = group_ranks(pm.topology(), a.group);
-  const topologies::GroupSpan g = pm.span(ranks);
+  const cost::GroupSpan g = pm.span(ranks);
   const int n = static_cast<int>(ranks.size());
   const double factor = validation::busbw_factor(kind, n);
 
@@ -102,18 +102,18 @@ int cmd_collectives(const CollectivesArgs& a) {
       "#{:>12} {:>12} {:>8} {:>6} {:>6} {:>10} {:>8} {:>8}  {}\n"
       "#{:>12} {:>12} {:>8} {:>6} {:>6} {:>10} {:>8} {:>8}\n",
       a.op, n, g.domains, g.min_ranks_per_domain, g.max_ranks_per_domain, a.gpus, cluster.spec.name, cluster.file,
-      topologies::nccl_tuning().version, cluster.spec.name,
+      cost::nccl_tuning().version, cluster.spec.name,
       overlay.empty() ? std::string() : fmt::format("# what-if: {}\n", overlay.describe()), "size", "count", "type",
       "redop", "root", "time", "algbw", "busbw", "algorithm/protocol/channels", "(B)", "(elements)", "", "", "", "(us)",
       "(GB/s)", "(GB/s)");
   const bool reduces = kind == core::CollectiveKind::AllReduce || kind == core::CollectiveKind::ReduceScatter;
   for (std::int64_t bytes = lo; bytes <= hi; bytes *= a.factor) {
-    const topologies::CollectiveCost c = pm.collective_cost(kind, core::Bytes(bytes), g);
+    const cost::CollectiveCost c = pm.collective_cost(kind, core::Bytes(bytes), g);
     const double us = c.seconds() * 1e6;
     const double algbw = us > 0 ? static_cast<double>(bytes) / us / 1e3 : 0;
     std::cout << fmt::format(" {:>12} {:>12} {:>8} {:>6} {:>6} {:>10.2f} {:>8.2f} {:>8.2f}  {}/{}/{}\n", bytes,
                              bytes / 4, "float", reduces ? "sum" : "none", -1, us, algbw, algbw * factor,
-                             topologies::to_string(c.nccl), topologies::to_string(c.protocol), c.channels);
+                             cost::to_string(c.nccl), cost::to_string(c.protocol), c.channels);
     if (bytes > hi / a.factor) break;
   }
   return 0;

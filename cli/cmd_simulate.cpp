@@ -189,7 +189,7 @@ int cmd_simulate(Options& o, const std::string& command_line) {
   std::ostream& text = o.trace == "-" || o.csv == "-" || o.summary == "-" ? std::cerr : std::cout;
   text << (o.json ? json : cli::summary_text(r));
   if ((o.explain || !one) && !o.json) {
-    const topologies::PerfModel pm(topologies::Topology(r.cluster, r.gpus));
+    const cost::PerfModel pm(topologies::Topology(r.cluster, r.gpus));
     text << "\n"
          << explore::why_text(explore::plan_terms(r, pm), r.cluster.device.hbm_GiB, cli::expected_error_of(r).mean_abs);
     if (o.explain) {

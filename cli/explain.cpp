@@ -22,7 +22,7 @@ std::string ranks_text(const std::vector<int>& r) {
   return fmt::format("{},{},...,{}", r[0], r[1], r.back());
 }
 
-std::string placement(const topologies::GroupSpan& g, const topologies::Topology& t) {
+std::string placement(const cost::GroupSpan& g, const topologies::Topology& t) {
   const auto& spec = t.spec();
   std::string up = spec.scale_up.kind == topologies::ScaleUpKind::NvSwitch ? "NVSwitch" : "full-mesh";
   if (g.domains <= 1) return fmt::format("inside one {} domain", up);
@@ -65,7 +65,7 @@ std::string model_parallelism(const plan::ResolvedPlan& plan) {
 
 }  // namespace
 
-std::string explain(const core::Schedule& s, const plan::ResolvedPlan& plan, const topologies::PerfModel& pm) {
+std::string explain(const core::Schedule& s, const plan::ResolvedPlan& plan, const cost::PerfModel& pm) {
   std::string out;
   const plan::PlanOptions& p = plan.options;
   {
@@ -118,15 +118,15 @@ std::string explain(const core::Schedule& s, const plan::ResolvedPlan& plan, con
                       : op.collective == core::CollectiveKind::Broadcast ? 1.0
                                                                          : (P - 1) / P;
       r.sent += factor * static_cast<double>(op.bytes.count());
-      const topologies::CollectiveCost c = pm.collective_cost(op.collective, op.bytes, pm.span(g.ranks));
+      const cost::CollectiveCost c = pm.collective_cost(op.collective, op.bytes, pm.span(g.ranks));
       r.seconds += c.seconds();
-      ++r.choices[fmt::format("{}/{}", topologies::to_string(c.nccl), topologies::to_string(c.protocol))];
+      ++r.choices[fmt::format("{}/{}", cost::to_string(c.nccl), cost::to_string(c.protocol))];
     }
   }
   out += fmt::format(
       "\ncommunication per rank per step (sent: bytes each rank puts on the wire; time: uncontended, one at a time; "
       "NCCL {}'s algorithm/protocol per call):\n",
-      topologies::nccl_tuning().version);
+      cost::nccl_tuning().version);
   out += fmt::format("  {:<15} {:<12} {:>6} {:>12} {:>10} {:>10}  {}\n", "collective", "group", "calls", "buffer GiB",
                      "sent GiB", "time (s)", "NCCL choice");
   for (const auto& [key, r] : rows) {

@@ -4,16 +4,15 @@
 
 #include <string>
 
-#include "core/schedule.hpp"
+#include "cost/perf_model.hpp"
 #include "plan/plan.hpp"
+#include "schedule/schedule.hpp"
 #include "sim/metrics.hpp"
-#include "topologies/topology.hpp"
 
 namespace hzp::cli {
 
 /// `plan` is the resolved plan the Schedule was lowered from.
-[[nodiscard]] std::string explain(const core::Schedule& s, const plan::ResolvedPlan& plan,
-                                  const topologies::PerfModel& pm);
+[[nodiscard]] std::string explain(const core::Schedule& s, const plan::ResolvedPlan& plan, const cost::PerfModel& pm);
 
 /// Where the busiest compute stream's step goes, by kernel class (sim::TimeSplit):
 /// one line of seconds and shares, to hold next to a profiler's breakdown.

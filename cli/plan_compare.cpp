@@ -7,9 +7,9 @@
 
 #include "cli/option_flags.hpp"
 #include "core/error.hpp"
+#include "cost/perf_model.hpp"
 #include "explore/scenario.hpp"
 #include "explore/why.hpp"
-#include "topologies/topology.hpp"
 
 namespace hzp::cli {
 
@@ -85,7 +85,7 @@ explore::PlanTerms terms_of(const explore::PlanQuery& q, const Compared& c) {
   sc.plan = best.options;
   sc.strategies = {best.options.strategy};
   const explore::ScenarioResult r = explore::run_scenario(sc);
-  const topologies::PerfModel pm(topologies::Topology(r.cluster, r.gpus));
+  const cost::PerfModel pm(topologies::Topology(r.cluster, r.gpus));
   explore::PlanTerms t = explore::plan_terms(r, pm).at(0);
   t.name = c.family.label;
   return t;

@@ -10,7 +10,7 @@
 #include <memory>
 
 #include "core/error.hpp"
-#include "core/schedule_check.hpp"
+#include "schedule/check.hpp"
 #include "sim/analytic/analytic_engine.hpp"
 #include "sim/engine.hpp"
 #include "validation/expected_error.hpp"
@@ -80,7 +80,7 @@ class Evaluator {
   }
 
  private:
-  topologies::PerfModel pm_;
+  cost::PerfModel pm_;
   std::unique_ptr<sim::Engine> engine_;
   const models::ModelSpec& model_;
   core::Bytes limit_;
@@ -233,7 +233,7 @@ void explain(const ShardCandidate& best, const Seen& dense_seen, const plan::Bat
 }  // namespace
 
 // The sharding collectives of the first program, costed one at a time.
-ShardingTerms sharding_terms(const core::Schedule& s, const sim::Metrics& metrics, const topologies::PerfModel& pm) {
+ShardingTerms sharding_terms(const core::Schedule& s, const sim::Metrics& metrics, const cost::PerfModel& pm) {
   ShardingTerms t;
   for (const auto& [kind, d] : metrics.exposed_comm) t.exposed_s += d.to_seconds();
   for (const auto& st : s.programs.front().streams) {
@@ -249,8 +249,8 @@ ShardingTerms sharding_terms(const core::Schedule& s, const sim::Metrics& metric
   return t;
 }
 
-double stragglers_seconds(const models::ModelSpec& m, const topologies::PerfModel& pm,
-                          const plan::ResolvedPlan& resolved, const core::Schedule& s) {
+double stragglers_seconds(const models::ModelSpec& m, const cost::PerfModel& pm, const plan::ResolvedPlan& resolved,
+                          const core::Schedule& s) {
   const plan::PlanOptions& o = resolved.options;
   if (!(o.doc_mean_tokens > 0 || o.doc_lengths || o.compute_jitter > 0 || o.moe_skew > 0)) return 0;
   plan::ResolvedPlan at_mean = resolved;

@@ -24,13 +24,13 @@ struct ShardingTerms {
 
 /// The terms of `s`'s first program, simulated into `metrics`.
 [[nodiscard]] ShardingTerms sharding_terms(const core::Schedule& s, const sim::Metrics& metrics,
-                                           const topologies::PerfModel& pm);
+                                           const cost::PerfModel& pm);
 
 /// What the expected slowest rank adds to a lowered plan's step: `s` (lowered
 /// from `resolved`) against the same resolved plan with every rank at the mean
 /// of the work its documents, jitter and routing skew draw, both in the
 /// analytic engine; 0 when its ranks' work does not vary.
-[[nodiscard]] double stragglers_seconds(const models::ModelSpec& m, const topologies::PerfModel& pm,
+[[nodiscard]] double stragglers_seconds(const models::ModelSpec& m, const cost::PerfModel& pm,
                                         const plan::ResolvedPlan& resolved, const core::Schedule& s);
 
 struct ShardCandidate {

@@ -6,9 +6,9 @@
 
 #include "core/error.hpp"
 #include "core/io.hpp"
-#include "core/schedule_check.hpp"
 #include "core/sha256.hpp"
 #include "plan/options.hpp"
+#include "schedule/check.hpp"
 #include "sim/engine.hpp"
 
 namespace hzp::explore {
@@ -171,7 +171,7 @@ ScenarioResult run_scenario(const Scenario& sc, Inputs in) {
   r.cluster_sha256 = std::move(in.cluster_sha256);
   r.gpus = sc.gpus;
   r.overlay = sc.overlay();
-  topologies::PerfModel pm(topologies::Topology(r.cluster, sc.gpus));
+  cost::PerfModel pm(topologies::Topology(r.cluster, sc.gpus));
   r.stack = in.stack;
   r.batch = plan::split_batch(r.model, sc.gpus, sc.plan);
   auto engine = sim::make_engine(sc.engine, pm, sc.engine_options);

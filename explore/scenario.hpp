@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "core/options.hpp"
-#include "core/schedule.hpp"
 #include "models/model_spec.hpp"
 #include "plan/plan.hpp"
+#include "schedule/schedule.hpp"
 #include "sim/engine.hpp"
 #include "sim/metrics.hpp"
 #include "stacks/stack_spec.hpp"

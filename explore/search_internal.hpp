@@ -14,12 +14,12 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "cost/perf_model.hpp"
 #include "explore/adaptive.hpp"
 #include "explore/search.hpp"
 #include "models/model_spec.hpp"
 #include "sim/metrics.hpp"
 #include "topologies/cluster_spec.hpp"
-#include "topologies/topology.hpp"
 
 namespace hzp::explore::search {
 
@@ -37,7 +37,7 @@ struct Setting {
   std::string cluster_name;
   topologies::ClusterSpec cluster;
   int gpus = 0;
-  std::unique_ptr<topologies::PerfModel> pm;
+  std::unique_ptr<cost::PerfModel> pm;
   double limit_GiB = 0;
 };
 
@@ -65,16 +65,15 @@ struct Estimate {
 
 /// The analytic engine's estimate of a plan (with `floor`, also the step when
 /// every sharding-dependent op costs nothing); not ok for a plan the lowering refuses.
-[[nodiscard]] Estimate estimate(const models::ModelSpec& m, const topologies::PerfModel& pm, const PlanOptions& o,
+[[nodiscard]] Estimate estimate(const models::ModelSpec& m, const cost::PerfModel& pm, const PlanOptions& o,
                                 bool floor = false);
 /// The full simulation with metrics, for the plans that are reported.
 /// The full simulation; `terms`, when given, gets its sharding collectives' latency and bandwidth terms.
-[[nodiscard]] Estimate simulate(const models::ModelSpec& m, const topologies::PerfModel& pm, const PlanOptions& o,
+[[nodiscard]] Estimate simulate(const models::ModelSpec& m, const cost::PerfModel& pm, const PlanOptions& o,
                                 sim::Metrics& out, ShardingTerms* terms = nullptr, double* stragglers_s = nullptr);
 /// Screening: the plan on reduced-layer models (and fewer micro-batches for
 /// long pipelines), extrapolated.
-[[nodiscard]] Estimate screen(const models::ModelSpec& m, const topologies::PerfModel& pm, const PlanOptions& o,
-                              bool floor);
+[[nodiscard]] Estimate screen(const models::ModelSpec& m, const cost::PerfModel& pm, const PlanOptions& o, bool floor);
 
 /// Parameters on one rank of a pipeline stage: the dense ones (split tp
 /// ways) and the experts (split ep x expert_tp ways), which shard over their
@@ -144,15 +143,15 @@ struct Search {
   double tokens_per_step = 0;
   std::vector<Candidate> space;  // 1. every well-formed candidate
   std::size_t groups = 0;
-  long long unsplit = 0;             // layouts (tp, pp, micro-batch, ...) whose batch does not split
+  long long unsplit = 0;                     // layouts (tp, pp, micro-batch, ...) whose batch does not split
   std::optional<core::Problem> why_unsplit;  // the first of their reasons
   // 2. candidates that pass the memory bound, with their Adam time and sharded model states (GiB)
   std::vector<Candidate> alive;
   std::vector<double> adam, states;
   // 3. screening: per alive candidate {ok, step, reserved, compute, floor}; the K best scores so far
   std::vector<std::array<double, 5>> screened;
-  std::vector<double> best_scores;     // the K best scores screened so far, over every setting
-  std::vector<double> setting_best;    // per setting: its best score screened so far (1e300 before one)
+  std::vector<double> best_scores;   // the K best scores screened so far, over every setting
+  std::vector<double> setting_best;  // per setting: its best score screened so far (1e300 before one)
   /// The score a candidate of `setting` must beat to matter: the K-th best
   /// over every setting (it could make the top K) or its setting's best
   /// (it could be that setting's answer), whichever is larger; 1e300 before either.

@@ -8,9 +8,9 @@
 #include <map>
 #include <optional>
 
-#include "core/schedule_check.hpp"
 #include "explore/parallel_map.hpp"
 #include "explore/search_internal.hpp"
+#include "schedule/check.hpp"
 #include "sim/analytic/analytic_engine.hpp"
 
 namespace hzp::explore::search {
@@ -18,7 +18,7 @@ namespace {
 
 // Screening: the same plan with a few layers per virtual stage, extrapolated
 // to the model's layer count (step time and memory are affine in it).
-Estimate over_layers(const models::ModelSpec& m, const topologies::PerfModel& pm, const PlanOptions& o, bool floor) {
+Estimate over_layers(const models::ModelSpec& m, const cost::PerfModel& pm, const PlanOptions& o, bool floor) {
   // Two and three layers per virtual stage for short pipelines (with one, the
   // embedding's and the head's transients can set the peak), one and two for
   // long ones (already many layers).
@@ -92,7 +92,7 @@ Estimate over_layers(const models::ModelSpec& m, const topologies::PerfModel& pm
 
 }  // namespace
 
-Estimate estimate(const models::ModelSpec& m, const topologies::PerfModel& pm, const PlanOptions& o, bool floor) {
+Estimate estimate(const models::ModelSpec& m, const cost::PerfModel& pm, const PlanOptions& o, bool floor) {
   // A plan the lowering refuses (does not divide) is not a candidate; one
   // over --max-ops is not built (counted as such, not an error that ends the search).
   plan::ResolvedPlan resolved;
@@ -123,7 +123,7 @@ Estimate estimate(const models::ModelSpec& m, const topologies::PerfModel& pm, c
 // The full simulation with metrics, for the plans that are reported; with
 // `stragglers_s`, also what the expected slowest rank adds to the step
 // (stragglers_seconds: 0 where the ranks' work does not vary).
-Estimate simulate(const models::ModelSpec& m, const topologies::PerfModel& pm, const PlanOptions& o, sim::Metrics& out,
+Estimate simulate(const models::ModelSpec& m, const cost::PerfModel& pm, const PlanOptions& o, sim::Metrics& out,
                   ShardingTerms* terms, double* stragglers_s) {
   plan::ResolvedPlan resolved;
   if (!plan::check_plan(m, pm.topology(), o, &resolved).empty()) return Estimate{};
@@ -151,7 +151,7 @@ Estimate simulate(const models::ModelSpec& m, const topologies::PerfModel& pm, c
 // micro-batches, also fewer micro-batches (p and 2p per rank): a 1F1B step is
 // affine in the micro-batch count once it is at least p, and its peak memory
 // no longer grows with it.
-Estimate screen(const models::ModelSpec& m, const topologies::PerfModel& pm, const PlanOptions& o, bool floor) {
+Estimate screen(const models::ModelSpec& m, const cost::PerfModel& pm, const PlanOptions& o, bool floor) {
   const int world = pm.topology().devices();
   plan::BatchSplit split;
   if (!plan::check_batch(m, world, o, split).empty()) return Estimate{};

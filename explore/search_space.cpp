@@ -111,7 +111,7 @@ Search::Search(const PlanQuery& query) : q(query), m(models::load_model(query.mo
       s.cluster_name = c;
       s.cluster = spec;
       s.gpus = g;
-      s.pm = std::make_unique<topologies::PerfModel>(topologies::Topology(spec, g));
+      s.pm = std::make_unique<cost::PerfModel>(topologies::Topology(spec, g));
       s.limit_GiB = q.memory_limit_GiB > 0 ? q.memory_limit_GiB : spec.device.hbm_GiB;
       settings.push_back(std::move(s));
       out.settings.push_back(SettingTally{c, g});

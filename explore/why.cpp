@@ -165,7 +165,7 @@ std::string why_text(const std::vector<PlanTerms>& plans, double hbm_GiB, double
   return out;
 }
 
-std::vector<PlanTerms> plan_terms(const ScenarioResult& r, const topologies::PerfModel& pm) {
+std::vector<PlanTerms> plan_terms(const ScenarioResult& r, const cost::PerfModel& pm) {
   std::vector<PlanTerms> out;
   for (const StrategyResult& run : r.runs) {
     const sim::Metrics& m = run.metrics;

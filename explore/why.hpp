@@ -32,7 +32,7 @@ struct PlanTerms {
 };
 
 /// The terms of each run of `r` (sharding collectives costed by `pm`).
-[[nodiscard]] std::vector<PlanTerms> plan_terms(const ScenarioResult& r, const topologies::PerfModel& pm);
+[[nodiscard]] std::vector<PlanTerms> plan_terms(const ScenarioResult& r, const cost::PerfModel& pm);
 
 /// The term that makes `slow` slower than `fast`, with its figures: the
 /// largest of the growth in exposed communication of one group kind (named

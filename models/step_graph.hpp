@@ -10,10 +10,10 @@
 #include <vector>
 
 #include "core/names.hpp"
-#include "core/schedule.hpp"
 #include "core/stack_kernels.hpp"
 #include "core/units.hpp"
 #include "models/model_spec.hpp"
+#include "schedule/schedule.hpp"
 
 namespace hzp::models {
 

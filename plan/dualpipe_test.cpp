@@ -10,9 +10,9 @@
 #include <tuple>
 #include <vector>
 
-#include "core/schedule_replay.hpp"
 #include "plan/plan.hpp"
 #include "plan/plan_test_util.hpp"
+#include "schedule/replay.hpp"
 
 namespace hzp::plan {
 namespace {

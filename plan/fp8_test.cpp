@@ -9,9 +9,9 @@
 #include <set>
 #include <string>
 
+#include "cost/perf_model.hpp"
 #include "plan/plan.hpp"
 #include "plan/plan_test_util.hpp"
-#include "topologies/topology.hpp"
 
 namespace hzp::plan {
 namespace {
@@ -51,7 +51,7 @@ core::Op as_op(const models::GraphOp& g) {
 // 5 us kernel tail.
 TEST(Fp8, GemmAtTheFp8RatePlusItsCasts) {
   const models::ModelSpec m = models::load_model("llama3-8b");
-  const topologies::PerfModel pm(topologies::Topology(topologies::load_cluster("dgx-h100"), 1));
+  const cost::PerfModel pm(topologies::Topology(topologies::load_cluster("dgx-h100"), 1));
   models::GraphOptions go{.seq_len = 8192, .micro_batch = 1};
   go.precision = models::Precision::Fp8Delayed;
   const models::StepGraph g = models::build_step_graph(m, go);
@@ -121,7 +121,7 @@ TEST(Fp8, ExpertKernelsStayExpertKernels) {
 // Below the FP8 curve's first measured size an FP8 GEMM runs at the bf16
 // rate of its shape: 1024^3 at the bf16 curve's 0.179 of 989 TFLOP/s.
 TEST(Fp8, SmallGemmsGetNoMoreThanTheBf16Rate) {
-  const topologies::PerfModel pm(topologies::Topology(topologies::load_cluster("dgx-h100"), 1));
+  const cost::PerfModel pm(topologies::Topology(topologies::load_cluster("dgx-h100"), 1));
   core::Op op;
   op.kind = core::OpKind::Compute;
   op.compute = core::ComputeKind::Gemm;

@@ -43,8 +43,8 @@
 #include <set>
 
 #include "core/error.hpp"
-#include "core/schedule_check.hpp"
 #include "plan/stage_lowering.hpp"
+#include "schedule/check.hpp"
 
 namespace hzp::plan {
 

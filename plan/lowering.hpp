@@ -10,11 +10,11 @@
 #include <utility>
 #include <vector>
 
-#include "core/schedule.hpp"
 #include "models/model_spec.hpp"
 #include "models/step_graph.hpp"
 #include "plan/plan.hpp"
 #include "plan/program_builder.hpp"
+#include "schedule/schedule.hpp"
 #include "topologies/topology.hpp"
 
 namespace hzp::plan::detail {

@@ -4,11 +4,11 @@
 #include <gtest/gtest.h>
 
 #include "core/error.hpp"
+#include "cost/perf_model.hpp"
 #include "plan/plan.hpp"
 #include "plan/plan_test_util.hpp"
 #include "sim/analytic/analytic_engine.hpp"
 #include "sim/metrics.hpp"
-#include "topologies/topology.hpp"
 #include "traces/timeline.hpp"
 
 namespace hzp::plan {
@@ -30,7 +30,7 @@ struct Offloaded {
   double cpu_adam_s = 0;  // PerfModel's cost of every CPU Adam op
 };
 
-Offloaded offloaded(const core::Schedule& s, const topologies::PerfModel& pm) {
+Offloaded offloaded(const core::Schedule& s, const cost::PerfModel& pm) {
   Offloaded o;
   for (const auto& st : s.programs.at(0).streams) {
     for (const auto& op : st.ops) {
@@ -63,7 +63,7 @@ PlanOptions zero1() {
   return o;
 }
 
-sim::Metrics simulate(const core::Schedule& s, const topologies::PerfModel& pm) {
+sim::Metrics simulate(const core::Schedule& s, const cost::PerfModel& pm) {
   sim::AnalyticEngine engine(pm);
   traces::TimelineRecorder rec;
   engine.run(s, traces::TraceHeader{}, rec);
@@ -73,7 +73,7 @@ sim::Metrics simulate(const core::Schedule& s, const topologies::PerfModel& pm) 
 TEST(Offload, OptimizerBytesCpuAdamAndMemory) {
   const models::ModelSpec m = test_util::four_layers();
   const topologies::Topology topo(topologies::load_cluster("dgx-h100"), 8);
-  const topologies::PerfModel pm(topo);
+  const cost::PerfModel pm(topo);
   std::int64_t graph_params = 0;
   for (const auto& u : models::build_step_graph(m, models::GraphOptions{.seq_len = 4096}).units) {
     graph_params += u.params;
@@ -125,7 +125,7 @@ TEST(Offload, OptimizerBytesCpuAdamAndMemory) {
   topologies::ClusterSpec small = topologies::load_cluster("dgx-h100");
   small.host->memory_GiB = 8;
   small.device.host_memory_GiB_per_device = 1;
-  const topologies::PerfModel spm(topologies::Topology(small, 8));
+  const cost::PerfModel spm(topologies::Topology(small, 8));
   const sim::Metrics ms = simulate(lower(m, spm.topology(), o), spm);
   EXPECT_FALSE(ms.memory[0].host_fits);
   EXPECT_FALSE(ms.fits());
@@ -134,7 +134,7 @@ TEST(Offload, OptimizerBytesCpuAdamAndMemory) {
 TEST(Offload, ActivationsBothWays) {
   const models::ModelSpec m = test_util::four_layers();
   const topologies::Topology topo(topologies::load_cluster("dgx-h100"), 8);
-  const topologies::PerfModel pm(topo);
+  const cost::PerfModel pm(topo);
   PlanOptions o = zero1();
   o.global_batch_sequences = 16;  // two micro-batches
   const core::Schedule base = lower(m, topo, o);
@@ -170,7 +170,7 @@ TEST(Offload, ActivationsBothWays) {
 TEST(Offload, ParamsFetchedPerUseUnderZero3) {
   const models::ModelSpec m = test_util::four_layers();
   const topologies::Topology topo(topologies::load_cluster("dgx-h100"), 8);
-  const topologies::PerfModel pm(topo);
+  const cost::PerfModel pm(topo);
   PlanOptions o = zero1();
   o.strategy = Strategy::Fsdp;
   o.global_batch_sequences = 16;
@@ -220,7 +220,7 @@ TEST(Offload, ParamsFetchedPerUseUnderZero3) {
 TEST(Offload, ParamsWholeWhenUnsharded) {
   const models::ModelSpec m = test_util::four_layers();
   const topologies::Topology topo(topologies::load_cluster("dgx-h100"), 8);
-  const topologies::PerfModel pm(topo);
+  const cost::PerfModel pm(topo);
   PlanOptions o = zero1();
   o.global_batch_sequences = 16;
   const core::Schedule base = lower(m, topo, o);
@@ -244,7 +244,7 @@ TEST(Offload, ParamsWholeWhenUnsharded) {
 TEST(Offload, ParamsAndOptimizerOverDifferentGroups) {
   const models::ModelSpec m = test_util::four_layers();
   const topologies::Topology topo(topologies::load_cluster("dgx-h100"), 8);
-  const topologies::PerfModel pm(topo);
+  const cost::PerfModel pm(topo);
   PlanOptions o = zero1();
   o.strategy = Strategy::Hzp;
   o.param_shard = 2;

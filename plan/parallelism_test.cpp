@@ -10,8 +10,9 @@
 #include <tuple>
 
 #include "core/error.hpp"
-#include "core/schedule_replay.hpp"
+#include "cost/perf_model.hpp"
 #include "plan/plan_test_util.hpp"
+#include "schedule/replay.hpp"
 #include "stacks/stack_spec.hpp"
 
 namespace hzp::plan {
@@ -143,7 +144,7 @@ struct Simulated {
 };
 
 Simulated simulate(const models::ModelSpec& m, int gpus, const PlanOptions& o) {
-  topologies::PerfModel pm(topologies::Topology(topologies::load_cluster("dgx-h100"), gpus));
+  cost::PerfModel pm(topologies::Topology(topologies::load_cluster("dgx-h100"), gpus));
   Simulated run{lower(m, pm.topology(), o), 0, {}};
   core::ReplayCosts costs;
   costs.compute = [&](const core::Program&, const core::Op& op) { return pm.compute(op); };
@@ -469,7 +470,7 @@ TEST(Overlap, GradReduceAfterTheWholeBackward) {
   o.overlap_grad_reduce = false;
   const Simulated after = simulate(m, 16, o);
 
-  topologies::PerfModel pm(topologies::Topology(topologies::load_cluster("dgx-h100"), 16));
+  cost::PerfModel pm(topologies::Topology(topologies::load_cluster("dgx-h100"), 16));
   const core::Program& p = after.schedule.programs.at(0);
   const auto stream = [&](core::StreamKind k) -> const core::Stream& {
     return *std::find_if(p.streams.begin(), p.streams.end(), [&](const core::Stream& s) { return s.kind == k; });

@@ -10,8 +10,8 @@
 #include <tuple>
 
 #include "core/error.hpp"
-#include "core/schedule_replay.hpp"
 #include "plan/plan_test_util.hpp"
+#include "schedule/replay.hpp"
 
 namespace hzp::plan {
 namespace {

@@ -13,10 +13,10 @@
 
 #include "core/names.hpp"
 #include "core/options.hpp"
-#include "core/schedule.hpp"
 #include "models/model_spec.hpp"
 #include "models/step_graph.hpp"
 #include "plan/doc_lengths.hpp"
+#include "schedule/schedule.hpp"
 #include "stacks/stack_spec.hpp"
 #include "topologies/topology.hpp"
 

@@ -15,8 +15,8 @@
 #include <tuple>
 #include <vector>
 
-#include "core/schedule_replay.hpp"
 #include "plan/plan.hpp"
+#include "schedule/replay.hpp"
 
 namespace hzp::plan::test_util {
 

@@ -6,8 +6,8 @@
 #include <map>
 #include <string>
 
-#include "core/schedule.hpp"
 #include "models/step_graph.hpp"
+#include "schedule/schedule.hpp"
 
 namespace hzp::plan {
 

@@ -8,9 +8,9 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "core/schedule_replay.hpp"
 #include "plan/plan.hpp"
 #include "plan/plan_test_util.hpp"
+#include "schedule/replay.hpp"
 #include "topologies/topology.hpp"
 
 namespace hzp::plan {
@@ -22,7 +22,9 @@ core::ReplayCosts distinct_costs() {
   costs.compute = [](const core::Program&, const core::Op& op) {
     return core::Duration::ns(1 + static_cast<std::int64_t>(op.flops.count() / 1e9));
   };
-  costs.collective = [](const core::Group&, const core::Op& op) { return core::Duration::ns(1 + op.bytes.count() / 1000); };
+  costs.collective = [](const core::Group&, const core::Op& op) {
+    return core::Duration::ns(1 + op.bytes.count() / 1000);
+  };
   costs.p2p = [](const core::Program&, const core::Op&) { return core::Duration::ns(777); };
   return costs;
 }

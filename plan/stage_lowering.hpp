@@ -19,11 +19,11 @@
 #include <utility>
 #include <vector>
 
-#include "core/schedule.hpp"
 #include "models/step_graph.hpp"
 #include "plan/lowering.hpp"
 #include "plan/plan.hpp"
 #include "plan/program_builder.hpp"
+#include "schedule/schedule.hpp"
 #include "topologies/topology.hpp"
 
 namespace hzp::plan::detail {

@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "core/error.hpp"
-#include "core/schedule_replay.hpp"
 #include "plan/plan.hpp"
 #include "plan/plan_test_util.hpp"
+#include "schedule/replay.hpp"
 
 namespace hzp::plan {
 namespace {

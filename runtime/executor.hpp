@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "core/schedule.hpp"
-#include "core/schedule_replay.hpp"
+#include "schedule/replay.hpp"
+#include "schedule/schedule.hpp"
 
 namespace hzp::runtime {
 

@@ -18,13 +18,13 @@
 #include "core/error.hpp"
 #include "core/io.hpp"
 #include "core/options.hpp"
-#include "core/schedule_check.hpp"
 #include "runtime/executor.hpp"
 #include "runtime/host/host_backend.hpp"
 #include "runtime/launch.hpp"
 #include "runtime/mpi.hpp"
 #include "runtime/platform_info.hpp"
 #include "runtime/run_args.hpp"
+#include "schedule/check.hpp"
 #include "topologies/cluster_spec.hpp"
 #include "traces/bench_results.hpp"
 #include "traces/timeline.hpp"
@@ -78,7 +78,7 @@ std::string summary_json(const hzp::core::Schedule& s, const std::string& backen
 }
 
 // The step on the virtual clock: what sets the wall clock's time scale.
-double virtual_step(const hzp::core::Schedule& s, const hzp::topologies::PerfModel& pm, hzp::runtime::HostOptions o,
+double virtual_step(const hzp::core::Schedule& s, const hzp::cost::PerfModel& pm, hzp::runtime::HostOptions o,
                     const std::vector<std::size_t>& programs) {
   o.clock = hzp::runtime::HostClock::Virtual;
   o.time_scale = 1.0;
@@ -90,7 +90,7 @@ double virtual_step(const hzp::core::Schedule& s, const hzp::topologies::PerfMod
 int run_host(const Args& a, const hzp::core::Schedule& s, const std::string& command_line) {
   using namespace hzp;
   const topologies::ClusterSpec cluster = topologies::load_cluster(a.cluster.empty() ? s.step.cluster : a.cluster);
-  const topologies::PerfModel pm(topologies::Topology(cluster, s.step.world_size));
+  const cost::PerfModel pm(topologies::Topology(cluster, s.step.world_size));
   std::vector<std::size_t> all(s.programs.size());
   std::iota(all.begin(), all.end(), 0);
   runtime::HostOptions o;
@@ -186,7 +186,7 @@ int run_cuda_rank(const Args& a, const hzp::core::Schedule& s, const hzp::runtim
                   const std::string& shared_id, const std::string& command_line) {
   using namespace hzp;
   const topologies::ClusterSpec cluster = topologies::load_cluster(a.cluster.empty() ? s.step.cluster : a.cluster);
-  const topologies::PerfModel pm(topologies::Topology(cluster, s.step.world_size));
+  const cost::PerfModel pm(topologies::Topology(cluster, s.step.world_size));
   const int rank = a.emulate ? a.rank : launch.rank;
   const runtime::RankPlan plan = runtime::rank_plan(s, rank);
   runtime::cuda::use_device(device);

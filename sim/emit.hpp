@@ -4,7 +4,7 @@
 // only in the times.
 #pragma once
 
-#include "core/schedule_replay.hpp"
+#include "schedule/replay.hpp"
 #include "traces/timeline.hpp"
 
 namespace hzp::sim {

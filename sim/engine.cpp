@@ -9,8 +9,7 @@
 
 namespace hzp::sim {
 
-std::unique_ptr<Engine> make_engine(const std::string& name, const topologies::PerfModel& pm,
-                                    const EngineOptions& options) {
+std::unique_ptr<Engine> make_engine(const std::string& name, const cost::PerfModel& pm, const EngineOptions& options) {
   if (options.ranks != "all" && options.ranks != "classes") {
     throw core::InputError("command line", "--ranks", fmt::format("expected all or classes, got '{}'", options.ranks));
   }

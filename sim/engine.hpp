@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "core/schedule.hpp"
-#include "topologies/topology.hpp"
+#include "cost/perf_model.hpp"
+#include "schedule/schedule.hpp"
 #include "traces/timeline.hpp"
 
 namespace hzp::sim {
@@ -55,7 +55,7 @@ struct EngineOptions {
 };
 
 /// "analytic" or "simgrid"; InputError(--engine / --ranks / --nccl-channels) otherwise.
-[[nodiscard]] std::unique_ptr<Engine> make_engine(const std::string& name, const topologies::PerfModel& pm,
+[[nodiscard]] std::unique_ptr<Engine> make_engine(const std::string& name, const cost::PerfModel& pm,
                                                   const EngineOptions& options = {});
 
 /// Throws InputError when a group names a rank the topology lacks.

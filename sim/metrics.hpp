@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "core/schedule.hpp"
+#include "schedule/schedule.hpp"
 #include "topologies/cluster_spec.hpp"
 #include "traces/timeline.hpp"
 

@@ -6,12 +6,12 @@
 
 #include "cli/report.hpp"
 #include "core/error.hpp"
-#include "core/schedule.hpp"
-#include "core/schedule_check.hpp"
 #include "explore/cases.hpp"
 #include "explore/scenario.hpp"
 #include "models/model_spec.hpp"
 #include "plan/plan_file.hpp"
+#include "schedule/check.hpp"
+#include "schedule/schedule.hpp"
 #include "topologies/cluster_spec.hpp"
 #include "traces/timeline.hpp"
 #include "validation/cases.hpp"
@@ -217,8 +217,10 @@ TEST(PlanSearch, BottleneckNamesTheExposedKindAndTheLatencyShare) {
   EXPECT_EQ(explore::search::bottleneck(m, t, false), "compute stream idle (10%: waits on communication or the host)");
   // Stragglers: the expected slowest rank's extra 1.5 s shows on the others
   // as the 1 s of idle compute; named when at least as large as the waits.
-  EXPECT_EQ(explore::search::bottleneck(m, t, false, 1.5), "stragglers (the expected slowest rank adds 15% of the step)");
-  EXPECT_EQ(explore::search::bottleneck(m, t, false, 0.8), "compute stream idle (10%: waits on communication or the host)");
+  EXPECT_EQ(explore::search::bottleneck(m, t, false, 1.5),
+            "stragglers (the expected slowest rank adds 15% of the step)");
+  EXPECT_EQ(explore::search::bottleneck(m, t, false, 0.8),
+            "compute stream idle (10%: waits on communication or the host)");
   m.compute_idle = core::Duration{};
   m.mfu = 0.5;
   EXPECT_EQ(explore::search::bottleneck(m, t, false), "compute (50% MFU)");
@@ -294,13 +296,13 @@ TEST(Why, StragglersAreTheStepAgainstEveryRankAtTheMean) {
   sc.plan.global_batch_sequences = 128;
   sc.strategies = {plan::Strategy::Zero2, plan::Strategy::Fsdp};
   const auto plain = explore::run_scenario(sc);
-  for (const auto& t : explore::plan_terms(plain, topologies::PerfModel(topologies::Topology(plain.cluster, 64)))) {
+  for (const auto& t : explore::plan_terms(plain, cost::PerfModel(topologies::Topology(plain.cluster, 64)))) {
     EXPECT_EQ(t.stragglers_s, 0.0) << t.name;
   }
   sc.plan.doc_lengths = "dolma-v1";
   sc.plan.compute_jitter = 0.02;
   const auto r = explore::run_scenario(sc);
-  const auto terms = explore::plan_terms(r, topologies::PerfModel(topologies::Topology(r.cluster, 64)));
+  const auto terms = explore::plan_terms(r, cost::PerfModel(topologies::Topology(r.cluster, 64)));
   ASSERT_EQ(terms.size(), 2u);
   EXPECT_GT(terms[0].stragglers_s, 0.0);
   EXPECT_GT(terms[1].stragglers_s, terms[0].stragglers_s);

@@ -60,7 +60,7 @@ class HostEquivalence : public ::testing::TestWithParam<Case> {};
 TEST_P(HostEquivalence, VirtualClockRunEqualsTheAnalyticEngine) {
   models::ModelSpec m = models::load_model("llama3-8b");
   m.layers = 4;
-  const topologies::PerfModel pm(topologies::Topology(topologies::load_cluster("dgx-h100"), 16));
+  const cost::PerfModel pm(topologies::Topology(topologies::load_cluster("dgx-h100"), 16));
   const core::Schedule s = plan::lower(m, pm.topology(), GetParam().o);
   // The host backend neither slows compute under collectives nor shares links
   // between them: neither does the reference.
@@ -160,7 +160,7 @@ core::Schedule deadlock() {
 
 TEST(HostWatchdog, ReportsTheWaitingOpOfEveryRankInsteadOfHanging) {
   const core::Schedule s = deadlock();
-  const topologies::PerfModel pm(topologies::Topology(topologies::load_cluster("dgx-h100"), 8));
+  const cost::PerfModel pm(topologies::Topology(topologies::load_cluster("dgx-h100"), 8));
   runtime::HostOptions o;
   o.watchdog = std::chrono::milliseconds(300);
   runtime::HostBackend backend(s, pm, o);
@@ -209,7 +209,7 @@ core::Schedule one_stream(int ops, double flops, core::Duration launch) {
 // workers (and issuing host threads) slept in sleep_until, which an abort
 // cannot interrupt. Each run below would sleep for days.
 double seconds_to_abort(const core::Schedule& s) {
-  const topologies::PerfModel pm(topologies::Topology(topologies::load_cluster("dgx-h100"), 8));
+  const cost::PerfModel pm(topologies::Topology(topologies::load_cluster("dgx-h100"), 8));
   runtime::HostOptions o;
   o.watchdog = std::chrono::milliseconds(300);
   const auto t0 = std::chrono::steady_clock::now();
@@ -235,7 +235,7 @@ TEST(HostWatchdog, AbortsPromptlyWhileTheHostIssues) {
 // past the fraction that makes hzp-run call it unreliable.
 TEST(HostWallClock, CountsTheOpsTheHostWokeLateFor) {
   const core::Schedule s = one_stream(20, 1e12, core::Duration::us(4));
-  const topologies::PerfModel pm(topologies::Topology(topologies::load_cluster("dgx-h100"), 8));
+  const cost::PerfModel pm(topologies::Topology(topologies::load_cluster("dgx-h100"), 8));
   runtime::HostOptions o;
   o.time_scale = 20;  // 20 GEMMs of ~1.4 ms: about 0.6 s of wall time; sleeps of milliseconds
   o.late = std::chrono::microseconds(0);

@@ -10,15 +10,15 @@
 #include <type_traits>
 
 #include "core/names.hpp"
-#include "core/schedule_names.hpp"
 #include "core/stack_kernels.hpp"
+#include "cost/nccl.hpp"
 #include "explore/search.hpp"
 #include "models/step_graph.hpp"
 #include "plan/plan.hpp"
 #include "runtime/host/host_backend.hpp"
+#include "schedule/names.hpp"
 #include "stacks/stack_spec.hpp"
 #include "topologies/cluster_spec.hpp"
-#include "topologies/nccl.hpp"
 #include "validation/cases.hpp"
 
 namespace hzp {
@@ -111,9 +111,9 @@ TEST(NameTables, EveryEnumRoundTripsThroughItsOneTable) {
   expect_table(
       validation::kQuantities, "Quantity", [](auto v) { return validation::to_string(v); }, nullptr);
   expect_table(
-      topologies::kNcclAlgorithmNames, "NcclAlgorithm", [](auto v) { return topologies::to_string(v); }, nullptr);
+      cost::kNcclAlgorithmNames, "NcclAlgorithm", [](auto v) { return cost::to_string(v); }, nullptr);
   expect_table(
-      topologies::kNcclProtocolNames, "NcclProtocol", [](auto v) { return topologies::to_string(v); }, nullptr);
+      cost::kNcclProtocolNames, "NcclProtocol", [](auto v) { return cost::to_string(v); }, nullptr);
   expect_table(
       runtime::kHostClocks, "HostClock", [](auto v) { return runtime::to_string(v); },
       [](std::string_view s) { return runtime::parse_host_clock(s); });

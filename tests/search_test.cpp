@@ -95,7 +95,7 @@ TEST(PlanSearch, OffloadsParametersWhenNothingElseFits) {
 // layers (one more layer's activations each) and extrapolated 80 of them.
 TEST(PlanSearch, ScreenedMemoryWithOffloadedActivations) {
   const models::ModelSpec m = models::load_model("llama3-70b");
-  const topologies::PerfModel pm(topologies::Topology(topologies::load_cluster("dgx-a100"), 64));
+  const cost::PerfModel pm(topologies::Topology(topologies::load_cluster("dgx-a100"), 64));
   plan::PlanOptions o;
   o.stack = stacks::default_stack();
   o.strategy = plan::Strategy::Fsdp;
@@ -122,7 +122,7 @@ TEST(PlanSearch, ScreenedMemoryWithOffloadedActivations) {
 // growth one layer further on.
 TEST(PlanSearch, ScreenedMemoryFollowsTheLayersWhereTheReducedPeaksDoNot) {
   const models::ModelSpec m = models::load_model("qwen3-30b-a3b");
-  const topologies::PerfModel pm(topologies::Topology(topologies::load_cluster("dgx-h100"), 8));
+  const cost::PerfModel pm(topologies::Topology(topologies::load_cluster("dgx-h100"), 8));
   plan::PlanOptions o;
   o.stack = stacks::default_stack();
   o.strategy = plan::Strategy::Hzp;
@@ -178,7 +178,7 @@ TEST(PlanSearch, TheAnswerIsTriedUnderTheSchedulesAndUlysses) {
 // error that ends the search.
 TEST(PlanSearch, APlanOverTheOpLimitIsSkippedNotFatal) {
   const models::ModelSpec m = models::load_model("llama3-8b");
-  const topologies::PerfModel pm(topologies::Topology(topologies::load_cluster("dgx-h100"), 8));
+  const cost::PerfModel pm(topologies::Topology(topologies::load_cluster("dgx-h100"), 8));
   plan::PlanOptions o;
   o.stack = stacks::default_stack();
   o.strategy = plan::Strategy::Fsdp;

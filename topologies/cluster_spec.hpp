@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "core/names.hpp"
-#include "core/schedule.hpp"
+#include "schedule/schedule.hpp"
 
 namespace hzp::topologies {
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "core/schedule.hpp"
+#include "schedule/schedule.hpp"
 
 namespace hzp::traces {
 

@@ -9,8 +9,8 @@
 #include <utility>
 #include <vector>
 
-#include "core/schedule.hpp"
 #include "core/units.hpp"
+#include "schedule/schedule.hpp"
 
 namespace hzp::traces {
 

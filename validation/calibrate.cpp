@@ -10,8 +10,8 @@
 
 #include "core/error.hpp"
 #include "core/units.hpp"
-#include "topologies/nccl.hpp"
-#include "topologies/topology.hpp"
+#include "cost/nccl.hpp"
+#include "cost/perf_model.hpp"
 
 namespace hzp::validation {
 namespace {
@@ -50,10 +50,9 @@ topologies::ClusterSpec with_link(topologies::ClusterSpec c, Link link, double s
   return c;
 }
 
-topologies::GroupSpan measured_span(const traces::CollectiveResult& r) {
+cost::GroupSpan measured_span(const traces::CollectiveResult& r) {
   const int per_node = std::max(1, r.ranks_per_node);
-  return topologies::GroupSpan{r.ranks, std::max(1, r.ranks / per_node), per_node, per_node,
-                               r.ranks > per_node ? 0 : -1};
+  return cost::GroupSpan{r.ranks, std::max(1, r.ranks / per_node), per_node, per_node, r.ranks > per_node ? 0 : -1};
 }
 
 // NCCL's model with two free figures per link: the Simple ring step latency
@@ -64,8 +63,8 @@ topologies::GroupSpan measured_span(const traces::CollectiveResult& r) {
 LinkFit fit_link(const topologies::ClusterSpec& cluster, Link link, const std::vector<traces::CollectiveResult>& rs) {
   const auto link_class = link == Link::ScaleUp ? cluster.scale_up.link : topologies::LinkClass::Net;
   const double nccl_step =
-      topologies::nccl_tuning().step_latency_us[static_cast<std::size_t>(link_class)][static_cast<std::size_t>(
-          topologies::NcclAlgorithm::Ring)][static_cast<std::size_t>(topologies::NcclProtocol::Simple)];
+      cost::nccl_tuning().step_latency_us[static_cast<std::size_t>(link_class)][static_cast<std::size_t>(
+          cost::NcclAlgorithm::Ring)][static_cast<std::size_t>(cost::NcclProtocol::Simple)];
   const std::int64_t largest =
       std::max_element(rs.begin(), rs.end(), [](auto& a, auto& b) { return a.bytes < b.bytes; })->bytes;
   LinkFit best;
@@ -75,15 +74,15 @@ LinkFit fit_link(const topologies::ClusterSpec& cluster, Link link, const std::v
     std::vector<double> effs;
     for (const auto& r : rs) {
       if (r.bytes != largest) continue;
-      const topologies::NcclModel m(with_link(cluster, link, step_us, 1.0));
+      const cost::NcclModel m(with_link(cluster, link, step_us, 1.0));
       const auto c = m.choose(r.collective, static_cast<double>(r.bytes), measured_span(r));
-      if (c.algorithm != topologies::NcclAlgorithm::Ring) continue;  // NVLS, tree, PAT: not the ring's figure
+      if (c.algorithm != cost::NcclAlgorithm::Ring) continue;  // NVLS, tree, PAT: not the ring's figure
       const double transfer = r.seconds - c.latency_s;
       if (transfer > 0) effs.push_back(std::clamp(c.transfer_s / transfer, 1e-3, 1.0));
     }
     if (effs.empty()) continue;
     const double eff = median(effs);
-    const topologies::NcclModel m(with_link(cluster, link, step_us, eff));
+    const cost::NcclModel m(with_link(cluster, link, step_us, eff));
     std::vector<double> errors;
     for (const auto& r : rs) {
       const double model = m.choose(r.collective, static_cast<double>(r.bytes), measured_span(r)).seconds();
@@ -131,9 +130,9 @@ CalibrationFit fit_calibration(const topologies::ClusterSpec& cluster,
       if (const auto& tiling = cluster.device.gemm_tiling) {
         // The curve holds squares: a shape's measured rate is brought to the
         // square of its size, as the cost model takes it back (PerfModel::gemm_fill).
-        eff *= topologies::PerfModel::gemm_fill(*tiling, size, size) /
-               topologies::PerfModel::gemm_fill(*tiling, static_cast<double>(g.m), static_cast<double>(g.n),
-                                                static_cast<double>(g.batch));
+        eff *= cost::PerfModel::gemm_fill(*tiling, size, size) /
+               cost::PerfModel::gemm_fill(*tiling, static_cast<double>(g.m), static_cast<double>(g.n),
+                                          static_cast<double>(g.batch));
       }
       gemm[std::round(size)].push_back(eff);
       ++gemm_count;

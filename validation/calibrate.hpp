@@ -23,7 +23,7 @@ struct CalibrationFit {
   std::optional<Points> gemm_efficiency;
   /// Collectives inside one scale-up domain (ranks_per_node == ranks) and
   /// rail groups (one rank per node), each fitted to NCCL's model
-  /// (topologies/nccl.hpp): the Simple ring step latency on the link (the
+  /// (cost/nccl.hpp): the Simple ring step latency on the link (the
   /// other protocols' steps scale with it) and the Simple ring's efficiency.
   std::optional<double> scale_up_step_latency_us;
   std::optional<double> scale_up_ring_efficiency;

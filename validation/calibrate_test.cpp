@@ -7,8 +7,8 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
-#include "topologies/nccl.hpp"
-#include "topologies/topology.hpp"
+#include "cost/nccl.hpp"
+#include "cost/perf_model.hpp"
 
 namespace hzp::validation {
 namespace {
@@ -69,13 +69,13 @@ TEST(Calibrate, LinkStepLatencyAndRingEfficiencyFromRingCollectives) {
   truth.scale_up.ring_efficiency = 0.7;
   truth.scale_out.step_latency_us = 20.0;
   truth.scale_out.ring_efficiency = 0.85;
-  const topologies::NcclModel model(truth);
+  const cost::NcclModel model(truth);
   traces::BenchResults r;
   r.kind = "collectives";
   r.device = h100().device.name;
   auto measure = [&](core::CollectiveKind kind, double bytes, int ranks, int per_node) {
     const int nodes = ranks / per_node;
-    const topologies::GroupSpan g{ranks, nodes, per_node, per_node, nodes > 1 ? 0 : -1};
+    const cost::GroupSpan g{ranks, nodes, per_node, per_node, nodes > 1 ? 0 : -1};
     r.collectives.push_back(
         {kind, static_cast<std::int64_t>(bytes), ranks, per_node, model.choose(kind, bytes, g).seconds()});
   };

@@ -13,9 +13,9 @@
 #include "core/error.hpp"
 #include "core/io.hpp"
 #include "core/json_reader.hpp"
-#include "topologies/nccl.hpp"
+#include "cost/nccl.hpp"
+#include "cost/perf_model.hpp"
 #include "topologies/overlay.hpp"
-#include "topologies/topology.hpp"
 
 namespace hzp::validation {
 namespace {
@@ -49,9 +49,9 @@ void read_model(core::StrictObject m, CollectiveCase& c) {
     for (const auto& a : algos) {
       const std::string name = a.is_string() ? a.get<std::string>() : "";
       bool ok = false;
-      for (auto k : {topologies::NcclAlgorithm::Ring, topologies::NcclAlgorithm::Tree, topologies::NcclAlgorithm::Nvls,
-                     topologies::NcclAlgorithm::NvlsTree, topologies::NcclAlgorithm::Pat}) {
-        ok = ok || name == topologies::to_string(k);
+      for (auto k : {cost::NcclAlgorithm::Ring, cost::NcclAlgorithm::Tree, cost::NcclAlgorithm::Nvls,
+                     cost::NcclAlgorithm::NvlsTree, cost::NcclAlgorithm::Pat}) {
+        ok = ok || name == cost::to_string(k);
       }
       if (!ok) m.fail("algorithms", "expected names among ring, tree, nvls, nvls_tree, pat");
       c.algorithms.push_back(name);
@@ -176,12 +176,12 @@ ScoredCollective score_collective_case(const CollectiveCase& c) {
   }
   // The group: the first ranks_per_node devices of each node.
   const int nodes = c.gpus / c.ranks_per_node;
-  const topologies::PerfModel pm(topologies::Topology(cluster.spec, nodes > 1 ? nodes * dpn : c.gpus));
+  const cost::PerfModel pm(topologies::Topology(cluster.spec, nodes > 1 ? nodes * dpn : c.gpus));
   std::vector<int> ranks;
   for (int node = 0; node < nodes; ++node) {
     for (int k = 0; k < c.ranks_per_node; ++k) ranks.push_back(node * dpn + k);
   }
-  const topologies::GroupSpan g = pm.span(ranks);
+  const cost::GroupSpan g = pm.span(ranks);
   // nccl-tests times a loop of collectives: one host thread issues one NCCL
   // call per GPU it drives each iteration, so the loop runs no faster than that.
   const double host_us = c.gpus_per_process * cluster.spec.device.collective_launch_latency_us;
@@ -200,13 +200,12 @@ ScoredCollective score_collective_case(const CollectiveCase& c) {
       continue;
     }
     // NCCL's choice among what the run allowed.
-    std::optional<topologies::CollectiveChoice> best;
+    std::optional<cost::CollectiveChoice> best;
     for (const auto& cand : pm.nccl().candidates(c.op, row.bytes, g)) {
-      const bool algo_ok = c.algorithms.empty() ||
-                           std::find(c.algorithms.begin(), c.algorithms.end(), topologies::to_string(cand.algorithm)) !=
-                               c.algorithms.end();
+      const bool algo_ok = c.algorithms.empty() || std::find(c.algorithms.begin(), c.algorithms.end(),
+                                                             cost::to_string(cand.algorithm)) != c.algorithms.end();
       // A forced protocol runs even where hzp's tuner would not pick it.
-      const bool proto_ok = c.protocol.empty() ? cand.preferred : c.protocol == topologies::to_string(cand.protocol);
+      const bool proto_ok = c.protocol.empty() ? cand.preferred : c.protocol == cost::to_string(cand.protocol);
       if (algo_ok && proto_ok && (!best || cand.estimate_s < best->estimate_s)) best = cand;
     }
     if (!best) {
@@ -218,8 +217,8 @@ ScoredCollective score_collective_case(const CollectiveCase& c) {
     r.measured = row;
     r.predicted_us = std::max(best->seconds() * 1e6, host_us);
     r.predicted_busbw_GBps = row.bytes * busbw_factor(c.op, c.gpus) / r.predicted_us / 1e3;
-    r.choice = fmt::format("{}/{}/{}", topologies::to_string(best->algorithm), topologies::to_string(best->protocol),
-                           best->channels);
+    r.choice =
+        fmt::format("{}/{}/{}", cost::to_string(best->algorithm), cost::to_string(best->protocol), best->channels);
     s.rows.push_back(r);
   }
   return s;

@@ -7,7 +7,7 @@
 #include <algorithm>
 
 #include "core/error.hpp"
-#include "topologies/topology.hpp"
+#include "cost/perf_model.hpp"
 #include "validation/nccl_tests_log.hpp"
 
 namespace hzp::validation {
@@ -48,7 +48,7 @@ TEST(CollectiveCases, AllToAllIsScoredAsPairwiseSends) {
   ASSERT_EQ(s.rows.size(), 1U);
   EXPECT_EQ(s.rows[0].choice, "pairwise");
   const topologies::ClusterSpec spec = topologies::load_cluster("dgx-h100");
-  const topologies::PerfModel pm(topologies::Topology(spec, 8));
+  const cost::PerfModel pm(topologies::Topology(spec, 8));
   const auto cost =
       pm.collective_cost(core::CollectiveKind::AllToAll, core::Bytes(8388608), pm.span({0, 1, 2, 3, 4, 5, 6, 7}));
   EXPECT_NEAR(s.rows[0].predicted_us, std::max(cost.seconds() * 1e6, spec.device.collective_launch_latency_us), 1e-9);

@@ -85,7 +85,7 @@ def write(service_level, nodes, sizes, op="all_reduce"):
         "nccl_version": None,
         "measured_algorithm": "default",
         "use": "figure" if op == "all_to_all" and gpus in (32, 1024) else "score" if quiet else "context",
-        "reason": ("hzp's all-to-all cost per peer (topologies/nccl.hpp, all_to_all_per_peer_us) is the slope of "
+        "reason": ("hzp's all-to-all cost per peer (cost/nccl.hpp, all_to_all_per_peer_us) is the slope of "
                    "the small-message floors of the 32- and 1,024-GPU curves: these two check themselves")
         if op == "all_to_all" and gpus in (32, 1024) else "" if quiet else (
             "InfiniBand service level 0, the default, which production jobs share: %s (the paper's network "

@@ -5,7 +5,7 @@ Reads the bf16 shapes `scripts/gpu/gemm_probe.py` timed before the power limit
 set in (the rows at the probe's top clock) and prints, for each, the measured
 fraction of the bf16 peak beside what hzp's device profile gives: the square
 GEMM curve at the cube root of m.n.k alone ("curve"), and with the profile's
-gemm_tiling ("tiled", as topologies/topology.cpp computes it: the curve times
+gemm_tiling ("tiled", as cost/perf_model.cpp computes it: the curve times
 the shape's fill over the fill of the square of its size, never above the
 curve's best). Usage:
 

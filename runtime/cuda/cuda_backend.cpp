@@ -5,8 +5,8 @@
 
 namespace hzp::runtime::cuda {
 
-CudaBackend::CudaBackend(const core::Schedule& s, const RankPlan& plan, const topologies::PerfModel& pm,
-                         Communicators* comms, CudaOptions o)
+CudaBackend::CudaBackend(const core::Schedule& s, const RankPlan& plan, const cost::PerfModel& pm, Communicators* comms,
+                         CudaOptions o)
     : api_(std::make_unique<CudaApi>()) {
   device::BackendOptions b;
   b.device = o.device;

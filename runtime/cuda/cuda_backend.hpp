@@ -19,11 +19,11 @@
 #include <string>
 #include <vector>
 
-#include "core/schedule_replay.hpp"
+#include "cost/perf_model.hpp"
 #include "runtime/device/backend.hpp"
 #include "runtime/executor.hpp"
 #include "runtime/launch.hpp"
-#include "topologies/topology.hpp"
+#include "schedule/replay.hpp"
 #include "traces/bench_results.hpp"
 #include "traces/timeline.hpp"
 
@@ -73,7 +73,7 @@ class CudaBackend final : public Backend {
  public:
   /// Executes `plan.program` as rank `plan.rank` on `o.device`. `comms` is
   /// required unless collectives are emulated; `pm` gives emulated durations.
-  CudaBackend(const core::Schedule& s, const RankPlan& plan, const topologies::PerfModel& pm, Communicators* comms,
+  CudaBackend(const core::Schedule& s, const RankPlan& plan, const cost::PerfModel& pm, Communicators* comms,
               CudaOptions o);
   ~CudaBackend() override;
   CudaBackend(const CudaBackend&) = delete;

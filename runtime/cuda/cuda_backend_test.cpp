@@ -68,7 +68,7 @@ core::Schedule schedule() {
 TEST(CudaBackend, RunsAScheduleInOrderWithEventTimes) {
   if (!have_gpu()) GTEST_SKIP() << "no GPU";
   const core::Schedule s = schedule();
-  const topologies::PerfModel pm(topologies::Topology(topologies::load_cluster("dgx-h100"), 8));
+  const cost::PerfModel pm(topologies::Topology(topologies::load_cluster("dgx-h100"), 8));
   const RankPlan plan = rank_plan(s, 0);
   CudaOptions o;
   o.emulate_collectives = true;

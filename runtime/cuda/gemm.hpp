@@ -12,8 +12,8 @@
 #include <string>
 #include <tuple>
 
-#include "core/schedule.hpp"
 #include "runtime/cuda/handles.hpp"
+#include "schedule/schedule.hpp"
 
 namespace hzp::runtime::cuda {
 

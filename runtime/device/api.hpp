@@ -11,7 +11,7 @@
 #include <cstdint>
 #include <string>
 
-#include "core/schedule.hpp"
+#include "schedule/schedule.hpp"
 
 namespace hzp::runtime::device {
 

@@ -30,7 +30,7 @@ struct DeviceBackend::State {
   DeviceApi& api;
   const core::Schedule& s;
   RankPlan plan;
-  const topologies::PerfModel& pm;
+  const cost::PerfModel& pm;
   DeviceComms* comms;
   BackendOptions o;
   const core::Program& prog;
@@ -49,7 +49,7 @@ struct DeviceBackend::State {
   std::mutex buffers_mutex;
   WatchState watch;
 
-  State(DeviceApi& a, const core::Schedule& sched, RankPlan p, const topologies::PerfModel& model, DeviceComms* c,
+  State(DeviceApi& a, const core::Schedule& sched, RankPlan p, const cost::PerfModel& model, DeviceComms* c,
         BackendOptions opt)
       : api(a),
         s(sched),
@@ -293,8 +293,8 @@ void DeviceBackend::State::fire(const std::string& report) {
   if (comms != nullptr) comms->abort();
 }
 
-DeviceBackend::DeviceBackend(DeviceApi& api, const core::Schedule& s, const RankPlan& plan,
-                             const topologies::PerfModel& pm, DeviceComms* comms, BackendOptions o)
+DeviceBackend::DeviceBackend(DeviceApi& api, const core::Schedule& s, const RankPlan& plan, const cost::PerfModel& pm,
+                             DeviceComms* comms, BackendOptions o)
     : st_(std::make_unique<State>(api, s, plan, pm, comms, std::move(o))) {
   State& st = *st_;
   if (comms == nullptr && !st.o.emulate_collectives) {

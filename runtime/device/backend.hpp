@@ -13,12 +13,12 @@
 #include <thread>
 #include <vector>
 
-#include "core/schedule_replay.hpp"
+#include "cost/perf_model.hpp"
 #include "runtime/device/api.hpp"
 #include "runtime/device/logic.hpp"
 #include "runtime/executor.hpp"
 #include "runtime/launch.hpp"
-#include "topologies/topology.hpp"
+#include "schedule/replay.hpp"
 #include "traces/timeline.hpp"
 
 namespace hzp::runtime::device {
@@ -86,7 +86,7 @@ struct BackendOptions {
 
 class DeviceBackend final : public Backend {
  public:
-  DeviceBackend(DeviceApi& api, const core::Schedule& s, const RankPlan& plan, const topologies::PerfModel& pm,
+  DeviceBackend(DeviceApi& api, const core::Schedule& s, const RankPlan& plan, const cost::PerfModel& pm,
                 DeviceComms* comms, BackendOptions o);
   ~DeviceBackend() override;
   DeviceBackend(const DeviceBackend&) = delete;

@@ -216,8 +216,8 @@ const std::vector<Generated>& cached() {
   return all;
 }
 
-const topologies::PerfModel& model() {
-  static const topologies::PerfModel pm(topologies::Topology(topologies::load_cluster("dgx-h100"), 16));
+const cost::PerfModel& model() {
+  static const cost::PerfModel pm(topologies::Topology(topologies::load_cluster("dgx-h100"), 16));
   return pm;
 }
 

@@ -17,9 +17,9 @@
 #include <utility>
 #include <vector>
 
-#include "core/schedule.hpp"
 #include "runtime/device/api.hpp"
 #include "runtime/launch.hpp"
+#include "schedule/schedule.hpp"
 
 namespace hzp::runtime::device {
 

@@ -22,8 +22,7 @@ constexpr double kMaxSleepSeconds = 1e9;
 std::optional<HostClock> parse_host_clock(std::string_view s) { return core::parse_name(kHostClocks, s); }
 std::string_view to_string(HostClock c) { return core::name_of(kHostClocks, c); }
 
-HostBackend::HostBackend(const core::Schedule& s, const topologies::PerfModel& pm, HostOptions o)
-    : s_(s), pm_(pm), o_(o) {
+HostBackend::HostBackend(const core::Schedule& s, const cost::PerfModel& pm, HostOptions o) : s_(s), pm_(pm), o_(o) {
   if (!(o_.time_scale > 0) || !std::isfinite(o_.time_scale)) {
     throw RunError(fmt::format("host backend: expected a finite, positive time scale, got {}", o_.time_scale));
   }

@@ -1,7 +1,7 @@
 // The host backend: the executor on CPU threads. Streams are worker threads,
 // events completion flags, collectives and transfers rendezvous of their
 // members in this process, and every op lasts the time the hardware
-// performance model (topologies::PerfModel, the engines' model) gives it. Like
+// performance model (cost::PerfModel, the engines' model) gives it. Like
 // a GPU stream, a worker's next op starts when its last one ended (and not
 // before it was issued), not when the worker thread happens to wake. One
 // representative rank per class, as the analytic engine simulates: the run
@@ -30,9 +30,9 @@
 #include <vector>
 
 #include "core/names.hpp"
-#include "core/schedule_replay.hpp"
+#include "cost/perf_model.hpp"
 #include "runtime/executor.hpp"
-#include "topologies/topology.hpp"
+#include "schedule/replay.hpp"
 #include "traces/timeline.hpp"
 
 namespace hzp::runtime {
@@ -62,7 +62,7 @@ struct HostOptions {
 class HostBackend final : public Backend {
  public:
   /// Runs every program of `s`; the clock starts now.
-  HostBackend(const core::Schedule& s, const topologies::PerfModel& pm, HostOptions o);
+  HostBackend(const core::Schedule& s, const cost::PerfModel& pm, HostOptions o);
   ~HostBackend() override;
   HostBackend(const HostBackend&) = delete;
   HostBackend& operator=(const HostBackend&) = delete;
@@ -130,9 +130,9 @@ class HostBackend final : public Backend {
   [[nodiscard]] std::vector<std::vector<traces::MemoryPoint>> memory_points() const;
 
   const core::Schedule& s_;
-  const topologies::PerfModel& pm_;
+  const cost::PerfModel& pm_;
   HostOptions o_;
-  std::vector<topologies::GroupSpan> spans_;
+  std::vector<cost::GroupSpan> spans_;
   std::vector<std::size_t> participants_;  // per group: programs whose representative is a member
   Clock::time_point origin_;
 

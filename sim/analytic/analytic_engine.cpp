@@ -1,6 +1,6 @@
 // Analytic engine (see analytic_engine.hpp). Costs: compute from the
 // roofline (slowed under collectives on the same device), collectives as
-// NCCL would run them (topologies/nccl.hpp), send/recv as one transfer; the
+// NCCL would run them (cost/nccl.hpp), send/recv as one transfer; the
 // walk is core::replay.
 #include "sim/analytic/analytic_engine.hpp"
 
@@ -12,7 +12,7 @@
 #include <tuple>
 #include <unordered_map>
 
-#include "core/schedule_replay.hpp"
+#include "schedule/replay.hpp"
 #include "sim/caching_allocator.hpp"
 #include "sim/emit.hpp"
 
@@ -234,7 +234,7 @@ class CollectiveCosts {
   struct Cost {
     core::Duration latency, transfer;
   };
-  CollectiveCosts(const topologies::PerfModel& pm, const core::Schedule& s) : pm_(pm) {
+  CollectiveCosts(const cost::PerfModel& pm, const core::Schedule& s) : pm_(pm) {
     spans_.reserve(s.groups.size());
     for (const auto& g : s.groups) spans_.push_back(pm_.span(g.ranks));
   }
@@ -242,7 +242,7 @@ class CollectiveCosts {
     auto key = std::tuple{g.id, static_cast<int>(op.collective), op.bytes.count()};
     auto it = cache_.find(key);
     if (it != cache_.end()) return it->second;
-    const topologies::CollectiveCost c = pm_.collective_cost(op.collective, op.bytes, span(g));
+    const cost::CollectiveCost c = pm_.collective_cost(op.collective, op.bytes, span(g));
     const core::Duration total = core::Duration::seconds(c.seconds());
     const core::Duration latency = std::min(total, core::Duration::seconds(c.latency_s));
     return cache_.emplace(key, Cost{latency, total - latency}).first->second;
@@ -251,11 +251,11 @@ class CollectiveCosts {
   [[nodiscard]] int link_class(const core::Group& g) const { return span(g).domains > 1 ? 1 : 0; }
 
  private:
-  [[nodiscard]] const topologies::GroupSpan& span(const core::Group& g) const {
+  [[nodiscard]] const cost::GroupSpan& span(const core::Group& g) const {
     return spans_[static_cast<std::size_t>(g.id)];
   }
-  const topologies::PerfModel& pm_;
-  std::vector<topologies::GroupSpan> spans_;
+  const cost::PerfModel& pm_;
+  std::vector<cost::GroupSpan> spans_;
   std::map<std::tuple<int, int, std::int64_t>, Cost> cache_;
 };
 

@@ -7,7 +7,7 @@
 
 #include <functional>
 
-#include "core/schedule_replay.hpp"
+#include "schedule/replay.hpp"
 #include "sim/engine.hpp"
 
 namespace hzp::sim {
@@ -44,8 +44,7 @@ struct Contention {
 
 class AnalyticEngine final : public Engine {
  public:
-  explicit AnalyticEngine(const topologies::PerfModel& pm, Contention contention = {})
-      : pm_(pm), contention_(contention) {}
+  explicit AnalyticEngine(const cost::PerfModel& pm, Contention contention = {}) : pm_(pm), contention_(contention) {}
   [[nodiscard]] std::string name() const override { return "analytic"; }
   void run(const core::Schedule& s, traces::TraceHeader header, traces::TraceSink& sink) override;
   /// Ops a what-if walk treats as taking no time (collectives included).
@@ -60,7 +59,7 @@ class AnalyticEngine final : public Engine {
   [[nodiscard]] bool slows_compute() const {
     return contention_.interference && pm_.topology().spec().device.comm_compute_slowdown > 1;
   }
-  const topologies::PerfModel& pm_;
+  const cost::PerfModel& pm_;
   Contention contention_;
 };
 

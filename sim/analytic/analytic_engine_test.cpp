@@ -64,7 +64,7 @@ core::Schedule overlap_schedule() {
 }
 
 TEST(AnalyticEngine, OverlapAndExposedCommunication) {
-  topologies::PerfModel pm(topologies::Topology(topologies::load_cluster("dgx-h100"), 8));
+  cost::PerfModel pm(topologies::Topology(topologies::load_cluster("dgx-h100"), 8));
   core::Schedule s = overlap_schedule();
   AnalyticEngine engine(pm, Contention::none());
   traces::TimelineRecorder rec;
@@ -89,7 +89,7 @@ TEST(AnalyticEngine, ComputeSlowsUnderACollectiveOnItsDevice) {
   // The first GEMM runs wholly under the all-gather (g · 1.189 < a), so it
   // takes g · 1.189; the second starts after the gather, alone, and takes g.
   // The step is still a + g; the GEMM model time stays uncontended (2g).
-  topologies::PerfModel pm(topologies::Topology(topologies::load_cluster("dgx-h100"), 8));
+  cost::PerfModel pm(topologies::Topology(topologies::load_cluster("dgx-h100"), 8));
   const double slow = pm.topology().spec().device.comm_compute_slowdown;
   ASSERT_DOUBLE_EQ(slow, 1.189);
   const core::Schedule s = overlap_schedule();
@@ -118,7 +118,7 @@ TEST(AnalyticEngine, ComputeSlowsUnderACollectiveOnItsDevice) {
 // A recorder that wants no names gets the same times and metrics without
 // them, and is told every op and memory point before the first arrives.
 TEST(AnalyticEngine, NamelessRecorderKeepsTimesAndMetrics) {
-  topologies::PerfModel pm(topologies::Topology(topologies::load_cluster("dgx-h100"), 8));
+  cost::PerfModel pm(topologies::Topology(topologies::load_cluster("dgx-h100"), 8));
   const core::Schedule s = overlap_schedule();
   AnalyticEngine engine(pm);
   traces::TimelineRecorder named, nameless(/*names=*/false);
@@ -142,7 +142,7 @@ TEST(AnalyticEngine, NamelessRecorderKeepsTimesAndMetrics) {
 }
 
 TEST(AnalyticEngine, EstimateWithFreeOps) {
-  topologies::PerfModel pm(topologies::Topology(topologies::load_cluster("dgx-h100"), 8));
+  cost::PerfModel pm(topologies::Topology(topologies::load_cluster("dgx-h100"), 8));
   const core::Schedule s = overlap_schedule();
   const AnalyticEngine engine(pm);
   const double g = 2.0 * 8192.0 * 8192 * 8192 / (989e12 * 0.806 * 0.825);
@@ -192,7 +192,7 @@ core::Schedule two_stream_schedule(bool across) {
   return s;
 }
 
-std::map<int, std::pair<std::int64_t, std::int64_t>> op_times(const topologies::PerfModel& pm, Contention c,
+std::map<int, std::pair<std::int64_t, std::int64_t>> op_times(const cost::PerfModel& pm, Contention c,
                                                               const core::Schedule& s) {
   traces::TimelineRecorder rec;
   AnalyticEngine(pm, c).run(s, {}, rec);
@@ -206,7 +206,7 @@ TEST(AnalyticEngine, CollectivesOfOneLinkClassShareItsBandwidth) {
   // moves its bytes (x1 < x2 ns uncontended) at half the bandwidth while the
   // other runs: the small one ends at L + 2 x1 (2 x1 < x2), the large one then
   // has x2 - x1 left at full speed and ends at L + x1 + x2.
-  const topologies::PerfModel pm(topologies::Topology(topologies::load_cluster("dgx-h100"), 16));
+  const cost::PerfModel pm(topologies::Topology(topologies::load_cluster("dgx-h100"), 16));
   const core::Schedule s = two_stream_schedule(/*across=*/true);
   const auto span = pm.span(s.groups[0].ranks);
   ASSERT_EQ(span.domains, 2);
@@ -230,7 +230,7 @@ TEST(AnalyticEngine, CollectivesOfOneLinkClassShareItsBandwidth) {
 TEST(AnalyticEngine, CollectivesOfDifferentLinkClassesDoNotShare) {
   // The large gather stays inside the first node (NVLink), the small one
   // crosses the NICs: each runs at its uncontended cost.
-  const topologies::PerfModel pm(topologies::Topology(topologies::load_cluster("dgx-h100"), 16));
+  const cost::PerfModel pm(topologies::Topology(topologies::load_cluster("dgx-h100"), 16));
   const core::Schedule s = two_stream_schedule(/*across=*/false);
   ASSERT_EQ(pm.span(s.groups[1].ranks).domains, 1);
   const auto t = op_times(pm, {}, s);
@@ -244,7 +244,7 @@ TEST(AnalyticEngine, CollectivesOfDifferentLinkClassesDoNotShare) {
 
 TEST(AnalyticEngine, RejectsMoreRanksThanDevices) {
   // The Schedule is for 8 ranks; the cluster has 4 devices.
-  topologies::PerfModel pm(topologies::Topology(topologies::load_cluster("dgx-h100"), 4));
+  cost::PerfModel pm(topologies::Topology(topologies::load_cluster("dgx-h100"), 4));
   AnalyticEngine engine(pm);
   traces::TimelineRecorder rec;
   try {
@@ -274,7 +274,7 @@ TEST(AnalyticEngine, MemoryPeakFromAllocs) {
   comp.insert(comp.begin(), a);      // x live during the first GEMM
   comp.insert(comp.begin() + 2, f);  // freed after it
   comp.push_back(b);                 // y stays
-  topologies::PerfModel pm(topologies::Topology(topologies::load_cluster("dgx-h100"), 8));
+  cost::PerfModel pm(topologies::Topology(topologies::load_cluster("dgx-h100"), 8));
   AnalyticEngine engine(pm);
   traces::TimelineRecorder rec;
   engine.run(s, {}, rec);
@@ -289,7 +289,7 @@ TEST(AnalyticEngine, MemoryPeakFromAllocs) {
 // so the step is 4·20 + 5 = 85 us, of which 25 us run and 60 us are the
 // device waiting on the host. A host at 2 us a kernel keeps it busy: 25 us.
 TEST(AnalyticEngine, AHostSlowerThanItsKernelsLeavesTheDeviceWaiting) {
-  topologies::PerfModel pm(topologies::Topology(topologies::load_cluster("dgx-h200"), 1));
+  cost::PerfModel pm(topologies::Topology(topologies::load_cluster("dgx-h200"), 1));
   auto schedule = [](std::int64_t launch_us) {
     core::Schedule s;
     s.name = "host-bound";

@@ -8,7 +8,7 @@ namespace hzp::sim::simgrid {
 namespace {
 
 using core::CollectiveKind;
-using topologies::Algorithm;
+using cost::Algorithm;
 
 // Members grouped by scale-up domain, domains ascending, ranks ascending.
 std::vector<std::vector<int>> by_domain(const topologies::Topology& topo, const std::vector<int>& ranks) {
@@ -35,11 +35,11 @@ std::vector<Flow> aggregate(std::map<std::pair<int, int>, double>& bytes) {
 
 }  // namespace
 
-FlowSet lower_collective(const topologies::PerfModel& pm, CollectiveKind kind, core::Bytes bytes,
+FlowSet lower_collective(const cost::PerfModel& pm, CollectiveKind kind, core::Bytes bytes,
                          const std::vector<int>& ranks, int channels) {
   FlowSet fs;
-  const topologies::GroupSpan span = pm.span(ranks);
-  const topologies::CollectiveCost cost = pm.collective_cost(kind, bytes, span);
+  const cost::GroupSpan span = pm.span(ranks);
+  const cost::CollectiveCost cost = pm.collective_cost(kind, bytes, span);
   fs.algorithm = cost.algorithm;
   fs.latency_s = cost.latency_s;
   if (ranks.size() <= 1 || bytes.count() == 0) return fs;
@@ -106,7 +106,7 @@ FlowSet lower_collective(const topologies::PerfModel& pm, CollectiveKind kind, c
   return fs;
 }
 
-FlowSet lower_p2p(const topologies::PerfModel& pm, core::Bytes bytes, int src, int dst) {
+FlowSet lower_p2p(const cost::PerfModel& pm, core::Bytes bytes, int src, int dst) {
   FlowSet fs;
   fs.latency_s = pm.p2p_latency_s(src, dst);
   if (bytes.count() == 0 || src == dst) return fs;

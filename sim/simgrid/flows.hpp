@@ -6,8 +6,8 @@
 
 #include <vector>
 
-#include "core/schedule.hpp"
-#include "topologies/topology.hpp"
+#include "cost/perf_model.hpp"
+#include "schedule/schedule.hpp"
 
 namespace hzp::sim::simgrid {
 
@@ -22,7 +22,7 @@ struct Flow {
 };
 
 struct FlowSet {
-  topologies::Algorithm algorithm = topologies::Algorithm::Ring;
+  cost::Algorithm algorithm = cost::Algorithm::Ring;
   std::vector<Flow> flows;
   double latency_s = 0;  // closed-form step latencies, added after the flows
 };
@@ -41,10 +41,10 @@ struct FlowSet {
 ///  - Tree all-reduce (across domains, when the α-β model picks it): the same
 ///    links with B = 2N.
 ///  - All-to-all: direct pairwise, N/P from every member to every other.
-[[nodiscard]] FlowSet lower_collective(const topologies::PerfModel& pm, core::CollectiveKind kind, core::Bytes bytes,
+[[nodiscard]] FlowSet lower_collective(const cost::PerfModel& pm, core::CollectiveKind kind, core::Bytes bytes,
                                        const std::vector<int>& ranks, int channels);
 
 /// A send/recv pair: one flow and the path latency.
-[[nodiscard]] FlowSet lower_p2p(const topologies::PerfModel& pm, core::Bytes bytes, int src, int dst);
+[[nodiscard]] FlowSet lower_p2p(const cost::PerfModel& pm, core::Bytes bytes, int src, int dst);
 
 }  // namespace hzp::sim::simgrid

@@ -12,7 +12,7 @@
 #include "sim/simgrid/result_wire.hpp"
 #include "sim/simgrid/simulation.hpp"
 
-extern "C" void hzp_simgrid_simulate(const hzp::core::Schedule& s, const hzp::topologies::PerfModel& pm,
+extern "C" void hzp_simgrid_simulate(const hzp::core::Schedule& s, const hzp::cost::PerfModel& pm,
                                      const hzp::sim::EngineOptions& o, int fd) {
   using namespace hzp::sim::simgrid;
   std::string out;

@@ -5,9 +5,9 @@
 // ~30 ms).
 #pragma once
 
-#include "core/schedule.hpp"
+#include "cost/perf_model.hpp"
+#include "schedule/schedule.hpp"
 #include "sim/engine.hpp"
-#include "topologies/topology.hpp"
 
 namespace hzp::sim::simgrid {
 
@@ -15,8 +15,7 @@ namespace hzp::sim::simgrid {
 /// (result_wire.hpp: the SimResult, or the error it ended with) to `fd`.
 /// The process must not simulate anything else (SimGrid allows one engine a
 /// process); a finished result leaves through `_exit` before SimGrid's teardown.
-using SimulateEntry = void (*)(const core::Schedule& s, const topologies::PerfModel& pm, const EngineOptions& o,
-                               int fd);
+using SimulateEntry = void (*)(const core::Schedule& s, const cost::PerfModel& pm, const EngineOptions& o, int fd);
 inline constexpr const char* kSimulateEntry = "hzp_simgrid_simulate";
 
 /// Where the module is: $HZP_SIMGRID_MODULE, else lib/libhzp_simgrid.so

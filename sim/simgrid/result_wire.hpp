@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "core/schedule_replay.hpp"
+#include "schedule/replay.hpp"
 
 namespace hzp::sim::simgrid {
 

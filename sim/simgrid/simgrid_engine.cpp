@@ -16,8 +16,8 @@
 #include "core/error.hpp"
 #include "core/io.hpp"
 #include "core/options.hpp"
-#include "core/schedule_replay.hpp"
 #include "core/subprocess.hpp"
+#include "schedule/replay.hpp"
 #include "sim/emit.hpp"
 #include "sim/simgrid/module.hpp"
 #include "sim/simgrid/result_wire.hpp"
@@ -27,7 +27,7 @@ namespace {
 
 // Runs the simulation in a child process, which loads the SimGrid module
 // (module.hpp), and returns what it reported.
-SimResult simulate_forked(const core::Schedule& s, const topologies::PerfModel& pm, const EngineOptions& o) {
+SimResult simulate_forked(const core::Schedule& s, const cost::PerfModel& pm, const EngineOptions& o) {
   core::Child child(
       [&](int, int fd) {
         const std::string path = module_path();
@@ -153,7 +153,7 @@ void check_simgrid_settings(const std::vector<std::string>& settings) {
   }
 }
 
-std::int64_t estimate_flows(const core::Schedule& s, const topologies::PerfModel& pm, bool all_ranks) {
+std::int64_t estimate_flows(const core::Schedule& s, const cost::PerfModel& pm, bool all_ranks) {
   // Per member of a collective's group: one flow to the next member inside a
   // scale-up domain, and one more when the group leaves it (the ring's
   // channel across domains). With --ranks classes the groups of the same kind
@@ -164,7 +164,7 @@ std::int64_t estimate_flows(const core::Schedule& s, const topologies::PerfModel
   };
   std::vector<Reach> reach(s.groups.size());
   for (const auto& g : s.groups) {
-    const topologies::GroupSpan span = pm.span(g.ranks);
+    const cost::GroupSpan span = pm.span(g.ranks);
     reach[static_cast<std::size_t>(g.id)] = Reach{span.domains > 1, span.top_tier >= 1};
   }
   std::int64_t flows = 0;

@@ -19,14 +19,14 @@ namespace hzp::sim::simgrid {
 
 class SimGridEngine final : public Engine {
  public:
-  SimGridEngine(const topologies::PerfModel& pm, EngineOptions options) : pm_(pm), options_(std::move(options)) {}
+  SimGridEngine(const cost::PerfModel& pm, EngineOptions options) : pm_(pm), options_(std::move(options)) {}
   [[nodiscard]] std::string name() const override { return "simgrid"; }
   void run(const core::Schedule& s, traces::TraceHeader header, traces::TraceSink& sink) override;
   /// InputError(--max-flows) when estimate_flows exceeds the options' max_flows.
   void check(const core::Schedule& s) const override;
 
  private:
-  const topologies::PerfModel& pm_;
+  const cost::PerfModel& pm_;
   EngineOptions options_;
 };
 
@@ -46,6 +46,6 @@ void check_simgrid_settings(const std::vector<std::string>& settings);
 /// the groups of its kind leave their leaf switch and run as background
 /// flows), one flow per member and one more across scale-up domains.
 /// simgrid_engine_test holds it to the flows a simulation reports.
-[[nodiscard]] std::int64_t estimate_flows(const core::Schedule& s, const topologies::PerfModel& pm, bool all_ranks);
+[[nodiscard]] std::int64_t estimate_flows(const core::Schedule& s, const cost::PerfModel& pm, bool all_ranks);
 
 }  // namespace hzp::sim::simgrid

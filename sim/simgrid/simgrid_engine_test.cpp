@@ -8,14 +8,14 @@
 
 #include <gtest/gtest.h>
 #include <cmath>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <stdexcept>
-#include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
-#include "core/schedule_replay.hpp"
 #include "models/model_spec.hpp"
 #include "plan/plan.hpp"
+#include "schedule/replay.hpp"
 #include "sim/analytic/analytic_engine.hpp"
 #include "sim/metrics.hpp"
 #include "topologies/catalog.hpp"
@@ -83,7 +83,7 @@ struct Builder {
 };
 
 // Runs the engine and returns the timeline.
-traces::Timeline run(const core::Schedule& s, const topologies::PerfModel& pm, EngineOptions o = {}) {
+traces::Timeline run(const core::Schedule& s, const cost::PerfModel& pm, EngineOptions o = {}) {
   SimGridEngine e(pm, o);
   traces::TimelineRecorder rec;
   traces::TraceHeader h;
@@ -102,8 +102,8 @@ EngineOptions quiet(const std::string& ranks = "all") {
   return o;
 }
 
-topologies::PerfModel h100(int gpus) {
-  return topologies::PerfModel(topologies::Topology(topologies::load_cluster("dgx-h100"), gpus));
+cost::PerfModel h100(int gpus) {
+  return cost::PerfModel(topologies::Topology(topologies::load_cluster("dgx-h100"), gpus));
 }
 
 class Modes : public ::testing::TestWithParam<std::string> {};
@@ -143,7 +143,7 @@ double cross_pod_transfer(double o, const std::string& ranks) {
   j["scale_out"]["tiers"] = nlohmann::json::array(
       {{{"name", "leaf"}, {"radix", o > 1 ? 12 : 16}, {"oversubscription", o}, {"hop_latency_us", 0.3}},
        {{"name", "spine"}, {"radix", 64}, {"oversubscription", 1.0}, {"hop_latency_us", 0.3}}});
-  topologies::PerfModel pm(topologies::Topology(topologies::cluster_from_json(j.dump(), "test.json"), 128));
+  cost::PerfModel pm(topologies::Topology(topologies::cluster_from_json(j.dump(), "test.json"), 128));
   EXPECT_EQ(pm.topology().nodes_per_tier_domain().at(0), 8);
   std::vector<int> all;
   for (int r = 0; r < 128; ++r) all.push_back(r);
@@ -165,8 +165,7 @@ TEST_P(Modes, TwoToOneOversubscribedSpineHalvesCrossPodAllGatherBandwidth) {
   const double full = cross_pod_transfer(1.0, GetParam());
   const double over = cross_pod_transfer(2.0, GetParam());
   const double bw =
-      50e9 *
-      topologies::PerfModel(topologies::Topology(topologies::load_cluster("dgx-h100"), 8)).scale_out_efficiency();
+      50e9 * cost::PerfModel(topologies::Topology(topologies::load_cluster("dgx-h100"), 8)).scale_out_efficiency();
   EXPECT_NEAR(full, (1LL << 29) / bw, 1e-6);  // full bisection: N/2 at the NIC's rate
   EXPECT_NEAR(over / full, 2.0, 0.01);
 }
@@ -301,7 +300,7 @@ long long reported_flows(const traces::Timeline& t) {
 TEST(SimGridEngine, BackgroundGroupsPutOnlyTheFlowsThatClimbAboveTheirLeaf) {
   topologies::ClusterSpec spec = topologies::load_cluster("dgx-h100");
   spec.scale_out.tiers[0].radix = 4;
-  const topologies::PerfModel pm(topologies::Topology(spec, 32));
+  const cost::PerfModel pm(topologies::Topology(spec, 32));
   auto range = [](int from, int to) {
     std::vector<int> r;
     for (int i = from; i < to; ++i) r.push_back(i);
@@ -421,7 +420,7 @@ INSTANTIATE_TEST_SUITE_P(Presets, Agreement, ::testing::ValuesIn(strategy_params
 TEST(SimGridEngine, AgreesWithTheAnalyticEngineWhereCollectivesShareTheNics) {
   topologies::ClusterSpec spec = topologies::load_cluster("dgx-h100");
   spec.scale_out.nic_Gbps = 25;
-  const topologies::PerfModel pm(topologies::Topology(spec, 32));
+  const cost::PerfModel pm(topologies::Topology(spec, 32));
   plan::PlanOptions o;
   o.strategy = plan::Strategy::Fsdp;
   o.seq_len = 4096;

@@ -29,7 +29,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/schedule.hpp"
+#include "schedule/schedule.hpp"
 #include "sim/engine.hpp"
 #include "sim/simgrid/device_rate.hpp"
 #include "sim/simgrid/flows.hpp"
@@ -123,7 +123,7 @@ struct ProgramInfo {
 
 class Simulation {
  public:
-  Simulation(const core::Schedule& s, const topologies::PerfModel& pm, const EngineOptions& o)
+  Simulation(const core::Schedule& s, const cost::PerfModel& pm, const EngineOptions& o)
       : s_(s), pm_(pm), o_(o), classes_(o.ranks == "classes") {}
 
   /// Simulates; `deliver`, when set, gets the result while the engine still
@@ -204,7 +204,7 @@ class Simulation {
   void start_background(const core::Group& g, const Instance& inst);
 
   const core::Schedule& s_;
-  const topologies::PerfModel& pm_;
+  const cost::PerfModel& pm_;
   const EngineOptions& o_;
   const bool classes_;
   std::vector<sg4::Host*> hosts_;

@@ -1,6 +1,6 @@
 // Fuzz target: cluster specs — parse, size a cluster, cost compute and collectives.
+#include "cost/perf_model.hpp"
 #include "fuzz_harness.hpp"
-#include "topologies/topology.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   return hzp::fuzz::run(data, size, [](const std::string& text) {
@@ -9,10 +9,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     for (int nodes : {1, 2, 64}) {
       const int devices = c.devices_per_node * nodes;
       if (devices > topologies::kMaxDevices) break;
-      topologies::PerfModel pm(topologies::Topology(c, devices));
+      cost::PerfModel pm(topologies::Topology(c, devices));
       std::vector<int> all(static_cast<std::size_t>(devices));
       for (int r = 0; r < devices; ++r) all[static_cast<std::size_t>(r)] = r;
-      topologies::GroupSpan span = pm.span(all);
+      cost::GroupSpan span = pm.span(all);
       for (auto kind :
            {core::CollectiveKind::AllGather, core::CollectiveKind::ReduceScatter, core::CollectiveKind::AllReduce,
             core::CollectiveKind::AllToAll, core::CollectiveKind::Broadcast}) {

@@ -1,8 +1,8 @@
 // Fuzz target: Schedules — parse (hash not required), check, simulate with the
 // analytic engine, compute metrics and write the trace.
-#include "core/schedule.hpp"
-#include "core/schedule_check.hpp"
 #include "fuzz_harness.hpp"
+#include "schedule/check.hpp"
+#include "schedule/schedule.hpp"
 #include "sim/engine.hpp"
 #include "sim/metrics.hpp"
 
@@ -14,7 +14,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (s.step.world_size > 4096) return;
     const int devices = (s.step.world_size + 7) / 8 * 8;
     static const topologies::ClusterSpec spec = topologies::load_cluster("dgx-h100");
-    topologies::PerfModel pm(topologies::Topology(spec, devices));
+    cost::PerfModel pm(topologies::Topology(spec, devices));
     auto engine = sim::make_engine("analytic", pm);
     traces::TimelineRecorder rec;
     traces::TraceHeader header;

@@ -9,7 +9,7 @@
 #include <memory>
 #include <vector>
 
-#include "core/schedule.hpp"
+#include "schedule/schedule.hpp"
 
 namespace hzp::core {
 

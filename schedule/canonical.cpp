@@ -10,8 +10,8 @@
 #include <utility>
 #include <vector>
 
-#include "core/schedule.hpp"
 #include "core/sha256.hpp"
+#include "schedule/schedule.hpp"
 
 namespace hzp::core {
 namespace {

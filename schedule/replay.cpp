@@ -3,7 +3,7 @@
 // Each pass advances every stream as far as its head op allows; a pass that
 // moves nothing while ops remain is a deadlock. Collectives and send/recv are
 // matched through tables keyed by (group, seq) and (sender, receiver, seq).
-#include "core/schedule_replay.hpp"
+#include "schedule/replay.hpp"
 
 #include <fmt/format.h>
 #include <algorithm>
@@ -87,7 +87,7 @@ struct OpBrief {
   std::int64_t issue_ns = 0;
 };
 struct ProgramOrder {
-  std::vector<std::vector<OpBrief>> ops;            // per stream
+  std::vector<std::vector<OpBrief>> ops;           // per stream
   std::vector<std::vector<IssueSlot>> thread_ops;  // per host thread
   std::size_t event_slots = 0;
 };
@@ -161,7 +161,8 @@ ProgramOrder program_order(const Program& prog) {
                      [](const auto& a, const auto& b) { return std::get<0>(a) < std::get<0>(b); });
   }
   o.thread_ops.resize(prog.threads.size());
-  for (const auto& e : order) o.thread_ops.at(static_cast<std::size_t>(prog.streams[std::get<1>(e)].thread)).push_back(e);
+  for (const auto& e : order)
+    o.thread_ops.at(static_cast<std::size_t>(prog.streams[std::get<1>(e)].thread)).push_back(e);
   const auto ev_span = static_cast<std::int64_t>(ev_hi) + 1;  // no overflow at INT_MAX
   const bool events_dense = ev_lo >= 0 && static_cast<std::uint64_t>(ev_span) <= 4 * n + 64;
   o.event_slots = events_dense ? static_cast<std::size_t>(ev_span) : 0;
@@ -391,14 +392,14 @@ class Replay {
     if (parts.size() <= 1) {  // one program holds every member: nothing to wait for
       Duration d = costs_.collective_at ? costs_.collective_at(s_.group(op.group), op, s_.programs[c.program],
                                                                OpAt{c.stream, next_[c.program][c.stream]}, ready)
-                   : costs_.collective ? costs_.collective(s_.group(op.group), op)
-                                       : Duration{};
+                   : costs_.collective  ? costs_.collective(s_.group(op.group), op)
+                                        : Duration{};
       finish(c, ready, ready + d);
       --remaining_;
       return true;
     }
-    const auto key = (static_cast<std::uint64_t>(static_cast<std::uint32_t>(op.group)) << 32) |
-                     static_cast<std::uint32_t>(op.seq);
+    const auto key =
+        (static_cast<std::uint64_t>(static_cast<std::uint32_t>(op.group)) << 32) | static_cast<std::uint32_t>(op.seq);
     auto& list = arrived_[key];
     list.emplace_back(c, ready);
     if (list.size() < parts.size()) return false;  // the last member to arrive finishes everyone

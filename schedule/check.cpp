@@ -1,5 +1,5 @@
 // Schedule checker (see schedule_check.hpp).
-#include "core/schedule_check.hpp"
+#include "schedule/check.hpp"
 
 #include <fmt/format.h>
 #include <algorithm>
@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "core/error.hpp"
-#include "core/schedule_replay.hpp"
+#include "schedule/replay.hpp"
 
 namespace hzp::core {
 namespace {

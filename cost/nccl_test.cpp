@@ -1,15 +1,18 @@
 // The NCCL cost model's closed forms, derived by hand from NCCL 2.28.9's
 // tuning constants (nccl.cpp) on a DGX H100-like cluster whose link figures
 // the tests set themselves.
-#include "topologies/nccl.hpp"
+#include "cost/nccl.hpp"
 
 #include <gtest/gtest.h>
 #include <numeric>
 
-#include "topologies/topology.hpp"
+#include "cost/perf_model.hpp"
 
-namespace hzp::topologies {
+namespace hzp::cost {
 namespace {
+
+using topologies::load_cluster;
+using topologies::Topology;
 
 using core::CollectiveKind;
 
@@ -271,4 +274,4 @@ TEST(NcclModel, ThePluginsLatencyMovesTheChoiceNotTheTime) {
 }
 
 }  // namespace
-}  // namespace hzp::topologies
+}  // namespace hzp::cost

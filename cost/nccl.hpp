@@ -13,10 +13,14 @@
 #include <vector>
 
 #include "core/names.hpp"
-#include "core/schedule.hpp"
+#include "schedule/schedule.hpp"
 #include "topologies/cluster_spec.hpp"
 
-namespace hzp::topologies {
+namespace hzp::cost {
+
+using topologies::ClusterSpec;
+using topologies::LinkClass;
+using topologies::ScaleUpKind;
 
 struct GroupSpan;
 
@@ -190,4 +194,4 @@ class NcclModel {
   std::vector<double> tier_hop_us_;
 };
 
-}  // namespace hzp::topologies
+}  // namespace hzp::cost

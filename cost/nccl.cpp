@@ -26,15 +26,15 @@
 // channels the message fills (enqueue.cc: a channel per threads × bytes per
 // thread), so a small collective's speed depends on its per-channel chunk,
 // not on N alone.
-#include "topologies/nccl.hpp"
+#include "cost/nccl.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
-#include "topologies/topology.hpp"
+#include "cost/perf_model.hpp"
 
-namespace hzp::topologies {
+namespace hzp::cost {
 
 using core::CollectiveKind;
 
@@ -431,4 +431,4 @@ CollectiveChoice NcclModel::choose(CollectiveKind kind, double bytes, const Grou
   return best ? *best : all.front();
 }
 
-}  // namespace hzp::topologies
+}  // namespace hzp::cost

@@ -3,7 +3,7 @@
 #pragma once
 
 #include "core/names.hpp"
-#include "core/schedule.hpp"
+#include "schedule/schedule.hpp"
 
 namespace hzp::core {
 

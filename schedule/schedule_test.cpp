@@ -6,10 +6,10 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
-#include "core/schedule.hpp"
-#include "core/schedule_check.hpp"
-#include "core/schedule_replay.hpp"
 #include "core/sha256.hpp"
+#include "schedule/check.hpp"
+#include "schedule/replay.hpp"
+#include "schedule/schedule.hpp"
 
 namespace hzp::core {
 namespace {

@@ -1,5 +1,5 @@
 // Schedule JSON I/O: canonical text, hashing and strict parsing.
-#include "core/schedule.hpp"
+#include "schedule/schedule.hpp"
 
 #include <fmt/format.h>
 #include <array>
@@ -8,8 +8,8 @@
 #include <utility>
 
 #include "core/json_reader.hpp"
-#include "core/schedule_names.hpp"
 #include "core/sha256.hpp"
+#include "schedule/names.hpp"
 
 namespace hzp::core {
 namespace {

@@ -2,7 +2,7 @@
 // once before any of them runs. Failures name the first offending op.
 #pragma once
 
-#include "core/schedule.hpp"
+#include "schedule/schedule.hpp"
 
 namespace hzp::core {
 
