@@ -112,8 +112,8 @@ int cmd_collectives(const CollectivesArgs& a) {
     const double us = c.seconds() * 1e6;
     const double algbw = us > 0 ? static_cast<double>(bytes) / us / 1e3 : 0;
     std::cout << fmt::format(" {:>12} {:>12} {:>8} {:>6} {:>6} {:>10.2f} {:>8.2f} {:>8.2f}  {}/{}/{}\n", bytes,
-                             bytes / 4, "float", reduces ? "sum" : "none", -1, us, algbw, algbw * factor,
-                             cost::to_string(c.nccl), cost::to_string(c.protocol), c.channels);
+                             bytes / 4, "float", reduces ? "sum" : "none", -1, us, algbw, algbw * factor, c.algorithm,
+                             cost::to_string(c.protocol), c.channels);
     if (bytes > hi / a.factor) break;
   }
   return 0;

@@ -120,7 +120,7 @@ std::string explain(const core::Schedule& s, const plan::ResolvedPlan& plan, con
       r.sent += factor * static_cast<double>(op.bytes.count());
       const cost::CollectiveCost c = pm.collective_cost(op.collective, op.bytes, pm.span(g.ranks));
       r.seconds += c.seconds();
-      ++r.choices[fmt::format("{}/{}", cost::to_string(c.nccl), cost::to_string(c.protocol))];
+      ++r.choices[fmt::format("{}/{}", c.algorithm, cost::to_string(c.protocol))];
     }
   }
   out += fmt::format(

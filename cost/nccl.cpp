@@ -1,37 +1,23 @@
-// The NCCL collective cost model (see nccl.hpp).
-//
-// For a group of P ranks over D scale-up domains (NCCL's nodes) with k ranks
-// in each, a collective of N bytes (nccl-tests' size) costs, per algorithm a
-// and protocol p,
-//   t = base[a][p] + Σ steps × step[link][a][p] + bytes moved / bw[a][p]
-// with, for the algorithms NCCL has for each collective (steps across the
-// fabric at the NET latency, the others at the scale-up link's):
-//   ring all-gather / reduce-scatter:  P−1 steps, D−1 of them across;        (P−1)/P·N
-//   ring all-reduce:                   2(P−1) steps, 2(D−1) across, × 1.4
-//                                      for Simple once it plateaus;          2(P−1)/P·N
-//   tree all-reduce (D > 1):           2((k−1) + ⌊log2 D⌋) steps;            2N
-//   NVLS all-reduce (one NVSwitch domain with SHARP): NCCL's NVLS latency;  2(P−1)/P·N
-//   NVLSTree all-reduce (D > 1):       NVLS + 2⌊log2 D⌋ steps across;       2(P−1)/P·N
-//   PAT all-gather / reduce-scatter (one rank per node):
-//                                      ⌊log2 D⌋ steps / 3.5 + 2.8 µs × P;    (P−1)/P·N
-//   ring broadcast:                    P steps;                              N
-// bw[a][p] starts from the Simple ring's bus bandwidth (inside a domain the
-// scale-up link at its measured ring plateau; across, the NICs the ring's
-// channels leave a domain through, and the raw link), scaled and capped by
-// the protocol (NCCL's factors and per-generation caps). A fabric may give
-// its NET step per protocol instead (EFA: the network's latency, whatever the
-// protocol). NCCL chooses on the estimate with every channel busy and each
-// NET step charged the network plugin's reported latency too (twice for
-// Simple: tuning.cc's latencyInter); what runs is spread over only the
-// channels the message fills (enqueue.cc: a channel per threads × bytes per
-// thread), so a small collective's speed depends on its per-channel chunk,
-// not on N alone.
+// The NCCL collective cost model (see nccl.hpp). Each algorithm's steps,
+// bytes and bandwidth are its descriptor's (collective_algorithms.cpp); this
+// file holds NCCL's constant table, the links a group's collectives run over,
+// and what every algorithm shares: a collective of N bytes (nccl-tests'
+// size) costs, per algorithm a and protocol p,
+//   t = base[a][p] + Σ steps × step[link][a][p] + bytes moved / bw[a][p].
+// A fabric may give its NET step per protocol instead (EFA: the network's
+// latency, whatever the protocol). NCCL chooses on the estimate with every
+// channel busy and each NET step charged the network plugin's reported
+// latency too (twice for Simple: tuning.cc's latencyInter); what runs is
+// spread over only the channels the message fills (enqueue.cc: a channel per
+// threads × bytes per thread), so a small collective's speed depends on its
+// per-channel chunk, not on N alone.
 #include "cost/nccl.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
+#include "cost/collective_algorithm.hpp"
 #include "cost/perf_model.hpp"
 
 namespace hzp::cost {
@@ -120,31 +106,6 @@ NcclTuning make_tuning() {
   t.threads_per_channel = {512, 640, 512};
   return t;
 }
-
-double log2_floor(double x) { return x >= 1 ? std::floor(std::log2(x)) : 0; }
-
-// NCCL's measured bandwidth correction for its trees at `bytes`, by
-// floor(log2(bytes / 64)); 1 from 512 MiB up.
-double tree_correction(const NcclTuning& t, NcclProtocol p, double bytes) {
-  const double k = log2_floor(bytes / 64);
-  return k < 23 ? t.tree_correction[idx(p)][static_cast<std::size_t>(k)] : 1.0;
-}
-
-// NCCL's node-count column: one node, two, three or more.
-// The chunk a tree moves per step and channel (enqueue.cc): the protocol's
-// step; LL128's is halved while the message gives each channel too few.
-double tree_chunk(const NcclTuning& t, NcclProtocol p, double bytes, int channels, int domains, double ppn) {
-  double chunk = t.tree_chunk_bytes[idx(p)];
-  if (p == NcclProtocol::LL128) {
-    const double nsteps = 1 + log2_floor(domains) + 0.1 * ppn;
-    const auto chunks = [&] { return std::floor(bytes / (channels * chunk)); };
-    while (chunks() < nsteps * 64 / ppn && chunk > 131072) chunk /= 2;
-    while (chunks() < nsteps * 16 / ppn && chunk > 32768) chunk /= 2;
-  }
-  return chunk;
-}
-
-std::size_t node_column(int domains) { return static_cast<std::size_t>(std::clamp(domains, 1, 3) - 1); }
 
 }  // namespace
 
@@ -242,180 +203,49 @@ int NcclModel::channels_used(NcclProtocol p, double bytes, int channels) const {
   return static_cast<int>(std::clamp(fill, 1.0, static_cast<double>(channels)));
 }
 
-NcclModel::Shape NcclModel::shape(const GroupSpan& g) const {
+GroupShape NcclModel::shape(const GroupSpan& g) const {
   const int D = g.domains;
   return {static_cast<double>(g.ranks), D, std::max(1, g.ranks / std::max(1, D)), channels(g)};
 }
 
-NcclModel::Steps NcclModel::steps(NcclAlgorithm a, NcclProtocol p, CollectiveKind kind, double N, const Shape& sh,
-                                  double intra, double inter) const {
-  using A = NcclAlgorithm;
-  using P = NcclProtocol;
-  const NcclTuning& t = *t_;
-  const double n = sh.ranks;
-  const int D = sh.domains, ppn = sh.per_domain, ch = sh.channels;
-  double latency_us = t.base_latency_us[idx(a)][idx(p)];
-  double moved = 0;
-  switch (a) {
-    case A::Ring: {
-      const bool all_reduce = kind == CollectiveKind::AllReduce;
-      if (D > 1) intra = std::max(intra, t.net_overhead_us * (p == P::Simple ? 3 : 1));
-      if (kind == CollectiveKind::Broadcast) {
-        // A chain over every rank, as NCCL's ring model costs it: n steps, of
-        // which one per domain crosses the network (tuning.cc: nsteps =
-        // nRanks, nInterSteps = nNodes).
-        latency_us += (n - (D > 1 ? D : 0)) * intra + (D > 1 ? D * inter : 0);
-        moved = N;
-        break;
-      }
-      const double steps = (all_reduce ? 2 : 1) * (n - 1);
-      const double inter_steps = D > 1 ? (all_reduce ? 2 : 1) * (D - 1) : 0;
-      latency_us += (steps - inter_steps) * intra + inter_steps * inter;
-      if (all_reduce && p == P::Simple && D > 1 && N / (ch * n) >= 64) {
-        latency_us *= ampere_or_later_ ? t.ring_plateau_factor : t.ring_plateau_factor_pre_ampere;
-      }
-      moved = (all_reduce ? 2 : 1) * (n - 1) / n * N;
-      break;
-    }
-    case A::Tree:
-      latency_us += 2 * ((ppn - 1) * intra + log2_floor(D) * inter);
-      moved = 2 * N;
-      break;
-    case A::Nvls:
-      latency_us = intra;  // NCCL's NVLS latency replaces the base
-      moved = 2 * (n - 1) / n * N;
-      break;
-    case A::NvlsTree:
-      latency_us += intra + 2 * log2_floor(D) * inter;
-      moved = 2 * (n - 1) / n * N;
-      break;
-    case A::Pat:
-      latency_us += log2_floor(D) * inter / t.pat_net_divisor + t.pat_per_rank_us * n;
-      moved = (n - 1) / n * N;
-      break;
-    default: break;
-  }
-  return {latency_us, moved};
-}
-
-CollectiveChoice NcclModel::cost(NcclAlgorithm a, NcclProtocol p, CollectiveKind kind, double N,
+CollectiveChoice NcclModel::cost(const CollectiveAlgorithm& a, NcclProtocol p, CollectiveKind kind, double N,
                                  const GroupSpan& g) const {
-  using A = NcclAlgorithm;
-  using P = NcclProtocol;
-  const NcclTuning& t = *t_;
-  const Shape sh = shape(g);
-  const double n = sh.ranks;
-  const int D = sh.domains, ppn = sh.per_domain, ch = sh.channels;
-  const auto arch = static_cast<std::size_t>(arch_);
-  const std::size_t col = node_column(D);
-
+  const CollectiveCall call{kind, p, N, g, shape(g), *this};
   CollectiveChoice c;
-  c.algorithm = a;
+  c.algorithm = &a;
   c.protocol = p;
+  const AlgorithmBandwidth bw = a.bandwidth(call);
 
-  // Bus bandwidth with every channel busy.
-  double bw = ring_GBps(g);
-  if (a == A::Nvls) bw = up_GBps_ * nvls_efficiency_;
-  // A tree's bandwidth across domains: the NICs of the group's ranks in a
-  // domain. On two domains each domain roots one of the two trees, so each
-  // sends half the message across and receives the other half, both ways:
-  // the NICs carry half what they carry for more domains (NCCL's tuner gives
-  // two nodes the intra-node bandwidth).
-  const double tree_across = (D <= 2 ? 2 : 1) * g.min_ranks_per_domain * nic_GBps(g.top_tier);
-  // NVLS inside each domain, a tree across.
-  if (a == A::NvlsTree) bw = std::min(up_GBps_ * nvls_efficiency_, tree_across);
-  // The scale-up link still bounds a two-domain tree.
-  if (a == A::Tree && D == 2) bw = std::min(up_GBps_, tree_across);
-  const double links = bw;  // what every channel together can carry
-  const double ll_max = D == 1 ? t.ll_max_one_node_GBps[arch] : t.ll_max_GBps[std::min<std::size_t>(col, 2) - 1];
-  if (a == A::Ring && p == P::LL) bw = std::min(ll_max, bw * t.ll_ring_factor);
-  if (a == A::Ring && p == P::LL128)
-    bw = std::min(bw * t.ll128_ring_factor, ch * t.ring_ll128_per_channel_GBps[arch][col]);
-  if (a == A::Tree) {
-    bw = std::min(bw * t.tree_factor, ch * t.tree_per_channel_GBps[arch][col]);
-    if (p == P::LL) bw = std::min(bw * t.ll_tree_factor, ll_max);
-    if (p == P::LL128) {
-      bw = std::min(bw * (D == 1 ? t.ll128_tree_factor_one_node : t.ll128_tree_factor),
-                    ch * t.tree_ll128_per_channel_GBps[arch][col]);
-    }
-    bw *= tree_correction(t, p, N);
-  }
-  if (a == A::Pat) bw *= t.pat_factor;
-
-  // Steps: inside a domain at the link's latency, across at the NET one
-  // (with one rank per node, NCCL charges the tree's NET step). NCCL's
-  // estimate adds the network plugin's reported latency to each NET step,
-  // twice for Simple; the time a step takes does not include it.
-  const double intra = intra_step_us(a, p);
-  const double inter = net_step_us(ppn == 1 ? A::Tree : a, p, g.top_tier);
-  const double plugin = plugin_latency_us_ * (p == P::Simple ? 2 : 1);
-  const Steps run = steps(a, p, kind, N, sh, intra, inter);
-  const double estimate_us = plugin > 0 ? steps(a, p, kind, N, sh, intra, inter + plugin).latency_us : run.latency_us;
-  const double moved = run.moved;
+  // Steps: inside a domain at the link's latency, across at the NET one.
+  // NCCL's estimate adds the network plugin's reported latency to each NET
+  // step, twice for Simple; the time a step takes does not include it.
+  const auto [intra, inter] = a.step_us(call);
+  const double plugin = plugin_latency_us_ * (p == NcclProtocol::Simple ? 2 : 1);
+  const AlgorithmSteps run = a.steps(call, intra, inter);
+  const double estimate_us = plugin > 0 ? a.steps(call, intra, inter + plugin).latency_us : run.latency_us;
+  c.moved = run.moved;
   c.latency_s = run.latency_us * 1e-6;
-  c.estimate_s = bw > 0 ? estimate_us * 1e-6 + moved / (bw * 1e9) : std::numeric_limits<double>::infinity();
+  c.estimate_s = bw.bus > 0 ? estimate_us * 1e-6 + c.moved / (bw.bus * 1e9) : std::numeric_limits<double>::infinity();
 
   // What runs: a message that fills fewer channels runs on fewer (after the
-  // choice, as in enqueue.cc).
-  const double threshold_ranks = (a == A::Ring && p == P::LL) ? n : 1;
-  c.channels = (a == A::Nvls || a == A::NvlsTree) ? ch : channels_used(p, N / threshold_ranks, ch);
-  // A channel carries its share of the links; the protocol's own caps stay.
-  c.bus_GBps = std::min(bw, links * c.channels / ch);
-  // NVLSTree's inter-node part is a tree: it runs at the mid-size efficiency
-  // NCCL measured for its trees (the tree correction), which NCCL's tuner
-  // applies to Tree only, so the choice above is made without it.
-  if (a == A::NvlsTree && D > 1) c.bus_GBps *= tree_correction(t, p, N);
-  c.transfer_s = c.bus_GBps > 0 ? moved / (c.bus_GBps * 1e9) : std::numeric_limits<double>::infinity();
-  // A tree streams its chunks through 2((ppn - 1) + log2 D) hops, up the
-  // chain and the tree and down again. NCCL's estimate charges each hop its
-  // latency and the message its bandwidth, not the first chunk's crossing of
-  // every hop before the pipeline streams. That chunk crosses alone, at
-  // twice a channel's share of the bus bandwidth (once streaming, the up and
-  // down halves share each link: the 2N bytes above). The last network hop
-  // is the bandwidth term's own. Only what runs pays it; the choice is made
-  // on NCCL's estimate.
-  if (a == A::Tree && D > 1 && c.bus_GBps > 0) {
-    const double chunk = std::min(N / c.channels, tree_chunk(t, p, N, c.channels, D, ppn));
-    const double up_hop_s = chunk / (2 * up_GBps_ / ch * 1e9);
-    const double net_hop_s = chunk / (2 * c.bus_GBps / c.channels * 1e9);
-    c.latency_s += 2 * (ppn - 1) * up_hop_s + (2 * log2_floor(D) - 1) * net_hop_s;
-  }
+  // choice, as in enqueue.cc); a channel carries its share of the links, and
+  // the protocol's own caps stay.
+  c.channels = a.channels_run(call);
+  c.bus_GBps = a.running_bus_GBps(call, std::min(bw.bus, bw.links * c.channels / call.shape.channels));
+  c.transfer_s = c.bus_GBps > 0 ? c.moved / (c.bus_GBps * 1e9) : std::numeric_limits<double>::infinity();
+  c.latency_s += a.fill_s(call, c);
   return c;
 }
 
 std::vector<CollectiveChoice> NcclModel::candidates(CollectiveKind kind, double bytes, const GroupSpan& g) const {
-  using A = NcclAlgorithm;
   std::vector<CollectiveChoice> out;
   if (g.ranks <= 1 || bytes <= 0 || kind == CollectiveKind::AllToAll) return out;
-  std::vector<A> algorithms{A::Ring};
-  if (kind == CollectiveKind::AllReduce && g.domains > 1) algorithms.push_back(A::Tree);
-  if (kind == CollectiveKind::AllReduce && nvls_efficiency_ > 0 && arch_ >= NcclArch::Hopper &&
-      g.max_ranks_per_domain > 1) {
-    algorithms.push_back(g.domains == 1 ? A::Nvls : A::NvlsTree);
-  }
-  if ((kind == CollectiveKind::AllGather || kind == CollectiveKind::ReduceScatter) && g.domains > 1 &&
-      g.max_ranks_per_domain == 1) {
-    algorithms.push_back(A::Pat);
-  }
-  for (A a : algorithms) {
+  for (const CollectiveAlgorithm* a : collective_algorithms()) {
+    if (!a->considered(kind, g, *this)) continue;
     for (NcclProtocol p : {NcclProtocol::LL, NcclProtocol::LL128, NcclProtocol::Simple}) {
-      if ((a == A::Nvls || a == A::NvlsTree || a == A::Pat) && p != NcclProtocol::Simple) continue;  // Simple only
-      out.push_back(cost(a, p, kind, bytes, g));
-      // A ring's LL128 across domains runs well below what NCCL's model
-      // gives it: on a 2-node H100 ring all-reduce (nccl-tests #309, NCCL_ALGO
-      // =Ring) 1-16 MiB take 157-199 us where LL128 would take 81-170 and
-      // Simple 189-264. NCCL can run it (a run may force it); hzp's tuner
-      // does not pick it (validation/collectives: the development case and
-      // the held-out RoCE and EFA curves all move closer, docs/VALIDATION.md).
-      if (a == A::Ring && p == NcclProtocol::LL128 && g.domains > 1) out.back().preferred = false;
-      // The same holds for the tree's LL128 across domains: on every
-      // multi-node all-reduce curve here where NCCL's model picks it (HDR
-      // InfiniBand on Leonardo at 8-256 nodes of 4 A100, NDR InfiniBand at
-      // 2-8 nodes of 8 H100, EFA at 2 nodes of p4de and p5), 256 KiB-64 MiB
-      // run 1.5-3x longer than it gives. What hzp picks instead (Tree or Ring
-      // Simple, LL), with the tree's pipeline fill (cost()), comes within
-      // about a quarter of them there (validation/collectives, docs/VALIDATION.md).
-      if (a == A::Tree && p == NcclProtocol::LL128 && g.domains > 1) out.back().preferred = false;
+      if (!a->runs(p)) continue;
+      out.push_back(cost(*a, p, kind, bytes, g));
+      out.back().preferred = a->preferred(p, g);
     }
   }
   return out;
@@ -423,7 +253,11 @@ std::vector<CollectiveChoice> NcclModel::candidates(CollectiveKind kind, double 
 
 CollectiveChoice NcclModel::choose(CollectiveKind kind, double bytes, const GroupSpan& g) const {
   const std::vector<CollectiveChoice> all = candidates(kind, bytes, g);
-  if (all.empty()) return CollectiveChoice{};
+  if (all.empty()) {
+    CollectiveChoice none;
+    none.algorithm = &collective_algorithm(NcclAlgorithm::Ring);
+    return none;
+  }
   const CollectiveChoice* best = nullptr;
   for (const auto& c : all) {
     if (c.preferred && (!best || c.estimate_s < best->estimate_s)) best = &c;

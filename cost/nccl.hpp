@@ -23,6 +23,8 @@ using topologies::LinkClass;
 using topologies::ScaleUpKind;
 
 struct GroupSpan;
+struct GroupShape;
+class CollectiveAlgorithm;
 
 /// NCCL's algorithms, in its order; Pairwise is all-to-all as grouped
 /// send/recv (which NCCL's tuner does not cost).
@@ -108,12 +110,13 @@ struct NcclTuning {
 
 /// One (algorithm, protocol) NCCL would consider, costed.
 struct CollectiveChoice {
-  NcclAlgorithm algorithm = NcclAlgorithm::Ring;
+  const CollectiveAlgorithm* algorithm = nullptr;  // a registered one (collective_algorithm.hpp)
   NcclProtocol protocol = NcclProtocol::Simple;
   int channels = 1;       // channels the message is spread over
   double latency_s = 0;   // base + steps (+ a tree's pipeline fill across domains)
   double transfer_s = 0;  // bytes on the busiest link / bandwidth, over the channels used
   double bus_GBps = 0;    // the bus bandwidth it runs at, over the channels used
+  double moved = 0;       // bytes over the busiest link
   /// NCCL's own estimate (every channel busy): what the choice is made on.
   double estimate_s = 0;
   /// Whether hzp's tuner picks it when it is cheapest (a run may still force
@@ -132,7 +135,8 @@ class NcclModel {
   explicit NcclModel(const ClusterSpec& spec, const NcclTuning& tuning = nccl_tuning());
 
   /// Every (algorithm, protocol) NCCL would consider for this collective and
-  /// group, costed; empty for a group of one or zero bytes.
+  /// group, costed (every registered algorithm that considers it, in
+  /// collective_algorithms() order); empty for a group of one or zero bytes.
   [[nodiscard]] std::vector<CollectiveChoice> candidates(core::CollectiveKind kind, double bytes,
                                                          const GroupSpan& g) const;
   /// The least-estimate preferred candidate, as NCCL's tuner picks (a
@@ -147,6 +151,16 @@ class NcclModel {
   /// (the NIC's through the tiers up to `top_tier`).
   [[nodiscard]] double scale_up_GBps() const { return up_GBps_ * up_ring_efficiency_; }
   [[nodiscard]] double nic_GBps(int top_tier) const;
+  /// The scale-up link's raw bandwidth, and NVLink SHARP's (0: none), GB/s.
+  [[nodiscard]] double up_GBps() const { return up_GBps_; }
+  [[nodiscard]] double nvls_GBps() const { return up_GBps_ * nvls_efficiency_; }
+  [[nodiscard]] NcclArch arch() const { return arch_; }
+  [[nodiscard]] bool ampere_or_later() const { return ampere_or_later_; }
+  /// The group as the step formulas see it.
+  [[nodiscard]] GroupShape shape(const GroupSpan& g) const;
+  /// The channels a message of `bytes` fills of `channels` under protocol p
+  /// (enqueue.cc: a channel per threads x bytes per thread).
+  [[nodiscard]] int channels_used(NcclProtocol p, double bytes, int channels) const;
   /// Latency of one step within a scale-up domain and across the fabric up to
   /// `top_tier` (NCCL's NET step plus two switch hops per tier above the leaf), µs.
   [[nodiscard]] double intra_step_us(NcclAlgorithm a, NcclProtocol p) const;
@@ -156,25 +170,8 @@ class NcclModel {
   [[nodiscard]] const NcclTuning& tuning() const { return *t_; }
 
  private:
-  [[nodiscard]] CollectiveChoice cost(NcclAlgorithm a, NcclProtocol p, core::CollectiveKind kind, double bytes,
-                                      const GroupSpan& g) const;
-  [[nodiscard]] int channels_used(NcclProtocol p, double bytes, int channels) const;
-  /// A group as the step formulas see it: ranks, domains, ranks per domain
-  /// (at least one) and the channels NCCL builds.
-  struct Shape {
-    double ranks = 0;
-    int domains = 1, per_domain = 1, channels = 1;
-  };
-  [[nodiscard]] Shape shape(const GroupSpan& g) const;
-  struct Steps {
-    double latency_us = 0;  // base + steps
-    double moved = 0;       // bytes over the busiest link
-  };
-  /// The step latencies of (a, p) over a group of shape `sh` with a step
-  /// inside a domain costing `intra` and one across `inter` µs, and the
-  /// bytes it moves.
-  [[nodiscard]] Steps steps(NcclAlgorithm a, NcclProtocol p, core::CollectiveKind kind, double bytes, const Shape& sh,
-                            double intra, double inter) const;
+  [[nodiscard]] CollectiveChoice cost(const CollectiveAlgorithm& a, NcclProtocol p, core::CollectiveKind kind,
+                                      double bytes, const GroupSpan& g) const;
 
   const NcclTuning* t_;
   NcclArch arch_ = NcclArch::Hopper;

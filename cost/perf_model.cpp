@@ -52,8 +52,8 @@ Duration PerfModel::collective(core::CollectiveKind kind, Bytes bytes, const Gro
 CollectiveCost PerfModel::collective_cost(core::CollectiveKind kind, Bytes bytes, const GroupSpan& g) const {
   CollectiveCost c;
   if (kind == core::CollectiveKind::AllToAll) {
-    c.algorithm = Algorithm::Pairwise;
-    c.nccl = NcclAlgorithm::Pairwise;
+    c.algorithm = to_string(NcclAlgorithm::Pairwise);
+    c.shape = FlowShape::Pairwise;
   }
   c.scale_up_efficiency = topo_.spec().scale_up.ring_efficiency;
   c.scale_out_efficiency = topo_.spec().scale_out.ring_efficiency;
@@ -74,10 +74,11 @@ CollectiveCost PerfModel::collective_cost(core::CollectiveKind kind, Bytes bytes
     return c;
   }
   const CollectiveChoice choice = nccl_.choose(kind, N, g);
-  c.nccl = choice.algorithm;
+  c.algorithm = choice.algorithm->name();
+  c.shape = choice.algorithm->shape();
   c.protocol = choice.protocol;
   c.channels = choice.channels;
-  c.algorithm = choice.algorithm == NcclAlgorithm::Tree ? Algorithm::Tree : Algorithm::Ring;
+  c.moved_bytes = choice.moved;
   c.latency_s = choice.latency_s;
   c.transfer_s = choice.transfer_s;
   // The protocol's and the channels' share of the Simple ring's bandwidth.

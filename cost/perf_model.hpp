@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/units.hpp"
+#include "cost/collective_algorithm.hpp"
 #include "cost/nccl.hpp"
 #include "schedule/schedule.hpp"
 #include "topologies/cluster_spec.hpp"
@@ -26,18 +27,18 @@ struct GroupSpan {
   int top_tier = -1;  // -1: within one node; else the highest fabric tier crossed
 };
 
-/// How a collective moves its data (what the SimGrid engine lowers to flows).
-enum class Algorithm { Ring, Tree, Pairwise };
-
 /// A collective's uncontended cost as NCCL would run it: the algorithm and
 /// protocol chosen, its closed-form latency and its bandwidth term, seconds.
 struct CollectiveCost {
-  Algorithm algorithm = Algorithm::Ring;  // the flow shape
-  NcclAlgorithm nccl = NcclAlgorithm::Ring;
+  /// The chosen algorithm's name ("pairwise": an all-to-all as grouped
+  /// send/recv) and the shape its data takes on the wire.
+  std::string_view algorithm = "ring";
+  FlowShape shape = FlowShape::Ring;
   NcclProtocol protocol = NcclProtocol::Simple;
   int channels = 0;
   double latency_s = 0;
   double transfer_s = 0;
+  double moved_bytes = 0;  // bytes each rank moves over its busiest link
   /// The fraction of each link's raw bandwidth this choice reaches (the
   /// Simple ring's efficiency on it, times the protocol's and the channels'
   /// share); what the SimGrid engine inflates flow bytes by.

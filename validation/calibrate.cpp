@@ -76,7 +76,7 @@ LinkFit fit_link(const topologies::ClusterSpec& cluster, Link link, const std::v
       if (r.bytes != largest) continue;
       const cost::NcclModel m(with_link(cluster, link, step_us, 1.0));
       const auto c = m.choose(r.collective, static_cast<double>(r.bytes), measured_span(r));
-      if (c.algorithm != cost::NcclAlgorithm::Ring) continue;  // NVLS, tree, PAT: not the ring's figure
+      if (c.algorithm->nccl() != cost::NcclAlgorithm::Ring) continue;  // NVLS, tree, PAT: not the ring's figure
       const double transfer = r.seconds - c.latency_s;
       if (transfer > 0) effs.push_back(std::clamp(c.transfer_s / transfer, 1e-3, 1.0));
     }

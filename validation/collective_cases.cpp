@@ -48,12 +48,13 @@ void read_model(core::StrictObject m, CollectiveCase& c) {
     const auto& algos = m.array("algorithms");
     for (const auto& a : algos) {
       const std::string name = a.is_string() ? a.get<std::string>() : "";
-      bool ok = false;
-      for (auto k : {cost::NcclAlgorithm::Ring, cost::NcclAlgorithm::Tree, cost::NcclAlgorithm::Nvls,
-                     cost::NcclAlgorithm::NvlsTree, cost::NcclAlgorithm::Pat}) {
-        ok = ok || name == cost::to_string(k);
+      if (!cost::find_collective_algorithm(name)) {
+        std::string names;
+        for (const cost::CollectiveAlgorithm* k : cost::collective_algorithms()) {
+          names += fmt::format("{}{}", names.empty() ? "" : ", ", k->name());
+        }
+        m.fail("algorithms", fmt::format("expected names among {}", names));
       }
-      if (!ok) m.fail("algorithms", "expected names among ring, tree, nvls, nvls_tree, pat");
       c.algorithms.push_back(name);
     }
   }
@@ -203,7 +204,7 @@ ScoredCollective score_collective_case(const CollectiveCase& c) {
     std::optional<cost::CollectiveChoice> best;
     for (const auto& cand : pm.nccl().candidates(c.op, row.bytes, g)) {
       const bool algo_ok = c.algorithms.empty() || std::find(c.algorithms.begin(), c.algorithms.end(),
-                                                             cost::to_string(cand.algorithm)) != c.algorithms.end();
+                                                             cand.algorithm->name()) != c.algorithms.end();
       // A forced protocol runs even where hzp's tuner would not pick it.
       const bool proto_ok = c.protocol.empty() ? cand.preferred : c.protocol == cost::to_string(cand.protocol);
       if (algo_ok && proto_ok && (!best || cand.estimate_s < best->estimate_s)) best = cand;
@@ -217,8 +218,7 @@ ScoredCollective score_collective_case(const CollectiveCase& c) {
     r.measured = row;
     r.predicted_us = std::max(best->seconds() * 1e6, host_us);
     r.predicted_busbw_GBps = row.bytes * busbw_factor(c.op, c.gpus) / r.predicted_us / 1e3;
-    r.choice =
-        fmt::format("{}/{}/{}", cost::to_string(best->algorithm), cost::to_string(best->protocol), best->channels);
+    r.choice = fmt::format("{}/{}/{}", best->algorithm->name(), cost::to_string(best->protocol), best->channels);
     s.rows.push_back(r);
   }
   return s;

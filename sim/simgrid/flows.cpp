@@ -8,7 +8,6 @@ namespace hzp::sim::simgrid {
 namespace {
 
 using core::CollectiveKind;
-using cost::Algorithm;
 
 // Members grouped by scale-up domain, domains ascending, ranks ascending.
 std::vector<std::vector<int>> by_domain(const topologies::Topology& topo, const std::vector<int>& ranks) {
@@ -40,7 +39,7 @@ FlowSet lower_collective(const cost::PerfModel& pm, CollectiveKind kind, core::B
   FlowSet fs;
   const cost::GroupSpan span = pm.span(ranks);
   const cost::CollectiveCost cost = pm.collective_cost(kind, bytes, span);
-  fs.algorithm = cost.algorithm;
+  fs.shape = cost.shape;
   fs.latency_s = cost.latency_s;
   if (ranks.size() <= 1 || bytes.count() == 0) return fs;
 
@@ -64,14 +63,11 @@ FlowSet lower_collective(const cost::PerfModel& pm, CollectiveKind kind, core::B
     return fs;
   }
 
-  double B = 0;  // per-rank bytes of the algorithm
-  switch (kind) {
-    case CollectiveKind::AllGather:
-    case CollectiveKind::ReduceScatter: B = (P - 1) / P * N; break;
-    case CollectiveKind::AllReduce: B = cost.algorithm == Algorithm::Tree ? 2 * N : 2 * (P - 1) / P * N; break;
-    case CollectiveKind::Broadcast: B = N; break;
-    case CollectiveKind::AllToAll: break;
-  }
+  // Each rank's bytes as the chosen algorithm moves them ((P−1)/P·N for a
+  // ring all-gather, 2N for a tree all-reduce, ...), on a chain through each
+  // domain and across domains on the channels' NICs: the per-link volume of
+  // ring, tree and switch shapes alike (cost/collective_algorithm.hpp).
+  const double B = cost.moved_bytes;
 
   const auto domains = by_domain(topo, ranks);
   // Inside each domain: the ring's next member (NVSwitch) or every other member (full mesh).

@@ -22,7 +22,7 @@ struct Flow {
 };
 
 struct FlowSet {
-  cost::Algorithm algorithm = cost::Algorithm::Ring;
+  cost::FlowShape shape = cost::FlowShape::Ring;
   std::vector<Flow> flows;
   double latency_s = 0;  // closed-form step latencies, added after the flows
 };

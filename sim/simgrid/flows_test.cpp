@@ -72,7 +72,7 @@ TEST(Flows, OneMemberPerNodeIsANicRing) {
   auto pm = h100(32);
   const Bytes n(64 << 20);
   FlowSet fs = lower_collective(pm, CollectiveKind::AllReduce, n, iota(0, 4, 8), 4);
-  ASSERT_EQ(fs.algorithm, cost::Algorithm::Ring);
+  ASSERT_EQ(fs.shape, cost::FlowShape::Ring);
   const double eff = pm.collective_cost(CollectiveKind::AllReduce, n, pm.span(iota(0, 4, 8))).scale_out_efficiency;
   ASSERT_EQ(fs.flows.size(), 4u);
   const double B = 2.0 * 3.0 / 4.0 * (64 << 20);
@@ -86,7 +86,7 @@ TEST(Flows, AllToAllIsDirectPairwise) {
   const Bytes n(8 << 20);
   std::vector<int> ranks{0, 1, 8, 9};
   FlowSet fs = lower_collective(pm, CollectiveKind::AllToAll, n, ranks, 16);
-  EXPECT_EQ(fs.algorithm, cost::Algorithm::Pairwise);
+  EXPECT_EQ(fs.shape, cost::FlowShape::Pairwise);
   ASSERT_EQ(fs.flows.size(), 12u);
   EXPECT_DOUBLE_EQ(bytes_between(fs, 0, 1), (8 << 20) / 4.0 / pm.scale_up_efficiency());
   EXPECT_DOUBLE_EQ(bytes_between(fs, 0, 9), (8 << 20) / 4.0 / pm.scale_out_efficiency());
@@ -97,7 +97,7 @@ TEST(Flows, SmallAllReduceAcrossManyNodesTakesTheTree) {
   const Bytes n(64 << 10);
   auto ranks = iota(0, 64, 8);
   FlowSet fs = lower_collective(pm, CollectiveKind::AllReduce, n, ranks, 16);
-  ASSERT_EQ(fs.algorithm, cost::Algorithm::Tree);
+  ASSERT_EQ(fs.shape, cost::FlowShape::Tree);
   // Tree: the same rail-aligned links, 2N per member, at the chosen protocol's share.
   const double eff = pm.collective_cost(CollectiveKind::AllReduce, n, pm.span(ranks)).scale_out_efficiency;
   EXPECT_LT(eff, pm.scale_out_efficiency());

@@ -13,10 +13,12 @@
 #include "sim/simgrid/simulation.hpp"
 
 extern "C" void hzp_simgrid_simulate(const hzp::core::Schedule& s, const hzp::cost::PerfModel& pm,
-                                     const hzp::sim::EngineOptions& o, int fd) {
+                                     const hzp::sim::EngineOptions& o,
+                                     const std::vector<const hzp::cost::CollectiveAlgorithm*>& algorithms, int fd) {
   using namespace hzp::sim::simgrid;
   std::string out;
   try {
+    hzp::cost::use_collective_algorithms(algorithms);
     // The result leaves before the engine's teardown, which the child skips.
     (void)Simulation(s, pm, o).run([&](const SimResult& r) {
       (void)hzp::core::write_all_fd(fd, encode_result(r));

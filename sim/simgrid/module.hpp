@@ -5,17 +5,23 @@
 // ~30 ms).
 #pragma once
 
+#include <vector>
+
+#include "cost/collective_algorithm.hpp"
 #include "cost/perf_model.hpp"
 #include "schedule/schedule.hpp"
 #include "sim/engine.hpp"
 
 namespace hzp::sim::simgrid {
 
-/// The module's one entry point: simulates `s` and writes the encoded result
+/// The module's one entry point: simulates `s`, costing collectives with the
+/// parent's `algorithms` (cost::collective_algorithms() there: the module
+/// holds its own copy of the cost library), and writes the encoded result
 /// (result_wire.hpp: the SimResult, or the error it ended with) to `fd`.
 /// The process must not simulate anything else (SimGrid allows one engine a
 /// process); a finished result leaves through `_exit` before SimGrid's teardown.
-using SimulateEntry = void (*)(const core::Schedule& s, const cost::PerfModel& pm, const EngineOptions& o, int fd);
+using SimulateEntry = void (*)(const core::Schedule& s, const cost::PerfModel& pm, const EngineOptions& o,
+                               const std::vector<const cost::CollectiveAlgorithm*>& algorithms, int fd);
 inline constexpr const char* kSimulateEntry = "hzp_simgrid_simulate";
 
 /// Where the module is: $HZP_SIMGRID_MODULE, else lib/libhzp_simgrid.so

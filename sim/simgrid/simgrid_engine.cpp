@@ -52,7 +52,7 @@ SimResult simulate_forked(const core::Schedule& s, const cost::PerfModel& pm, co
         // A function pointer from dlsym's object pointer (POSIX guarantees it converts).
         SimulateEntry simulate = nullptr;
         std::memcpy(&simulate, &entry, sizeof simulate);
-        simulate(s, pm, o, fd);
+        simulate(s, pm, o, cost::collective_algorithms(), fd);
         return 0;
       },
       core::ChildOptions{});
