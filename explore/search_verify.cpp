@@ -199,11 +199,13 @@ std::vector<PlanOptions> variants(const Search& s, const Setting& st, const Plan
     if (s.wanted(o) && plan::check_plan(s.m, st.pm->topology(), o).empty()) out.push_back(std::move(o));
   };
   if (base.pp > 1 && base.pipeline_schedule == plan::PipelineSchedule::OneFOneB) {
-    for (const plan::PipelineScheduleTraits& t : plan::kPipelineScheduleTraits) {
-      if (!t.split_backward) continue;  // the zero-bubble family, each at the vpp it runs with
+    // Every other schedule (the zero-bubble family, DualPipe and any
+    // registered since), each at the vpp it runs with.
+    for (const plan::PipelineScheduleTraits& t : plan::pipeline_schedules()) {
+      if (t.schedule == base.pipeline_schedule) continue;
       PlanOptions o = base;
       o.pipeline_schedule = t.schedule;
-      o.vpp = t.vpp;
+      if (t.vpp > 0) o.vpp = t.vpp;
       if (base.pipeline_layout) o.pipeline_layout = plan::balanced_layout(s.m.layers, o.pp, o.vpp).text();
       add(o);
     }

@@ -133,7 +133,8 @@ PlanOption pipeline_schedule_option() {
            "bubbles: zb-h1 (vpp 1, 1F1B's peak activations) or zb-v (vpp 2, chunks in a V); or dualpipe "
            "(DeepSeek-V3: vpp 1, pp even, each stage also holds its mirror stage's copy, micro-batches from both "
            "ends, B and W split)"));
-  s.choices = core::names(kPipelineSchedules);
+  s.choices.clear();
+  for (const PipelineScheduleTraits& t : pipeline_schedules()) s.choices.emplace_back(t.name);
   return {s, [](const PlanOptions& o) -> json { return std::string(to_string(o.pipeline_schedule)); },
           [](PlanOptions& o, const json& v) { o.pipeline_schedule = *parse_pipeline_schedule(v.get<std::string>()); }};
 }

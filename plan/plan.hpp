@@ -62,46 +62,17 @@ inline constexpr core::Names<Strategy, 8> kStrategies{{{Strategy::Ddp, "ddp"},
 /// §3.2.1, vpp 1, pp even): every stage also holds a copy of the mirror
 /// stage pp − 1 − p, half the micro-batches run down the stages and half up
 /// through the copies, with B and W split.
-enum class PipelineSchedule { OneFOneB, ZbH1, ZbV, DualPipe };
+/// The built-in schedules; one registered later (register_pipeline_schedule)
+/// takes the next id.
+enum class PipelineSchedule : int { OneFOneB, ZbH1, ZbV, DualPipe };
 inline constexpr core::Names<PipelineSchedule, 4> kPipelineSchedules{{{PipelineSchedule::OneFOneB, "1f1b"},
                                                                       {PipelineSchedule::ZbH1, "zb-h1"},
                                                                       {PipelineSchedule::ZbV, "zb-v"},
                                                                       {PipelineSchedule::DualPipe, "dualpipe"}}};
-/// "1f1b" | "zb-h1" | "zb-v" | "dualpipe", and back (nullopt for any other text).
+/// The built-ins' names ("1f1b" | "zb-h1" | "zb-v" | "dualpipe") and any
+/// registered schedule's, and back (nullopt for any other text).
 [[nodiscard]] std::string_view to_string(PipelineSchedule s);
 [[nodiscard]] std::optional<PipelineSchedule> parse_pipeline_schedule(std::string_view s);
-
-/// What the plan check, the lowering, plan search and the explanation know of
-/// a pipeline schedule, one entry each (its slot order: pipeline_orders).
-struct PipelineScheduleTraits {
-  PipelineSchedule schedule;
-  /// Each backward runs as B (input gradients) and W (weight gradients).
-  bool split_backward;
-  /// Two chunks a stage placed in a V: stage p holds virtual stages p and
-  /// 2pp - 1 - p; stage 0 runs 2pp - 1 forwards of chunk 0 before its first backward.
-  bool v_shape;
-  /// Every stage also holds its mirror stage's copy; micro-batches from both ends.
-  bool mirrored;
-  /// The vpp it runs with; 0: any (interleaved when above 1).
-  int vpp;
-  /// Its fill and drain cannot be hidden: (pp - 1) / vpp micro-batches of one
-  /// stage's work (the zero-bubble schedules may hide them all).
-  bool fills_and_drains;
-  /// Its step is affine in the micro-batch count from this many per stage on.
-  int settled_per_stage;
-};
-inline constexpr std::array<PipelineScheduleTraits, 4> kPipelineScheduleTraits{{
-    {PipelineSchedule::OneFOneB, false, false, false, 0, true, 1},
-    {PipelineSchedule::ZbH1, true, false, false, 1, false, 1},
-    {PipelineSchedule::ZbV, true, true, false, 2, false, 2},
-    {PipelineSchedule::DualPipe, true, false, true, 1, false, 1},
-}};
-[[nodiscard]] constexpr const PipelineScheduleTraits& traits(PipelineSchedule s) {
-  for (const auto& t : kPipelineScheduleTraits) {
-    if (t.schedule == s) return t;
-  }
-  return kPipelineScheduleTraits[0];
-}
 
 /// Group sizes of a hierarchical ZeRO plan: bf16 parameters over g_p ranks,
 /// accumulated gradients over g_g, fp32 master weights and Adam moments over g_o.
@@ -370,6 +341,39 @@ struct PassTimes {
 /// The orders of every stage at once (ZB-V builds them together).
 [[nodiscard]] std::vector<std::vector<PipelineSlot>> pipeline_orders(int pp, int vpp, std::int64_t m,
                                                                      PipelineSchedule schedule, PassTimes times = {});
+
+/// What the plan check, the lowering, plan search and the explanation know of
+/// a pipeline schedule, one entry each: the built-ins (plan/zero_bubble.cpp)
+/// and any registered since. A new schedule is one entry and its order
+/// function, registered in one file.
+struct PipelineScheduleTraits {
+  PipelineSchedule schedule;
+  std::string_view name;
+  /// Each backward runs as B (input gradients) and W (weight gradients).
+  bool split_backward;
+  /// Two chunks a stage placed in a V: stage p holds virtual stages p and
+  /// 2pp - 1 - p; stage 0 runs 2pp - 1 forwards of chunk 0 before its first backward.
+  bool v_shape;
+  /// Every stage also holds its mirror stage's copy; micro-batches from both ends.
+  bool mirrored;
+  /// The vpp it runs with; 0: any (interleaved when above 1).
+  int vpp;
+  /// Its fill and drain cannot be hidden: (pp - 1) / vpp micro-batches of one
+  /// stage's work (the zero-bubble schedules may hide them all).
+  bool fills_and_drains;
+  /// Its step is affine in the micro-batch count from this many per stage on.
+  int settled_per_stage;
+  /// Every stage's slots for m micro-batches per rank (its pipeline_orders).
+  std::vector<std::vector<PipelineSlot>> (*orders)(int pp, int vpp, std::int64_t m, PassTimes times);
+};
+/// Every schedule: the built-ins in kPipelineSchedules' order, then the registered ones.
+[[nodiscard]] const std::vector<PipelineScheduleTraits>& pipeline_schedules();
+/// A schedule's entry (std::logic_error for an id nobody registered).
+[[nodiscard]] const PipelineScheduleTraits& traits(PipelineSchedule s);
+/// Adds a schedule under the next id (its `schedule` is set to it) and
+/// returns the id. Register before the plan option table is first read (a
+/// static initializer does) for its name to be a choice of every channel.
+PipelineSchedule register_pipeline_schedule(PipelineScheduleTraits t);
 
 /// Where the model's layers sit on the pipeline. Virtual stage v (v = chunk ·
 /// pp + stage, Megatron's order) holds layers [first_layer[v],

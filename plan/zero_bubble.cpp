@@ -42,6 +42,7 @@
 #include <cstdint>
 #include <deque>
 #include <limits>
+#include <mutex>
 #include <stdexcept>
 #include <utility>
 #include <vector>
@@ -49,12 +50,6 @@
 #include "plan/plan.hpp"
 
 namespace hzp::plan {
-
-std::string_view to_string(PipelineSchedule s) { return core::name_of(kPipelineSchedules, s); }
-
-std::optional<PipelineSchedule> parse_pipeline_schedule(std::string_view s) {
-  return core::parse_name(kPipelineSchedules, s);
-}
 
 namespace {
 
@@ -253,13 +248,72 @@ PassTimes layer_pass_times(const models::StepGraph& graph) {
 
 std::vector<std::vector<PipelineSlot>> pipeline_orders(int pp, int vpp, std::int64_t m, PipelineSchedule schedule,
                                                        PassTimes times) {
-  if (schedule == PipelineSchedule::ZbV) return VSchedule(pp, m, times).run();
-  if (schedule == PipelineSchedule::DualPipe) return VSchedule(pp, m, times, /*dual=*/true).run();
-  std::vector<std::vector<PipelineSlot>> out;
-  for (int s = 0; s < pp; ++s) {
-    out.push_back(schedule == PipelineSchedule::ZbH1 ? zb_h1(s, pp, m) : pipeline_order(s, pp, vpp, m));
-  }
+  return traits(schedule).orders(pp, vpp, m, times);
+}
+
+namespace {
+
+using Orders = std::vector<std::vector<PipelineSlot>>;
+
+Orders one_f_one_b_orders(int pp, int vpp, std::int64_t m, PassTimes) {
+  Orders out;
+  for (int s = 0; s < pp; ++s) out.push_back(pipeline_order(s, pp, vpp, m));
   return out;
+}
+Orders zb_h1_orders(int pp, int, std::int64_t m, PassTimes) {
+  Orders out;
+  for (int s = 0; s < pp; ++s) out.push_back(zb_h1(s, pp, m));
+  return out;
+}
+Orders zb_v_orders(int pp, int, std::int64_t m, PassTimes times) { return VSchedule(pp, m, times).run(); }
+Orders dualpipe_orders(int pp, int, std::int64_t m, PassTimes times) {
+  return VSchedule(pp, m, times, /*dual=*/true).run();
+}
+
+struct ScheduleRegistry {
+  std::mutex mutex;
+  std::vector<PipelineScheduleTraits> list{
+      {PipelineSchedule::OneFOneB, "1f1b", false, false, false, 0, true, 1, &one_f_one_b_orders},
+      {PipelineSchedule::ZbH1, "zb-h1", true, false, false, 1, false, 1, &zb_h1_orders},
+      {PipelineSchedule::ZbV, "zb-v", true, true, false, 2, false, 2, &zb_v_orders},
+      {PipelineSchedule::DualPipe, "dualpipe", true, false, true, 1, false, 1, &dualpipe_orders},
+  };
+};
+
+ScheduleRegistry& schedule_registry() {
+  static ScheduleRegistry r;
+  return r;
+}
+
+}  // namespace
+
+const std::vector<PipelineScheduleTraits>& pipeline_schedules() { return schedule_registry().list; }
+
+const PipelineScheduleTraits& traits(PipelineSchedule s) {
+  const auto& list = pipeline_schedules();
+  const auto i = static_cast<std::size_t>(s);
+  if (i >= list.size()) throw std::logic_error(fmt::format("no pipeline schedule {}", static_cast<int>(s)));
+  return list[i];
+}
+
+PipelineSchedule register_pipeline_schedule(PipelineScheduleTraits t) {
+  ScheduleRegistry& r = schedule_registry();
+  const std::lock_guard lock(r.mutex);
+  for (const auto& e : r.list) {
+    if (e.name == t.name) throw std::logic_error(fmt::format("pipeline schedule {} registered twice", t.name));
+  }
+  t.schedule = static_cast<PipelineSchedule>(r.list.size());
+  r.list.push_back(t);
+  return t.schedule;
+}
+
+std::string_view to_string(PipelineSchedule s) { return traits(s).name; }
+
+std::optional<PipelineSchedule> parse_pipeline_schedule(std::string_view s) {
+  for (const auto& t : pipeline_schedules()) {
+    if (t.name == s) return t.schedule;
+  }
+  return std::nullopt;
 }
 
 }  // namespace hzp::plan

@@ -28,11 +28,13 @@ std::string text(const std::vector<PipelineSlot>& order) {
 // One traits entry per pipeline schedule, in the name table's order, and
 // the facts the plan check, the lowering and the search read from it.
 TEST(PipelineSchedules, OneTraitsEntryEach) {
-  ASSERT_EQ(kPipelineScheduleTraits.size(), kPipelineSchedules.size());
+  ASSERT_GE(pipeline_schedules().size(), kPipelineSchedules.size());
   for (std::size_t i = 0; i < kPipelineSchedules.size(); ++i) {
-    EXPECT_EQ(kPipelineScheduleTraits[i].schedule, kPipelineSchedules[i].first);
+    EXPECT_EQ(pipeline_schedules()[i].schedule, kPipelineSchedules[i].first);
+    EXPECT_EQ(pipeline_schedules()[i].name, kPipelineSchedules[i].second);
     EXPECT_EQ(traits(kPipelineSchedules[i].first).schedule, kPipelineSchedules[i].first);
   }
+  EXPECT_THROW((void)traits(static_cast<PipelineSchedule>(1000)), std::logic_error);
   EXPECT_FALSE(traits(PipelineSchedule::OneFOneB).split_backward);
   EXPECT_TRUE(traits(PipelineSchedule::OneFOneB).fills_and_drains);
   EXPECT_EQ(traits(PipelineSchedule::ZbV).vpp, 2);

@@ -1,0 +1,112 @@
+// A pipeline schedule added in this one file (issue 40, item 3): GPipe
+// (Huang et al. 2019, arXiv:1811.06965), every micro-batch's forward, then
+// every backward. Registered at start-up, it is a choice of the plan option
+// table (and so of the flags, plan files and sweeps that table generates),
+// passes the plan check, lowers and runs in both engines, and plan search
+// tries it on a pipelined answer.
+#include <gtest/gtest.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "cli/option_flags.hpp"
+#include "explore/scenario.hpp"
+#include "explore/search_internal.hpp"
+#include "plan/options.hpp"
+#include "plan/plan.hpp"
+
+namespace hzp {
+namespace {
+
+std::vector<std::vector<plan::PipelineSlot>> gpipe(int pp, int, std::int64_t m, plan::PassTimes) {
+  std::vector<std::vector<plan::PipelineSlot>> out(static_cast<std::size_t>(pp));
+  for (auto& stage : out) {
+    for (std::int64_t i = 0; i < m; ++i) stage.push_back({i, 0, false});
+    for (std::int64_t i = 0; i < m; ++i) stage.push_back({i, 0, true});
+  }
+  return out;
+}
+
+// One chunk a stage, whole backwards, fill and drain exposed as 1F1B's.
+const plan::PipelineSchedule kGpipe =
+    plan::register_pipeline_schedule({{}, "gpipe", false, false, false, 1, true, 1, &gpipe});
+
+TEST(ToyPipelineSchedule, EveryChannelOffersIt) {
+  EXPECT_EQ(plan::to_string(kGpipe), "gpipe");
+  EXPECT_EQ(plan::parse_pipeline_schedule("gpipe"), kGpipe);
+  const auto& choices = plan::find_plan_option("pipeline_schedule")->spec.choices;
+  EXPECT_NE(std::find(choices.begin(), choices.end(), "gpipe"), choices.end());
+  // The command line's flag, generated from the table.
+  CLI::App app;
+  cli::OptionFlags flags;
+  flags.add(&app, {&plan::find_plan_option("pipeline_schedule")->spec}, nlohmann::json::object());
+  std::vector<const char*> argv{"hzp", "--pipeline-schedule", "gpipe"};
+  app.parse(static_cast<int>(argv.size()), argv.data());
+  std::vector<std::pair<std::string, nlohmann::json>> values;
+  ASSERT_TRUE(flags.values(values).empty());
+  ASSERT_EQ(values.size(), 1u);
+  explore::Scenario sc;
+  EXPECT_FALSE(explore::set_input(sc, values[0].first, values[0].second));
+  EXPECT_EQ(sc.plan.pipeline_schedule, kGpipe);
+}
+
+explore::Scenario pipelined(const std::string& engine, plan::PipelineSchedule schedule) {
+  explore::Scenario sc;
+  sc.model = "llama3-8b";
+  sc.cluster = "dgx-h100";
+  sc.gpus = 8;
+  sc.strategies = {plan::Strategy::Zero1};
+  sc.plan.pp = 2;
+  sc.plan.seq_len = 2048;
+  sc.plan.global_batch_sequences = 32;  // 8 micro-batches per stage
+  sc.plan.pipeline_schedule = schedule;
+  sc.engine = engine;
+  return sc;
+}
+
+// Lowered and run by both engines. A GPipe stage holds all 8 micro-batches'
+// activations before its first backward, 1F1B's first stage at most 2 (pp):
+// the peak is higher by the activations of 6 micro-batches at least.
+TEST(ToyPipelineSchedule, BothEnginesRunIt) {
+  for (const std::string engine : {"analytic", "simgrid"}) {
+    const explore::ScenarioResult g = explore::run_scenario(pipelined(engine, kGpipe));
+    const explore::ScenarioResult one = explore::run_scenario(pipelined(engine, plan::PipelineSchedule::OneFOneB));
+    const auto& gm = g.runs.at(0).metrics;
+    const auto& om = one.runs.at(0).metrics;
+    EXPECT_GT(gm.step_time.count_ns(), 0) << engine;
+    EXPECT_GT(gm.peak_memory().count(), om.peak_memory().count()) << engine;
+    EXPECT_EQ(plan::to_string(g.runs.at(0).plan.options.pipeline_schedule), "gpipe");
+  }
+}
+
+// The search's variants of a pipelined answer include it (beside ZB-H1, ZB-V,
+// DualPipe and the Ulysses ranks: the built-ins' test in search_test.cpp).
+TEST(ToyPipelineSchedule, PlanSearchTriesIt) {
+  explore::PlanQuery q;
+  q.model = "llama3-8b";
+  q.gpus = {16};
+  q.base.seq_len = 2048;
+  q.base.global_batch_sequences = 16;  // 4 micro-batches a rank: GPipe's 4 in flight fit
+  explore::search::Search s(q);
+  plan::PlanOptions o = s.q.base;
+  o.strategy = plan::Strategy::Zero1;
+  o.pp = 4;
+  explore::PlanChoice best;
+  best.cluster = s.settings.at(0).cluster_name;
+  best.gpus = 16;
+  best.options = o;
+  best.step_s = 1;
+  s.found.push_back(best);
+  explore::search::refine_best(s);
+  std::set<std::string> found;
+  for (const auto& pc : s.found) found.insert(std::string(plan::to_string(pc.options.pipeline_schedule)));
+  EXPECT_TRUE(found.contains("gpipe")) << s.out.exact;
+  EXPECT_TRUE(found.contains("zb-h1")) << s.out.exact;
+}
+
+}  // namespace
+}  // namespace hzp
