@@ -10,6 +10,7 @@
 #include "explore/parallel_map.hpp"
 #include "explore/search_internal.hpp"
 #include "models/model_spec.hpp"
+#include "refine_util.hpp"
 #include "stacks/stack_spec.hpp"
 #include "topologies/cluster_spec.hpp"
 
@@ -147,22 +148,8 @@ TEST(PlanSearch, ScreenedMemoryFollowsTheLayersWhereTheReducedPeaksDoNot) {
 // turned into Ulysses ranks (32 heads split; 8 does not divide them, refused
 // before simulating); all five fit, so all five are found beside it.
 TEST(PlanSearch, TheAnswerIsTriedUnderTheSchedulesAndUlysses) {
-  explore::PlanQuery q;
-  q.model = "llama3-8b";
-  q.gpus = {16};
-  q.base.seq_len = 4096;
-  q.base.global_batch_sequences = 64;
-  explore::search::Search s(q);
-  plan::PlanOptions o = s.q.base;
-  o.strategy = plan::Strategy::Zero1;
-  o.pp = 4;
-  explore::PlanChoice best;
-  best.cluster = s.settings.at(0).cluster_name;
-  best.gpus = 16;
-  best.options = o;
-  best.step_s = 1;
-  s.found.push_back(best);
-  explore::search::refine_best(s);
+  const auto refined = test_util::refine_pipelined_answer(4096, 64, 4);
+  const explore::search::Search& s = *refined;
   EXPECT_EQ(s.out.exact, 5);
   std::set<std::string> found;
   for (const auto& pc : s.found) {

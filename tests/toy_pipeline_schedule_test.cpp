@@ -18,6 +18,7 @@
 #include "explore/search_internal.hpp"
 #include "plan/options.hpp"
 #include "plan/plan.hpp"
+#include "refine_util.hpp"
 
 namespace hzp {
 namespace {
@@ -86,22 +87,9 @@ TEST(ToyPipelineSchedule, BothEnginesRunIt) {
 // The search's variants of a pipelined answer include it (beside ZB-H1, ZB-V,
 // DualPipe and the Ulysses ranks: the built-ins' test in search_test.cpp).
 TEST(ToyPipelineSchedule, PlanSearchTriesIt) {
-  explore::PlanQuery q;
-  q.model = "llama3-8b";
-  q.gpus = {16};
-  q.base.seq_len = 2048;
-  q.base.global_batch_sequences = 16;  // 4 micro-batches a rank: GPipe's 4 in flight fit
-  explore::search::Search s(q);
-  plan::PlanOptions o = s.q.base;
-  o.strategy = plan::Strategy::Zero1;
-  o.pp = 4;
-  explore::PlanChoice best;
-  best.cluster = s.settings.at(0).cluster_name;
-  best.gpus = 16;
-  best.options = o;
-  best.step_s = 1;
-  s.found.push_back(best);
-  explore::search::refine_best(s);
+  // 4 micro-batches a rank: GPipe's 4 in flight fit.
+  const auto refined = test_util::refine_pipelined_answer(2048, 16, 4);
+  const explore::search::Search& s = *refined;
   std::set<std::string> found;
   for (const auto& pc : s.found) found.insert(std::string(plan::to_string(pc.options.pipeline_schedule)));
   EXPECT_TRUE(found.contains("gpipe")) << s.out.exact;
