@@ -270,13 +270,17 @@ Orders dualpipe_orders(int pp, int, std::int64_t m, PassTimes times) {
   return VSchedule(pp, m, times, /*dual=*/true).run();
 }
 
+// The built-ins, in kPipelineSchedules' order and under its names.
+constexpr std::string_view name(PipelineSchedule s) { return core::name_of(kPipelineSchedules, s); }
+
 struct ScheduleRegistry {
   std::mutex mutex;
   std::vector<PipelineScheduleTraits> list{
-      {PipelineSchedule::OneFOneB, "1f1b", false, false, false, 0, true, 1, &one_f_one_b_orders},
-      {PipelineSchedule::ZbH1, "zb-h1", true, false, false, 1, false, 1, &zb_h1_orders},
-      {PipelineSchedule::ZbV, "zb-v", true, true, false, 2, false, 2, &zb_v_orders},
-      {PipelineSchedule::DualPipe, "dualpipe", true, false, true, 1, false, 1, &dualpipe_orders},
+      {PipelineSchedule::OneFOneB, name(PipelineSchedule::OneFOneB), false, false, false, 0, true, 1,
+       &one_f_one_b_orders},
+      {PipelineSchedule::ZbH1, name(PipelineSchedule::ZbH1), true, false, false, 1, false, 1, &zb_h1_orders},
+      {PipelineSchedule::ZbV, name(PipelineSchedule::ZbV), true, true, false, 2, false, 2, &zb_v_orders},
+      {PipelineSchedule::DualPipe, name(PipelineSchedule::DualPipe), true, false, true, 1, false, 1, &dualpipe_orders},
   };
 };
 
