@@ -31,7 +31,8 @@ struct GroupSpan {
 /// protocol chosen, its closed-form latency and its bandwidth term, seconds.
 struct CollectiveCost {
   /// The chosen algorithm's name ("pairwise": an all-to-all as grouped
-  /// send/recv) and the shape its data takes on the wire.
+  /// send/recv; a registered algorithm's for as long as it stays registered)
+  /// and the shape its data takes on the wire.
   std::string_view algorithm = "ring";
   FlowShape shape = FlowShape::Ring;
   NcclProtocol protocol = NcclProtocol::Simple;
