@@ -70,7 +70,7 @@ int cmd_collectives(const CollectivesArgs& a) {
   }
   explore::Scenario sc;
   cli::apply_values(values, sc);
-  const topologies::ClusterOverlay overlay = sc.overlay();
+  const topologies::ClusterOverlay overlay = sc.overlay;
   core::CollectiveKind kind = core::CollectiveKind::AllReduce;
   bool known = false;
   for (auto k : {core::CollectiveKind::AllGather, core::CollectiveKind::ReduceScatter, core::CollectiveKind::AllReduce,

@@ -332,7 +332,8 @@ int cmd_plan(PlanArgs& a) {
   a.limits.apply(sc);
   q.base = sc.plan;
   q.stack = sc.stack;
-  q.overlay = sc.overlay();
+  q.overlay = sc.overlay;
+  q.max_ops = sc.max_ops;
   a.overlay = q.overlay;
   q.memory_limit_GiB = a.memory_limit_GiB;
   if (a.price > 0) q.price_per_gpu_hour = a.price;

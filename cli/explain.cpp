@@ -75,8 +75,9 @@ std::string explain(const core::Schedule& s, const plan::ResolvedPlan& plan, con
         "{}, {}{}\n",
         plan::to_string(p.strategy), p.param_shard, p.grad_shard, p.optim_shard, plan.shard_ranks,
         fmt::format("{} ({}, {})", *p.async ? "async" : "sync", *p.async ? "background issue threads" : "inline issue",
-                    *p.async && plan::stack_of(p).spec.allocator == stacks::Allocator::Pools ? "pooled buffers"
-                                                                                             : "caching allocator"),
+                    *p.async && plan.stack && plan.stack->spec.allocator == stacks::Allocator::Pools
+                        ? "pooled buffers"
+                        : "caching allocator"),
         p.prefetch_depth, p.reshard_after_forward ? "resharded after forward" : "kept gathered until backward",
         p.overlap_grad_reduce ? "" : ", gradients reduced after the whole backward");
   }

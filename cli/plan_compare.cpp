@@ -74,14 +74,11 @@ namespace {
 explore::PlanTerms terms_of(const explore::PlanQuery& q, const Compared& c) {
   const explore::PlanChoice& best = *c.best;
   explore::Scenario sc;
-  sc.model = q.model;
+  static_cast<explore::InputSources&>(sc) = q;  // the model, calibration and what-ifs the search ran with
+  sc.stack = c.family.stack;
   sc.cluster = best.cluster;
   sc.gpus = best.gpus;
-  sc.stack = c.family.stack;
-  sc.calibration = q.overlay.calibration;
-  sc.nic_gbps = q.overlay.nic_gbps;
-  sc.oversubscription = q.overlay.oversubscription;
-  sc.power_limit_w = q.overlay.power_limit_w;
+  sc.max_ops = q.max_ops;
   sc.plan = best.options;
   sc.strategies = {best.options.strategy};
   const explore::ScenarioResult r = explore::run_scenario(sc);

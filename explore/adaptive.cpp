@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <memory>
 
@@ -54,12 +55,13 @@ class Evaluator {
   Evaluator(const Scenario& sc, const Inputs& in, core::Bytes limit)
       : pm_(topologies::Topology(in.cluster.spec, sc.gpus)),
         engine_(sim::make_engine(sc.engine, pm_, sc.engine_options)),
-        model_(in.model),
+        in_(in.on(pm_.topology())),
+        lowering_{.max_ops = sc.max_ops, .check = false},
         limit_(limit) {}
 
   ShardCandidate operator()(const plan::PlanOptions& o) const {
     ShardCandidate c;
-    core::Schedule s = plan::lower(model_, pm_.topology(), o, /*check=*/false);
+    core::Schedule s = plan::lower(in_, o, lowering_);
     core::check_schedule(s, core::Progress::ByTheEngine);  // the engine's walk finds any deadlock
     traces::TraceHeader header;
     header.schedule_sha256 = "(adaptive search)";  // not hashed: only the fastest plan is kept
@@ -75,14 +77,15 @@ class Evaluator {
 
   // What the expected slowest rank adds to this plan's step (stragglers_seconds).
   double stragglers(const plan::PlanOptions& o) const {
-    const plan::LoweredPlan lp = plan::lower_plan(model_, pm_.topology(), o, /*check=*/false);
-    return stragglers_seconds(model_, pm_, lp.plan, lp.schedule);
+    const plan::LoweredPlan lp = plan::lower_plan(in_, o, lowering_);
+    return stragglers_seconds(in_.model, pm_, lp.plan, lp.schedule);
   }
 
  private:
   cost::PerfModel pm_;
   std::unique_ptr<sim::Engine> engine_;
-  const models::ModelSpec& model_;
+  plan::Inputs in_;
+  plan::LowerOptions lowering_;  // the scenario's --max-ops; the engine's walk checks progress
   core::Bytes limit_;
 };
 
@@ -255,7 +258,10 @@ double stragglers_seconds(const models::ModelSpec& m, const cost::PerfModel& pm,
   if (!(o.doc_mean_tokens > 0 || o.doc_lengths || o.compute_jitter > 0 || o.moe_skew > 0)) return 0;
   plan::ResolvedPlan at_mean = resolved;
   at_mean.ranks_at_mean = true;
-  const core::Schedule uniform = plan::lower_resolved(m, pm.topology(), o, std::move(at_mean), false).schedule;
+  // The plan was admitted under its own --max-ops; the same plan at the mean is the same size.
+  const plan::LowerOptions unbounded{.max_ops = std::numeric_limits<std::int64_t>::max(), .check = false};
+  const core::Schedule uniform =
+      plan::lower_resolved({m, pm.topology(), resolved.stack}, o, std::move(at_mean), unbounded).schedule;
   const sim::AnalyticEngine engine(pm);
   return std::max(0.0, engine.estimate(s).step.to_seconds() - engine.estimate(uniform).step.to_seconds());
 }
@@ -270,7 +276,6 @@ AdaptiveChoice choose_shards(const Scenario& sc, const Inputs& in, double memory
   const Evaluator evaluate(sc, in, core::gib(memory_limit_GiB));
   plan::PlanOptions base = sc.plan;
   base.strategy = plan::Strategy::Hzp;
-  base.stack = in.stack;
   const plan::BatchSplit batch = plan::split_batch(in.model, sc.gpus, base);
 
   AdaptiveChoice choice;

@@ -60,13 +60,13 @@ std::string calibration_for(const validation::Case& c, const std::string& dir) {
 
 validation::Scored run_case(const validation::Case& c, const std::string& calibration) {
   Scenario sc;
-  sc.calibration = calibration;
+  sc.overlay.calibration = calibration;
   sc.model_json = std::pair{c.model_json, c.file + " (model)"};
   sc.cluster = c.cluster;
   sc.stack = c.stack;
   if (!c.stack_json.empty()) sc.stack_json = std::pair{c.stack_json, c.file + " (stack)"};
-  sc.nic_gbps = c.nic_gbps;
-  sc.power_limit_w = c.power_limit;
+  sc.overlay.nic_gbps = c.nic_gbps;
+  sc.overlay.power_limit_w = c.power_limit;
   sc.gpus = c.gpus;
   sc.plan = plan::plan_from_json(c.plan_json, c.file + " (plan)");
   sc.strategies = {sc.plan.strategy};
@@ -131,11 +131,11 @@ std::vector<validation::Scored> run_cases(const std::vector<validation::Case>& c
     if (fresh) {
       family->second = validation::device_family(topologies::load_cluster(c.cluster).device.compute_capability);
     }
-    const std::string stack = c.stack_json.empty() ? c.stack
-                                                   : nlohmann::json::parse(c.stack_json).value("name", c.stack);
+    const std::string stack =
+        c.stack_json.empty() ? c.stack : nlohmann::json::parse(c.stack_json).value("name", c.stack);
     out.push_back(validation::Scored{c.name, c.group, c.quantity, c.measured, r["predicted"].get<double>(), c.tolerance,
-                                     r["fits"].get<bool>(), c.pair, c.pair_role, c.inconsistent.empty(),
-                                     family->second, stack, c.gpus});
+                                     r["fits"].get<bool>(), c.pair, c.pair_role, c.inconsistent.empty(), family->second,
+                                     stack, c.gpus});
   }
   return out;
 }

@@ -55,23 +55,25 @@ std::vector<ScenarioOption> make_table() {
     OptionSpec c = spec("calibration", ValueType::Text,
                         "calibration overlay (.json): device-profile values fitted for the cluster's device");
     c.nullable = true;
-    t.push_back({c, [](const Scenario& s) -> json { return s.calibration.empty() ? json() : json(s.calibration); },
-                 [](Scenario& s, const json& v) { s.calibration = v.is_null() ? "" : v.get<std::string>(); }});
+    t.push_back(
+        {c,
+         [](const Scenario& s) -> json { return s.overlay.calibration.empty() ? json() : json(s.overlay.calibration); },
+         [](Scenario& s, const json& v) { s.overlay.calibration = v.is_null() ? "" : v.get<std::string>(); }});
   }
   {
     OptionSpec c =
         spec("nic_gbps", ValueType::Number, "what-if: the NIC speed (the cluster file's nic_Gbps)", 0.001, 1e6);
     c.nullable = true;
     c.unit = "Gb/s";
-    t.push_back({c, [](const Scenario& s) -> json { return optional_number(s.nic_gbps); },
-                 [](Scenario& s, const json& v) { s.nic_gbps = number_or_null(v); }});
+    t.push_back({c, [](const Scenario& s) -> json { return optional_number(s.overlay.nic_gbps); },
+                 [](Scenario& s, const json& v) { s.overlay.nic_gbps = number_or_null(v); }});
   }
   {
     OptionSpec c = spec("oversubscription", ValueType::Number,
                         "what-if: the leaf switches' down:up oversubscription (the first tier's)", 1, 64);
     c.nullable = true;
-    t.push_back({c, [](const Scenario& s) -> json { return optional_number(s.oversubscription); },
-                 [](Scenario& s, const json& v) { s.oversubscription = number_or_null(v); }});
+    t.push_back({c, [](const Scenario& s) -> json { return optional_number(s.overlay.oversubscription); },
+                 [](Scenario& s, const json& v) { s.overlay.oversubscription = number_or_null(v); }});
   }
   {
     OptionSpec c = spec("power_limit", ValueType::Number,
@@ -80,8 +82,8 @@ std::vector<ScenarioOption> make_table() {
                         1, 1e5);
     c.nullable = true;
     c.unit = "W";
-    t.push_back({c, [](const Scenario& s) -> json { return optional_number(s.power_limit_w); },
-                 [](Scenario& s, const json& v) { s.power_limit_w = number_or_null(v); }});
+    t.push_back({c, [](const Scenario& s) -> json { return optional_number(s.overlay.power_limit_w); },
+                 [](Scenario& s, const json& v) { s.overlay.power_limit_w = number_or_null(v); }});
   }
   {
     OptionSpec c = spec("engine", ValueType::Choice, "analytic (fast, uncontended) | simgrid (flow-level contention)");
@@ -105,10 +107,6 @@ std::vector<ScenarioOption> make_table() {
 
 }  // namespace
 
-topologies::ClusterOverlay Scenario::overlay() const {
-  return topologies::ClusterOverlay{calibration, nic_gbps, oversubscription, power_limit_w};
-}
-
 const std::vector<ScenarioOption>& scenario_option_table() {
   static const std::vector<ScenarioOption> t = make_table();
   return t;
@@ -126,20 +124,11 @@ std::optional<core::Problem> set_input(Scenario& sc, std::string_view key, const
   return find_scenario_option(key) ? set_scenario_option(sc, key, value) : plan::set_plan_option(sc.plan, key, value);
 }
 
-Inputs resolve_inputs(const Scenario& sc) {
-  const models::SpecText mt =
-      sc.model_json ? models::SpecText{sc.model_json->first, sc.model_json->second} : models::model_text(sc.model);
-  Inputs in;
-  in.model = models::model_from_json(mt.text, mt.file);
-  in.model_sha256 = core::sha256_hex(mt.text);
-  in.cluster = topologies::resolve_cluster(sc.cluster, sc.overlay());
-  in.cluster_sha256 = core::sha256_hex(in.cluster.text);
-  in.stack = sc.stack_json ? stacks::stack_from_text(sc.stack_json->first, sc.stack_json->second)
-                           : stacks::resolve_stack(sc.stack);
-  check_calibration_stack(in.cluster, *in.stack, sc.calibration);
-  return in;
-}
+namespace {
 
+// A calibration holds for the stack it was fitted under (one frozen
+// calibration per device and stack): InputError naming the calibration file
+// and its "stack" otherwise.
 void check_calibration_stack(const topologies::ResolvedCluster& cluster, const stacks::Stack& stack,
                              const std::string& calibration_file) {
   const std::string& fitted = cluster.calibration_stack;
@@ -150,13 +139,31 @@ void check_calibration_stack(const topologies::ResolvedCluster& cluster, const s
                                      stack.spec.name, fitted, fitted));
 }
 
+}  // namespace
+
+Inputs resolve_inputs(const InputSources& sources, const std::string& cluster) {
+  const models::SpecText mt = sources.model_json
+                                  ? models::SpecText{sources.model_json->first, sources.model_json->second}
+                                  : models::model_text(sources.model);
+  Inputs in;
+  in.model = models::model_from_json(mt.text, mt.file);
+  in.model_sha256 = core::sha256_hex(mt.text);
+  in.cluster = topologies::resolve_cluster(cluster, sources.overlay);
+  in.cluster_sha256 = core::sha256_hex(in.cluster.text);
+  in.stack = sources.stack_json ? stacks::stack_from_text(sources.stack_json->first, sources.stack_json->second)
+                                : stacks::resolve_stack(sources.stack);
+  check_calibration_stack(in.cluster, *in.stack, sources.overlay.calibration);
+  return in;
+}
+
+Inputs resolve_inputs(const Scenario& sc) { return resolve_inputs(sc, sc.cluster); }
+
 core::Schedule build_schedule(const Scenario& sc, plan::Strategy strategy) {
   const Inputs in = resolve_inputs(sc);
-  topologies::Topology topo(in.cluster.spec, sc.gpus);
+  const topologies::Topology topo(in.cluster.spec, sc.gpus);
   plan::PlanOptions o = sc.plan;
   o.strategy = strategy;
-  o.stack = in.stack;
-  core::Schedule s = plan::lower(in.model, topo, o);
+  core::Schedule s = plan::lower(in.on(topo), o, {.max_ops = sc.max_ops});
   stamp_inputs(s, in.model_sha256, in.cluster_sha256, *in.stack);
   return s;
 }
@@ -170,7 +177,7 @@ ScenarioResult run_scenario(const Scenario& sc, Inputs in) {
   r.model_sha256 = std::move(in.model_sha256);
   r.cluster_sha256 = std::move(in.cluster_sha256);
   r.gpus = sc.gpus;
-  r.overlay = sc.overlay();
+  r.overlay = sc.overlay;
   cost::PerfModel pm(topologies::Topology(r.cluster, sc.gpus));
   r.stack = in.stack;
   r.batch = plan::split_batch(r.model, sc.gpus, sc.plan);
@@ -186,9 +193,9 @@ ScenarioResult run_scenario(const Scenario& sc, Inputs in) {
     run.strategy = strategy;
     plan::PlanOptions o = sc.plan;
     o.strategy = strategy;
-    o.stack = in.stack;
     // The engine's walk checks progress (deadlocks) as it simulates.
-    plan::LoweredPlan lowered = plan::lower_plan(r.model, pm.topology(), o, /*check=*/false);
+    plan::LoweredPlan lowered =
+        plan::lower_plan({r.model, pm.topology(), in.stack}, o, {.max_ops = sc.max_ops, .check = false});
     core::check_schedule(lowered.schedule, core::Progress::ByTheEngine);
     run.schedule = std::move(lowered.schedule);
     run.plan = std::move(lowered.plan);

@@ -24,42 +24,44 @@
 
 namespace hzp::explore {
 
-struct Scenario {
+/// Where a run's inputs come from, before they are loaded: the model and the
+/// software stack (catalog name, file, or a validation case's JSON text) and
+/// the calibration and what-if changes every cluster is resolved with. What
+/// a Scenario and a plan search (PlanQuery) share; resolve_inputs loads them.
+struct InputSources {
   std::string model = "llama3-70b";
-  std::string cluster = "dgx-h100";
-  /// The software stack (catalog name or .json file): resolve_inputs loads
-  /// it and every Schedule the scenario lowers runs under it (plan.stack).
+  /// The software stack (catalog name or .json file) every Schedule runs under.
   std::string stack = stacks::kDefaultStack;
+  /// A calibration overlay (`--calibration`, a JSON file: device-profile
+  /// values that replace the cluster file's, for the device it names) and
+  /// the what-if changes to the cluster file: NIC speed (Gb/s), the leaf
+  /// switches' down:up oversubscription, the devices' board power limit (W).
+  topologies::ClusterOverlay overlay;
+  /// A model given as JSON text instead of `model` (a validation case's), and
+  /// the name its errors are reported under.
+  std::optional<std::pair<std::string, std::string>> model_json;
+  /// A stack given as JSON text instead of `stack` (a validation case's), and its error name.
+  std::optional<std::pair<std::string, std::string>> stack_json;
+};
+
+/// One run's inputs and plan: the sources, the cluster and its GPU count,
+/// the strategies to lower and the engine to run them on.
+struct Scenario : InputSources {
+  std::string cluster = "dgx-h100";
   int gpus = 1024;
   std::vector<plan::Strategy> strategies;  // empty: every implemented strategy
   plan::PlanOptions plan;                  // strategy is set per run
   std::string engine = "analytic";
   sim::EngineOptions engine_options;  // the SimGrid engine's settings
   std::string command_line;
-  /// What-if changes to the cluster file: NIC speed (Gb/s) and the leaf
-  /// switches' down:up oversubscription.
-  std::optional<double> nic_gbps;
-  std::optional<double> oversubscription;
-  /// What-if: the devices' board power limit, W (the rated one or a cap the
-  /// device profile lists with its measured tensor clock).
-  std::optional<double> power_limit_w;
-  /// A model given as JSON text instead of `model` (a validation case's), and
-  /// the name its errors are reported under.
-  std::optional<std::pair<std::string, std::string>> model_json;
-  /// A stack given as JSON text instead of `stack` (a validation case's), and its error name.
-  std::optional<std::pair<std::string, std::string>> stack_json;
-  /// A calibration overlay (JSON file): device-profile values that replace
-  /// the cluster file's, for the device it names (`--calibration`).
-  std::string calibration;
+  /// The most ops lowering may build (--max-ops): a work limit, not an input.
+  std::int64_t max_ops = plan::kDefaultMaxOps;
   /// Hash each Schedule for the trace header (plan search skips it: it only
   /// keeps numbers).
   bool hash_schedules = true;
   /// Op names in the runs' timelines: needed to write a trace or CSV; the
   /// metrics do without (a string fewer per op of a large Schedule).
   bool timeline_names = true;
-
-  /// The calibration and what-if changes, as the cluster resolver takes them.
-  [[nodiscard]] topologies::ClusterOverlay overlay() const;
 };
 
 /// Limits on the work one scenario may ask for (--max-ops, --max-flows), each
@@ -69,7 +71,7 @@ struct WorkLimits {
   std::int64_t max_ops = plan::kDefaultMaxOps;
   std::int64_t max_flows = sim::kDefaultMaxFlows;
   void apply(Scenario& sc) const {
-    sc.plan.max_ops = max_ops;
+    sc.max_ops = max_ops;
     sc.engine_options.max_flows = max_flows;
   }
 };
@@ -93,22 +95,25 @@ struct ScenarioOption {
 [[nodiscard]] std::optional<core::Problem> set_input(Scenario& sc, std::string_view key, const nlohmann::json& value);
 
 /// The inputs a scenario names, loaded: the model (catalog, file or a case's
-/// JSON) and the cluster with the calibration and what-if overlay applied,
-/// with the SHA-256 of the texts they were parsed from.
+/// JSON), the cluster with the calibration and what-if overlay applied and
+/// the stack, with the SHA-256 of the texts they were parsed from.
 struct Inputs {
   models::ModelSpec model;
   std::string model_sha256;
   topologies::ResolvedCluster cluster;
   std::string cluster_sha256;
   std::shared_ptr<const stacks::Stack> stack;
+  /// What lowering takes: these inputs on the cluster sized to a GPU count
+  /// (`topology` of this cluster's spec; it must outlive the view).
+  [[nodiscard]] plan::Inputs on(const topologies::Topology& topology) const { return {model, topology, stack}; }
 };
+/// The one input resolver: `sources` on the cluster `cluster` (catalog name
+/// or file), the calibration checked against the stack it was fitted under.
+/// Every command resolves its inputs here: simulate, schedule, sweeps,
+/// validation cases, `--adaptive` and plan search (once per cluster).
+[[nodiscard]] Inputs resolve_inputs(const InputSources& sources, const std::string& cluster);
+/// resolve_inputs(sc, sc.cluster).
 [[nodiscard]] Inputs resolve_inputs(const Scenario& sc);
-/// A calibration holds for the stack it was fitted under (one frozen
-/// calibration per device and stack): InputError naming the calibration file
-/// and its "stack" otherwise. What every resolver of a cluster and a stack
-/// checks (resolve_inputs, plan search for each of its clusters).
-void check_calibration_stack(const topologies::ResolvedCluster& cluster, const stacks::Stack& stack,
-                             const std::string& calibration_file);
 
 struct StrategyResult {
   plan::Strategy strategy = plan::Strategy::Hzp;

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "core/names.hpp"
+#include "explore/scenario.hpp"
 #include "plan/plan.hpp"
 #include "stacks/stack_spec.hpp"
 #include "topologies/overlay.hpp"
@@ -39,12 +40,16 @@ inline constexpr core::Names<Objective, 2> kObjectives{
 /// "throughput" or "cost"; nullopt for any other text.
 [[nodiscard]] std::optional<Objective> parse_objective(std::string_view s);
 
-struct PlanQuery {
-  std::string model = "llama3-70b";
+/// A plan search: the input sources (model, the stack every candidate runs
+/// under, the calibration and what-if changes applied to every cluster),
+/// resolved by resolve_inputs once per cluster, and what to search over.
+struct PlanQuery : InputSources {
   std::vector<std::string> clusters{"dgx-h100"};
   std::vector<int> gpus{1024};
-  plan::PlanOptions base;                     // batch, sequence length
-  std::string stack = stacks::kDefaultStack;  // the software stack every candidate runs under
+  plan::PlanOptions base;  // batch, sequence length
+  /// The most ops an exactly simulated candidate's Schedule may hold
+  /// (--max-ops); one over it is counted, not simulated.
+  std::int64_t max_ops = plan::kDefaultMaxOps;
   /// Only these strategies (empty: every one the stack runs; one it does not
   /// run is refused). The search proposes only plans the stack can run
   /// (plan::not_runnable).
@@ -52,7 +57,6 @@ struct PlanQuery {
   /// Called as screening advances (the long phase): groups of candidates
   /// screened or set aside so far, of how many; the last call has done == total.
   std::function<void(std::size_t done, std::size_t total)> progress;
-  topologies::ClusterOverlay overlay;        // calibration and what-if changes, applied to every cluster
   double memory_limit_GiB = 0;               // 0: each cluster's HBM
   std::optional<double> price_per_gpu_hour;  // else the cluster file's price
   Objective objective = Objective::Throughput;

@@ -57,7 +57,8 @@ LayerCost Search::layer_cost(std::size_t setting, const PlanOptions& p) {
   two.layers = 2;
   three.layers = 3;
   if (m.moe) two.moe->dense_layers = three.moe->dense_layers = 0;
-  const Estimate e1 = estimate(two, *st.pm, o), e2 = estimate(three, *st.pm, o);
+  const Target t = target(setting);
+  const Estimate e1 = estimate(t.with(two), o), e2 = estimate(t.with(three), o);
   LayerCost lc;
   if (e1.ok && e2.ok) {
     lc.compute_s = std::max(0.0, e2.compute_s - e1.compute_s);

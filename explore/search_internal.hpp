@@ -63,17 +63,26 @@ struct Estimate {
   return e;
 }
 
+/// What a candidate is evaluated on: the inputs (a model, the setting's
+/// cluster, the stack), the setting's cost model and the Schedule size limit.
+struct Target {
+  plan::Inputs in;
+  const cost::PerfModel& pm;
+  std::int64_t max_ops = plan::kDefaultMaxOps;
+  /// The same target with another model (a reduced-layer one for screening).
+  [[nodiscard]] Target with(const models::ModelSpec& m) const { return {{m, in.cluster, in.stack}, pm, max_ops}; }
+};
+
 /// The analytic engine's estimate of a plan (with `floor`, also the step when
 /// every sharding-dependent op costs nothing); not ok for a plan the lowering refuses.
-[[nodiscard]] Estimate estimate(const models::ModelSpec& m, const cost::PerfModel& pm, const PlanOptions& o,
-                                bool floor = false);
-/// The full simulation with metrics, for the plans that are reported.
-/// The full simulation; `terms`, when given, gets its sharding collectives' latency and bandwidth terms.
-[[nodiscard]] Estimate simulate(const models::ModelSpec& m, const cost::PerfModel& pm, const PlanOptions& o,
-                                sim::Metrics& out, ShardingTerms* terms = nullptr, double* stragglers_s = nullptr);
+[[nodiscard]] Estimate estimate(const Target& t, const PlanOptions& o, bool floor = false);
+/// The full simulation with metrics, for the plans that are reported;
+/// `terms`, when given, gets its sharding collectives' latency and bandwidth terms.
+[[nodiscard]] Estimate simulate(const Target& t, const PlanOptions& o, sim::Metrics& out,
+                                ShardingTerms* terms = nullptr, double* stragglers_s = nullptr);
 /// Screening: the plan on reduced-layer models (and fewer micro-batches for
 /// long pipelines), extrapolated.
-[[nodiscard]] Estimate screen(const models::ModelSpec& m, const cost::PerfModel& pm, const PlanOptions& o, bool floor);
+[[nodiscard]] Estimate screen(const Target& t, const PlanOptions& o, bool floor);
 
 /// Parameters on one rank of a pipeline stage: the dense ones (split tp
 /// ways) and the experts (split ep x expert_tp ways), which shard over their
@@ -136,8 +145,13 @@ struct LayerCost {
 struct Search {
   explicit Search(const PlanQuery& query);
 
-  PlanQuery q;  // a copy: its base carries the resolved stack
+  PlanQuery q;
   models::ModelSpec m;
+  std::shared_ptr<const stacks::Stack> stack;  // the one every candidate runs under, resolved
+  /// What a candidate of `setting` is evaluated on.
+  [[nodiscard]] Target target(std::size_t setting) const {
+    return {{m, settings[setting].pm->topology(), stack}, *settings[setting].pm, q.max_ops};
+  }
   std::vector<Setting> settings;
   std::optional<double> price;
   double tokens_per_step = 0;

@@ -18,7 +18,8 @@ namespace {
 
 // Screening: the same plan with a few layers per virtual stage, extrapolated
 // to the model's layer count (step time and memory are affine in it).
-Estimate over_layers(const models::ModelSpec& m, const cost::PerfModel& pm, const PlanOptions& o, bool floor) {
+Estimate over_layers(const Target& t, const PlanOptions& o, bool floor) {
+  const models::ModelSpec& m = t.in.model;
   // Two and three layers per virtual stage for short pipelines (with one, the
   // embedding's and the head's transients can set the peak), one and two for
   // long ones (already many layers).
@@ -41,7 +42,7 @@ Estimate over_layers(const models::ModelSpec& m, const cost::PerfModel& pm, cons
   // The model itself where it is no larger than the two reduced ones together
   // (long pipelines: Llama-3 70B's 80 layers at pp 32 would be screened as 32
   // and 64): exact, and cheaper.
-  if ((k1 + 1) * unit >= target || (2 * k1 + 1) * unit >= m.layers) return estimate(m, pm, o, floor);
+  if ((k1 + 1) * unit >= target || (2 * k1 + 1) * unit >= m.layers) return estimate(t, o, floor);
   // The reduced model with `per_stage` layers per virtual stage. The layer it
   // adds over fewer is what most of the model's layers are: an MoE layer
   // (all keep the same leading dense layers, at least one MoE layer each).
@@ -51,7 +52,7 @@ Estimate over_layers(const models::ModelSpec& m, const cost::PerfModel& pm, cons
     models::ModelSpec r = m;
     r.layers = per_stage * unit;
     if (m.moe) r.moe->dense_layers = std::min(m.moe->dense_layers, k1 * unit - 1);
-    return std::pair{r.layers, estimate(r, pm, even, floor)};
+    return std::pair{r.layers, estimate(t.with(r), even, floor)};
   };
   const auto [la, ea] = reduced(k1);
   const auto [lb, eb] = reduced(k1 + 1);
@@ -92,14 +93,16 @@ Estimate over_layers(const models::ModelSpec& m, const cost::PerfModel& pm, cons
 
 }  // namespace
 
-Estimate estimate(const models::ModelSpec& m, const cost::PerfModel& pm, const PlanOptions& o, bool floor) {
+Estimate estimate(const Target& t, const PlanOptions& o, bool floor) {
+  const cost::PerfModel& pm = t.pm;
   // A plan the lowering refuses (does not divide) is not a candidate; one
   // over --max-ops is not built (counted as such, not an error that ends the search).
   plan::ResolvedPlan resolved;
-  if (!plan::check_plan(m, pm.topology(), o, &resolved).empty()) return Estimate{};
-  if (plan::estimate_work(m, o, resolved).ops > o.max_ops) return over_op_limit();
+  if (!plan::check_plan(t.in, o, &resolved).empty()) return Estimate{};
+  if (plan::estimate_work(t.in.model, o, resolved).ops > t.max_ops) return over_op_limit();
   {
-    const core::Schedule s = plan::lower_resolved(m, pm.topology(), o, std::move(resolved), /*check=*/false).schedule;
+    const core::Schedule s =
+        plan::lower_resolved(t.in, o, std::move(resolved), {.max_ops = t.max_ops, .check = false}).schedule;
     // Screening is uncontended: compute does not slow under collectives and
     // collectives do not share links here (one walk per candidate; the
     // estimate stays a lower bound of the simulation that ranks the plans
@@ -123,17 +126,19 @@ Estimate estimate(const models::ModelSpec& m, const cost::PerfModel& pm, const P
 // The full simulation with metrics, for the plans that are reported; with
 // `stragglers_s`, also what the expected slowest rank adds to the step
 // (stragglers_seconds: 0 where the ranks' work does not vary).
-Estimate simulate(const models::ModelSpec& m, const cost::PerfModel& pm, const PlanOptions& o, sim::Metrics& out,
-                  ShardingTerms* terms, double* stragglers_s) {
+Estimate simulate(const Target& t, const PlanOptions& o, sim::Metrics& out, ShardingTerms* terms,
+                  double* stragglers_s) {
+  const cost::PerfModel& pm = t.pm;
   plan::ResolvedPlan resolved;
-  if (!plan::check_plan(m, pm.topology(), o, &resolved).empty()) return Estimate{};
+  if (!plan::check_plan(t.in, o, &resolved).empty()) return Estimate{};
   // A plan whose full Schedule is over --max-ops cannot be simulated exactly:
   // not an answer (screening, on reduced models, still ranked it).
-  if (plan::estimate_work(m, o, resolved).ops > o.max_ops) return over_op_limit();
+  if (plan::estimate_work(t.in.model, o, resolved).ops > t.max_ops) return over_op_limit();
   {
     std::optional<plan::ResolvedPlan> kept;
     if (stragglers_s) kept = resolved;
-    core::Schedule s = plan::lower_resolved(m, pm.topology(), o, std::move(resolved), /*check=*/false).schedule;
+    core::Schedule s =
+        plan::lower_resolved(t.in, o, std::move(resolved), {.max_ops = t.max_ops, .check = false}).schedule;
     core::check_schedule(s, core::Progress::ByTheEngine);  // the engine's walk finds any deadlock
     traces::TraceHeader h;
     h.schedule_sha256 = "(plan search)";
@@ -141,7 +146,7 @@ Estimate simulate(const models::ModelSpec& m, const cost::PerfModel& pm, const P
     sim::AnalyticEngine(pm).run(s, h, rec);
     out = sim::compute_metrics(s, rec.timeline(), pm.topology().spec().device);
     if (terms) *terms = sharding_terms(s, out, pm);
-    if (stragglers_s) *stragglers_s = stragglers_seconds(m, pm, *kept, s);
+    if (stragglers_s) *stragglers_s = stragglers_seconds(t.in.model, pm, *kept, s);
     const double reserved = out.host_fits() ? out.peak_reserved().gib() : std::numeric_limits<double>::infinity();
     return Estimate{true, out.step_time.to_seconds(), reserved, 0};
   }
@@ -151,14 +156,15 @@ Estimate simulate(const models::ModelSpec& m, const cost::PerfModel& pm, const P
 // micro-batches, also fewer micro-batches (p and 2p per rank): a 1F1B step is
 // affine in the micro-batch count once it is at least p, and its peak memory
 // no longer grows with it.
-Estimate screen(const models::ModelSpec& m, const cost::PerfModel& pm, const PlanOptions& o, bool floor) {
-  const int world = pm.topology().devices();
+Estimate screen(const Target& t, const PlanOptions& o, bool floor) {
+  const models::ModelSpec& m = t.in.model;
+  const int world = t.in.cluster.devices();
   plan::BatchSplit split;
   if (!plan::check_batch(m, world, o, split).empty()) return Estimate{};
   const std::int64_t micro = split.micro_batches;
   // ZB-V's order settles from 2p micro-batches on: extrapolate from 2p and 4p.
   const std::int64_t settled = plan::traits(o.pipeline_schedule).settled_per_stage * o.pp;
-  if (o.pp == 1 || micro <= 2 * settled) return over_layers(m, pm, o, floor);
+  if (o.pp == 1 || micro <= 2 * settled) return over_layers(t, o, floor);
   const std::int64_t dp = world / (o.tp * o.pp * plan::sequence_split(o));
   auto with_micro = [&](std::int64_t mb_count) {
     PlanOptions r = o;
@@ -167,7 +173,7 @@ Estimate screen(const models::ModelSpec& m, const cost::PerfModel& pm, const Pla
     return r;
   };
   const std::int64_t m1 = settled, m2 = 2 * settled;
-  const Estimate e1 = over_layers(m, pm, with_micro(m1), floor), e2 = over_layers(m, pm, with_micro(m2), floor);
+  const Estimate e1 = over_layers(t, with_micro(m1), floor), e2 = over_layers(t, with_micro(m2), floor);
   if (!e1.ok || !e2.ok) return e1.over_op_limit || e2.over_op_limit ? over_op_limit() : Estimate{};
   const double k = static_cast<double>(micro - m1) / static_cast<double>(m2 - m1);
   auto x = [k](double v1, double v2) { return v1 + k * (v2 - v1); };
@@ -210,7 +216,7 @@ void run_screen(Search& s, const std::vector<std::size_t>& which, const std::vec
   // Threads: screening lowers and walks Schedules and touches no global state.
   const auto res = thread_map<Estimate>(which.size(), s.q.jobs, [&](std::size_t j) {
     const Candidate& c = s.alive[which[j]];
-    return screen(s.m, *s.settings[c.setting].pm, c.o, floors.empty() ? false : floors[j]);
+    return screen(s.target(c.setting), c.o, floors.empty() ? false : floors[j]);
   });
   for (std::size_t j = 0; j < which.size(); ++j) {
     const Estimate& e = res[j];

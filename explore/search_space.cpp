@@ -94,18 +94,23 @@ void add_group(Search& s, std::size_t si, int tp, int pp, int vpp, plan::Pipelin
 
 }  // namespace
 
-Search::Search(const PlanQuery& query) : q(query), m(models::load_model(query.model)), price(query.price_per_gpu_hour) {
-  q.base.stack = stacks::resolve_stack(q.stack);
-  for (Strategy x : q.strategies) {  // asked for by name: one the stack does not run is bad input
-    PlanOptions p;
-    p.strategy = x;
-    if (auto why = plan::not_runnable(q.base.stack->spec, p)) throw core::ProblemError({{"strategy", *why}});
-  }
+Search::Search(const PlanQuery& query) : q(query), price(query.price_per_gpu_hour) {
+  if (q.clusters.empty()) throw core::ProblemError({core::Problem{"cluster", "expected at least one cluster"}});
   for (const auto& c : q.clusters) {
-    // Each cluster as every other command resolves it: calibration and what-if changes applied.
-    const topologies::ResolvedCluster resolved = topologies::resolve_cluster(c, q.overlay);
-    const topologies::ClusterSpec& spec = resolved.spec;
-    check_calibration_stack(resolved, *q.base.stack, q.overlay.calibration);
+    // The inputs on each cluster as every other command resolves them
+    // (calibration and what-if changes applied, the calibration's stack
+    // checked); the model and the stack are the same on every cluster.
+    Inputs in = resolve_inputs(q, c);
+    if (!stack) {
+      m = std::move(in.model);
+      stack = std::move(in.stack);
+      for (Strategy x : q.strategies) {  // asked for by name: one the stack does not run is bad input
+        PlanOptions p;
+        p.strategy = x;
+        if (auto why = plan::not_runnable(stack->spec, p)) throw core::ProblemError({{"strategy", *why}});
+      }
+    }
+    const topologies::ClusterSpec& spec = in.cluster.spec;
     for (int g : q.gpus) {
       Setting s;
       s.cluster_name = c;
@@ -192,7 +197,7 @@ std::optional<double> Search::cost_of(const Setting& st, double step_s) const {
 bool Search::wanted(const PlanOptions& p) const {
   const bool asked =
       q.strategies.empty() || std::find(q.strategies.begin(), q.strategies.end(), p.strategy) != q.strategies.end();
-  return asked && !plan::not_runnable(q.base.stack->spec, p);
+  return asked && !plan::not_runnable(stack->spec, p);
 }
 
 double Search::score(const Setting& st, double step_s) const {

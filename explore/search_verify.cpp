@@ -83,7 +83,7 @@ PlanChoice choice_of(const Search& s, const Candidate& c, const std::string& rec
   pc.gpus = st.gpus;
   pc.options = c.o;
   pc.shards = plan::resolve_shards(c.o, st.gpus / (c.o.tp * c.o.pp), st.cluster);
-  pc.async = plan::resolve_async(c.o);
+  pc.async = plan::resolve_async(c.o, s.stack->spec);
   pc.step_s = unpack(record, 1);
   pc.peak_reserved_GiB = unpack(record, 2);
   pc.tokens_per_s = unpack(record, 3);
@@ -102,7 +102,7 @@ std::size_t verify(Search& s, std::set<std::size_t>& simulated, std::vector<std:
     sim::Metrics metrics;
     ShardingTerms terms;
     double stragglers_s = 0;
-    const Estimate e = simulate(s.m, *s.settings[c.setting].pm, c.o, metrics, &terms, &stragglers_s);
+    const Estimate e = simulate(s.target(c.setting), c.o, metrics, &terms, &stragglers_s);
     if (!e.ok) return pack({e.over_op_limit ? -1.0 : 0.0});
     return pack({1.0, e.step_s, e.reserved_GiB, metrics.tokens_per_s, metrics.mfu}) +
            bottleneck(metrics, terms, c.o.pp > 1, stragglers_s);
@@ -196,7 +196,7 @@ namespace {
 std::vector<PlanOptions> variants(const Search& s, const Setting& st, const PlanOptions& base) {
   std::vector<PlanOptions> out;
   auto add = [&](PlanOptions o) {
-    if (s.wanted(o) && plan::check_plan(s.m, st.pm->topology(), o).empty()) out.push_back(std::move(o));
+    if (s.wanted(o) && plan::check_plan({s.m, st.pm->topology(), s.stack}, o).empty()) out.push_back(std::move(o));
   };
   if (base.pp > 1 && base.pipeline_schedule == plan::PipelineSchedule::OneFOneB) {
     // Every other schedule (the zero-bubble family, DualPipe and any

@@ -240,12 +240,9 @@ void model_problems(const models::ModelSpec& m, const PlanOptions& o, const Batc
   }
   const PipelineScheduleTraits& schedule = traits(o.pipeline_schedule);
   const bool zb_v = schedule.v_shape;
-  if (schedule.mirrored &&
-      (o.vpp != 1 || o.pp < 2 || o.pp % 2 != 0 || batch.micro_batches % 2 != 0 || batch.micro_batches < o.pp)) {
-    ps.push_back({"pipeline_schedule",
-                  fmt::format("dualpipe needs vpp 1 (each stage holds its mirror's copy as a second chunk), an even "
-                              "pp >= 2 and an even number of micro-batches >= pp; got pp {}, vpp {}, {} micro-batches",
-                              o.pp, o.vpp, batch.micro_batches)});
+  if (std::optional<core::Problem> own =
+          schedule.check ? schedule.check(o.pp, o.vpp, batch.micro_batches) : std::nullopt) {
+    ps.push_back(std::move(*own));
   } else if (schedule.vpp > 0 && o.vpp != schedule.vpp) {
     ps.push_back({"pipeline_schedule",
                   fmt::format("{} needs vpp {} ({}), got vpp {}", to_string(o.pipeline_schedule), schedule.vpp,
@@ -298,8 +295,9 @@ ShardSizes resolve_shards(const PlanOptions& o, int dp, const topologies::Cluste
   return s;
 }
 
-std::vector<core::Problem> check_plan(const models::ModelSpec& m, const topologies::Topology& topo,
-                                      const PlanOptions& o, ResolvedPlan* resolved) {
+std::vector<core::Problem> check_plan(const Inputs& in, const PlanOptions& o, ResolvedPlan* resolved) {
+  const models::ModelSpec& m = in.model;
+  const topologies::Topology& topo = in.cluster;
   ResolvedPlan r;
   std::vector<core::Problem> ps = check_batch(m, topo.devices(), o, r.batch);
   if (!ps.empty()) return ps;
@@ -309,7 +307,7 @@ std::vector<core::Problem> check_plan(const models::ModelSpec& m, const topologi
   r.shard_ranks = r.batch.data_parallel * sequence_split(o);
   ps = check_shards(o, r.shard_ranks, topo.spec(), r.shards);
   model_problems(m, o, r.batch, ps, r.layout);
-  const stacks::Stack& stack = stack_of(o);
+  const stacks::Stack& stack = *in.stack;
   if (o.async.value_or(false) && !stack.spec.overlap.background_threads) {
     ps.push_back({"async", fmt::format("the stack {} issues collectives from the training loop's thread; expected "
                                        "async false, or a stack with background threads (hzp-async)",
@@ -364,7 +362,8 @@ std::vector<core::Problem> check_plan(const models::ModelSpec& m, const topologi
     r.options.grad_shard = r.shards.grad;
     r.options.optim_shard = r.shards.optim;
     r.options.expert_shards = expert;
-    r.options.async = resolve_async(o);
+    r.options.async = resolve_async(o, stack.spec);
+    r.stack = in.stack;
     r.options.sequence_parallel = o.tp > 1 && o.sequence_parallel;
     r.options.seq_len = r.batch.seq_len;
     r.options.global_batch_tokens.reset();
@@ -375,9 +374,9 @@ std::vector<core::Problem> check_plan(const models::ModelSpec& m, const topologi
   return ps;
 }
 
-ResolvedPlan resolve_plan(const models::ModelSpec& m, const topologies::Topology& topo, const PlanOptions& o) {
+ResolvedPlan resolve_plan(const Inputs& in, const PlanOptions& o) {
   ResolvedPlan r;
-  std::vector<core::Problem> ps = check_plan(m, topo, o, &r);
+  std::vector<core::Problem> ps = check_plan(in, o, &r);
   if (!ps.empty()) throw core::ProblemError(std::move(ps));
   return r;
 }
@@ -388,8 +387,8 @@ nlohmann::json ResolvedPlan::provenance() const {
   plan["micro_batches"] = batch.micro_batches;
   plan["data_parallel"] = batch.data_parallel;
   plan["shard_ranks"] = shard_ranks;
-  const stacks::Stack& stack = stack_of(options);
-  plan["stack"] = {{"name", stack.spec.name}, {"file", stack.file}, {"sha256", stack.sha256}};
+  const stacks::Stack& s = stack ? *stack : *stacks::default_stack();
+  plan["stack"] = {{"name", s.spec.name}, {"file", s.file}, {"sha256", s.sha256}};
   return plan;
 }
 

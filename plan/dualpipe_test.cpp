@@ -99,7 +99,7 @@ models::ModelSpec layers(int n) {
 core::Schedule lowered(int pp, std::int64_t m, PipelineSchedule schedule) {
   PlanOptions o = test_util::ddp_pipeline(pp, m);
   o.pipeline_schedule = schedule;
-  return lower(layers(2 * pp), topologies::Topology(topologies::load_cluster("dgx-h100"), pp), o);
+  return lower({layers(2 * pp), topologies::Topology(topologies::load_cluster("dgx-h100"), pp)}, o);
 }
 
 // Each stage holds its own layers and a copy of its mirror's (2x the

@@ -143,9 +143,9 @@ TEST(Fp8, WeightAllGatherHalvesTheBytes) {
   o.seq_len = 4096;
   o.global_batch_sequences = 8;
   o.precision = models::Precision::Fp8Current;
-  const Totals bf16 = totals(lower(m, topo, o));
+  const Totals bf16 = totals(lower({m, topo}, o));
   o.fp8_param_gather = true;
-  const core::Schedule s = lower(m, topo, o);
+  const core::Schedule s = lower({m, topo}, o);
   const Totals fp8 = totals(s);
   EXPECT_EQ(2 * fp8.bytes.at("all_gather/dp_shard"), bf16.bytes.at("all_gather/dp_shard"));
   int casts = 0, transposes = 0;
@@ -190,9 +190,9 @@ struct Zero1Llama {
 // output gradient of each FP8 GEMM (4 per layer: qkv, attn_out, up, down).
 TEST(Fp8, UnshardedWeightsKeepTheirFp8CopyAndScalingState) {
   Zero1Llama z;
-  const Totals bf16 = totals(lower(z.m, z.topo, z.o));
+  const Totals bf16 = totals(lower({z.m, z.topo}, z.o));
   z.o.precision = models::Precision::Fp8Delayed;
-  const Totals fp8 = totals(lower(z.m, z.topo, z.o));
+  const Totals fp8 = totals(lower({z.m, z.topo}, z.o));
   EXPECT_EQ(fp8.static_alloc - bf16.static_alloc, 2 * z.padded_params() + 32 * 4 * 3 * 4 * 1024);
 }
 
@@ -233,13 +233,12 @@ TEST(Fp8, TransformerEngineSavesItsLinearInputsInFp8) {
   };
   Zero1Llama z;
   z.o.precision = models::Precision::Fp8Delayed;
-  z.o.stack = stacks::resolve_stack("megatron-core-te");
-  ASSERT_EQ(z.o.stack->spec.fp8_saved_inputs, core::Fp8SavedInputs::Fp8);
-  const std::int64_t fp8 = peak(lower(z.m, z.topo, z.o));
-  auto high = std::make_shared<stacks::Stack>(*z.o.stack);
+  const auto te = stacks::resolve_stack("megatron-core-te");
+  ASSERT_EQ(te->spec.fp8_saved_inputs, core::Fp8SavedInputs::Fp8);
+  const std::int64_t fp8 = peak(lower({z.m, z.topo, te}, z.o));
+  auto high = std::make_shared<stacks::Stack>(*te);
   high->spec.fp8_saved_inputs = core::Fp8SavedInputs::HighPrecision;
-  z.o.stack = high;
-  EXPECT_EQ(peak(lower(z.m, z.topo, z.o)) - fp8, 32 * T * 18432);
+  EXPECT_EQ(peak(lower({z.m, z.topo, high}, z.o)) - fp8, 32 * T * 18432);
 }
 
 // Megatron-Core's --fp8-param-gather under the distributed optimizer (zero1:
@@ -251,11 +250,11 @@ TEST(Fp8, TransformerEngineSavesItsLinearInputsInFp8) {
 // and before one transpose of the weights (read and write 1 byte).
 TEST(Fp8, PrimaryWeightsUnderTheDistributedOptimizer) {
   Zero1Llama z;
-  const Totals bf16 = totals(lower(z.m, z.topo, z.o));
+  const Totals bf16 = totals(lower({z.m, z.topo}, z.o));
   z.o.precision = models::Precision::Fp8Delayed;
-  const Totals fp8 = totals(lower(z.m, z.topo, z.o));
+  const Totals fp8 = totals(lower({z.m, z.topo}, z.o));
   z.o.fp8_param_gather = true;
-  const core::Schedule s = lower(z.m, z.topo, z.o);
+  const core::Schedule s = lower({z.m, z.topo}, z.o);
   const Totals primary = totals(s);
   const std::int64_t scaling = 32 * 4 * 3 * 4 * 1024;  // 32 layers x 4 GEMMs x 3 scales x 1,024 fp32
   EXPECT_EQ(primary.static_alloc - bf16.static_alloc, scaling);

@@ -57,8 +57,8 @@ using detail::ShardedParams;
 using detail::Stage;
 using detail::StageLowering;
 
-models::StepGraph step_graph(const models::ModelSpec& m, const PlanOptions& o, const BatchSplit& batch) {
-  const stacks::StackSpec& stack = stack_of(o).spec;
+models::StepGraph step_graph(const models::ModelSpec& m, const stacks::StackSpec& stack, const PlanOptions& o,
+                             const BatchSplit& batch) {
   const models::GraphOptions go{.seq_len = batch.seq_len,
                                 .micro_batch = o.micro_batch,
                                 .recompute = o.recompute,
@@ -85,7 +85,8 @@ models::StepGraph step_graph(const models::ModelSpec& m, const PlanOptions& o, c
 // per context-parallel step; an overlapped tensor-parallel pair: its chunks)
 // plus the bookkeeping around each use (allocs, frees, records, waits, the
 // sharding collectives); per unit the step-end reduction, update and gather.
-std::int64_t program_ops(const std::vector<detail::Unit>& units, std::int64_t micro_batches, const PlanOptions& o) {
+std::int64_t program_ops(const std::vector<detail::Unit>& units, std::int64_t micro_batches, const PlanOptions& o,
+                         const stacks::Collectives& sc) {
   constexpr std::int64_t kPerUse = 8, kPerUnit = 12;
   auto ops = [&](const std::vector<models::GraphOp>& list) {
     std::int64_t n = 0;
@@ -102,7 +103,6 @@ std::int64_t program_ops(const std::vector<detail::Unit>& units, std::int64_t mi
   };
   // The collectives a stack cuts each unit's gathers and reductions into
   // (per parameter tensor, or per bucket of the unit's 16-bit values).
-  const stacks::Collectives& sc = stack_of(o).spec.collectives;
   auto pieces = [&](const models::Unit& u, stacks::Granularity g) -> std::int64_t {
     if (g == stacks::Granularity::Parameter) return static_cast<std::int64_t>(u.tensors.size());
     if (g == stacks::Granularity::Bucket) {
@@ -121,12 +121,13 @@ std::int64_t program_ops(const std::vector<detail::Unit>& units, std::int64_t mi
   return micro_batches * per_micro_batch + per_step;
 }
 
-WorkEstimate estimate(const PlanOptions& o, const BatchSplit& batch, const PipelineLayout& layout,
-                      const models::StepGraph& graph, const detail::RankClasses& classes) {
+WorkEstimate estimate(const PlanOptions& o, const stacks::StackSpec& stack, const BatchSplit& batch,
+                      const PipelineLayout& layout, const models::StepGraph& graph,
+                      const detail::RankClasses& classes) {
   WorkEstimate w;
   for (int p = 0; p < o.pp; ++p) {
     const std::vector<detail::Unit> units = detail::stage_units(graph, p, layout);
-    w.ops += classes.count() * program_ops(units, batch.micro_batches, o);
+    w.ops += classes.count() * program_ops(units, batch.micro_batches, o, stack.collectives);
   }
   w.programs = static_cast<std::int64_t>(o.pp) * classes.count();
   return w;
@@ -150,23 +151,25 @@ void describe_step(core::Schedule& s, const models::ModelSpec& m, const topologi
 // (pipeline stage, rank class).
 class PlanLowering {
  public:
-  PlanLowering(const models::ModelSpec& m, const topologies::Topology& topo, const PlanOptions& o,
-               const ResolvedPlan& rp, core::Schedule& s)
-      : m_(m),
-        topo_(topo),
+  PlanLowering(const Inputs& in, const PlanOptions& o, const ResolvedPlan& rp, std::int64_t max_ops, core::Schedule& s)
+      : in_(in),
+        m_(in.model),
+        topo_(in.cluster),
+        stack_(in.stack->spec),
         o_(o),
         rp_(rp),
+        max_ops_(max_ops),
         s_(s),
         dp_(rp.shard_ranks),
         layout_{o.tp, rp.shard_ranks, o.pp, o.vpp, o.ep},
-        graph_(step_graph(m, o, rp.batch)),
-        skewed_(m.moe && o.ep > 1 && o.moe_skew > 0),
+        graph_(step_graph(m_, stack_, o, rp.batch)),
+        skewed_(m_.moe && o.ep > 1 && o.moe_skew > 0),
         classes_of_(dp_, o.cp, o.ep, skewed_, o.variability_classes),
         orders_(pipeline_orders(o.pp, o.vpp, rp.batch.micro_batches, o.pipeline_schedule, layer_pass_times(graph_))) {}
 
   void run() {
     // Refuse a Schedule too large to build before building any of it.
-    check_work(estimate(o_, rp_.batch, rp_.layout, graph_, classes_of_), o_);
+    check_work(estimate(o_, stack_, rp_.batch, rp_.layout, graph_, classes_of_), max_ops_);
     add_groups();
     // Virtual stage c·pp + p holds the layers the pipeline layout gives it;
     // the embedding rides with the first, the head with the last.
@@ -175,7 +178,7 @@ class PlanLowering {
       std::vector<detail::Unit> units = detail::stage_units(graph_, p, rp_.layout);
       for (int c = 0; c < classes_of_.count(); ++c) {
         StageLowering lowering(units, rp_.batch, o_, param_classes_, *rp_.options.async, layout_,
-                               stage(p, c, program_id++), topo_);
+                               stage(p, c, program_id++), in_);
         s_.programs.push_back(lowering.run());
       }
     }
@@ -189,7 +192,7 @@ class PlanLowering {
   void add_groups() {
     tp_groups_ = detail::add_tp_groups(s_, layout_);
     // A stack that all-reduces gradients over every data-parallel rank needs that group.
-    const bool all = stack_of(o_).spec.collectives.step_reduction == stacks::StepReduction::AllReduce;
+    const bool all = stack_.collectives.step_reduction == stacks::StepReduction::AllReduce;
     param_classes_.push_back(detail::add_param_class(s_, layout_, core::ParamClass::Dense, rp_.shards, 1, dp_, all));
     ep_groups_.assign(static_cast<std::size_t>(topo_.devices()), -1);
     etp_groups_ = ep_groups_;
@@ -314,10 +317,13 @@ class PlanLowering {
                            (m_.qk_head_dim() + m_.v_head_dim());
   }
 
+  const Inputs& in_;
   const models::ModelSpec& m_;
   const topologies::Topology& topo_;
+  const stacks::StackSpec& stack_;
   const PlanOptions& o_;
   const ResolvedPlan& rp_;
+  const std::int64_t max_ops_;
   core::Schedule& s_;
   const int dp_;  // the data-parallel index d' = c + cp·(u + ulysses·d) runs over DP x CP x ulysses
   const Layout layout_;
@@ -334,38 +340,40 @@ class PlanLowering {
 
 WorkEstimate estimate_work(const models::ModelSpec& m, const PlanOptions& o, const ResolvedPlan& rp) {
   const bool skewed = m.moe && o.ep > 1 && o.moe_skew > 0;
-  return estimate(o, rp.batch, rp.layout, step_graph(m, o, rp.batch),
+  const stacks::StackSpec& stack = (rp.stack ? rp.stack : stacks::default_stack())->spec;
+  return estimate(o, stack, rp.batch, rp.layout, step_graph(m, stack, o, rp.batch),
                   detail::RankClasses(rp.shard_ranks, o.cp, o.ep, skewed, o.variability_classes));
 }
 
-void check_work(const WorkEstimate& w, const PlanOptions& o) {
-  if (w.ops <= o.max_ops) return;
+void check_work(const WorkEstimate& w, std::int64_t max_ops) {
+  if (w.ops <= max_ops) return;
   throw core::InputError(
       "command line", "--max-ops",
       fmt::format("this plan's Schedule would hold about {} ops ({} rank class{}; about {:.1f} GB to build), over "
                   "the limit of {}: raise --max-ops to build it, or use fewer micro-batches per rank or rank classes",
-                  w.ops, w.programs, w.programs == 1 ? "" : "es", static_cast<double>(w.bytes()) / 1e9, o.max_ops));
+                  w.ops, w.programs, w.programs == 1 ? "" : "es", static_cast<double>(w.bytes()) / 1e9, max_ops));
 }
 
-core::Schedule lower(const models::ModelSpec& m, const topologies::Topology& topo, const PlanOptions& o, bool check) {
-  return lower_plan(m, topo, o, check).schedule;
+core::Schedule lower(const Inputs& in, const PlanOptions& o, const LowerOptions& lo) {
+  return lower_plan(in, o, lo).schedule;
 }
 
-LoweredPlan lower_plan(const models::ModelSpec& m, const topologies::Topology& topo, const PlanOptions& o, bool check) {
-  return lower_resolved(m, topo, o, resolve_plan(m, topo, o), check);
+LoweredPlan lower_plan(const Inputs& in, const PlanOptions& o, const LowerOptions& lo) {
+  return lower_resolved(in, o, resolve_plan(in, o), lo);
 }
 
-LoweredPlan lower_resolved(const models::ModelSpec& m, const topologies::Topology& topo, const PlanOptions& o,
-                           ResolvedPlan resolved, bool check) {
+LoweredPlan lower_resolved(const Inputs& in, const PlanOptions& o, ResolvedPlan resolved, const LowerOptions& lo) {
   LoweredPlan out;
   out.plan = std::move(resolved);
   core::Schedule& s = out.schedule;
+  const models::ModelSpec& m = in.model;
+  const topologies::Topology& topo = in.cluster;
   describe_step(s, m, topo, o, out.plan.batch);
-  PlanLowering(m, topo, o, out.plan, s).run();
+  PlanLowering(in, o, out.plan, lo.max_ops, s).run();
   nlohmann::json prov{
       {"plan", out.plan.provenance()}, {"model", m.name}, {"cluster", topo.spec().name}, {"gpus", topo.devices()}};
   s.provenance_json = prov.dump();
-  if (check) core::check_schedule(s);
+  if (lo.check) core::check_schedule(s);
   return out;
 }
 

@@ -12,11 +12,11 @@ using core::Bytes;
 using core::StreamKind;
 
 StageContext::StageContext(std::vector<Unit> units_in, const BatchSplit& batch_in, const PlanOptions& opt_in,
-                           bool async_in, Layout layout_in, Stage stage_in, const topologies::Topology& topo_in)
+                           bool async_in, Layout layout_in, Stage stage_in, const Inputs& in)
     : batch(batch_in),
       opt(opt_in),
-      stack(stack_of(opt_in).spec),
-      topo(topo_in),
+      stack(in.stack->spec),
+      topo(in.cluster),
       async(async_in),
       layout(layout_in),
       stage(std::move(stage_in)),
@@ -43,8 +43,8 @@ std::vector<RankParams> rank_params(const StageContext& c, const std::vector<Sha
 
 StageLowering::StageLowering(std::vector<Unit> units, const BatchSplit& batch, const PlanOptions& opt,
                              const std::vector<ShardedParams>& classes, bool async, Layout layout, Stage stage,
-                             const topologies::Topology& topo)
-    : c_(std::move(units), batch, opt, async, layout, std::move(stage), topo),
+                             const Inputs& in)
+    : c_(std::move(units), batch, opt, async, layout, std::move(stage), in),
       classes_(rank_params(c_, classes)),
       offload_(c_, classes_),
       zero_(c_, classes_, offload_),

@@ -81,9 +81,9 @@ TEST(Offload, OptimizerBytesCpuAdamAndMemory) {
   ASSERT_EQ(graph_params, kParams);
 
   PlanOptions o = zero1();
-  const core::Schedule base = lower(m, topo, o);
+  const core::Schedule base = lower({m, topo}, o);
   o.offload_optimizer = true;
-  const core::Schedule off = lower(m, topo, o);
+  const core::Schedule off = lower({m, topo}, o);
   const Offloaded x = offloaded(off, pm);
   EXPECT_EQ(x.grads_down, 4 * kShard);  // fp32 gradients of the 1/g_o shard, once a step
   EXPECT_EQ(x.params_up, 2 * kShard);   // updated bf16 parameters
@@ -100,7 +100,7 @@ TEST(Offload, OptimizerBytesCpuAdamAndMemory) {
 
   // bf16 gradients: half the download, 28 B/param for CPU Adam.
   o.grad_dtype = core::Dtype::Bf16;
-  const Offloaded h = offloaded(lower(m, topo, o), pm);
+  const Offloaded h = offloaded(lower({m, topo}, o), pm);
   EXPECT_EQ(h.grads_down, 2 * kShard);
   EXPECT_EQ(h.cpu_adam_bytes, 28 * kShard);
 
@@ -126,7 +126,7 @@ TEST(Offload, OptimizerBytesCpuAdamAndMemory) {
   small.host->memory_GiB = 8;
   small.device.host_memory_GiB_per_device = 1;
   const cost::PerfModel spm(topologies::Topology(small, 8));
-  const sim::Metrics ms = simulate(lower(m, spm.topology(), o), spm);
+  const sim::Metrics ms = simulate(lower({m, spm.topology()}, o), spm);
   EXPECT_FALSE(ms.memory[0].host_fits);
   EXPECT_FALSE(ms.fits());
 }
@@ -137,7 +137,7 @@ TEST(Offload, ActivationsBothWays) {
   const cost::PerfModel pm(topo);
   PlanOptions o = zero1();
   o.global_batch_sequences = 16;  // two micro-batches
-  const core::Schedule base = lower(m, topo, o);
+  const core::Schedule base = lower({m, topo}, o);
   // The kept activations of every unit but the head, whose backward follows
   // its forward at once (it keeps them on the device).
   std::int64_t kept = 0, head = 0;
@@ -150,7 +150,7 @@ TEST(Offload, ActivationsBothWays) {
   }
   ASSERT_GT(head, 0);
   o.offload_activations = true;
-  const core::Schedule off = lower(m, topo, o);
+  const core::Schedule off = lower({m, topo}, o);
   const Offloaded x = offloaded(off, pm);
   EXPECT_EQ(x.act_down, kept - head);
   EXPECT_EQ(x.act_up, kept - head);
@@ -174,9 +174,9 @@ TEST(Offload, ParamsFetchedPerUseUnderZero3) {
   PlanOptions o = zero1();
   o.strategy = Strategy::Fsdp;
   o.global_batch_sequences = 16;
-  const core::Schedule base = lower(m, topo, o);
+  const core::Schedule base = lower({m, topo}, o);
   o.offload_params = true;
-  const core::Schedule off = lower(m, topo, o);
+  const core::Schedule off = lower({m, topo}, o);
   const Offloaded x = offloaded(off, pm);
   EXPECT_EQ(x.params_up, kParams);
   EXPECT_EQ(x.params_down, 2 * kShard);
@@ -206,7 +206,7 @@ TEST(Offload, ParamsFetchedPerUseUnderZero3) {
   // holds the parameters, the states and the gradient's landing buffer
   // (2 + 12 + 4 bytes a parameter of the shard, no staging).
   o.offload_optimizer = true;
-  const core::Schedule both = lower(m, topo, o);
+  const core::Schedule both = lower({m, topo}, o);
   const Offloaded y = offloaded(both, pm);
   EXPECT_EQ(y.params_up, kParams);  // the fetches only
   EXPECT_EQ(y.params_down, 0);
@@ -223,9 +223,9 @@ TEST(Offload, ParamsWholeWhenUnsharded) {
   const cost::PerfModel pm(topo);
   PlanOptions o = zero1();
   o.global_batch_sequences = 16;
-  const core::Schedule base = lower(m, topo, o);
+  const core::Schedule base = lower({m, topo}, o);
   o.offload_params = true;
-  const core::Schedule off = lower(m, topo, o);
+  const core::Schedule off = lower({m, topo}, o);
   const Offloaded x = offloaded(off, pm);
   EXPECT_EQ(x.params_up, 4 * 2 * kParams);
   EXPECT_EQ(x.params_down, 2 * kParams);
@@ -234,7 +234,7 @@ TEST(Offload, ParamsWholeWhenUnsharded) {
   // No all-gather is added for the fetches (g_p = 1); the regather stays.
   EXPECT_EQ(test_util::totals(base).bytes, test_util::totals(off).bytes);
   o.reshard_after_forward = false;
-  EXPECT_EQ(offloaded(lower(m, topo, o), pm).params_up, 2 * 2 * kParams);
+  EXPECT_EQ(offloaded(lower({m, topo}, o), pm).params_up, 2 * 2 * kParams);
 }
 
 // hzp (2, 8, 8) with the optimizer offloaded too: each use fetches the 1/2
@@ -251,7 +251,7 @@ TEST(Offload, ParamsAndOptimizerOverDifferentGroups) {
   o.grad_shard = o.optim_shard = 8;
   o.global_batch_sequences = 16;
   o.offload_params = o.offload_optimizer = true;
-  const core::Schedule s = lower(m, topo, o);
+  const core::Schedule s = lower({m, topo}, o);
   const Offloaded x = offloaded(s, pm);
   EXPECT_EQ(x.params_up, 4 * kParams + 2 * kShard);
   EXPECT_EQ(x.params_down, kParams);
@@ -266,7 +266,7 @@ TEST(Offload, ParamsRefuseTheNextStepsRegather) {
   o.offload_params = true;
   o.overlap_param_gather = true;
   try {
-    (void)lower(m, topo, o);
+    (void)lower({m, topo}, o);
     FAIL();
   } catch (const core::ProblemError& e) {
     ASSERT_EQ(e.problems().size(), 1u);
@@ -281,7 +281,7 @@ TEST(Offload, NeedsTheClustersHost) {
   o.global_batch_sequences = 16;
   o.offload_activations = true;
   try {
-    (void)lower(m, topo, o);
+    (void)lower({m, topo}, o);
     FAIL();
   } catch (const core::ProblemError& e) {
     ASSERT_EQ(e.problems().size(), 1u);

@@ -41,7 +41,7 @@ TEST(ExpertParallel, AllToAllsAndExpertShards) {
   PlanOptions o = options(Strategy::Fsdp, 32 * 4096);
   o.seq_len = 4096;
   o.ep = 8;
-  core::Schedule s = lower(m, topo, o);
+  core::Schedule s = lower({m, topo}, o);
   Totals t = totals(s);
   const std::int64_t T = 4096, rows = T * 2 / 8, a2a = rows * 8 * 4096 * 2;
   EXPECT_EQ(t.bytes["all_to_all/ep"], 4 * 32 * a2a);  // 4 per layer, 32 layers, 1 micro-batch
@@ -93,30 +93,30 @@ TEST(ExpertParallel, FoldingOverTensorAndDataParallelRanks) {
   // EP 64 x ETP 1: one expert group per stage, all 64 ranks; expert data parallelism 64 / 64 = 1.
   o.ep = 64;
   o.expert_tp = 1;
-  core::Schedule s = lower(m, topo, o);
+  core::Schedule s = lower({m, topo}, o);
   EXPECT_EQ(groups_of(s, core::GroupKind::Ep, 0), range(0, 64, 1));
   EXPECT_EQ(groups_of(s, core::GroupKind::Ep, 1000), range(960, 64, 1));  // stage 15
   EXPECT_TRUE(groups_of(s, core::GroupKind::Edp, 0).empty());             // one-rank groups are none
   // EP 32 x ETP 1: ranks i and i + 32 of a stage hold the same experts (expert data parallelism 2).
   o.ep = 32;
-  s = lower(m, topo, o);
+  s = lower({m, topo}, o);
   EXPECT_EQ(groups_of(s, core::GroupKind::Ep, 65), range(64, 32, 1));
   EXPECT_EQ(groups_of(s, core::GroupKind::EdpOptim, 65), (std::vector<int>{65, 97}));
   // EP 16 x ETP 4 (attention keeps tp 2): ranks i .. i + 3 share an expert
   // slice, ep runs over every fourth rank, 64 / (4 x 16) = 1 expert replica.
   o.ep = 16;
   o.expert_tp = 4;
-  s = lower(m, topo, o);
+  s = lower({m, topo}, o);
   EXPECT_EQ(groups_of(s, core::GroupKind::Etp, 5), range(4, 4, 1));
   EXPECT_EQ(groups_of(s, core::GroupKind::Ep, 5), range(1, 16, 4));
   EXPECT_TRUE(groups_of(s, core::GroupKind::EdpOptim, 5).empty());  // 64 / (4 x 16) = 1
   // The configurations refused without folding: EP 64 with TP 2, PP 16, DP 32.
   o.expert_tp.reset();
   o.ep = 64;
-  EXPECT_THROW((void)lower(m, topo, o), core::ProblemError);
+  EXPECT_THROW((void)lower({m, topo}, o), core::ProblemError);
   o.expert_tp = 1;
   o.sequence_parallel = false;  // Megatron-Core folds with tp > 1 only under sequence parallelism
-  EXPECT_THROW((void)lower(m, topo, o), core::ProblemError);
+  EXPECT_THROW((void)lower({m, topo}, o), core::ProblemError);
 }
 
 TEST(ExpertParallel, RejectsImpossibleSizes) {
@@ -124,11 +124,11 @@ TEST(ExpertParallel, RejectsImpossibleSizes) {
   PlanOptions o = options(Strategy::Fsdp, 32 * 4096);
   o.seq_len = 4096;
   o.ep = 8;
-  EXPECT_THROW((void)lower(models::load_model("llama3-8b"), topo, o), core::ProblemError);  // no experts
+  EXPECT_THROW((void)lower({models::load_model("llama3-8b"), topo}, o), core::ProblemError);  // no experts
   o.ep = 3;
-  EXPECT_THROW((void)lower(models::load_model("mixtral-8x7b"), topo, o), core::ProblemError);  // 3 does not divide 32
+  EXPECT_THROW((void)lower({models::load_model("mixtral-8x7b"), topo}, o), core::ProblemError);  // 3 does not divide 32
   o.ep = 16;
-  EXPECT_THROW((void)lower(models::load_model("mixtral-8x7b"), topo, o), core::ProblemError);  // 8 experts
+  EXPECT_THROW((void)lower({models::load_model("mixtral-8x7b"), topo}, o), core::ProblemError);  // 8 experts
 }
 
 }  // namespace
@@ -145,7 +145,7 @@ struct Simulated {
 
 Simulated simulate(const models::ModelSpec& m, int gpus, const PlanOptions& o) {
   cost::PerfModel pm(topologies::Topology(topologies::load_cluster("dgx-h100"), gpus));
-  Simulated run{lower(m, pm.topology(), o), 0, {}};
+  Simulated run{lower({m, pm.topology()}, o), 0, {}};
   core::ReplayCosts costs;
   costs.compute = [&](const core::Program&, const core::Op& op) { return pm.compute(op); };
   costs.collective = [&](const core::Group& g, const core::Op& op) {
@@ -253,7 +253,7 @@ TEST(ContextParallel, RingAttention) {
   o.seq_len = 8192;
   o.global_batch_sequences = 8;
   o.cp = 4;
-  core::Schedule s = lower(m, topo, o);  // checked: the ring's sends and receives pair up
+  core::Schedule s = lower({m, topo}, o);  // checked: the ring's sends and receives pair up
   ASSERT_EQ(s.programs.size(), 4u);
   const std::int64_t block = 2 * (8192 / 4) * 8 * (128 + 128);
   int sends = 0, chunks = 0;
@@ -273,7 +273,7 @@ TEST(ContextParallel, RingAttention) {
   EXPECT_EQ(chunks, layers * micro_batches * 2 * 4);
   EXPECT_EQ(bytes, layers * micro_batches * 3 * (block + 2 * block));
   o.flash_attention = false;
-  EXPECT_THROW((void)lower(m, topo, o), core::ProblemError);
+  EXPECT_THROW((void)lower({m, topo}, o), core::ProblemError);
 }
 
 // DeepSpeed-Ulysses over u = 4 ranks (Jacobs et al. 2023): Llama-3 8B (32
@@ -292,7 +292,7 @@ TEST(Ulysses, AllToAllsAroundAttention) {
   o.seq_len = 8192;
   o.global_batch_sequences = 8;  // over 16 / 4 = 4 data-parallel ranks: 2 micro-batches
   o.ulysses = 4;
-  LoweredPlan lp = lower_plan(m, topo, o);
+  LoweredPlan lp = lower_plan({m, topo}, o);
   const core::Schedule& s = lp.schedule;
   EXPECT_EQ(lp.plan.batch.data_parallel, 4);
   EXPECT_EQ(lp.plan.shard_ranks, 16);
@@ -348,7 +348,7 @@ TEST(Ulysses, ComposesWithRingAttention) {
   o.global_batch_sequences = 2;
   o.cp = 2;
   o.ulysses = 2;
-  core::Schedule s = lower(m, topo, o);
+  core::Schedule s = lower({m, topo}, o);
   ASSERT_EQ(s.programs.size(), 2u);  // one class per cp index
   Totals t = totals(s);
   const std::int64_t T = 8192 / 4, qkv = 2 * T * (32 * 128 + 8 * 256);
@@ -385,7 +385,7 @@ TEST(Memory, NcclBuffersPerCommunicator) {
   o.grad_shard = 8;
   o.optim_shard = 16;
   // Groups of rank 0: dp_shard (4), dp_grad (8), dp_optim (16/8 = 2), dp_replica (32/16 = 2), dp_regather (16/4 = 4).
-  core::Schedule s = lower(m, topo, o);
+  core::Schedule s = lower({m, topo}, o);
   std::int64_t nccl = 0;
   for (const auto& op : s.programs[0].streams[0].ops) {
     if (op.kind == core::OpKind::Alloc && op.buffer_class == core::BufferClass::NcclBuffers) nccl = op.bytes.count();
@@ -434,8 +434,7 @@ TEST(Overlap, TpChunksShareTheDeviceAsTheStackRunsThem) {
   o.tp_comm_overlap = true;
   const topologies::Topology topo(topologies::load_cluster("dgx-h100"), 16);
   auto first_chunk = [&](const std::string& stack) {
-    o.stack = stacks::resolve_stack(stack);
-    const core::Schedule s = lower(m, topo, o);
+    const core::Schedule s = lower({m, topo, stacks::resolve_stack(stack)}, o);
     for (const auto& st : s.programs.at(0).streams) {
       for (const auto& op : st.ops) {
         if (op.kind == core::OpKind::Compute && op.gemm && op.name.ends_with(".chunk0")) return op;

@@ -96,7 +96,9 @@ TEST(PipelineLayout, FirstAndLastStageLayers) {
   qo.last_stage_layers = 50;
   const auto over = check_pipeline_layout(q, qo, unused);
   ASSERT_EQ(over.size(), 1u);
-  EXPECT_NE(over[0].message.find("the first and last stages hold 100 layers; qwen3-235b-a22b has 94"), std::string::npos) << over[0].message;
+  EXPECT_NE(over[0].message.find("the first and last stages hold 100 layers; qwen3-235b-a22b has 94"),
+            std::string::npos)
+      << over[0].message;
 }
 
 // A stage between the first and the last with no layer (issue 42, item 3:
@@ -196,7 +198,7 @@ TEST(PipelineLayout, StagesComputeTheirLayers) {
   PlanOptions o = test_util::ddp_pipeline(4, 8);
   o.first_stage_layers = 5;
   o.last_stage_layers = 11;  // the 16 others: 8 and 8
-  const LoweredPlan lp = lower_plan(model, topo, o);
+  const LoweredPlan lp = lower_plan({model, topo}, o);
   EXPECT_EQ(counts(lp.plan.layout), (std::vector<int>{5, 8, 8, 11}));
   core::Schedule s = lp.schedule;
   test_util::without_launch_latency(s);
@@ -220,7 +222,7 @@ TEST(PipelineLayout, StagesComputeTheirLayers) {
   // The same plan with the even layout has stages of 8 and a shorter step.
   o.first_stage_layers.reset();
   o.last_stage_layers.reset();
-  core::Schedule even = lower(model, topo, o);
+  core::Schedule even = lower({model, topo}, o);
   test_util::without_launch_latency(even);
   EXPECT_LT(test_util::measure(even, costs).step, t.step);
 }

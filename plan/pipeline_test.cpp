@@ -56,7 +56,7 @@ double bubble_fraction(int pp, int vpp, int m) {
   topologies::Topology topo(topologies::load_cluster("dgx-h100"), pp);
   PlanOptions o = test_util::ddp_pipeline(pp, m);
   o.vpp = vpp;
-  core::Schedule s = lower(model, topo, o);
+  core::Schedule s = lower({model, topo}, o);
   test_util::without_launch_latency(s);
   core::ReplayCosts costs;
   // Layers cost their FLOPs (1 ns per GFLOP); the embedding, head and optimizer
@@ -95,7 +95,7 @@ TEST(Pipeline, ComposesWithTensorParallelAndShardedDataParallel) {
   o.tp = 4;
   o.pp = 2;
   o.vpp = 2;
-  core::Schedule s = lower(model, topo, o);  // checked: collectives match, send/recv pair up, no deadlock
+  core::Schedule s = lower({model, topo}, o);  // checked: collectives match, send/recv pair up, no deadlock
   ASSERT_EQ(s.programs.size(), 2u);
   EXPECT_EQ(s.programs[1].ranks.front(), 32);  // stage 1 = ranks 32..63
   int tp_collectives = 0, sends = 0;
@@ -126,7 +126,7 @@ TEST(Pipeline, ScatterGatherAcrossStagesWithoutSequenceParallel) {
   const std::int64_t activation = 4096 * 2 * model.hidden * 2;
   for (const bool sp : {true, false}) {
     o.sequence_parallel = sp;
-    const core::Schedule s = lower(model, topo, o);
+    const core::Schedule s = lower({model, topo}, o);
     int recvs = 0, gathers = 0;
     for (const auto& st : s.programs[1].streams) {  // the last stage receives activations
       for (const auto& op : st.ops) {
@@ -155,7 +155,7 @@ TEST(Pipeline, P2pSyncBlocksTheHostOnEveryReceive) {
   PlanOptions o = ddp_two_stages(16);
   for (const bool sync : {false, true}) {
     o.pipeline_p2p_sync = sync;
-    const core::Schedule s = lower(model, topo, o);
+    const core::Schedule s = lower({model, topo}, o);
     for (const auto& prog : s.programs) {
       int recvs = 0, host_waits = 0, last_recv_event = -1;
       for (const auto& st : prog.streams) {

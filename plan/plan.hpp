@@ -247,23 +247,31 @@ struct PlanOptions {
   /// class: expert GEMMs and all-to-alls grow with the load of its experts.
   double moe_skew = 0;
   std::uint64_t seed = 1;
-
-  /// Not a plan option (no key, flag of the plan table, or provenance): the
-  /// most ops lowering may build, checked against estimate_work before any
-  /// op is built; set from --max-ops.
-  std::int64_t max_ops = kDefaultMaxOps;
-  /// Not a plan option either: the software stack that runs the plan, an
-  /// input beside model and cluster (the scenario's `stack`); null: the
-  /// default stack. Lowering takes its kernels, host costs, collective
-  /// granularity and copies from it; the provenance records it.
-  std::shared_ptr<const stacks::Stack> stack;
 };
 
 /// Ranks a sequence is split over: ring CP times Ulysses.
 [[nodiscard]] inline int sequence_split(const PlanOptions& o) { return o.cp * o.ulysses; }
 
-/// The stack `o` runs under (its own, or stacks::default_stack()).
-[[nodiscard]] const stacks::Stack& stack_of(const PlanOptions& o);
+/// What a plan runs on, loaded once (explore::resolve_inputs): the model, the
+/// cluster sized to the job's GPUs (calibration and what-if changes already
+/// applied) and the software stack. Inputs, not plan options: no key, flag or
+/// plan-file entry; the Schedule's provenance records each. Lowering takes
+/// the stack's kernels, host costs, collective granularity and copies.
+struct Inputs {
+  const models::ModelSpec& model;
+  const topologies::Topology& cluster;
+  std::shared_ptr<const stacks::Stack> stack = stacks::default_stack();  // never null
+};
+
+/// How lowering is bounded and checked: neither inputs nor plan options.
+struct LowerOptions {
+  /// The most ops lowering may build, checked against estimate_work before
+  /// any op is built (--max-ops).
+  std::int64_t max_ops = kDefaultMaxOps;
+  /// core::check_schedule before return (plan search skips it for plans it
+  /// only scores; a caller whose engine checks progress skips it too).
+  bool check = true;
+};
 
 /// The (g_p, g_g, g_o) a strategy uses on `dp` data-parallel ranks of this
 /// cluster; core::ProblemError naming param_shard/grad_shard/optim_shard when
@@ -279,8 +287,8 @@ struct PlanOptions {
 [[nodiscard]] int expert_data_parallel(const PlanOptions& o, int shard_ranks);
 [[nodiscard]] ShardSizes expert_shard_sizes(const PlanOptions& o, int shard_ranks, const ShardSizes& sh);
 /// Whether collectives are issued asynchronously: the plan's `async`, unset:
-/// on for hzp when its stack issues from background threads.
-[[nodiscard]] bool resolve_async(const PlanOptions& o);
+/// on for hzp when `stack` issues from background threads.
+[[nodiscard]] bool resolve_async(const PlanOptions& o, const stacks::StackSpec& stack);
 
 /// Bytes per parameter of the Adam optimizer step: read the gradient (4),
 /// read and write the fp32 master weight, first and second moments (3 x 8),
@@ -365,6 +373,10 @@ struct PipelineScheduleTraits {
   int settled_per_stage;
   /// Every stage's slots for m micro-batches per rank (its pipeline_orders).
   std::vector<std::vector<PipelineSlot>> (*orders)(int pp, int vpp, std::int64_t m, PassTimes times);
+  /// Its own legality beyond `vpp` (DualPipe: an even pp and micro-batch
+  /// count), checked by check_plan before the generic rules: the problem,
+  /// naming its option key, or nullopt where it runs. Null: none.
+  std::optional<core::Problem> (*check)(int pp, int vpp, std::int64_t micro_batches) = nullptr;
 };
 /// Every schedule: the built-ins in kPipelineSchedules' order, then the registered ones.
 [[nodiscard]] const std::vector<PipelineScheduleTraits>& pipeline_schedules();
@@ -502,6 +514,9 @@ struct ResolvedPlan {
   ShardSizes shards;      // the dense (g_p, g_g, g_o)
   int shard_ranks = 0;    // DP x CP: the ranks parameters are replicated over
   PipelineLayout layout;  // the layers of each virtual stage
+  /// The stack it runs under (never null in a plan check_plan resolved):
+  /// the provenance records its name, file and SHA-256.
+  std::shared_ptr<const stacks::Stack> stack;
   /// Not from the plan: every rank runs the mean of the work the plan's
   /// documents, jitter and routing skew draw, not the expected slowest of
   /// its class: the reference that says what stragglers cost
@@ -516,8 +531,8 @@ struct ResolvedPlan {
 /// Every problem of the plan on this model and cluster, fields named by their
 /// option key (plan/options.hpp); empty when lower() accepts it, and then
 /// `resolved` (if given) holds the resolved plan. Never throws for bad input.
-[[nodiscard]] std::vector<core::Problem> check_plan(const models::ModelSpec& m, const topologies::Topology& topo,
-                                                    const PlanOptions& o, ResolvedPlan* resolved = nullptr);
+[[nodiscard]] std::vector<core::Problem> check_plan(const Inputs& in, const PlanOptions& o,
+                                                    ResolvedPlan* resolved = nullptr);
 /// Why `stack` cannot run the plan ("torch-fsdp2 runs ddp, fsdp and hsdp,
 /// not hzp"; "deepspeed-zero runs no tensor parallelism"), from its `runs`;
 /// nullopt where it can. Not a lowering problem: hzp simulates the plan
@@ -525,8 +540,7 @@ struct ResolvedPlan {
 [[nodiscard]] std::optional<std::string> not_runnable(const stacks::StackSpec& stack, const PlanOptions& o);
 
 /// The resolved plan; core::ProblemError with every problem otherwise.
-[[nodiscard]] ResolvedPlan resolve_plan(const models::ModelSpec& m, const topologies::Topology& topo,
-                                        const PlanOptions& o);
+[[nodiscard]] ResolvedPlan resolve_plan(const Inputs& in, const PlanOptions& o);
 
 /// What lowering a resolved plan will build, from the step graph and the
 /// layout alone (no op is built): programs (rank classes) and ops, within
@@ -537,26 +551,25 @@ struct WorkEstimate {
   [[nodiscard]] std::int64_t bytes() const { return ops * kBytesPerOp; }
 };
 [[nodiscard]] WorkEstimate estimate_work(const models::ModelSpec& m, const PlanOptions& o, const ResolvedPlan& rp);
-/// InputError("command line", "--max-ops", ...) when the estimate exceeds o.max_ops.
-void check_work(const WorkEstimate& w, const PlanOptions& o);
+/// InputError("command line", "--max-ops", ...) when the estimate exceeds max_ops.
+void check_work(const WorkEstimate& w, std::int64_t max_ops);
 
 /// A lowered plan: the Schedule and the resolved plan beside it.
 struct LoweredPlan {
   core::Schedule schedule;
   ResolvedPlan plan;
 };
-/// Lowers the plan to a Schedule, checked by core::check_schedule before
-/// return (plan search skips the check for plans it only scores). Bad plans
-/// throw core::ProblemError (see check_plan).
-[[nodiscard]] LoweredPlan lower_plan(const models::ModelSpec& m, const topologies::Topology& topo, const PlanOptions& o,
-                                     bool check = true);
+/// Lowers the plan on these inputs to a Schedule, checked by
+/// core::check_schedule before return unless `lo.check` is off. Bad plans
+/// throw core::ProblemError (see check_plan); one over `lo.max_ops`,
+/// core::InputError.
+[[nodiscard]] LoweredPlan lower_plan(const Inputs& in, const PlanOptions& o, const LowerOptions& lo = {});
 /// The same for a plan check_plan already resolved (`o` as it was checked):
 /// what plan search uses to check each candidate once.
-[[nodiscard]] LoweredPlan lower_resolved(const models::ModelSpec& m, const topologies::Topology& topo,
-                                         const PlanOptions& o, ResolvedPlan resolved, bool check = true);
+[[nodiscard]] LoweredPlan lower_resolved(const Inputs& in, const PlanOptions& o, ResolvedPlan resolved,
+                                         const LowerOptions& lo = {});
 /// lower_plan(...).schedule.
-[[nodiscard]] core::Schedule lower(const models::ModelSpec& m, const topologies::Topology& topo, const PlanOptions& o,
-                                   bool check = true);
+[[nodiscard]] core::Schedule lower(const Inputs& in, const PlanOptions& o, const LowerOptions& lo = {});
 
 /// Whether an op of a lowered Schedule exists or costs what it does because
 /// of the data-parallel sharding (g_p, g_g, g_o, async), by its role: the

@@ -100,9 +100,10 @@ TEST(ResolveShards, PresetsAndValidation) {
   EXPECT_THROW(sizes(Strategy::Fsdp, 64, 8), core::ProblemError);         // presets take no sizes
   PlanOptions o;
   o.strategy = Strategy::Hzp;
-  EXPECT_TRUE(resolve_async(o));
+  const stacks::StackSpec& stack = stacks::default_stack()->spec;
+  EXPECT_TRUE(resolve_async(o, stack));
   o.strategy = Strategy::Fsdp;
-  EXPECT_FALSE(resolve_async(o));
+  EXPECT_FALSE(resolve_async(o, stack));
 }
 
 // check_plan returns every problem at once, each naming its option's key, and
@@ -117,7 +118,7 @@ TEST(CheckPlan, EveryProblemAtOnceAndTheResolvedPlan) {
   o.optim_shard = 12;      // not a divisor of DP = 16
   o.prefetch_depth = 100;  // above 64
   o.ep = 2;                // a dense model
-  const std::vector<core::Problem> ps = check_plan(m, topo, o);
+  const std::vector<core::Problem> ps = check_plan({m, topo}, o);
   ASSERT_EQ(ps.size(), 3u);
   EXPECT_EQ(ps[0], (core::Problem{"optim_shard", "expected a divisor of the data-parallel size (16), got 12"}));
   EXPECT_EQ(ps[1], (core::Problem{"prefetch_depth", "expected 0..64, got 100"}));
@@ -127,7 +128,7 @@ TEST(CheckPlan, EveryProblemAtOnceAndTheResolvedPlan) {
   o.prefetch_depth = 1;
   o.ep = 1;
   ResolvedPlan r;
-  ASSERT_TRUE(check_plan(m, topo, o, &r).empty());
+  ASSERT_TRUE(check_plan({m, topo}, o, &r).empty());
   // hzp's defaults on dgx-h100 x 16: (scale-up domain 8, node 8, DP 16); async; 32 sequences of 8,192.
   EXPECT_EQ(r.shards, (ShardSizes{8, 8, 16}));
   EXPECT_EQ(r.options.param_shard, 8);
@@ -171,7 +172,7 @@ TEST_P(ClosedForm, VolumesAndModelState) {
   o.grad_shard = c.g;
   o.optim_shard = c.o;
   o.async = c.async;
-  core::Schedule s = lower(m, topo, o);
+  core::Schedule s = lower({m, topo}, o);
   ASSERT_EQ(s.step.micro_batches, M);
   const ShardSizes sh = resolve_shards(o, static_cast<int>(DP), topo.spec());
   models::StepGraph graph = models::build_step_graph(m, models::GraphOptions{.seq_len = 8192, .micro_batch = 1});
@@ -238,7 +239,7 @@ TEST(ModelState, ZeroPaperForms) {
   auto state = [&](Strategy st) {
     PlanOptions o = options(st, 64 * 8192);
     o.grad_dtype = core::Dtype::Bf16;
-    return totals(lower(m, topo, o)).static_alloc;
+    return totals(lower({m, topo}, o)).static_alloc;
   };
   models::StepGraph graph = models::build_step_graph(m, models::GraphOptions{.seq_len = 8192, .micro_batch = 1});
   std::int64_t psi = 0;  // padded to a multiple of N: what ZeRO stages 1-3 partition
@@ -251,12 +252,12 @@ TEST(ModelState, ZeroPaperForms) {
 TEST(Lower, HashIsDeterministic) {
   models::ModelSpec m = models::load_model("llama3-8b");
   topologies::Topology topo(topologies::load_cluster("dgx-h100"), 16);
-  auto a = core::schedule_hash(lower(m, topo, options(Strategy::Fsdp, 16 * 8192)));
-  auto b = core::schedule_hash(lower(m, topo, options(Strategy::Fsdp, 16 * 8192)));
+  auto a = core::schedule_hash(lower({m, topo}, options(Strategy::Fsdp, 16 * 8192)));
+  auto b = core::schedule_hash(lower({m, topo}, options(Strategy::Fsdp, 16 * 8192)));
   EXPECT_EQ(a, b);
   PlanOptions o = options(Strategy::Fsdp, 16 * 8192);
   o.prefetch_depth = 2;
-  EXPECT_NE(core::schedule_hash(lower(m, topo, o)), a);
+  EXPECT_NE(core::schedule_hash(lower({m, topo}, o)), a);
 }
 
 // Schema 2: the roles and classes of a synchronous FSDP step of a 2-layer
@@ -270,7 +271,7 @@ TEST(Lower, RolesAndClassesOfAnFsdpStep) {
   topologies::Topology topo(topologies::load_cluster("dgx-h100"), 8);
   PlanOptions o = options(Strategy::Fsdp, 16 * 1024);
   o.seq_len = 1024;
-  const core::Schedule s = lower(m, topo, o);
+  const core::Schedule s = lower({m, topo}, o);
   ASSERT_EQ(s.programs.size(), 1u);
   ASSERT_EQ(s.step.micro_batches, 2);
   const int units = 4, mbs = 2;
@@ -323,7 +324,7 @@ TEST(Lower, RecomputeAndExpertClasses) {
   PlanOptions o = options(Strategy::Fsdp, 16 * 1024);
   o.seq_len = 1024;
   o.recompute = models::Recompute::Full;
-  const core::Schedule s = lower(m, topo, o);
+  const core::Schedule s = lower({m, topo}, o);
   int forward_layer_kernels = 0, recomputed = 0;
   for (const auto& st : s.programs[0].streams) {
     for (const auto& op : st.ops) recomputed += op.role == core::OpRole::Recompute;
@@ -341,7 +342,7 @@ TEST(Lower, RecomputeAndExpertClasses) {
   PlanOptions e = options(Strategy::Fsdp, 16 * 1024);
   e.seq_len = 1024;
   e.ep = 2;
-  const core::Schedule x = lower(moe, topo, e);
+  const core::Schedule x = lower({moe, topo}, e);
   std::map<std::pair<core::OpRole, core::ParamClass>, int> n;
   for (const auto& st : x.programs[0].streams) {
     for (const auto& op : st.ops) n[{op.role, op.param_class}]++;
@@ -364,7 +365,7 @@ TEST(Lower, ShardingOpsAreTheDataParallelOnes) {
   o.param_shard = 2;
   o.grad_shard = 4;
   o.optim_shard = 16;
-  const core::Schedule s = lower(m, topo, o);
+  const core::Schedule s = lower({m, topo}, o);
   std::map<std::string, int> sharding, other;  // by collective "kind/group" or compute name suffix
   for (const auto& st : s.programs.at(0).streams) {
     for (const auto& op : st.ops) {
@@ -397,9 +398,9 @@ TEST(Lower, KeepGatheredHalvesParameterGathers) {
   models::ModelSpec m = models::load_model("llama3-8b");
   topologies::Topology topo(topologies::load_cluster("dgx-h100"), 16);
   PlanOptions o = options(Strategy::Fsdp, 16 * 8192);
-  auto resharded = totals(lower(m, topo, o)).bytes["all_gather/dp_shard"];
+  auto resharded = totals(lower({m, topo}, o)).bytes["all_gather/dp_shard"];
   o.reshard_after_forward = false;
-  auto kept = totals(lower(m, topo, o)).bytes["all_gather/dp_shard"];
+  auto kept = totals(lower({m, topo}, o)).bytes["all_gather/dp_shard"];
   EXPECT_EQ(2 * kept, resharded);
 }
 

@@ -122,7 +122,7 @@ inline PlanOptions ddp_two_stages(std::int64_t sequences) {
 inline std::set<std::string> problem_fields(const models::ModelSpec& m, const topologies::Topology& topo,
                                             const PlanOptions& o) {
   std::set<std::string> fields;
-  for (const auto& p : check_plan(m, topo, o)) fields.insert(p.field);
+  for (const auto& p : check_plan({m, topo}, o)) fields.insert(p.field);
   return fields;
 }
 

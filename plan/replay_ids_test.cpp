@@ -33,7 +33,7 @@ TEST(ReplayIds, SparseOpAndEventIdsReplayLikeDenseOnes) {
   const topologies::Topology topo(topologies::load_cluster("dgx-h100"), 16);
   PlanOptions o = test_util::ddp_two_stages(8);
   o.strategy = Strategy::Fsdp;
-  const core::Schedule dense = lower(test_util::four_layers(), topo, o);
+  const core::Schedule dense = lower({test_util::four_layers(), topo}, o);
   core::Schedule sparse = dense;
   int events = 0;
   for (auto& p : sparse.programs) {
@@ -68,7 +68,7 @@ TEST(ReplayIds, SparseOpAndEventIdsReplayLikeDenseOnes) {
 
 TEST(ReplayIds, OnePlanReplaysTwiceAlike) {
   const topologies::Topology topo(topologies::load_cluster("dgx-h100"), 16);
-  const core::Schedule s = lower(test_util::four_layers(), topo, test_util::ddp_two_stages(8));
+  const core::Schedule s = lower({test_util::four_layers(), topo}, test_util::ddp_two_stages(8));
   const core::ReplayPlan plan(s);
   const core::ReplayCosts costs = distinct_costs();
   const core::ReplayResult a = plan.replay(costs);

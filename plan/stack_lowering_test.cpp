@@ -28,8 +28,7 @@ core::Schedule lower_under(const std::string& stack, models::Recompute recompute
   o.seq_len = T;
   o.recompute = recompute;
   o.fused_loss = fused_loss;
-  o.stack = stacks::resolve_stack(stack);
-  return lower(m, topo, o);
+  return lower({m, topo, stacks::resolve_stack(stack)}, o);
 }
 
 std::vector<core::Op> ops_named(const core::Schedule& s, const std::string& prefix) {
@@ -137,8 +136,7 @@ TEST(StackLowering, ZeroThreeReducesALayerInBucketsOfItsSize) {
   const topologies::Topology topo(topologies::load_cluster("dgx-h100"), 8);
   PlanOptions o = test_util::options(Strategy::Fsdp, 8 * T);
   o.seq_len = T;
-  o.stack = stack;
-  const core::Schedule s = lower(m, topo, o);
+  const core::Schedule s = lower({m, topo, stack}, o);
   std::int64_t count = 0, bytes = 0;
   for (const auto& op : ops_named(s, "layer0.grad_reducescatter")) {
     if (op.kind != core::OpKind::Collective) continue;
@@ -206,8 +204,7 @@ TEST(StackLowering, InternEvoAllReducesGradientsAndBroadcastsFromEachOwner) {
   o.param_shard = o.grad_shard = 1;
   o.optim_shard = 8;
   o.async = false;
-  o.stack = stacks::resolve_stack("internevo");
-  const core::Schedule s = lower(m, topo, o);
+  const core::Schedule s = lower({m, topo, stacks::resolve_stack("internevo")}, o);
   const core::Op& ar = only(s, "layer0.grad_allreduce.all");
   EXPECT_EQ(s.group(ar.group).kind, core::GroupKind::DpAll);
   EXPECT_EQ(s.group(ar.group).ranks.size(), 16u);
@@ -243,10 +240,10 @@ TEST(StackLowering, AsyncNeedsBackgroundThreads) {
   const models::ModelSpec m = test_util::four_layers();
   const topologies::Topology topo(topologies::load_cluster("dgx-h100"), 8);
   PlanOptions o = test_util::options(Strategy::Hzp, 8 * T);
-  o.stack = stacks::resolve_stack("torch-fsdp2");
-  EXPECT_FALSE(resolve_async(o));  // hzp's default follows the stack
+  const auto fsdp2 = stacks::resolve_stack("torch-fsdp2");
+  EXPECT_FALSE(resolve_async(o, fsdp2->spec));  // hzp's default follows the stack
   o.async = true;
-  const auto problems = check_plan(m, topo, o);
+  const auto problems = check_plan({m, topo, fsdp2}, o);
   ASSERT_EQ(problems.size(), 1u);
   EXPECT_EQ(problems[0].field, "async");
 }

@@ -72,7 +72,7 @@ struct Use {
 /// and the event each use records when its kernels are done.
 struct StageContext {
   StageContext(std::vector<Unit> units, const BatchSplit& batch, const PlanOptions& opt, bool async, Layout layout,
-               Stage stage, const topologies::Topology& topo);
+               Stage stage, const Inputs& in);
 
   const BatchSplit& batch;
   const PlanOptions& opt;
@@ -273,8 +273,7 @@ class ModelParallel {
 class StageLowering {
  public:
   StageLowering(std::vector<Unit> units, const BatchSplit& batch, const PlanOptions& opt,
-                const std::vector<ShardedParams>& classes, bool async, Layout layout, Stage stage,
-                const topologies::Topology& topo);
+                const std::vector<ShardedParams>& classes, bool async, Layout layout, Stage stage, const Inputs& in);
   StageLowering(const StageLowering&) = delete;
   StageLowering& operator=(const StageLowering&) = delete;
 

@@ -37,11 +37,9 @@ std::vector<Strategy> all_strategies() {
           Strategy::Hsdp, Strategy::Hpz,   Strategy::Hzp};
 }
 
-bool resolve_async(const PlanOptions& o) {
-  return o.async.value_or(o.strategy == Strategy::Hzp && stack_of(o).spec.overlap.background_threads);
+bool resolve_async(const PlanOptions& o, const stacks::StackSpec& stack) {
+  return o.async.value_or(o.strategy == Strategy::Hzp && stack.overlap.background_threads);
 }
-
-const stacks::Stack& stack_of(const PlanOptions& o) { return o.stack ? *o.stack : *stacks::default_stack(); }
 
 namespace {
 

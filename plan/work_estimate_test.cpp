@@ -21,6 +21,7 @@ struct Case {
   const char* model;
   int gpus;
   PlanOptions o;
+  std::shared_ptr<const stacks::Stack> stack = stacks::default_stack();
 };
 
 // Test names and failures show the case's name, not its bytes.
@@ -66,18 +67,16 @@ std::vector<Case> cases() {
   var.compute_jitter = 0.1;
   out.push_back({"variability", "llama3-8b", 16, var});
   // Stacks that cut a unit's collectives: per parameter tensor, per 1 MB bucket.
-  PlanOptions per_tensor = base(Strategy::Fsdp, 16);
-  per_tensor.stack = stacks::resolve_stack("deepspeed-zero");
-  out.push_back({"stack_per_parameter", "llama3-8b", 16, per_tensor});
-  PlanOptions buckets = base(Strategy::Fsdp, 16);
-  buckets.stack = stacks::stack_from_text(
+  out.push_back(
+      {"stack_per_parameter", "llama3-8b", 16, base(Strategy::Fsdp, 16), stacks::resolve_stack("deepspeed-zero")});
+  const auto buckets = stacks::stack_from_text(
       [] {
         auto [text, file] = stacks::stack_text("megatron-core-te");
         const std::string key = "\"bucket_MB\": 80";
         return text.replace(text.find(key), key.size(), "\"bucket_MB\": 1");
       }(),
       "1MB-buckets.json");
-  out.push_back({"stack_small_buckets", "llama3-8b", 16, buckets});
+  out.push_back({"stack_small_buckets", "llama3-8b", 16, base(Strategy::Fsdp, 16), buckets});
   return out;
 }
 
@@ -87,9 +86,9 @@ TEST_P(WorkEstimateTest, WithinAFactorOfTwoOfTheOpsLoweringBuilds) {
   const Case& c = GetParam();
   const models::ModelSpec m = models::load_model(c.model);
   const topologies::Topology topo(topologies::load_cluster("dgx-h100"), c.gpus);
-  const ResolvedPlan rp = resolve_plan(m, topo, c.o);
+  const ResolvedPlan rp = resolve_plan({m, topo, c.stack}, c.o);
   const WorkEstimate w = estimate_work(m, c.o, rp);
-  const core::Schedule s = lower(m, topo, c.o);
+  const core::Schedule s = lower({m, topo, c.stack}, c.o);
   std::int64_t ops = 0;
   for (const auto& p : s.programs) {
     for (const auto& st : p.streams) ops += static_cast<std::int64_t>(st.ops.size());
@@ -122,7 +121,7 @@ TEST(WorkLimit, RefusesBeforeBuildingAnything) {
     const topologies::Topology topo(cluster, gpus);
     const auto t0 = std::chrono::steady_clock::now();
     try {
-      (void)lower(m, topo, o);
+      (void)lower({m, topo}, o);
       ADD_FAILURE() << model << " was lowered";
     } catch (const core::InputError& e) {
       EXPECT_EQ(e.key(), "--max-ops") << e.what();
@@ -134,11 +133,10 @@ TEST(WorkLimit, RefusesBeforeBuildingAnything) {
   // Raised, the limit lets a plan through.
   PlanOptions small = many;
   small.global_batch_sequences = 4096;
-  small.max_ops = 100;
-  EXPECT_THROW((void)lower(models::load_model("llama3-8b"), topologies::Topology(cluster, 16), small),
-               core::InputError);
-  small.max_ops = kDefaultMaxOps;
-  EXPECT_NO_THROW((void)lower(models::load_model("llama3-8b"), topologies::Topology(cluster, 16), small));
+  const models::ModelSpec m = models::load_model("llama3-8b");
+  const topologies::Topology topo(cluster, 16);
+  EXPECT_THROW((void)lower({m, topo}, small, {.max_ops = 100}), core::InputError);
+  EXPECT_NO_THROW((void)lower({m, topo}, small, {.max_ops = kDefaultMaxOps}));
 }
 
 }  // namespace

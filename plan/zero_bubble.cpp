@@ -269,6 +269,16 @@ Orders zb_v_orders(int pp, int, std::int64_t m, PassTimes times) { return VSched
 Orders dualpipe_orders(int pp, int, std::int64_t m, PassTimes times) {
   return VSchedule(pp, m, times, /*dual=*/true).run();
 }
+// Micro-batches enter from both ends in pairs, and stage p pairs with its
+// mirror pp - 1 - p.
+std::optional<core::Problem> dualpipe_check(int pp, int vpp, std::int64_t m) {
+  if (vpp == 1 && pp >= 2 && pp % 2 == 0 && m % 2 == 0 && m >= pp) return std::nullopt;
+  return core::Problem{"pipeline_schedule",
+                       fmt::format("dualpipe needs vpp 1 (each stage holds its mirror's copy as a second chunk), an "
+                                   "even pp >= 2 and an even number of micro-batches >= pp; got pp {}, vpp {}, {} "
+                                   "micro-batches",
+                                   pp, vpp, m)};
+}
 
 // The built-ins, in kPipelineSchedules' order and under its names.
 constexpr std::string_view name(PipelineSchedule s) { return core::name_of(kPipelineSchedules, s); }
@@ -280,7 +290,8 @@ struct ScheduleRegistry {
        &one_f_one_b_orders},
       {PipelineSchedule::ZbH1, name(PipelineSchedule::ZbH1), true, false, false, 1, false, 1, &zb_h1_orders},
       {PipelineSchedule::ZbV, name(PipelineSchedule::ZbV), true, true, false, 2, false, 2, &zb_v_orders},
-      {PipelineSchedule::DualPipe, name(PipelineSchedule::DualPipe), true, false, true, 1, false, 1, &dualpipe_orders},
+      {PipelineSchedule::DualPipe, name(PipelineSchedule::DualPipe), true, false, true, 1, false, 1, &dualpipe_orders,
+       &dualpipe_check},
   };
 };
 

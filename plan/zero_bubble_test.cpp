@@ -111,7 +111,7 @@ core::Schedule lowered(int pp, int vpp, int m, PipelineSchedule schedule, models
   o.vpp = vpp;
   o.recompute = r;
   o.pipeline_schedule = schedule;
-  core::Schedule s = lower(layers(n > 0 ? n : pp * vpp), topo, o);  // checked by core::check_schedule
+  core::Schedule s = lower({layers(n > 0 ? n : pp * vpp), topo}, o);  // checked by core::check_schedule
   test_util::without_launch_latency(s);
   return s;
 }
@@ -313,7 +313,7 @@ TEST(ZeroBubble, OptionNeedsItsVirtualStages) {
         std::tuple{PipelineSchedule::ZbV, 2, true}, std::tuple{PipelineSchedule::ZbV, 1, false}}) {
     o.pipeline_schedule = schedule;
     o.vpp = vpp;
-    const std::vector<core::Problem> ps = check_plan(model, topo, o);
+    const std::vector<core::Problem> ps = check_plan({model, topo}, o);
     EXPECT_EQ(ps.empty(), ok) << to_string(schedule) << " vpp " << vpp;
     if (!ok) {
       ASSERT_EQ(ps.size(), 1u);
@@ -360,7 +360,7 @@ TEST(ZeroBubble, TwoWayPipelinesRunWithContextParallelism) {
     o.vpp = vpp;
     o.cp = 2;
     o.pipeline_schedule = schedule;
-    const core::Schedule s = lower(layers(8), topo, o);
+    const core::Schedule s = lower({layers(8), topo}, o);
     ASSERT_EQ(s.programs.size(), 8u);  // 4 stages x 2 cp ranks
     core::ReplayCosts costs;
     costs.compute = [](const core::Program&, const core::Op&) { return core::Duration::ns(1000); };

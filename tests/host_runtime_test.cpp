@@ -61,7 +61,7 @@ TEST_P(HostEquivalence, VirtualClockRunEqualsTheAnalyticEngine) {
   models::ModelSpec m = models::load_model("llama3-8b");
   m.layers = 4;
   const cost::PerfModel pm(topologies::Topology(topologies::load_cluster("dgx-h100"), 16));
-  const core::Schedule s = plan::lower(m, pm.topology(), GetParam().o);
+  const core::Schedule s = plan::lower({m, pm.topology()}, GetParam().o);
   // The host backend neither slows compute under collectives nor shares links
   // between them: neither does the reference.
   sim::AnalyticEngine analytic(pm, sim::Contention::none());

@@ -214,10 +214,14 @@ TEST(OptionTable, EveryChannelTakesTheSameRange) {
       return integer ? fmt::format("{}", static_cast<std::int64_t>(x) + step)
                      : fmt::format("{}", x + step * std::max(1e-3, std::abs(x) / 2));
     };
-    const std::vector<std::pair<std::string, bool>> values{
-        {spell(spec->min, 0), true}, {spell(spec->max, 0), true}, {spell(spec->min, -1), false},
-        {spell(spec->max, 1), false},
-        {"nan", false},          {"inf", false},          {"0x10", false},       {"1e999", false}};
+    const std::vector<std::pair<std::string, bool>> values{{spell(spec->min, 0), true},
+                                                           {spell(spec->max, 0), true},
+                                                           {spell(spec->min, -1), false},
+                                                           {spell(spec->max, 1), false},
+                                                           {"nan", false},
+                                                           {"inf", false},
+                                                           {"0x10", false},
+                                                           {"1e999", false}};
     for (const auto& [text, in_range] : values) {
       const Verdicts v = verdicts(*spec, plan_option, text);
       const std::string at = spec->key + " = " + text;
@@ -245,7 +249,7 @@ TEST(InputResolver, AdaptiveAndPlanSearchSeeTheCalibration) {
   sc.model = "llama3-8b";
   sc.cluster = "dgx-a100";
   sc.gpus = 16;
-  sc.calibration = source_dir() + "/validation/calibration/A100-SXM-80GB.megatron-deepspeed.json";
+  sc.overlay.calibration = source_dir() + "/validation/calibration/A100-SXM-80GB.megatron-deepspeed.json";
   sc.stack = "megatron-deepspeed";  // the stack the calibration was fitted under
   sc.plan.global_batch_sequences = 32;
   sc.plan.seq_len = 2048;
@@ -258,7 +262,7 @@ TEST(InputResolver, AdaptiveAndPlanSearchSeeTheCalibration) {
   EXPECT_EQ(choice.candidates.front().step.count_ns(), final_step.count_ns());
   // The calibration matters here: without it the same plan takes another time.
   explore::Scenario uncalibrated = chosen;
-  uncalibrated.calibration.clear();
+  uncalibrated.overlay.calibration.clear();
   EXPECT_NE(explore::run_scenario(uncalibrated).runs.at(0).metrics.step_time.count_ns(), final_step.count_ns());
 
   explore::PlanQuery q;
@@ -267,7 +271,7 @@ TEST(InputResolver, AdaptiveAndPlanSearchSeeTheCalibration) {
   q.gpus = {sc.gpus};
   q.base = sc.plan;
   q.stack = sc.stack;
-  q.overlay = sc.overlay();
+  q.overlay = sc.overlay;
   q.top = 1;
   const explore::PlanSearch found = explore::search_plans(q);
   ASSERT_FALSE(found.best.empty());
@@ -282,7 +286,7 @@ TEST(InputResolver, AdaptiveAndPlanSearchSeeTheCalibration) {
 TEST(InputResolver, CalibrationHoldsForItsStackOnly) {
   explore::Scenario sc;
   sc.cluster = "dgx-a100";
-  sc.calibration = source_dir() + "/validation/calibration/A100-SXM-80GB.megatron-deepspeed.json";
+  sc.overlay.calibration = source_dir() + "/validation/calibration/A100-SXM-80GB.megatron-deepspeed.json";
   sc.stack = "torch-fsdp2";
   try {
     (void)explore::resolve_inputs(sc);

@@ -97,8 +97,8 @@ TEST(PlanSearch, OffloadsParametersWhenNothingElseFits) {
 TEST(PlanSearch, ScreenedMemoryWithOffloadedActivations) {
   const models::ModelSpec m = models::load_model("llama3-70b");
   const cost::PerfModel pm(topologies::Topology(topologies::load_cluster("dgx-a100"), 64));
+  const explore::search::Target target{{m, pm.topology()}, pm};
   plan::PlanOptions o;
-  o.stack = stacks::default_stack();
   o.strategy = plan::Strategy::Fsdp;
   o.tp = 8;
   o.micro_batch = 8;
@@ -107,8 +107,8 @@ TEST(PlanSearch, ScreenedMemoryWithOffloadedActivations) {
   o.recompute = models::Recompute::Selective;
   o.offload_optimizer = o.offload_params = o.offload_activations = true;
   sim::Metrics exact;
-  const explore::search::Estimate full = explore::search::simulate(m, pm, o, exact);
-  const explore::search::Estimate screened = explore::search::screen(m, pm, o, false);
+  const explore::search::Estimate full = explore::search::simulate(target, o, exact);
+  const explore::search::Estimate screened = explore::search::screen(target, o, false);
   ASSERT_TRUE(full.ok && screened.ok);
   EXPECT_NEAR(screened.reserved_GiB / full.reserved_GiB, 1.0, 0.1);
   EXPECT_NEAR(screened.step_s / full.step_s, 1.0, 0.05);
@@ -124,8 +124,8 @@ TEST(PlanSearch, ScreenedMemoryWithOffloadedActivations) {
 TEST(PlanSearch, ScreenedMemoryFollowsTheLayersWhereTheReducedPeaksDoNot) {
   const models::ModelSpec m = models::load_model("qwen3-30b-a3b");
   const cost::PerfModel pm(topologies::Topology(topologies::load_cluster("dgx-h100"), 8));
+  const explore::search::Target target{{m, pm.topology()}, pm};
   plan::PlanOptions o;
-  o.stack = stacks::default_stack();
   o.strategy = plan::Strategy::Hzp;
   o.async = false;
   o.param_shard = o.grad_shard = o.optim_shard = 2;
@@ -134,8 +134,8 @@ TEST(PlanSearch, ScreenedMemoryFollowsTheLayersWhereTheReducedPeaksDoNot) {
   o.expert_tp = 1;
   o.global_batch_tokens = 128 * 1024;
   sim::Metrics exact;
-  const explore::search::Estimate full = explore::search::simulate(m, pm, o, exact);
-  const explore::search::Estimate screened = explore::search::screen(m, pm, o, false);
+  const explore::search::Estimate full = explore::search::simulate(target, o, exact);
+  const explore::search::Estimate screened = explore::search::screen(target, o, false);
   ASSERT_TRUE(full.ok && screened.ok);
   EXPECT_GT(full.reserved_GiB, 80.0);  // it does not fit an H100
   EXPECT_NEAR(screened.reserved_GiB / full.reserved_GiB, 1.0, 0.1);
@@ -166,14 +166,14 @@ TEST(PlanSearch, TheAnswerIsTriedUnderTheSchedulesAndUlysses) {
 TEST(PlanSearch, APlanOverTheOpLimitIsSkippedNotFatal) {
   const models::ModelSpec m = models::load_model("llama3-8b");
   const cost::PerfModel pm(topologies::Topology(topologies::load_cluster("dgx-h100"), 8));
+  const explore::search::Target target{{m, pm.topology()}, pm};
   plan::PlanOptions o;
-  o.stack = stacks::default_stack();
   o.strategy = plan::Strategy::Fsdp;
   o.global_batch_sequences = 8;
   sim::Metrics metrics;
-  EXPECT_TRUE(explore::search::simulate(m, pm, o, metrics).ok);
-  o.max_ops = 100;
-  EXPECT_FALSE(explore::search::simulate(m, pm, o, metrics).ok);
+  EXPECT_TRUE(explore::search::simulate(target, o, metrics).ok);
+  const explore::search::Target small{{m, pm.topology()}, pm, 100};
+  EXPECT_FALSE(explore::search::simulate(small, o, metrics).ok);
 }
 
 // Several GPU counts: the larger one's plans are faster, and they must not
@@ -214,7 +214,7 @@ TEST(PlanSearch, EveryGpuCountGetsItsBestPlanAndATally) {
   q.progress = nullptr;
   // Nothing may be built: every plan checked exactly is over the op limit, and says so.
   q.gpus = {8};
-  q.base.max_ops = 100;
+  q.max_ops = 100;
   const explore::PlanSearch none = explore::search_plans(q);
   EXPECT_TRUE(none.best.empty());
   EXPECT_GT(none.settings.at(0).op_limit, 0);

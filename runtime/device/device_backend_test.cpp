@@ -180,7 +180,7 @@ core::Schedule lower(const char* model, int layers, plan::PlanOptions o) {
   models::ModelSpec m = models::load_model(model);
   m.layers = layers;
   const topologies::Topology topo(topologies::load_cluster("dgx-h100"), 16);
-  return plan::lower(m, topo, o);
+  return plan::lower({m, topo}, o);
 }
 
 std::vector<Generated> schedules() {

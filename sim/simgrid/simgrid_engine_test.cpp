@@ -334,7 +334,7 @@ TEST(SimGridEngine, EstimatesItsFlowsBeforeSimulating) {
     o.strategy = strategy;
     o.seq_len = 4096;
     o.global_batch_sequences = 32;
-    const core::Schedule s = plan::lower(m, pm.topology(), o);
+    const core::Schedule s = plan::lower({m, pm.topology()}, o);
     for (const std::string ranks : {"all", "classes"}) {
       const traces::Timeline t = run(s, pm, quiet(ranks));
       const std::string& detail = t.header.engine_detail;
@@ -388,7 +388,7 @@ TEST_P(Agreement, WithTheAnalyticEngineWithinTwoPercent) {
   o.seq_len = 4096;
   o.global_batch_sequences = 64;
   o.recompute = models::Recompute::Full;
-  core::Schedule s = plan::lower(m, pm.topology(), o);
+  core::Schedule s = plan::lower({m, pm.topology()}, o);
   traces::TraceHeader h;
   h.schedule_sha256 = "test";
   traces::TimelineRecorder a, g;
@@ -426,7 +426,7 @@ TEST(SimGridEngine, AgreesWithTheAnalyticEngineWhereCollectivesShareTheNics) {
   o.seq_len = 4096;
   o.global_batch_sequences = 32;
   o.recompute = models::Recompute::Full;
-  const core::Schedule s = plan::lower(models::load_model("llama3-8b"), pm.topology(), o);
+  const core::Schedule s = plan::lower({models::load_model("llama3-8b"), pm.topology()}, o);
   traces::TraceHeader h;
   h.schedule_sha256 = "test";
   const auto& dev = pm.topology().spec().device;
@@ -478,7 +478,7 @@ TEST(SimGridEngine, EveryGroupKindRunsAndAgrees) {
   }
   for (const Case& c : cases) {
     auto pm = h100(c.gpus);
-    core::Schedule s = plan::lower(c.m, pm.topology(), c.o);
+    core::Schedule s = plan::lower({c.m, pm.topology()}, c.o);
     traces::TraceHeader h;
     h.schedule_sha256 = "test";
     const auto& dev = pm.topology().spec().device;

@@ -25,6 +25,6 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     // Keep each input cheap: the Schedule holds every micro-batch.
     plan::BatchSplit b = plan::split_batch(model, topo.devices(), o);
     if (b.micro_batches > 32) return;
-    (void)plan::lower(model, topo, o);
+    (void)plan::lower({model, topo}, o);
   });
 }
