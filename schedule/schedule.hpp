@@ -17,7 +17,11 @@
 
 namespace hzp::core {
 
-inline constexpr int kScheduleSchemaVersion = 4;
+/// 5: ZeRO++'s quantized collectives carry their integer element types
+/// (int8, int4; 4 labelled them fp8) and an attention op's kernel is one of
+/// kAttentionKernels. An older Schedule is refused with one line saying to
+/// lower it again.
+inline constexpr int kScheduleSchemaVersion = 5;
 /// The most ranks a Schedule may have (a million).
 inline constexpr int kMaxWorldSize = 1 << 20;
 

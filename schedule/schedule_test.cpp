@@ -185,16 +185,16 @@ TEST(Schedule, AttentionKernelRoundTripsThroughItsNameTable) {
 
 TEST(Schedule, OlderSchemaIsRejectedWithWhatToDo) {
   std::string text = to_canonical_json(two_rank_schedule());
-  const auto pos = text.find(R"("schema_version":4)");
+  const auto pos = text.find(R"("schema_version":5)");
   ASSERT_NE(pos, std::string::npos);
-  text.replace(pos, 18, R"("schema_version":3)");
+  text.replace(pos, 18, R"("schema_version":4)");
   try {
     (void)schedule_from_json(text, "old.json", false);
     FAIL();
   } catch (const InputError& e) {
     EXPECT_STREQ(e.what(),
-                 "old.json: schema_version: expected 4 (a Schedule written by an older hzp; lower it again with "
-                 "`hzp schedule`), got 3");
+                 "old.json: schema_version: expected 5 (a Schedule written by an older hzp; lower it again with "
+                 "`hzp schedule`), got 4");
   }
 }
 

@@ -32,7 +32,7 @@ def thread(i, name):
 
 
 def schedule(name, world, groups, programs):
-    return {"schema_version": 4, "name": name, "sha256": "", "provenance": {},
+    return {"schema_version": 5, "name": name, "sha256": "", "provenance": {},
             "step": {"model": "mini", "cluster": "dgx-h100", "strategy": "hzp", "world_size": world, "seq_len": 128,
                      "global_batch_sequences": world, "micro_batches": 1, "model_flops": 1e9},
             "groups": groups, "programs": programs}
