@@ -163,6 +163,8 @@ class Bandwidth {
   friend constexpr Bandwidth operator*(Bandwidth a, double k) { return Bandwidth(a.b_ * k); }
   friend constexpr Bandwidth operator*(double k, Bandwidth a) { return Bandwidth(a.b_ * k); }
   friend constexpr Bandwidth operator/(Bandwidth a, double k) { return Bandwidth(a.b_ / k); }
+  /// The ratio of two rates (a share of a link).
+  friend constexpr double operator/(Bandwidth a, Bandwidth b) { return a.b_ / b.b_; }
   friend constexpr auto operator<=>(Bandwidth, Bandwidth) = default;
 
  private:

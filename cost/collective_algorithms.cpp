@@ -212,11 +212,12 @@ class Tree final : public NcclTableAlgorithm {
   // on NCCL's estimate.
   [[nodiscard]] double fill_s(const CollectiveCall& c, const CollectiveChoice& run) const override {
     const int D = c.shape.domains, ppn = c.shape.per_domain;
-    if (D <= 1 || run.bus_GBps <= 0) return 0;
+    const double bus_GBps = run.bus.GBps();
+    if (D <= 1 || bus_GBps <= 0) return 0;
     const double chunk =
         std::min(c.bytes / run.channels, tree_chunk(c.model.tuning(), c.protocol, c.bytes, run.channels, D, ppn));
     const double up_hop_s = chunk / (2 * c.model.up_GBps() / c.shape.channels * 1e9);
-    const double net_hop_s = chunk / (2 * run.bus_GBps / run.channels * 1e9);
+    const double net_hop_s = chunk / (2 * bus_GBps / run.channels * 1e9);
     return 2 * (ppn - 1) * up_hop_s + (2 * log2_floor(D) - 1) * net_hop_s;
   }
 };

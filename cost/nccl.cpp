@@ -223,16 +223,20 @@ CollectiveChoice NcclModel::cost(const CollectiveAlgorithm& a, NcclProtocol p, C
   const double plugin = plugin_latency_us_ * (p == NcclProtocol::Simple ? 2 : 1);
   const AlgorithmSteps run = a.steps(call, intra, inter);
   const double estimate_us = plugin > 0 ? a.steps(call, intra, inter + plugin).latency_us : run.latency_us;
-  c.moved = run.moved;
+  c.moved_bytes = run.moved;
   c.latency_s = run.latency_us * 1e-6;
-  c.estimate_s = bw.bus > 0 ? estimate_us * 1e-6 + c.moved / (bw.bus * 1e9) : std::numeric_limits<double>::infinity();
+  c.estimate_s = bw.bus > 0
+                     ? estimate_us * 1e-6 + core::transfer_seconds(c.moved_bytes, core::Bandwidth::from_GBps(bw.bus))
+                     : std::numeric_limits<double>::infinity();
 
   // What runs: a message that fills fewer channels runs on fewer (after the
   // choice, as in enqueue.cc); a channel carries its share of the links, and
   // the protocol's own caps stay.
   c.channels = a.channels_run(call);
-  c.bus_GBps = a.running_bus_GBps(call, std::min(bw.bus, bw.links * c.channels / call.shape.channels));
-  c.transfer_s = c.bus_GBps > 0 ? c.moved / (c.bus_GBps * 1e9) : std::numeric_limits<double>::infinity();
+  c.bus = core::Bandwidth::from_GBps(
+      a.running_bus_GBps(call, std::min(bw.bus, bw.links * c.channels / call.shape.channels)));
+  c.transfer_s = c.bus > core::Bandwidth{} ? core::transfer_seconds(c.moved_bytes, c.bus)
+                                           : std::numeric_limits<double>::infinity();
   c.latency_s += a.fill_s(call, c);
   return c;
 }

@@ -108,15 +108,16 @@ struct NcclTuning {
 /// The table hzp follows (one NCCL version; see nccl.cpp for its sources).
 [[nodiscard]] const NcclTuning& nccl_tuning();
 
-/// One (algorithm, protocol) NCCL would consider, costed.
+/// One (algorithm, protocol) NCCL would consider, costed. Times are
+/// unrounded seconds (the performance model rounds its sum once).
 struct CollectiveChoice {
   const CollectiveAlgorithm* algorithm = nullptr;  // a registered one (collective_algorithm.hpp)
   NcclProtocol protocol = NcclProtocol::Simple;
-  int channels = 1;       // channels the message is spread over
-  double latency_s = 0;   // base + steps (+ a tree's pipeline fill across domains)
-  double transfer_s = 0;  // bytes on the busiest link / bandwidth, over the channels used
-  double bus_GBps = 0;    // the bus bandwidth it runs at, over the channels used
-  double moved = 0;       // bytes over the busiest link
+  int channels = 1;        // channels the message is spread over
+  double latency_s = 0;    // base + steps (+ a tree's pipeline fill across domains)
+  double transfer_s = 0;   // bytes on the busiest link / bandwidth, over the channels used
+  core::Bandwidth bus{};   // the bus bandwidth it runs at, over the channels used
+  double moved_bytes = 0;  // bytes over the busiest link (a fraction of the message: (P−1)/P·N)
   /// NCCL's own estimate (every channel busy): what the choice is made on.
   double estimate_s = 0;
   /// Whether hzp's tuner picks it when it is cheapest (a run may still force
@@ -130,6 +131,13 @@ struct CollectiveChoice {
 /// in a domain (less the oversubscription of the tiers the group climbs),
 /// each at the fraction a Simple ring reaches on it. A value type: it keeps
 /// the few figures it needs, so a copy of its owner never dangles.
+///
+/// Units: what it hands the rest of hzp is typed (CollectiveChoice's
+/// core::Bandwidth and unrounded seconds; the `*_bandwidth` and `*_s`
+/// accessors). The tuner's own arithmetic — NcclTuning's table, the
+/// algorithm descriptors' steps and caps, and the `*_us` / `*_GBps`
+/// accessors they call — stays in µs and GB/s, the units NCCL's tuning.cc
+/// states them in, so that each line can be held against NCCL's.
 class NcclModel {
  public:
   explicit NcclModel(const ClusterSpec& spec, const NcclTuning& tuning = nccl_tuning());
@@ -145,6 +153,21 @@ class NcclModel {
 
   /// Channels NCCL builds for this group (rings or trees side by side).
   [[nodiscard]] int channels(const GroupSpan& g) const;
+
+  /// The Simple ring's bandwidth over this group at large sizes.
+  [[nodiscard]] core::Bandwidth ring_bandwidth(const GroupSpan& g) const {
+    return core::Bandwidth::from_GBps(ring_GBps(g));
+  }
+  /// What one device's scale-up link and its NICs (through the tiers up to
+  /// `top_tier`) carry for a ring.
+  [[nodiscard]] core::Bandwidth scale_up_bandwidth() const { return core::Bandwidth::from_GBps(scale_up_GBps()); }
+  [[nodiscard]] core::Bandwidth nic_bandwidth(int top_tier) const {
+    return core::Bandwidth::from_GBps(nic_GBps(top_tier));
+  }
+  /// A send/recv's latency within a domain (`top_tier` < 0) or across tiers, seconds.
+  [[nodiscard]] double p2p_latency_s(int top_tier) const { return core::us_to_seconds(p2p_latency_us(top_tier)); }
+
+  // In NCCL's units (see the class comment), for the tuner's arithmetic.
   /// Simple ring bus bandwidth over this group at large sizes, GB/s.
   [[nodiscard]] double ring_GBps(const GroupSpan& g) const;
   /// A scale-up link's and a NIC's achievable bandwidth for one device, GB/s
@@ -165,7 +188,7 @@ class NcclModel {
   /// `top_tier` (NCCL's NET step plus two switch hops per tier above the leaf), µs.
   [[nodiscard]] double intra_step_us(NcclAlgorithm a, NcclProtocol p) const;
   [[nodiscard]] double net_step_us(NcclAlgorithm a, NcclProtocol p, int top_tier) const;
-  /// A send/recv's latency within a domain or across tiers, µs.
+  /// A send/recv's latency within a domain or across tiers, µs (p2p_latency_s).
   [[nodiscard]] double p2p_latency_us(int top_tier) const;
   [[nodiscard]] const NcclTuning& tuning() const { return *t_; }
 

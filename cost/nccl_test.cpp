@@ -97,7 +97,7 @@ TEST(NcclModel, SmallMessagesFillFewerChannels) {
   const auto all = pm.nccl().candidates(CollectiveKind::AllGather, 65536, g);
   const auto simple = pick(all, NcclAlgorithm::Ring, NcclProtocol::Simple);
   EXPECT_EQ(simple.channels, 2);
-  EXPECT_NEAR(simple.bus_GBps, 360.0 * 2 / 32, 1e-12);
+  EXPECT_NEAR(simple.bus.GBps(), 360.0 * 2 / 32, 1e-12);
   EXPECT_EQ(pick(all, NcclAlgorithm::Ring, NcclProtocol::LL).channels, 2);
   EXPECT_EQ(pick(pm.nccl().candidates(CollectiveKind::AllGather, 1 << 30, g), NcclAlgorithm::Ring, NcclProtocol::Simple)
                 .channels,
@@ -138,7 +138,7 @@ TEST(NcclModel, TwoDomainsTreeSendsHalfAcross) {
     PerfModel pm(Topology(h100(), gpus));
     const auto tree = pick(pm.nccl().candidates(CollectiveKind::AllReduce, N, pm.span(iota(gpus))), NcclAlgorithm::Tree,
                            NcclProtocol::Simple);
-    EXPECT_NEAR(tree.bus_GBps, bus, 1e-9) << gpus;
+    EXPECT_NEAR(tree.bus.GBps(), bus, 1e-9) << gpus;
     EXPECT_NEAR(tree.transfer_s, 2 * N / (bus * 1e9), 1e-12) << gpus;
   }
 }
@@ -217,7 +217,7 @@ TEST(NcclModel, BroadcastChainCrossesTheNetworkOncePerNode) {
   const auto b = pick(pm.nccl().candidates(CollectiveKind::Broadcast, N, pm.span(iota(16))), NcclAlgorithm::Ring,
                       NcclProtocol::Simple);
   EXPECT_NEAR(b.latency_s * 1e6, 84.0, 1e-9);
-  EXPECT_NEAR(b.transfer_s, N / (b.bus_GBps * 1e9), 1e-15);
+  EXPECT_NEAR(b.transfer_s, N / (b.bus.bytes_per_s()), 1e-15);
 }
 
 TEST(NcclModel, AFabricStepPerProtocolReplacesNcclsNetRow) {

@@ -65,8 +65,8 @@ CollectiveCost PerfModel::collective_cost(core::CollectiveKind kind, Bytes bytes
     // domains each of the P − 1 peers adds its issue to the latency
     // (NcclTuning::all_to_all_per_peer_us: measured, not NCCL's model).
     const double k = std::min<double>(g.max_ranks_per_domain, P);
-    const double t_up = N * (k - 1) / P / (nccl_.scale_up_GBps() * 1e9);
-    const double t_out = g.domains > 1 ? N * (P - k) / P / (nccl_.nic_GBps(g.top_tier) * 1e9) : 0;
+    const double t_up = transfer_seconds(N * (k - 1) / P, nccl_.scale_up_bandwidth());
+    const double t_out = g.domains > 1 ? transfer_seconds(N * (P - k) / P, nccl_.nic_bandwidth(g.top_tier)) : 0;
     const double peers_us = g.domains > 1 ? (P - 1) * nccl_.tuning().all_to_all_per_peer_us : 0;
     c.latency_s = us_to_seconds(nccl_.p2p_latency_us(g.domains > 1 ? g.top_tier : -1) + peers_us);
     c.transfer_s = std::max(t_up, t_out);
@@ -78,12 +78,12 @@ CollectiveCost PerfModel::collective_cost(core::CollectiveKind kind, Bytes bytes
   c.shape = choice.algorithm->shape();
   c.protocol = choice.protocol;
   c.channels = choice.channels;
-  c.moved_bytes = choice.moved;
+  c.moved_bytes = choice.moved_bytes;
   c.latency_s = choice.latency_s;
   c.transfer_s = choice.transfer_s;
   // The protocol's and the channels' share of the Simple ring's bandwidth.
-  const double ring = nccl_.ring_GBps(g);
-  const double share = ring > 0 ? choice.bus_GBps / ring : 1;
+  const Bandwidth ring = nccl_.ring_bandwidth(g);
+  const double share = ring > Bandwidth{} ? choice.bus / ring : 1;
   // Across domains the ring's scale-up links run at their raw rate (nccl.cpp, ring_GBps).
   if (g.domains > 1) c.scale_up_efficiency = 1;
   c.scale_up_efficiency *= share;
@@ -92,19 +92,17 @@ CollectiveCost PerfModel::collective_cost(core::CollectiveKind kind, Bytes bytes
 }
 
 double PerfModel::p2p_latency_s(int src, int dst) const {
-  if (topo_.domain_of(src) == topo_.domain_of(dst)) return us_to_seconds(nccl_.p2p_latency_us(-1));
+  if (topo_.domain_of(src) == topo_.domain_of(dst)) return nccl_.p2p_latency_s(-1);
   const int tier = std::max(0, topo_.tier_between(topo_.node_of(src), topo_.node_of(dst)));
-  return us_to_seconds(nccl_.p2p_latency_us(tier));
+  return nccl_.p2p_latency_s(tier);
 }
 
 Duration PerfModel::p2p(Bytes bytes, int src, int dst) const {
   if (topo_.domain_of(src) == topo_.domain_of(dst)) {
-    return Duration::seconds(p2p_latency_s(src, dst) +
-                             transfer_seconds(bytes, Bandwidth::from_GBps(nccl_.scale_up_GBps())));
+    return Duration::seconds(p2p_latency_s(src, dst) + transfer_seconds(bytes, nccl_.scale_up_bandwidth()));
   }
   const int tier = std::max(0, topo_.tier_between(topo_.node_of(src), topo_.node_of(dst)));
-  return Duration::seconds(p2p_latency_s(src, dst) +
-                           transfer_seconds(bytes, Bandwidth::from_GBps(nccl_.nic_GBps(tier))));
+  return Duration::seconds(p2p_latency_s(src, dst) + transfer_seconds(bytes, nccl_.nic_bandwidth(tier)));
 }
 
 namespace {
