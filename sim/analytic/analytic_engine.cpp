@@ -259,14 +259,55 @@ class CollectiveCosts {
   std::map<std::tuple<int, int, std::int64_t>, Cost> cache_;
 };
 
+// GEMMs' costs, costed once per distinct GEMM of the walk: a step repeats
+// the same few shapes in every layer and micro-batch, and costing one by its
+// tiles (PerfModel::compute: a cube root, the efficiency curve, two tile
+// fills) is most of what a compute op costs the walk. The key holds every
+// field PerfModel::compute reads of a GEMM (its role and attention kernel
+// only matter for attention).
+class GemmCosts {
+ public:
+  explicit GemmCosts(const cost::PerfModel& pm) : pm_(pm) {}
+  core::Duration operator()(const core::Op& op) {
+    if (op.compute != core::ComputeKind::Gemm) return pm_.compute(op);
+    const core::GemmShape g = op.gemm.value_or(core::GemmShape{0, 0, 0, 0});
+    const Key key{g.m, g.n, g.k, g.batch, op.bytes.count(), op.flops.count(), op.kernels, op.dtype};
+    auto it = cache_.find(key);
+    if (it != cache_.end()) return it->second;
+    return cache_.emplace(key, pm_.compute(op)).first->second;
+  }
+
+ private:
+  struct Key {
+    std::int64_t m, n, k, batch, bytes;
+    double flops;
+    int kernels;
+    core::Dtype dtype;
+    bool operator==(const Key&) const = default;
+  };
+  struct Hash {
+    std::size_t operator()(const Key& x) const {
+      std::size_t h = std::hash<double>{}(x.flops);
+      for (std::int64_t v : {x.m, x.n, x.k, x.batch, x.bytes, static_cast<std::int64_t>(x.kernels),
+                             static_cast<std::int64_t>(x.dtype)}) {
+        h = (h ^ static_cast<std::size_t>(v)) * 0x9E3779B97F4A7C15ULL;
+      }
+      return h;
+    }
+  };
+  const cost::PerfModel& pm_;
+  std::unordered_map<Key, core::Duration, Hash> cache_;
+};
+
 }  // namespace
 
 core::ReplayResult AnalyticEngine::walk(const core::Schedule& s, const FreeOps& free) const {
   check_fits(s, pm_.topology());
   CollectiveCosts collective_cost(pm_, s);
+  GemmCosts compute_cost(pm_);
   core::ReplayCosts costs;
   costs.compute = [&](const core::Program&, const core::Op& op) {
-    return free && free(op) ? core::Duration{} : pm_.compute(op);
+    return free && free(op) ? core::Duration{} : compute_cost(op);
   };
   costs.collective = [&](const core::Group& g, const core::Op& op) {
     if (free && free(op)) return core::Duration{};
