@@ -27,6 +27,19 @@ void stamp_inputs(core::Schedule& s, const std::string& model_sha, const std::st
   s.provenance_json = p.dump();
 }
 
+// A calibration holds for the stack it was fitted under (one frozen
+// calibration per device and stack): InputError naming the calibration file
+// and its "stack" otherwise.
+void check_calibration_stack(const topologies::ResolvedCluster& cluster, const stacks::Stack& stack,
+                             const std::string& calibration_file) {
+  const std::string& fitted = cluster.calibration_stack;
+  if (fitted.empty() || fitted == stack.spec.name) return;
+  throw core::InputError(calibration_file, "stack",
+                         fmt::format("expected the stack the run uses, \"{}\"; this calibration was fitted under "
+                                     "\"{}\" (run with --stack {})",
+                                     stack.spec.name, fitted, fitted));
+}
+
 OptionSpec spec(std::string key, ValueType type, std::string help, double min = 0, double max = 0) {
   return core::option_spec(std::move(key), type, std::move(help), min, max);
 }
@@ -123,23 +136,6 @@ std::optional<core::Problem> set_scenario_option(Scenario& sc, std::string_view 
 std::optional<core::Problem> set_input(Scenario& sc, std::string_view key, const json& value) {
   return find_scenario_option(key) ? set_scenario_option(sc, key, value) : plan::set_plan_option(sc.plan, key, value);
 }
-
-namespace {
-
-// A calibration holds for the stack it was fitted under (one frozen
-// calibration per device and stack): InputError naming the calibration file
-// and its "stack" otherwise.
-void check_calibration_stack(const topologies::ResolvedCluster& cluster, const stacks::Stack& stack,
-                             const std::string& calibration_file) {
-  const std::string& fitted = cluster.calibration_stack;
-  if (fitted.empty() || fitted == stack.spec.name) return;
-  throw core::InputError(calibration_file, "stack",
-                         fmt::format("expected the stack the run uses, \"{}\"; this calibration was fitted under "
-                                     "\"{}\" (run with --stack {})",
-                                     stack.spec.name, fitted, fitted));
-}
-
-}  // namespace
 
 Inputs resolve_inputs(const InputSources& sources, const std::string& cluster) {
   const models::SpecText mt = sources.model_json
