@@ -2,13 +2,17 @@
 // (Huang et al. 2019, arXiv:1811.06965), every micro-batch's forward, then
 // every backward. Registered at start-up, it is a choice of the plan option
 // table (and so of the flags, plan files and sweeps that table generates),
-// passes the plan check, lowers and runs in both engines, and plan search
+// passes the plan check (which asks its own rule through the schedule's check
+// hook), lowers and runs in both engines, and plan search
 // tries it on a pipelined answer.
 #include <gtest/gtest.h>
+
+#include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -16,9 +20,11 @@
 #include "cli/option_flags.hpp"
 #include "explore/scenario.hpp"
 #include "explore/search_internal.hpp"
+#include "models/model_spec.hpp"
 #include "plan/options.hpp"
 #include "plan/plan.hpp"
 #include "refine_util.hpp"
+#include "topologies/topology.hpp"
 
 namespace hzp {
 namespace {
@@ -32,9 +38,19 @@ std::vector<std::vector<plan::PipelineSlot>> gpipe(int pp, int, std::int64_t m, 
   return out;
 }
 
+// The toy's own legality, through the schedule's check hook: every stage
+// holds every micro-batch's activations before its first backward, and a
+// step shorter than the pipeline never fills it (a rule of this toy, to show
+// that check_plan asks a registered schedule).
+std::optional<core::Problem> gpipe_check(int pp, int, std::int64_t m) {
+  if (m >= pp) return std::nullopt;
+  return core::Problem{"pipeline_schedule",
+                       fmt::format("gpipe needs at least pp ({}) micro-batches per rank, got {}", pp, m)};
+}
+
 // One chunk a stage, whole backwards, fill and drain exposed as 1F1B's.
 const plan::PipelineSchedule kGpipe =
-    plan::register_pipeline_schedule({{}, "gpipe", false, false, false, 1, true, 1, &gpipe});
+    plan::register_pipeline_schedule({{}, "gpipe", false, false, false, 1, true, 1, &gpipe, &gpipe_check});
 
 TEST(ToyPipelineSchedule, EveryChannelOffersIt) {
   EXPECT_EQ(plan::to_string(kGpipe), "gpipe");
@@ -53,6 +69,24 @@ TEST(ToyPipelineSchedule, EveryChannelOffersIt) {
   explore::Scenario sc;
   EXPECT_FALSE(explore::set_input(sc, values[0].first, values[0].second));
   EXPECT_EQ(sc.plan.pipeline_schedule, kGpipe);
+}
+
+// check_plan asks the schedule: 2 micro-batches a rank on 4 stages is refused
+// under the schedule's key, 4 are accepted.
+TEST(ToyPipelineSchedule, PlanCheckAsksItsHook) {
+  const models::ModelSpec m = models::load_model("llama3-8b");
+  const topologies::Topology topo(topologies::load_cluster("dgx-h100"), 8);
+  plan::PlanOptions o;
+  o.strategy = plan::Strategy::Zero1;
+  o.pp = 4;
+  o.seq_len = 2048;
+  o.pipeline_schedule = kGpipe;
+  o.global_batch_sequences = 4;  // 2 data-parallel ranks: 2 micro-batches each
+  const std::vector<core::Problem> ps = plan::check_plan({m, topo}, o);
+  ASSERT_EQ(ps.size(), 1u);
+  EXPECT_EQ(ps[0], (core::Problem{"pipeline_schedule", "gpipe needs at least pp (4) micro-batches per rank, got 2"}));
+  o.global_batch_sequences = 8;
+  EXPECT_TRUE(plan::check_plan({m, topo}, o).empty());
 }
 
 explore::Scenario pipelined(const std::string& engine, plan::PipelineSchedule schedule) {
