@@ -83,6 +83,14 @@ class CollectiveAlgorithm {
   [[nodiscard]] virtual double running_bus_GBps(const CollectiveCall&, double bus) const { return bus; }
   /// Latency only running it pays, beyond NCCL's estimate (seconds).
   [[nodiscard]] virtual double fill_s(const CollectiveCall&, const CollectiveChoice&) const { return 0; }
+  /// Its latency, µs, when it directly follows one of the same kind on the
+  /// same group and stream (back to back on one communicator): what is left
+  /// to pay once the one before has drained into it. By default all of it
+  /// (`steps`): a ring all-gather's ranks leave it together, so the next
+  /// starts on every rank at once and walks its whole ring again.
+  [[nodiscard]] virtual double back_to_back_latency_us(const CollectiveCall& c, double intra, double inter) const {
+    return steps(c, intra, inter).latency_us;
+  }
 };
 
 /// Every algorithm hzp costs, in the order candidates are listed: NCCL's

@@ -157,6 +157,21 @@ class Ring final : public NcclTableAlgorithm {
     }
     return {links, bw};
   }
+  // A broadcast is a pipeline from its root along the chain, and its ranks
+  // leave it one hop apart (NCCL serialises one communicator's collectives
+  // on each GPU, NVIDIA/nccl#574; a broadcast only ever sends to the next
+  // peer, nccl#490). The next broadcast's root — the previous one's first
+  // hop when owners broadcast in rank order, as InternEvo's
+  // HybridZeroOptimizer.broadcast_params does — starts as soon as it has
+  // forwarded the previous data, and each rank downstream as soon as it
+  // has: back to back, a broadcast adds its launch and one hop, and the
+  // chain is paid once, by the first of the run.
+  [[nodiscard]] double back_to_back_latency_us(const CollectiveCall& c, double intra, double inter) const override {
+    if (c.kind != CollectiveKind::Broadcast) return steps(c, intra, inter).latency_us;
+    const NcclTuning& t = c.model.tuning();
+    if (c.shape.domains > 1) intra = std::max(intra, t.net_overhead_us * (c.protocol == P::Simple ? 3 : 1));
+    return base_us(c) + (c.shape.per_domain > 1 ? intra : inter);
+  }
   // An LL ring's channel threshold is per rank (enqueue.cc).
   [[nodiscard]] int channels_run(const CollectiveCall& c) const override {
     const double threshold_ranks = c.protocol == P::LL ? c.shape.ranks : 1;

@@ -237,7 +237,9 @@ CollectiveChoice NcclModel::cost(const CollectiveAlgorithm& a, NcclProtocol p, C
       a.running_bus_GBps(call, std::min(bw.bus, bw.links * c.channels / call.shape.channels)));
   c.transfer_s = c.bus > core::Bandwidth{} ? core::transfer_seconds(c.moved_bytes, c.bus)
                                            : std::numeric_limits<double>::infinity();
-  c.latency_s += a.fill_s(call, c);
+  const double fill = a.fill_s(call, c);
+  c.latency_s += fill;
+  c.back_to_back_latency_s = a.back_to_back_latency_us(call, intra, inter) * 1e-6 + fill;
   return c;
 }
 

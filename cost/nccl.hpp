@@ -113,8 +113,11 @@ struct NcclTuning {
 struct CollectiveChoice {
   const CollectiveAlgorithm* algorithm = nullptr;  // a registered one (collective_algorithm.hpp)
   NcclProtocol protocol = NcclProtocol::Simple;
-  int channels = 1;        // channels the message is spread over
-  double latency_s = 0;    // base + steps (+ a tree's pipeline fill across domains)
+  int channels = 1;      // channels the message is spread over
+  double latency_s = 0;  // base + steps (+ a tree's pipeline fill across domains)
+  /// The latency when it directly follows one of the same kind on the same
+  /// group and stream (CollectiveAlgorithm::back_to_back_latency_us).
+  double back_to_back_latency_s = 0;
   double transfer_s = 0;   // bytes on the busiest link / bandwidth, over the channels used
   core::Bandwidth bus{};   // the bus bandwidth it runs at, over the channels used
   double moved_bytes = 0;  // bytes over the busiest link (a fraction of the message: (P−1)/P·N)

@@ -218,6 +218,13 @@ TEST(NcclModel, BroadcastChainCrossesTheNetworkOncePerNode) {
                       NcclProtocol::Simple);
   EXPECT_NEAR(b.latency_s * 1e6, 84.0, 1e-9);
   EXPECT_NEAR(b.transfer_s, N / (b.bus.bytes_per_s()), 1e-15);
+  // Directly after another broadcast on the group, the chain is already
+  // flowing: its launch (8.4) and one NVLink hop from its root (3.4) = 11.8 us.
+  EXPECT_NEAR(b.back_to_back_latency_s * 1e6, 8.4 + 3.4, 1e-9);
+  // A ring all-gather's ranks leave it together: back to back it pays all of it.
+  const auto ag = pick(pm.nccl().candidates(CollectiveKind::AllGather, N, pm.span(iota(16))), NcclAlgorithm::Ring,
+                       NcclProtocol::Simple);
+  EXPECT_EQ(ag.back_to_back_latency_s, ag.latency_s);
 }
 
 TEST(NcclModel, AFabricStepPerProtocolReplacesNcclsNetRow) {

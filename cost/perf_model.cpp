@@ -69,6 +69,7 @@ CollectiveCost PerfModel::collective_cost(core::CollectiveKind kind, Bytes bytes
     const double t_out = g.domains > 1 ? transfer_seconds(N * (P - k) / P, nccl_.nic_bandwidth(g.top_tier)) : 0;
     const double peers_us = g.domains > 1 ? (P - 1) * nccl_.tuning().all_to_all_per_peer_us : 0;
     c.latency_s = us_to_seconds(nccl_.p2p_latency_us(g.domains > 1 ? g.top_tier : -1) + peers_us);
+    c.back_to_back_latency_s = c.latency_s;
     c.transfer_s = std::max(t_up, t_out);
     c.channels = 1;
     return c;
@@ -80,6 +81,7 @@ CollectiveCost PerfModel::collective_cost(core::CollectiveKind kind, Bytes bytes
   c.channels = choice.channels;
   c.moved_bytes = choice.moved_bytes;
   c.latency_s = choice.latency_s;
+  c.back_to_back_latency_s = choice.back_to_back_latency_s;
   c.transfer_s = choice.transfer_s;
   // The protocol's and the channels' share of the Simple ring's bandwidth.
   const Bandwidth ring = nccl_.ring_bandwidth(g);

@@ -38,6 +38,9 @@ struct CollectiveCost {
   NcclProtocol protocol = NcclProtocol::Simple;
   int channels = 0;
   double latency_s = 0;
+  /// The latency when it directly follows one of the same kind on the same
+  /// group and stream: a broadcast pipelines behind the one before (NcclModel).
+  double back_to_back_latency_s = 0;
   double transfer_s = 0;
   double moved_bytes = 0;  // bytes each rank moves over its busiest link
   /// The fraction of each link's raw bandwidth this choice reaches (the

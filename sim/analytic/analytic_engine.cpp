@@ -11,6 +11,7 @@
 #include <optional>
 #include <tuple>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "schedule/replay.hpp"
 #include "sim/caching_allocator.hpp"
@@ -227,8 +228,12 @@ class LinkSharing {
 };
 
 // Each collective's uncontended cost, as its latency and its transfer (the
-// part that shares links), costed once per (group, kind, bytes): collectives
-// repeat.
+// part that shares links), costed once per (group, kind, bytes, back to
+// back): collectives repeat. A collective that directly follows one of the
+// same kind on the same group in its stream (nothing between: the stream
+// issues it as the other ends) pays the latency left once the one before has
+// drained into it (cost::CollectiveCost::back_to_back_latency_s: a run of
+// broadcasts pays its chain once).
 class CollectiveCosts {
  public:
   struct Cost {
@@ -237,15 +242,30 @@ class CollectiveCosts {
   CollectiveCosts(const cost::PerfModel& pm, const core::Schedule& s) : pm_(pm) {
     spans_.reserve(s.groups.size());
     for (const auto& g : s.groups) spans_.push_back(pm_.span(g.ranks));
+    for (const core::Program& prog : s.programs) {
+      for (const core::Stream& st : prog.streams) {
+        for (std::size_t i = 1; i < st.ops.size(); ++i) {
+          const core::Op& a = st.ops[i - 1];
+          const core::Op& b = st.ops[i];
+          if (a.kind == core::OpKind::Collective && b.kind == core::OpKind::Collective &&
+              a.collective == b.collective && a.group == b.group) {
+            back_to_back_.insert(&b);
+          }
+        }
+      }
+    }
   }
   Cost operator()(const core::Group& g, const core::Op& op) {
-    auto key = std::tuple{g.id, static_cast<int>(op.collective), op.bytes.count()};
+    const bool b2b = !back_to_back_.empty() && back_to_back_.contains(&op);
+    auto key = std::tuple{g.id, static_cast<int>(op.collective), op.bytes.count(), b2b};
     auto it = cache_.find(key);
     if (it != cache_.end()) return it->second;
     const cost::CollectiveCost c = pm_.collective_cost(op.collective, op.bytes, span(g));
     const core::Duration total = core::Duration::seconds(c.seconds());
     const core::Duration latency = std::min(total, core::Duration::seconds(c.latency_s));
-    return cache_.emplace(key, Cost{latency, total - latency}).first->second;
+    Cost cost{latency, total - latency};
+    if (b2b) cost.latency = std::min(latency, core::Duration::seconds(c.back_to_back_latency_s));
+    return cache_.emplace(key, cost).first->second;
   }
   /// 1: the group crosses scale-up domains (its transfers use the NICs); 0: inside one.
   [[nodiscard]] int link_class(const core::Group& g) const { return span(g).domains > 1 ? 1 : 0; }
@@ -256,7 +276,8 @@ class CollectiveCosts {
   }
   const cost::PerfModel& pm_;
   std::vector<cost::GroupSpan> spans_;
-  std::map<std::tuple<int, int, std::int64_t>, Cost> cache_;
+  std::unordered_set<const core::Op*> back_to_back_;
+  std::map<std::tuple<int, int, std::int64_t, bool>, Cost> cache_;
 };
 
 // GEMMs' costs, costed once per distinct GEMM of the walk: a step repeats

@@ -242,6 +242,64 @@ TEST(AnalyticEngine, CollectivesOfDifferentLinkClassesDoNotShare) {
       pm.collective(core::CollectiveKind::AllGather, core::Bytes(1LL << 30), pm.span(s.groups[1].ranks)).count_ns());
 }
 
+// Three 64 MiB broadcasts over 16 ranks (two nodes) on one stream, as a
+// stack that regathers by broadcast issues them; with `apart`, an event
+// record between the first two.
+core::Schedule broadcasts(bool apart) {
+  core::Schedule s;
+  s.name = "broadcasts";
+  s.step = core::StepInfo{"m", "dgx-h100", "x", 16, 8192, 16, 1, core::Flops(1)};
+  core::Group g{0, core::GroupKind::DpShard, {}};
+  for (int r = 0; r < 16; ++r) g.ranks.push_back(r);
+  s.groups.push_back(g);
+  core::Program p;
+  p.id = 0;
+  p.name = "dp";
+  p.ranks = g.ranks;
+  p.threads.push_back(core::Thread{0, "main", core::Duration::ns(0)});
+  core::Stream st{0, "params", core::StreamKind::ParamGather, 0, {}};
+  int id = 0;
+  for (int i = 0; i < 3; ++i) {
+    core::Op b;
+    b.id = id++;
+    b.kind = core::OpKind::Collective;
+    b.name = "broadcast";
+    b.collective = core::CollectiveKind::Broadcast;
+    b.group = 0;
+    b.seq = i;
+    b.bytes = core::Bytes(64LL << 20);
+    st.ops.push_back(b);
+    if (apart && i == 0) {
+      core::Op rec;
+      rec.id = id++;
+      rec.kind = core::OpKind::Record;
+      rec.name = "rec";
+      rec.event = 0;
+      st.ops.push_back(rec);
+    }
+  }
+  p.streams = {st};
+  s.programs.push_back(p);
+  return s;
+}
+
+TEST(AnalyticEngine, BackToBackBroadcastsPayTheirChainOnce) {
+  // The first pays its whole cost (latency L and transfer); each one that
+  // directly follows pays its transfer and the back-to-back latency B < L.
+  const cost::PerfModel pm(topologies::Topology(topologies::load_cluster("dgx-h100"), 16));
+  const core::Schedule s = broadcasts(false);
+  const auto c =
+      pm.collective_cost(core::CollectiveKind::Broadcast, core::Bytes(64LL << 20), pm.span(s.groups[0].ranks));
+  const std::int64_t total = core::Duration::seconds(c.seconds()).count_ns();
+  const std::int64_t L = core::Duration::seconds(c.latency_s).count_ns();
+  const std::int64_t B = core::Duration::seconds(c.back_to_back_latency_s).count_ns();
+  ASSERT_LT(B, L);
+  const AnalyticEngine engine(pm);
+  EXPECT_EQ(engine.estimate(s).step.count_ns(), total + 2 * (total - L + B));
+  // An op between the first two breaks the run: the second starts a chain of its own.
+  EXPECT_EQ(engine.estimate(broadcasts(true)).step.count_ns(), 2 * total + (total - L + B));
+}
+
 TEST(AnalyticEngine, RejectsMoreRanksThanDevices) {
   // The Schedule is for 8 ranks; the cluster has 4 devices.
   cost::PerfModel pm(topologies::Topology(topologies::load_cluster("dgx-h100"), 4));
