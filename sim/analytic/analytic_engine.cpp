@@ -228,8 +228,8 @@ class LinkSharing {
 };
 
 // Each collective's uncontended cost, as its latency and its transfer (the
-// part that shares links), costed once per (group, kind, bytes, back to
-// back): collectives repeat. A collective that directly follows one of the
+// part that shares links), costed once per (group, kind, bytes):
+// collectives repeat. A collective that directly follows one of the
 // same kind on the same group in its stream (nothing between: the stream
 // issues it as the other ends) pays the latency left once the one before has
 // drained into it (cost::CollectiveCost::back_to_back_latency_s: a run of
@@ -256,16 +256,18 @@ class CollectiveCosts {
     }
   }
   Cost operator()(const core::Group& g, const core::Op& op) {
-    const bool b2b = !back_to_back_.empty() && back_to_back_.contains(&op);
-    auto key = std::tuple{g.id, static_cast<int>(op.collective), op.bytes.count(), b2b};
+    auto key = std::tuple{g.id, static_cast<int>(op.collective), op.bytes.count()};
     auto it = cache_.find(key);
-    if (it != cache_.end()) return it->second;
-    const cost::CollectiveCost c = pm_.collective_cost(op.collective, op.bytes, span(g));
-    const core::Duration total = core::Duration::seconds(c.seconds());
-    const core::Duration latency = std::min(total, core::Duration::seconds(c.latency_s));
-    Cost cost{latency, total - latency};
-    if (b2b) cost.latency = std::min(latency, core::Duration::seconds(c.back_to_back_latency_s));
-    return cache_.emplace(key, cost).first->second;
+    if (it == cache_.end()) {
+      const cost::CollectiveCost c = pm_.collective_cost(op.collective, op.bytes, span(g));
+      const core::Duration total = core::Duration::seconds(c.seconds());
+      const core::Duration latency = std::min(total, core::Duration::seconds(c.latency_s));
+      const core::Duration back_to_back = std::min(latency, core::Duration::seconds(c.back_to_back_latency_s));
+      it = cache_.emplace(key, Costed{latency, back_to_back, total - latency}).first;
+    }
+    const Costed& c = it->second;
+    const bool b2b = !back_to_back_.empty() && back_to_back_.contains(&op);
+    return Cost{b2b ? c.back_to_back : c.latency, c.transfer};
   }
   /// 1: the group crosses scale-up domains (its transfers use the NICs); 0: inside one.
   [[nodiscard]] int link_class(const core::Group& g) const { return span(g).domains > 1 ? 1 : 0; }
@@ -276,8 +278,12 @@ class CollectiveCosts {
   }
   const cost::PerfModel& pm_;
   std::vector<cost::GroupSpan> spans_;
+  // Costed once per (group, kind, bytes): the latency alone and back to back.
+  struct Costed {
+    core::Duration latency, back_to_back, transfer;
+  };
   std::unordered_set<const core::Op*> back_to_back_;
-  std::map<std::tuple<int, int, std::int64_t, bool>, Cost> cache_;
+  std::map<std::tuple<int, int, std::int64_t>, Costed> cache_;
 };
 
 // GEMMs' costs, costed once per distinct GEMM of the walk: a step repeats
