@@ -92,7 +92,8 @@ std::int64_t program_ops(const std::vector<detail::Unit>& units, std::int64_t mi
     std::int64_t n = 0;
     for (const auto& op : list) {
       if (op.collective && o.tp_comm_overlap && op.comm_group == models::CommGroup::Tp) {
-        n += 3 * kTpOverlapChunks;
+        // Its chunks (a ring exchange: one per rank) and a bulk backward's regather.
+        n += 3 * std::max(kTpOverlapChunks, o.tp) + 3;
       } else if (!op.collective && op.kind == ComputeKind::Attention && o.cp > 1) {
         n += 6LL * o.cp;
       } else {

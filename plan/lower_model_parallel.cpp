@@ -37,9 +37,25 @@ void ModelParallel::unit_ops(const std::vector<models::GraphOp>& ops, std::int64
   auto is_tp = [](const models::GraphOp& op, core::CollectiveKind kind) {
     return op.collective == kind && op.comm_group == models::CommGroup::Tp;
   };
+  auto is_gemm = [&](std::size_t k, models::Phase phase) {
+    return k < ops.size() && ops[k].gemm && !ops[k].collective && ops[k].phase == phase;
+  };
   for (std::size_t k = 0; k < ops.size(); ++k) {
     const auto& op = ops[k];
     const bool next_is_gemm = k + 1 < ops.size() && ops[k + 1].gemm && !ops[k + 1].collective;
+    // A column-parallel linear's backward: the reduce-scatter is of the input
+    // gradient; the weight gradient runs beside it.
+    if (tp_comm_ >= 0 && is_gemm(k, models::Phase::BackwardInput) && is_gemm(k + 1, models::Phase::BackwardWeight) &&
+        k + 2 < ops.size() && is_tp(ops[k + 2], core::CollectiveKind::ReduceScatter)) {
+      if (c_.stack.overlap.tp_bulk_backward) {
+        bulk_backward(scaled(op), scaled(ops[k + 1]), ops[k + 2]);
+      } else {
+        const models::GraphOp wgrad = scaled(ops[k + 1]);
+        overlapped_gemm_scatter(scaled(op), ops[k + 2], &wgrad);
+      }
+      k += 2;
+      continue;
+    }
     if (tp_comm_ >= 0 && is_tp(op, core::CollectiveKind::AllGather) && next_is_gemm) {
       overlapped_gather_gemm(op, scaled(ops[k + 1]));
       ++k;
@@ -73,48 +89,121 @@ void ModelParallel::unit_ops(const std::vector<models::GraphOp>& ops, std::int64
   }
 }
 
-// A GEMM cut into kTpOverlapChunks pieces along its first dimension. Where
-// the stack runs the chunks on several compute streams at once, a chunk's
-// shape (what its efficiency is judged by) is that many chunks together.
-models::GraphOp ModelParallel::chunk_of(const models::GraphOp& op, int k) const {
+// Steps of an overlapped tensor-parallel pair cut `cut`: kTpOverlapChunks,
+// or one per tensor-parallel rank (a ring exchange passes one shard a step).
+int ModelParallel::steps(stacks::TpOverlapCut cut) const {
+  return cut == stacks::TpOverlapCut::RingExchange ? std::max(2, c_.opt.tp) : kTpOverlapChunks;
+}
+
+// Chunk k of a GEMM cut into n pieces along its first dimension. Where the
+// stack runs the chunks on several compute streams at once, a chunk's shape
+// (what its efficiency is judged by) is that many chunks together.
+models::GraphOp ModelParallel::chunk_of(const models::GraphOp& op, int k, int n) const {
   models::GraphOp c = op;
   c.name = fmt::format("{}.chunk{}", op.name, k);
-  c.flops = op.flops * (1.0 / kTpOverlapChunks);
-  c.bytes = Bytes(op.bytes.count() / kTpOverlapChunks);
-  const int together = std::clamp(c_.stack.overlap.tp_gemm_streams, 1, kTpOverlapChunks);
-  if (c.gemm) c.gemm->m = std::max<std::int64_t>(1, c.gemm->m / kTpOverlapChunks) * together;
+  c.flops = op.flops * (1.0 / n);
+  c.bytes = Bytes(op.bytes.count() / n);
+  const int together = std::clamp(c_.stack.overlap.tp_gemm_streams, 1, n);
+  if (c.gemm) c.gemm->m = std::max<std::int64_t>(1, c.gemm->m / n) * together;
   return c;
 }
 
-// Tensor-parallel overlap: all-gather chunk k on the tp stream while the
-// GEMM works on chunk k - 1.
+// One step of a ring exchange on the tp stream: every rank copies one
+// shard, `shard_of` bytes of the whole buffer, from or to a tensor-parallel
+// peer over the scale-up links (copy engines: Transformer Engine's
+// userbuffers, PyTorch's symmetric memory), no NCCL ring. It is issued as an
+// all-to-all of a buffer of 1/(tp - 1) of the whole: each rank then moves
+// 1/tp of it, through one port, at the point-to-point cost.
+void ModelParallel::ring_step(const std::string& name, const models::GraphOp& collective, int n) {
+  c_.b.collective(tp_comm_, name, core::CollectiveKind::AllToAll, c_.stage.tp_group,
+                  Bytes(collective.bytes.count() / (n - 1)), Dtype::Bf16, core::OpRole::ModelParallel,
+                  collective.param_class);
+}
+
+// Tensor-parallel overlap of an all-gather and the GEMM that reads it. Split:
+// all-gather chunk k on the tp stream while the GEMM works on chunk k - 1.
+// Ring exchange: the GEMM starts on the rank's own shard while the first
+// peer's shard arrives, then works on each shard as it comes.
 void ModelParallel::overlapped_gather_gemm(const models::GraphOp& gather, const models::GraphOp& gemm) {
+  const bool ring = c_.stack.overlap.tp_gather_cut == stacks::TpOverlapCut::RingExchange;
+  const int n = steps(c_.stack.overlap.tp_gather_cut);
   int input = c_.b.record(c_.comp, gather.name + ".input_ready");
   c_.b.wait(tp_comm_, input, "wait input");
   std::vector<int> arrived;
-  for (int k = 0; k < kTpOverlapChunks; ++k) {
-    c_.b.collective(tp_comm_, fmt::format("{}.chunk{}", gather.name, k), core::CollectiveKind::AllGather,
-                    c_.stage.tp_group, Bytes(gather.bytes.count() / kTpOverlapChunks), Dtype::Bf16,
-                    core::OpRole::ModelParallel, gather.param_class);
-    arrived.push_back(c_.b.record(tp_comm_, fmt::format("{}.chunk{}.done", gather.name, k)));
+  if (ring) arrived.push_back(-1);  // the rank's own shard: here already
+  for (int k = ring ? 1 : 0; k < n; ++k) {
+    const std::string name = fmt::format("{}.chunk{}", gather.name, k);
+    if (ring) {
+      ring_step(name, gather, n);
+    } else {
+      c_.b.collective(tp_comm_, name, core::CollectiveKind::AllGather, c_.stage.tp_group,
+                      Bytes(gather.bytes.count() / n), Dtype::Bf16, core::OpRole::ModelParallel, gather.param_class);
+    }
+    arrived.push_back(c_.b.record(tp_comm_, name + ".done"));
   }
-  for (int k = 0; k < kTpOverlapChunks; ++k) {
-    c_.b.wait(c_.comp, arrived[static_cast<std::size_t>(k)], "wait gathered chunk");
-    c_.b.compute(c_.comp, chunk_of(gemm, k), gemm.dtype);
+  for (int k = 0; k < n; ++k) {
+    const int ready = arrived[static_cast<std::size_t>(k)];
+    if (ready >= 0) c_.b.wait(c_.comp, ready, "wait gathered chunk");
+    c_.b.compute(c_.comp, chunk_of(gemm, k, n), gemm.dtype);
   }
 }
 
-// And the mirror: reduce-scatter chunk k while the GEMM computes chunk k + 1.
-void ModelParallel::overlapped_gemm_scatter(const models::GraphOp& gemm, const models::GraphOp& scatter) {
-  for (int k = 0; k < kTpOverlapChunks; ++k) {
-    c_.b.compute(c_.comp, chunk_of(gemm, k), gemm.dtype);
+// And the mirror: reduce-scatter chunk k while the GEMM computes chunk k + 1,
+// and `beside` (a GEMM that does not read the result) after the last chunk.
+// Ring exchange: each peer's partial result is copied to it as soon as its
+// chunk is computed, the rank's own chunk last; then one kernel sums the tp
+// partials it received (reads tp shards, writes one).
+void ModelParallel::overlapped_gemm_scatter(const models::GraphOp& gemm, const models::GraphOp& scatter,
+                                            const models::GraphOp* beside) {
+  const bool ring = c_.stack.overlap.tp_scatter_cut == stacks::TpOverlapCut::RingExchange;
+  const int n = steps(c_.stack.overlap.tp_scatter_cut);
+  for (int k = 0; k < n; ++k) {
+    c_.b.compute(c_.comp, chunk_of(gemm, k, n), gemm.dtype);
+    if (ring && k == n - 1) break;  // the own chunk stays
     int done = c_.b.record(c_.comp, fmt::format("{}.chunk{}.done", gemm.name, k));
     c_.b.wait(tp_comm_, done, "wait gemm chunk");
-    c_.b.collective(tp_comm_, fmt::format("{}.chunk{}", scatter.name, k), core::CollectiveKind::ReduceScatter,
-                    c_.stage.tp_group, Bytes(scatter.bytes.count() / kTpOverlapChunks), Dtype::Bf16,
-                    core::OpRole::ModelParallel, scatter.param_class);
+    const std::string name = fmt::format("{}.chunk{}", scatter.name, k);
+    if (ring) {
+      ring_step(name, scatter, n);
+    } else {
+      c_.b.collective(tp_comm_, name, core::CollectiveKind::ReduceScatter, c_.stage.tp_group,
+                      Bytes(scatter.bytes.count() / n), Dtype::Bf16, core::OpRole::ModelParallel, scatter.param_class);
+    }
   }
   int reduced = c_.b.record(tp_comm_, scatter.name + ".done");
+  if (beside != nullptr) c_.b.compute(c_.comp, *beside, beside->dtype);
+  c_.b.wait(c_.comp, reduced, "wait reduce-scatter");
+  if (ring) {
+    models::GraphOp sum;
+    sum.name = scatter.name + ".sum_partials";
+    sum.kind = core::ComputeKind::Elementwise;
+    sum.phase = gemm.phase;
+    sum.param_class = scatter.param_class;
+    sum.bytes = Bytes(scatter.bytes.count() + scatter.bytes.count() / n);
+    c_.b.compute(c_.comp, sum, Dtype::Bf16);
+  }
+}
+
+// The backward of a column-parallel linear, bulk-overlapped: the input's
+// sequence shards are all-gathered again (sequence parallelism keeps only
+// the shard) while the input-gradient GEMM runs; that gradient is
+// reduce-scattered whole while the weight-gradient GEMM, which reads the
+// gathered input, runs.
+void ModelParallel::bulk_backward(const models::GraphOp& dgrad, const models::GraphOp& wgrad,
+                                  const models::GraphOp& scatter) {
+  int start = c_.b.record(c_.comp, dgrad.name + ".start");
+  c_.b.wait(tp_comm_, start, "wait backward start");
+  c_.b.collective(tp_comm_, scatter.name + ".input_regather", core::CollectiveKind::AllGather, c_.stage.tp_group,
+                  scatter.bytes, Dtype::Bf16, core::OpRole::ModelParallel, scatter.param_class);
+  int gathered = c_.b.record(tp_comm_, scatter.name + ".input_regathered");
+  c_.b.compute(c_.comp, dgrad, dgrad.dtype);
+  int input_grad = c_.b.record(c_.comp, dgrad.name + ".done");
+  c_.b.wait(tp_comm_, input_grad, "wait input gradient");
+  c_.b.collective(tp_comm_, scatter.name, core::CollectiveKind::ReduceScatter, c_.stage.tp_group, scatter.bytes,
+                  Dtype::Bf16, core::OpRole::ModelParallel, scatter.param_class);
+  int reduced = c_.b.record(tp_comm_, scatter.name + ".done");
+  c_.b.wait(c_.comp, gathered, "wait gathered input");
+  c_.b.compute(c_.comp, wgrad, wgrad.dtype);
   c_.b.wait(c_.comp, reduced, "wait reduce-scatter");
 }
 

@@ -420,35 +420,130 @@ TEST(Overlap, ParamGatherAndTensorParallel) {
   EXPECT_LT(tp_overlapped.step, tp.step);
 }
 
-// Tensor-parallel overlap cuts a GEMM into 4 chunks along m; a stack that
-// runs the chunks on 3 compute streams at once (Transformer Engine's
-// userbuffers) judges a chunk's efficiency as 3 chunks together: its shape
-// has m = 3 x m / 4, its FLOPs stay a quarter.
-TEST(Overlap, TpChunksShareTheDeviceAsTheStackRunsThem) {
-  const models::ModelSpec m = four_layers();
+// hzp-async with these overlap knobs added (its catalog text, edited).
+std::shared_ptr<const stacks::Stack> async_with(const std::string& knobs) {
+  auto [text, file] = stacks::stack_text("hzp-async");
+  const std::string key = "\"overlap\": ";
+  text.insert(text.find(key) + key.size() + 1, knobs);  // past the object's opening brace
+  return stacks::stack_from_text(text, file);
+}
+
+// llama3-8b's first four layers at tp 4 on 16 H100s, one micro-batch of
+// 8,192 tokens per rank, tensor-parallel overlap on.
+PlanOptions tp4_overlapped() {
   PlanOptions o;
   o.strategy = Strategy::Zero1;
   o.global_batch_sequences = 4;
   o.seq_len = 8192;
-  o.tp = 8;
+  o.tp = 4;
   o.tp_comm_overlap = true;
+  return o;
+}
+
+// The ops of program 0's stream `name`, in issue order.
+const std::vector<core::Op>& stream_ops(const core::Schedule& s, const std::string& name) {
+  for (const auto& st : s.programs.at(0).streams) {
+    if (st.name == name) return st.ops;
+  }
+  ADD_FAILURE() << "no stream " << name;
+  static const std::vector<core::Op> none;
+  return none;
+}
+
+// The split cut: a GEMM in 4 chunks along m; a stack that runs the chunks on
+// 3 compute streams at once (Transformer Engine's userbuffers) judges a
+// chunk's efficiency as 3 chunks together: its shape has m = 3 x m / 4, its
+// FLOPs stay a quarter.
+TEST(Overlap, TpChunksShareTheDeviceAsTheStackRunsThem) {
+  const models::ModelSpec m = four_layers();
+  PlanOptions o = tp4_overlapped();
+  o.tp = 8;
   const topologies::Topology topo(topologies::load_cluster("dgx-h100"), 16);
-  auto first_chunk = [&](const std::string& stack) {
-    const core::Schedule s = lower({m, topo, stacks::resolve_stack(stack)}, o);
-    for (const auto& st : s.programs.at(0).streams) {
-      for (const auto& op : st.ops) {
-        if (op.kind == core::OpKind::Compute && op.gemm && op.name.ends_with(".chunk0")) return op;
-      }
+  auto first_chunk = [&](std::shared_ptr<const stacks::Stack> stack) {
+    const core::Schedule s = lower({m, topo, std::move(stack)}, o);
+    for (const auto& op : stream_ops(s, "compute")) {
+      if (op.kind == core::OpKind::Compute && op.gemm && op.name.ends_with(".chunk0")) return op;
     }
-    ADD_FAILURE() << "no chunked GEMM under " << stack;
+    ADD_FAILURE() << "no chunked GEMM";
     return core::Op{};
   };
-  const core::Op one = first_chunk("hzp-async"), three = first_chunk("megatron-core-te");
+  const core::Op one = first_chunk(stacks::resolve_stack("hzp-async"));
+  const core::Op three = first_chunk(async_with("\"tp_gemm_streams\": 3,"));
   ASSERT_TRUE(one.gemm && three.gemm);
   EXPECT_EQ(one.name, three.name);
   EXPECT_EQ(three.gemm->m, 3 * one.gemm->m);
   EXPECT_EQ(three.gemm->n, one.gemm->n);
   EXPECT_DOUBLE_EQ(three.flops.count(), one.flops.count());
+}
+
+// The ring-exchange cut of an all-gather and its GEMM (Transformer Engine's
+// ring_exchange, PyTorch's fused_all_gather_matmul): tp = 4 steps. The QKV
+// GEMM (8,192 x 1,536 x 4,096 per rank: 12 of llama3-8b's 48 q/k/v heads of
+// 128) runs in 4 chunks of a quarter of its FLOPs; the first is the rank's
+// own shard and waits for nothing, each other waits for its shard. The
+// gathered buffer (8,192 x 4,096 bf16 = 64 MiB) arrives in 3 steps, each an
+// all-to-all of a third of it, of which each rank sends a quarter: one shard.
+TEST(Overlap, RingExchangeStartsOnTheOwnShard) {
+  const models::ModelSpec m = four_layers();
+  const topologies::Topology topo(topologies::load_cluster("dgx-h100"), 16);
+  const core::Schedule s = lower({m, topo, async_with("\"tp_gather_cut\": \"ring_exchange\",")}, tp4_overlapped());
+  const std::int64_t gathered = 2LL * 8192 * 4096;
+  const double qkv_flops = 2.0 * 8192 * 1536 * 4096;
+  std::vector<std::int64_t> steps;
+  for (const auto& op : stream_ops(s, "tp_comm")) {
+    if (op.kind == core::OpKind::Collective && op.name.starts_with("l0.attn.tp_allgather.chunk")) {
+      EXPECT_EQ(op.collective, core::CollectiveKind::AllToAll);
+      EXPECT_NE(op.name, "l0.attn.tp_allgather.chunk0");
+      steps.push_back(op.bytes.count());
+    }
+  }
+  EXPECT_EQ(steps, std::vector<std::int64_t>(3, gathered / 3));
+  const auto& comp = stream_ops(s, "compute");
+  int chunks = 0;
+  for (std::size_t i = 1; i < comp.size(); ++i) {
+    if (!comp[i].name.starts_with("l0.qkv.chunk")) continue;
+    ++chunks;
+    EXPECT_DOUBLE_EQ(comp[i].flops.count(), qkv_flops / 4) << comp[i].name;
+    EXPECT_EQ(comp[i - 1].kind == core::OpKind::Wait, comp[i].name != "l0.qkv.chunk0") << comp[i].name;
+  }
+  EXPECT_EQ(chunks, 4);
+  // A step costs what a point-to-point copy of one shard does.
+  const cost::PerfModel pm(topo);
+  const cost::GroupSpan tp = pm.span({0, 1, 2, 3});
+  EXPECT_NEAR(pm.collective(core::CollectiveKind::AllToAll, core::Bytes(gathered / 3), tp).to_seconds(),
+              pm.p2p(core::Bytes(gathered / 3 * 3 / 4), 0, 1).to_seconds(), 1e-9);
+}
+
+// Transformer Engine's bulk backward of a column-parallel linear: the input
+// is all-gathered again (sequence parallelism saved only its shard) beside the
+// input-gradient GEMM, whose result is then reduce-scattered beside the
+// weight-gradient GEMM. Per layer and micro-batch two such linears (QKV, FFN
+// up), and the output layer, each gather 8,192 x 4,096 bf16 more: over 4
+// layers 9 x 64 MiB.
+TEST(Overlap, BulkBackwardGathersTheInputAgainBesideTheInputGradient) {
+  const models::ModelSpec m = four_layers();
+  const topologies::Topology topo(topologies::load_cluster("dgx-h100"), 16);
+  const PlanOptions o = tp4_overlapped();
+  const core::Schedule split = lower({m, topo, stacks::resolve_stack("hzp-async")}, o);
+  const core::Schedule bulk = lower({m, topo, async_with("\"tp_bulk_backward\": true,")}, o);
+  const std::int64_t gathered = 2LL * 8192 * 4096;
+  EXPECT_EQ(totals(bulk).bytes["all_gather/tp"] - totals(split).bytes["all_gather/tp"], 9 * gathered);
+  EXPECT_EQ(totals(bulk).bytes["reduce_scatter/tp"], totals(split).bytes["reduce_scatter/tp"]);
+  // On the tp stream: the regather, then the whole reduce-scatter after the input gradient.
+  std::vector<std::string> tp;
+  for (const auto& op : stream_ops(bulk, "tp_comm")) {
+    if (op.kind == core::OpKind::Collective && op.name.starts_with("l0.attn.tp_allgather.bwd")) tp.push_back(op.name);
+  }
+  EXPECT_EQ(tp, (std::vector<std::string>{"l0.attn.tp_allgather.bwd.input_regather", "l0.attn.tp_allgather.bwd"}));
+  // On the compute stream: the input gradient, a wait for the regathered
+  // input, the weight gradient, a wait for the reduce-scatter.
+  const auto& comp = stream_ops(bulk, "compute");
+  auto at = std::find_if(comp.begin(), comp.end(), [](const core::Op& op) { return op.name == "l0.qkv.dgrad"; });
+  ASSERT_TRUE(at != comp.end() && comp.end() - at >= 5);
+  EXPECT_EQ(at[1].kind, core::OpKind::Record);
+  EXPECT_EQ(at[2].kind, core::OpKind::Wait);
+  EXPECT_EQ(at[3].name, "l0.qkv.wgrad");
+  EXPECT_EQ(at[4].kind, core::OpKind::Wait);
 }
 
 }  // namespace

@@ -178,8 +178,9 @@ struct PlanOptions {
   /// device holds parameters only in flight. Needs node.host.
   bool offload_params = false;
   /// Tensor-parallel communication overlap: each all-gather + GEMM and GEMM +
-  /// reduce-scatter pair runs as kTpOverlapChunks pipelined chunks on a
-  /// separate stream (userbuffers-style), instead of back to back.
+  /// reduce-scatter pair runs as pipelined chunks on a separate stream
+  /// (userbuffers-style), cut as the stack's overlap knobs say
+  /// (stacks::Overlap), instead of back to back.
   bool tp_comm_overlap = false;
   /// Megatron model parallelism: tensor-parallel size (with sequence
   /// parallelism by default), pipeline stages and virtual stages per pipeline

@@ -258,9 +258,13 @@ class ModelParallel {
   void unit_ops(const std::vector<models::GraphOp>& ops, std::int64_t mb);
 
  private:
-  [[nodiscard]] models::GraphOp chunk_of(const models::GraphOp& op, int k) const;
+  [[nodiscard]] int steps(stacks::TpOverlapCut cut) const;
+  [[nodiscard]] models::GraphOp chunk_of(const models::GraphOp& op, int k, int n) const;
+  void ring_step(const std::string& name, const models::GraphOp& collective, int n);
   void overlapped_gather_gemm(const models::GraphOp& gather, const models::GraphOp& gemm);
-  void overlapped_gemm_scatter(const models::GraphOp& gemm, const models::GraphOp& scatter);
+  void overlapped_gemm_scatter(const models::GraphOp& gemm, const models::GraphOp& scatter,
+                               const models::GraphOp* beside = nullptr);
+  void bulk_backward(const models::GraphOp& dgrad, const models::GraphOp& wgrad, const models::GraphOp& scatter);
   void ring_attention(const models::GraphOp& op, double factor);
 
   StageContext& c_;

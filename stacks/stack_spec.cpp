@@ -97,6 +97,9 @@ Overlap overlap(StrictObject o) {
   read_knob(o, "max_inflight_gathers", 0, 64, v.max_inflight_gathers);
   read_knob(o, "prefetch_MB", 0, 1e9, v.prefetch_MB);
   read_knob(o, "tp_gemm_streams", 1, 16, v.tp_gemm_streams);
+  read_knob(o, "tp_gather_cut", kTpOverlapCuts, v.tp_gather_cut);
+  read_knob(o, "tp_scatter_cut", kTpOverlapCuts, v.tp_scatter_cut);
+  read_knob(o, "tp_bulk_backward", v.tp_bulk_backward);
   o.finish();
   return v;
 }

@@ -61,6 +61,17 @@ struct Collectives {
   Regather regather = Regather::AllGather;
 };
 
+/// How a tensor-parallel overlap cuts a collective and the GEMM beside it.
+/// split: kTpOverlapChunks chunks, each GEMM chunk after (all-gather) or
+/// before (reduce-scatter) its own piece of the collective (Transformer
+/// Engine's "pipeline" method, num_splits 4). ring_exchange: tp steps, one
+/// shard a step passed to the ring neighbour; an all-gather's first GEMM
+/// chunk is the rank's own shard and waits for nothing (Transformer Engine's
+/// "ring_exchange" method, num_splits = tp size).
+enum class TpOverlapCut { Split, RingExchange };
+inline constexpr core::Names<TpOverlapCut, 2> kTpOverlapCuts{
+    {{TpOverlapCut::Split, "split"}, {TpOverlapCut::RingExchange, "ring_exchange"}}};
+
 struct HostCosts {
   double kernel_us = 0;      // host time to launch one kernel (framework dispatch included)
   double collective_us = 0;  // host time to issue one collective (hooks and bookkeeping included)
@@ -82,6 +93,17 @@ struct Overlap {
   /// NVTE_COMM_OVERLAP_MAX_STREAMS), so a chunk fills the device as that many
   /// chunks together; 1: one after another on the compute stream.
   int tp_gemm_streams = 1;
+  /// The cut of an overlapped all-gather + GEMM and of a GEMM +
+  /// reduce-scatter (see TpOverlapCut).
+  TpOverlapCut tp_gather_cut = TpOverlapCut::Split;
+  TpOverlapCut tp_scatter_cut = TpOverlapCut::Split;
+  /// The backward of a column-parallel linear as Transformer Engine's "bulk"
+  /// method runs it: the saved sequence shard of its input is all-gathered
+  /// again while the input-gradient GEMM runs, and that gradient's
+  /// reduce-scatter runs whole while the weight-gradient GEMM runs (the
+  /// weight-gradient GEMM waits for the gathered input). false: the
+  /// reduce-scatter is cut as tp_scatter_cut after the weight gradient.
+  bool tp_bulk_backward = false;
 };
 
 /// Where the sharding collectives' buffers come from: pools of fixed slots
