@@ -108,12 +108,12 @@ models::GraphOp ModelParallel::chunk_of(const models::GraphOp& op, int k, int n)
   return c;
 }
 
-// One step of a ring exchange on the tp stream: every rank copies one
-// shard, `shard_of` bytes of the whole buffer, from or to a tensor-parallel
-// peer over the scale-up links (copy engines: Transformer Engine's
-// userbuffers, PyTorch's symmetric memory), no NCCL ring. It is issued as an
-// all-to-all of a buffer of 1/(tp - 1) of the whole: each rank then moves
-// 1/tp of it, through one port, at the point-to-point cost.
+// One of the n - 1 transfers of a ring exchange on the tp stream: every
+// rank copies one shard (1/n of `collective`'s buffer) from or to a
+// tensor-parallel peer over the scale-up links (copy engines: Transformer
+// Engine's userbuffers, PyTorch's symmetric memory), no NCCL ring. It is
+// issued as an all-to-all of 1/(n - 1) of the buffer, of which each rank
+// moves 1/n through its port: one shard, at the point-to-point cost.
 void ModelParallel::ring_step(const std::string& name, const models::GraphOp& collective, int n) {
   c_.b.collective(tp_comm_, name, core::CollectiveKind::AllToAll, c_.stage.tp_group,
                   Bytes(collective.bytes.count() / (n - 1)), Dtype::Bf16, core::OpRole::ModelParallel,
