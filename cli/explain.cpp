@@ -121,7 +121,11 @@ std::string explain(const core::Schedule& s, const plan::ResolvedPlan& plan, con
       r.sent += factor * static_cast<double>(op.bytes.count());
       const cost::CollectiveCost c = pm.collective_cost(op.collective, op.bytes, pm.span(g.ranks));
       r.seconds += c.seconds();
-      ++r.choices[fmt::format("{}/{}", c.algorithm, cost::to_string(c.protocol))];
+      // A tensor-parallel all-to-all is a step of a ring-exchange overlap
+      // (copy-engine transfers of one shard, plan/lower_model_parallel.cpp), not NCCL's.
+      const bool ring_step = op.collective == core::CollectiveKind::AllToAll && g.kind == core::GroupKind::Tp;
+      ++r.choices[ring_step ? std::string("ring-exchange copies")
+                            : fmt::format("{}/{}", c.algorithm, cost::to_string(c.protocol))];
     }
   }
   out += fmt::format(
