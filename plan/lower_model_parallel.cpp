@@ -108,15 +108,17 @@ models::GraphOp ModelParallel::chunk_of(const models::GraphOp& op, int k, int n)
   return c;
 }
 
-// One of the n - 1 transfers of a ring exchange on the tp stream: every
-// rank copies one shard (1/n of `collective`'s buffer) from or to a
-// tensor-parallel peer over the scale-up links (copy engines: Transformer
-// Engine's userbuffers, PyTorch's symmetric memory), no NCCL ring. It is
-// issued as an all-to-all of 1/(n - 1) of the buffer, of which each rank
-// moves 1/n through its port: one shard, at the point-to-point cost.
-void ModelParallel::ring_step(const std::string& name, const models::GraphOp& collective, int n) {
-  c_.b.collective(tp_comm_, name, core::CollectiveKind::AllToAll, c_.stage.tp_group,
-                  Bytes(collective.bytes.count() / (n - 1)), Dtype::Bf16, core::OpRole::ModelParallel,
+// One piece of an overlapped tensor-parallel collective on the tp stream.
+// Split: the collective itself on 1/n of its buffer. Ring exchange: one of
+// the n - 1 transfers, in which every rank copies one shard (1/n of the
+// buffer) from or to a tensor-parallel peer over the scale-up links (copy
+// engines: Transformer Engine's userbuffers, PyTorch's symmetric memory), no
+// NCCL ring; it is issued as an all-to-all of 1/(n - 1) of the buffer, of
+// which each rank moves 1/n through its port: one shard, at the
+// point-to-point cost.
+void ModelParallel::piece(const std::string& name, const models::GraphOp& collective, bool ring, int n) {
+  c_.b.collective(tp_comm_, name, ring ? core::CollectiveKind::AllToAll : *collective.collective, c_.stage.tp_group,
+                  Bytes(collective.bytes.count() / (ring ? n - 1 : n)), Dtype::Bf16, core::OpRole::ModelParallel,
                   collective.param_class);
 }
 
@@ -133,12 +135,7 @@ void ModelParallel::overlapped_gather_gemm(const models::GraphOp& gather, const 
   if (ring) arrived.push_back(-1);  // the rank's own shard: here already
   for (int k = ring ? 1 : 0; k < n; ++k) {
     const std::string name = fmt::format("{}.chunk{}", gather.name, k);
-    if (ring) {
-      ring_step(name, gather, n);
-    } else {
-      c_.b.collective(tp_comm_, name, core::CollectiveKind::AllGather, c_.stage.tp_group,
-                      Bytes(gather.bytes.count() / n), Dtype::Bf16, core::OpRole::ModelParallel, gather.param_class);
-    }
+    piece(name, gather, ring, n);
     arrived.push_back(c_.b.record(tp_comm_, name + ".done"));
   }
   for (int k = 0; k < n; ++k) {
@@ -162,13 +159,7 @@ void ModelParallel::overlapped_gemm_scatter(const models::GraphOp& gemm, const m
     if (ring && k == n - 1) break;  // the own chunk stays
     int done = c_.b.record(c_.comp, fmt::format("{}.chunk{}.done", gemm.name, k));
     c_.b.wait(tp_comm_, done, "wait gemm chunk");
-    const std::string name = fmt::format("{}.chunk{}", scatter.name, k);
-    if (ring) {
-      ring_step(name, scatter, n);
-    } else {
-      c_.b.collective(tp_comm_, name, core::CollectiveKind::ReduceScatter, c_.stage.tp_group,
-                      Bytes(scatter.bytes.count() / n), Dtype::Bf16, core::OpRole::ModelParallel, scatter.param_class);
-    }
+    piece(fmt::format("{}.chunk{}", scatter.name, k), scatter, ring, n);
   }
   int reduced = c_.b.record(tp_comm_, scatter.name + ".done");
   if (beside != nullptr) c_.b.compute(c_.comp, *beside, beside->dtype);

@@ -260,7 +260,7 @@ class ModelParallel {
  private:
   [[nodiscard]] int steps(stacks::TpOverlapCut cut) const;
   [[nodiscard]] models::GraphOp chunk_of(const models::GraphOp& op, int k, int n) const;
-  void ring_step(const std::string& name, const models::GraphOp& collective, int n);
+  void piece(const std::string& name, const models::GraphOp& collective, bool ring, int n);
   void overlapped_gather_gemm(const models::GraphOp& gather, const models::GraphOp& gemm);
   void overlapped_gemm_scatter(const models::GraphOp& gemm, const models::GraphOp& scatter,
                                const models::GraphOp* beside = nullptr);
