@@ -159,10 +159,12 @@ std::string time_split_text(const sim::TimeSplit& split, const core::Schedule& s
   item("host_bound", split.host_bound);
   item("waiting", split.waiting);
   out.resize(out.size() - 2);
-  out += "\nWhat its host threads issue in the step (kernels at their launch latency, collectives at theirs):\n  ";
+  out += "\nWhat its host threads issue in the step (each op at the stack's host cost for its kind):\n  ";
   for (const auto& h : sim::host_issue(s, split.program)) {
-    out += fmt::format("{} {} kernels + {} collectives = {:.4f} s ({:.1f} %), ", h.thread, h.kernels, h.collectives,
-                       h.time.to_seconds(), 100 * h.time.to_seconds() / total);
+    out += fmt::format("{} {} kernels + {} collectives + {} event calls + {} allocator calls", h.thread, h.kernels,
+                       h.collectives, h.events, h.allocs);
+    if (h.syncs > 0) out += fmt::format(" + {} blocking waits", h.syncs);
+    out += fmt::format(" = {:.4f} s ({:.1f} %), ", h.time.to_seconds(), 100 * h.time.to_seconds() / total);
   }
   out.resize(out.size() - 2);
   return out + "\n";

@@ -17,8 +17,9 @@ double total(const std::map<std::string, double>& m) {
 
 double latency(const ShardingTerms& t) { return t.gather_latency_s + t.reduce_latency_s; }
 double bandwidth(const ShardingTerms& t) { return t.gather_bandwidth_s + t.reduce_bandwidth_s; }
-// Compute-stream waits that no exposed collective explains: the bubble.
-double bubble(const PlanTerms& p) { return std::max(0.0, p.idle_s - total(p.exposed_s)); }
+// Compute-stream waits that neither an exposed collective nor the host
+// explains: the bubble.
+double bubble(const PlanTerms& p) { return std::max(0.0, p.idle_s - total(p.exposed_s) - p.host_bound_s); }
 double busy(const PlanTerms& p) { return p.step_s - p.idle_s; }
 
 // What a group kind's collectives are, where the name alone does not say.
@@ -68,6 +69,7 @@ std::string anatomy(const PlanTerms& p) {
   }
   std::string out = fmt::format("compute stream busy {:.3f} s of {:.3f} s", busy(p), p.step_s);
   if (worst_s > 0) out += fmt::format(", {} collectives exposed {:.3f} s", worst, worst_s);
+  if (p.host_bound_s > 0) out += fmt::format(", waits for its host thread {:.3f} s", p.host_bound_s);
   if (bubble(p) > 0) out += fmt::format(", waits with no collective exposed {:.3f} s", bubble(p));
   const double l = latency(p.sharding), b = bandwidth(p.sharding);
   if (l + b > 0) out += fmt::format("; its sharding collectives are {:.0f} % NCCL latency", 100 * l / (l + b));
@@ -89,6 +91,7 @@ std::string deciding_term(const PlanTerms& fast, const PlanTerms& slow) {
     }
   }
   const double waits = bubble(slow) - bubble(fast);
+  const double host = slow.host_bound_s - fast.host_bound_s;
   const double work = busy(slow) - busy(fast);
   // The slowest rank's extra work shows as compute and waits: stragglers
   // decide when they make at least half the difference.
@@ -99,7 +102,13 @@ std::string deciding_term(const PlanTerms& fast, const PlanTerms& slow) {
         "often, or more ranks wait for one)",
         slow.stragglers_s, fast.stragglers_s);
   }
-  if (grown >= waits && grown >= work && grown > 0) return exposed_term(fast, slow, kind, grown);
+  if (grown >= waits && grown >= work && grown >= host && grown > 0) return exposed_term(fast, slow, kind, grown);
+  if (host >= waits && host >= work && host > 0) {
+    return fmt::format(
+        "host: the compute stream waits {:.3f} s more for its host thread to issue the next op (the thread's "
+        "kernels, collectives, events, allocator calls and blocking waits at the stack's host costs)",
+        host);
+  }
   if (waits >= work && waits > 0) {
     return fmt::format("bubble: the compute stream waits {:.3f} s more with no collective exposed (pipeline bubble{})",
                        waits, slow.pp > 1 ? fmt::format(", pp {}", slow.pp) : std::string());
@@ -180,6 +189,7 @@ std::vector<PlanTerms> plan_terms(const ScenarioResult& r, const cost::PerfModel
     }
     for (const auto& [k, d] : m.exposed_comm) t.exposed_s[k] = d.to_seconds();
     t.idle_s = m.compute_idle.to_seconds();
+    t.host_bound_s = m.split.host_bound.to_seconds();
     t.pp = run.plan.options.pp;
     t.sharding = sharding_terms(run.schedule, m, pm);
     t.stragglers_s = stragglers_seconds(r.model, pm, run.plan, run.schedule);

@@ -22,6 +22,9 @@ struct PlanTerms {
   double largest_memory_GiB = 0;
   std::map<std::string, double> exposed_s;  // by group kind
   double idle_s = 0;                        // compute stream with nothing to run
+  /// Of idle_s, the time the compute stream waited for its host thread to
+  /// issue the next op (the analytic engine's issue times; 0 without them).
+  double host_bound_s = 0;
   int pp = 1;
   ShardingTerms sharding;
   /// What the expected slowest rank adds to the step: the plan against the
@@ -37,9 +40,10 @@ struct PlanTerms {
 /// The term that makes `slow` slower than `fast`, with its figures: the
 /// largest of the growth in exposed communication of one group kind (named
 /// latency or bandwidth when the sharding collectives themselves cost that
-/// much more, else overlap), in compute-stream waits no collective explains
-/// (bubble), in compute-stream busy time (compute) and in what the expected
-/// slowest rank adds (stragglers).
+/// much more, else overlap), in compute-stream waits for the host thread
+/// (host), in compute-stream waits neither explains (bubble), in
+/// compute-stream busy time (compute) and in what the expected slowest rank
+/// adds (stragglers).
 [[nodiscard]] std::string deciding_term(const PlanTerms& fast, const PlanTerms& slow);
 
 /// A heading line and one line per plan, in the order given: against the

@@ -79,17 +79,22 @@ core::Program StageLowering::run() {
 
 // The host threads and the streams, in the order the passes add them.
 void StageLowering::add_streams() {
-  // The host's cost to issue a kernel or a collective: the stack's (its
-  // framework's dispatch and hooks included) where it states one, else the
-  // device's launch latency.
+  // The host's cost to issue each op: a kernel or a collective the stack's
+  // (its framework's dispatch and hooks included) where it states one, else
+  // the device's launch latency; an event, an allocator call and the return
+  // from a blocking wait the stack's.
   const stacks::HostCosts& host = c_.stack.host;
   const auto& dev = c_.topo.spec().device;
-  const core::Duration launch = core::Duration::us(host.kernel_us > 0 ? host.kernel_us : dev.launch_latency_us);
-  const core::Duration coll =
+  core::Thread costs;
+  costs.launch_latency = core::Duration::us(host.kernel_us > 0 ? host.kernel_us : dev.launch_latency_us);
+  costs.collective_launch_latency =
       core::Duration::us(host.collective_us > 0 ? host.collective_us : dev.collective_launch_latency_us);
-  const int main = c_.b.add_thread("main", launch, coll);
-  const int param_thread = c_.async ? c_.b.add_thread("param", launch, coll) : main;
-  const int grad_thread = c_.async ? c_.b.add_thread("grad", launch, coll) : main;
+  costs.event_latency = core::Duration::us(host.event_us);
+  costs.alloc_latency = core::Duration::us(host.alloc_us);
+  costs.sync_latency = core::Duration::us(host.sync_us);
+  const int main = c_.b.add_thread("main", costs);
+  const int param_thread = c_.async ? c_.b.add_thread("param", costs) : main;
+  const int grad_thread = c_.async ? c_.b.add_thread("grad", costs) : main;
   c_.comp = c_.b.add_stream("compute", StreamKind::Compute, main);
   zero_.add_streams(param_thread, grad_thread);
   model_parallel_.add_streams(main);

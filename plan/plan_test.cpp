@@ -12,6 +12,8 @@
 #include "core/error.hpp"
 #include "plan/plan_test_util.hpp"
 #include "schedule/replay.hpp"
+#include "sim/metrics.hpp"
+#include "stacks/stack_spec.hpp"
 
 namespace hzp::plan {
 namespace {
@@ -402,6 +404,61 @@ TEST(Lower, KeepGatheredHalvesParameterGathers) {
   o.reshard_after_forward = false;
   auto kept = totals(lower({m, topo}, o)).bytes["all_gather/dp_shard"];
   EXPECT_EQ(2 * kept, resharded);
+}
+
+// What the synchronous path's one host thread issues, and what the
+// asynchronous path moves off it. llama3-8b cut to four layers has U = 6
+// units (the embedding, four layers, the output layer); FSDP on 8 GPUs, one
+// micro-batch, resharded after forward, prefetch depth 1, under hzp-async's
+// runtime with host costs of 5 us a kernel, 40 us a collective, 2 us an
+// event call, 1 us an allocator call and 100 us a return from a blocking
+// wait. By hand, the sync path's main thread issues:
+//  - 3U = 18 collectives: 2U all-gathers (every unit gathered again for its
+//    backward) and U reduce-scatters;
+//  - 2U - 2 = 10 blocking waits: every gather but the first two waits on the
+//    host for the slot the gather two back frees;
+//  - 6U - 2 = 34 allocator calls more than the async path's main thread: an
+//    allocation and a free of each of the 2U gathered buffers and the U
+//    gradient buckets, less the async path's two pools;
+// and its host time is each count at its cost. The async path's param and
+// grad threads issue the 2U gathers and U reduce-scatters instead.
+TEST(HostIssue, SyncPathPaysEveryCollectiveEventAndAllocatorCallOnOneThread) {
+  auto [text, file] = stacks::stack_text("hzp-async");
+  const auto host = text.find("\"host\": ");
+  const auto end = text.find('}', host) + 1;
+  text.replace(host, end - host,
+               "\"host\": {\"kernel_us\": 5, \"collective_us\": 40, \"event_us\": 2, \"alloc_us\": 1, "
+               "\"sync_us\": 100}");
+  const auto stack = stacks::stack_from_text(text, file);
+  ASSERT_EQ(stack->spec.host.sync_us, 100);
+  const auto topo = topologies::Topology(topologies::load_cluster("dgx-h100"), 8);
+  const auto m = test_util::four_layers();
+  PlanOptions o;
+  o.strategy = Strategy::Fsdp;
+  o.seq_len = 4096;
+  o.global_batch_sequences = 8;
+  const int U = 6;
+  auto lowered = [&](bool async) {
+    o.async = async;
+    return sim::host_issue(lower({m, topo, stack}, o), 0);
+  };
+  const auto sync = lowered(false);
+  ASSERT_EQ(sync.size(), 1u);
+  const sim::HostIssue& main = sync[0];
+  EXPECT_EQ(main.collectives, 3 * U);
+  EXPECT_EQ(main.syncs, 2 * U - 2);
+  const std::int64_t us = 5 * main.kernels + 40 * (3 * U) + 2 * main.events + 1 * main.allocs + 100 * (2 * U - 2);
+  EXPECT_EQ(main.time.count_ns(), us * 1000);
+  const auto async = lowered(true);
+  ASSERT_EQ(async.size(), 3u);
+  EXPECT_EQ(async[0].collectives, 0);
+  EXPECT_EQ(async[0].syncs, 0);
+  EXPECT_EQ(main.allocs - async[0].allocs, 6 * U - 2);
+  EXPECT_EQ(async[1].thread, "param");
+  EXPECT_EQ(async[1].collectives, 2 * U);
+  EXPECT_EQ(async[2].thread, "grad");
+  EXPECT_EQ(async[2].collectives, U);
+  EXPECT_EQ(async[1].allocs + async[2].allocs, 0);
 }
 
 }  // namespace

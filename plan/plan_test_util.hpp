@@ -77,7 +77,9 @@ inline PlanOptions ddp_pipeline(int pp, std::int64_t sequences) {
 // No host launch latency, so a replay times the device work alone.
 inline void without_launch_latency(core::Schedule& s) {
   for (auto& p : s.programs) {
-    for (auto& t : p.threads) t.launch_latency = t.collective_launch_latency = core::Duration{};
+    for (auto& t : p.threads)
+      t.launch_latency = t.collective_launch_latency = t.event_latency = t.alloc_latency = t.sync_latency =
+          core::Duration{};
   }
 }
 

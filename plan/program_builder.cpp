@@ -12,11 +12,12 @@ ProgramBuilder::ProgramBuilder(int id, std::string name, std::vector<int> ranks)
   prog_.ranks = std::move(ranks);
 }
 
-int ProgramBuilder::add_thread(const std::string& name, core::Duration launch_latency,
-                               core::Duration collective_launch_latency) {
-  int id = static_cast<int>(prog_.threads.size());
-  prog_.threads.push_back(core::Thread{id, name, launch_latency, collective_launch_latency});
-  return id;
+int ProgramBuilder::add_thread(const std::string& name, const core::Thread& costs) {
+  core::Thread t = costs;
+  t.id = static_cast<int>(prog_.threads.size());
+  t.name = name;
+  prog_.threads.push_back(std::move(t));
+  return prog_.threads.back().id;
 }
 
 int ProgramBuilder::add_stream(const std::string& name, core::StreamKind kind, int thread) {

@@ -15,7 +15,9 @@ class ProgramBuilder {
  public:
   ProgramBuilder(int id, std::string name, std::vector<int> ranks);
 
-  int add_thread(const std::string& name, core::Duration launch_latency, core::Duration collective_launch_latency);
+  /// A host thread named `name` that costs what `costs` states (its id and
+  /// name are ignored).
+  int add_thread(const std::string& name, const core::Thread& costs);
   int add_stream(const std::string& name, core::StreamKind kind, int thread);
 
   /// A kernel of the step graph: role Forward, Recompute or Backward by its

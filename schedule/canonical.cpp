@@ -228,6 +228,9 @@ void write_program(Out& out, const Program& p) {
     m.str("name", t.name);
     m.i64("launch_latency_ns", t.launch_latency.count_ns());
     m.i64("collective_launch_latency_ns", t.collective_launch_latency.count_ns());
+    m.i64("event_latency_ns", t.event_latency.count_ns());
+    m.i64("alloc_latency_ns", t.alloc_latency.count_ns());
+    m.i64("sync_latency_ns", t.sync_latency.count_ns());
     m.write(out);
   }
   out.raw("]}");

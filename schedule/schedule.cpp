@@ -114,6 +114,9 @@ Thread thread_from_json(StrictObject to, std::size_t t) {
   th.name = to.str("name");
   th.launch_latency = Duration::ns(to.integer("launch_latency_ns", 0, 1000000000));
   th.collective_launch_latency = Duration::ns(to.integer("collective_launch_latency_ns", 0, 1000000000));
+  th.event_latency = Duration::ns(to.integer("event_latency_ns", 0, 1000000000));
+  th.alloc_latency = Duration::ns(to.integer("alloc_latency_ns", 0, 1000000000));
+  th.sync_latency = Duration::ns(to.integer("sync_latency_ns", 0, 1000000000));
   to.finish();
   return th;
 }

@@ -17,11 +17,13 @@
 
 namespace hzp::core {
 
+/// 6: a host thread states what it spends on an event call, an allocator
+/// call and the return from a blocking wait (5 issued those for nothing).
 /// 5: ZeRO++'s quantized collectives carry their integer element types
 /// (int8, int4; 4 labelled them fp8) and an attention op's kernel is one of
 /// kAttentionKernels. An older Schedule is refused with one line saying to
 /// lower it again.
-inline constexpr int kScheduleSchemaVersion = 5;
+inline constexpr int kScheduleSchemaVersion = 6;
 /// The most ranks a Schedule may have (a million).
 inline constexpr int kMaxWorldSize = 1 << 20;
 
@@ -190,16 +192,22 @@ struct Stream {
   std::vector<Op> ops;
 };
 
-/// A host thread. It issues the ops of its streams in ascending op id, one
-/// every `launch_latency` for kernels and `collective_launch_latency` for
-/// collectives, sends and receives (record, wait, alloc and
-/// free cost nothing to issue); an op starts on the device no earlier than it
-/// is issued.
+/// A host thread. It issues the ops of its streams in ascending op id, each
+/// after the one before has cost the thread its issue time (issue_latency):
+/// a kernel `launch_latency`; a collective, send or receive
+/// `collective_launch_latency`; recording an event or making a stream wait
+/// on one `event_latency`; an allocation or a free from the caching
+/// allocator `alloc_latency`; a blocking wait (Sync) `sync_latency` from the
+/// moment its event happens until the thread issues again. An op starts on
+/// the device no earlier than it is issued.
 struct Thread {
   int id = 0;
   std::string name;
   Duration launch_latency{};
   Duration collective_launch_latency{};
+  Duration event_latency{};
+  Duration alloc_latency{};
+  Duration sync_latency{};
 };
 
 /// Ops that occupy a device and so have a duration in a Timeline: compute,
@@ -209,13 +217,20 @@ struct Thread {
 }
 
 /// The host time `thread` spends issuing `op` — the one rule the engines and
-/// the runtime's backends share: a compute op its launch latency per kernel;
-/// a collective, send or receive its collective launch latency; anything
-/// else nothing.
+/// the runtime's backends share (see Thread). A Sync's time runs from the
+/// moment its event happens: the engines hold the thread until then first.
 [[nodiscard]] inline Duration issue_latency(const Thread& thread, const Op& op) {
-  if (op.kind == OpKind::Compute) return Duration::ns(thread.launch_latency.count_ns() * op.kernels);
-  if (op.kind == OpKind::Collective || op.kind == OpKind::Send || op.kind == OpKind::Recv)
-    return thread.collective_launch_latency;
+  switch (op.kind) {
+    case OpKind::Compute: return Duration::ns(thread.launch_latency.count_ns() * op.kernels);
+    case OpKind::Collective:
+    case OpKind::Send:
+    case OpKind::Recv: return thread.collective_launch_latency;
+    case OpKind::Record:
+    case OpKind::Wait: return thread.event_latency;
+    case OpKind::Alloc:
+    case OpKind::Free: return thread.alloc_latency;
+    case OpKind::Sync: return thread.sync_latency;
+  }
   return Duration{};
 }
 

@@ -185,16 +185,16 @@ TEST(Schedule, AttentionKernelRoundTripsThroughItsNameTable) {
 
 TEST(Schedule, OlderSchemaIsRejectedWithWhatToDo) {
   std::string text = to_canonical_json(two_rank_schedule());
-  const auto pos = text.find(R"("schema_version":5)");
+  const auto pos = text.find(R"("schema_version":6)");
   ASSERT_NE(pos, std::string::npos);
-  text.replace(pos, 18, R"("schema_version":4)");
+  text.replace(pos, 18, R"("schema_version":5)");
   try {
     (void)schedule_from_json(text, "old.json", false);
     FAIL();
   } catch (const InputError& e) {
     EXPECT_STREQ(e.what(),
-                 "old.json: schema_version: expected 5 (a Schedule written by an older hzp; lower it again with "
-                 "`hzp schedule`), got 4");
+                 "old.json: schema_version: expected 6 (a Schedule written by an older hzp; lower it again with "
+                 "`hzp schedule`), got 5");
   }
 }
 
@@ -396,6 +396,27 @@ TEST(Replay, HostSyncStallsIssue) {
   EXPECT_EQ(synced.issued[0][0][1].count_ns(), 200);
   EXPECT_EQ(synced.times[0][0][1].start.count_ns(), 200);
   EXPECT_EQ(synced.times[0][0][1].end.count_ns(), 210);
+}
+
+TEST(Replay, EventsAndTheReturnFromASyncCostTheirThreadTime) {
+  // ag (0) costs 1 ns to issue, its record (1) 3 ns; the sync (2), reached
+  // at 4 ns, returns when its event happens (the gather ends at 200 ns), and
+  // the thread issues again 50 ns later: the GEMM runs 250-260 ns.
+  Schedule s = sync_schedule(true);
+  for (auto& p : s.programs) {
+    p.threads[0].event_latency = Duration::ns(3);
+    p.threads[0].sync_latency = Duration::ns(50);
+  }
+  ReplayResult r = timed(s);
+  EXPECT_EQ(r.issued[0][1][1].count_ns(), 1);
+  EXPECT_EQ(r.issued[0][0][0].count_ns(), 200);
+  EXPECT_EQ(r.issued[0][0][1].count_ns(), 250);
+  EXPECT_EQ(r.times[0][0][1].start.count_ns(), 250);
+  EXPECT_EQ(r.times[0][0][1].end.count_ns(), 260);
+  // The same rule, op by op.
+  const Thread& t = s.programs[0].threads[0];
+  EXPECT_EQ(issue_latency(t, event_op(9, OpKind::Wait, 7)).count_ns(), 3);
+  EXPECT_EQ(issue_latency(t, event_op(9, OpKind::Sync, 7)).count_ns(), 50);
 }
 
 TEST(ScheduleCheck, RejectsSyncOnLaterEvent) {

@@ -86,16 +86,21 @@ struct Metrics {
                                       const topologies::DeviceProfile& device);
 
 /// What one host thread of a rank class issues in a step and the host time
-/// that costs it (core::issue_latency summed over its streams' ops):
-/// kernels at the thread's launch latency each; collectives, sends and
-/// receives at its collective launch latency each. Whether that time shows
-/// in the step depends on whether the thread falls behind the device
+/// that costs it (core::issue_latency summed over its streams' ops): kernels
+/// at the thread's launch latency each; collectives, sends and receives at
+/// its collective launch latency; event records and waits, allocator calls
+/// and returns from blocking waits at theirs. Whether that time shows in the
+/// step depends on whether the thread falls behind the device
 /// (TimeSplit::host_bound); a synchronous plan issues everything from one
-/// thread, an asynchronous one moves the sharding collectives to two more.
+/// thread, an asynchronous one moves the sharding collectives, their events
+/// and (with pools, none) their allocator calls to two more.
 struct HostIssue {
   std::string thread;
   std::int64_t kernels = 0;
   std::int64_t collectives = 0;  // collectives, sends and receives
+  std::int64_t events = 0;       // records and waits
+  std::int64_t allocs = 0;       // allocations and frees
+  std::int64_t syncs = 0;        // blocking waits
   core::Duration time{};
 };
 /// The host threads of rank class `program`, in thread order.

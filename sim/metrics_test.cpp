@@ -133,10 +133,16 @@ namespace {
 
 // Host time of a synchronous step for a given count of kernels and
 // collectives, and the same work split over an asynchronous plan's threads.
-TEST(Metrics, HostIssueIsKernelsAndCollectivesAtTheirLatencies) {
+TEST(Metrics, HostIssueIsEveryOpAtItsKindsLatency) {
+  core::Thread costs{0, "main", core::Duration::us(5), core::Duration::us(60)};
+  costs.event_latency = core::Duration::us(2);
+  costs.alloc_latency = core::Duration::us(1);
+  costs.sync_latency = core::Duration::us(200);
   core::Program p;
-  p.threads = {core::Thread{0, "main", core::Duration::us(5), core::Duration::us(60)},
-               core::Thread{1, "param", core::Duration::us(5), core::Duration::us(60)}};
+  core::Thread param = costs;
+  param.id = 1;
+  param.name = "param";
+  p.threads = {costs, param};
   p.streams = {core::Stream{0, "compute", core::StreamKind::Compute, 0, {}},
                core::Stream{1, "grad_reduce", core::StreamKind::GradReduce, 0, {}},
                core::Stream{2, "param_allgather", core::StreamKind::ParamGather, 1, {}}};
@@ -148,21 +154,31 @@ TEST(Metrics, HostIssueIsKernelsAndCollectivesAtTheirLatencies) {
   };
   for (int i = 0; i < 10; ++i) add(0, core::OpKind::Compute, 3);    // 30 kernels
   for (int i = 0; i < 4; ++i) add(1, core::OpKind::Collective, 0);  // 4 reduce-scatters
-  add(1, core::OpKind::Record, 0);                                  // events cost nothing to issue
+  add(1, core::OpKind::Record, 0);
   add(0, core::OpKind::Wait, 0);
+  add(1, core::OpKind::Alloc, 0);
+  add(1, core::OpKind::Free, 0);
+  add(0, core::OpKind::Sync, 0);
   for (int i = 0; i < 2; ++i) add(2, core::OpKind::Collective, 0);  // 2 gathers, issued by "param"
+  add(2, core::OpKind::Record, 0);
   core::Schedule s;
   s.programs.push_back(p);
   const auto h = host_issue(s, 0);
   ASSERT_EQ(h.size(), 2u);
-  // main: 30 kernels x 5 us + 4 collectives x 60 us = 390 us; param: 2 x 60 = 120 us.
+  // main: 30 kernels x 5 us + 4 collectives x 60 us + 2 event calls x 2 us +
+  // 2 allocator calls x 1 us + 1 blocking wait x 200 us = 596 us.
   EXPECT_EQ(h[0].thread, "main");
   EXPECT_EQ(h[0].kernels, 30);
   EXPECT_EQ(h[0].collectives, 4);
-  EXPECT_EQ(h[0].time.count_ns(), 390'000);
+  EXPECT_EQ(h[0].events, 2);
+  EXPECT_EQ(h[0].allocs, 2);
+  EXPECT_EQ(h[0].syncs, 1);
+  EXPECT_EQ(h[0].time.count_ns(), 596'000);
+  // param: 2 x 60 us + 1 x 2 us = 122 us.
   EXPECT_EQ(h[1].kernels, 0);
   EXPECT_EQ(h[1].collectives, 2);
-  EXPECT_EQ(h[1].time.count_ns(), 120'000);
+  EXPECT_EQ(h[1].events, 1);
+  EXPECT_EQ(h[1].time.count_ns(), 122'000);
 }
 
 }  // namespace

@@ -42,10 +42,19 @@ std::vector<HostIssue> host_issue(const core::Schedule& s, int program) {
     const auto t = static_cast<std::size_t>(st.thread);
     const core::Thread& thread = p.threads.at(t);
     for (const auto& op : st.ops) {
-      if (op.kind == core::OpKind::Compute) out[t].kernels += op.kernels;
-      if (op.kind == core::OpKind::Collective || op.kind == core::OpKind::Send || op.kind == core::OpKind::Recv)
-        ++out[t].collectives;
-      out[t].time += core::issue_latency(thread, op);
+      HostIssue& h = out[t];
+      switch (op.kind) {
+        case core::OpKind::Compute: h.kernels += op.kernels; break;
+        case core::OpKind::Collective:
+        case core::OpKind::Send:
+        case core::OpKind::Recv: ++h.collectives; break;
+        case core::OpKind::Record:
+        case core::OpKind::Wait: ++h.events; break;
+        case core::OpKind::Alloc:
+        case core::OpKind::Free: ++h.allocs; break;
+        case core::OpKind::Sync: ++h.syncs; break;
+      }
+      h.time += core::issue_latency(thread, op);
     }
   }
   return out;

@@ -87,6 +87,9 @@ HostCosts host_costs(StrictObject o) {
   HostCosts h;
   read_knob(o, "kernel_us", 0, 1e6, h.kernel_us);
   read_knob(o, "collective_us", 0, 1e6, h.collective_us);
+  read_knob(o, "event_us", 0, 1e6, h.event_us);
+  read_knob(o, "alloc_us", 0, 1e6, h.alloc_us);
+  read_knob(o, "sync_us", 0, 1e6, h.sync_us);
   o.finish();
   return h;
 }

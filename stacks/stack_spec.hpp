@@ -72,9 +72,25 @@ enum class TpOverlapCut { Split, RingExchange };
 inline constexpr core::Names<TpOverlapCut, 2> kTpOverlapCuts{
     {{TpOverlapCut::Split, "split"}, {TpOverlapCut::RingExchange, "ring_exchange"}}};
 
+/// What the thread that issues an op spends on it, in microseconds. The
+/// defaults are a PyTorch framework's, each call made from Python:
+///  - event_us: recording a CUDA event or making a stream wait on one. The
+///    driver call is 0.24-0.26 us (harrism/cuda_event_benchmark README:
+///    cudaEventRecord without timing 4.1 M/s, cudaStreamWaitEvent 3.9 M/s);
+///    Python's argument parsing adds about 1 us a call (pytorch/pytorch#41383:
+///    `x*x` costs about 2 us from Python, half of it parsing).
+///  - alloc_us: one caching-allocator allocation or free: `torch.empty` and
+///    its release together 2.15 us (NVIDIA/cutlass#3275, x64 host).
+///  - sync_us: from the moment a blocking wait's event happens until the
+///    thread issues again. The CUDA wake-up itself is a few microseconds;
+///    what a framework does before its next call is its own (torch-fsdp1
+///    states its rate limiter's).
 struct HostCosts {
   double kernel_us = 0;      // host time to launch one kernel (framework dispatch included)
   double collective_us = 0;  // host time to issue one collective (hooks and bookkeeping included)
+  double event_us = 1.25;
+  double alloc_us = 1.1;
+  double sync_us = 0;
 };
 
 struct Overlap {

@@ -264,6 +264,11 @@ TEST(Why, NamesTheTermThatMakesAPlanSlower) {
   why = explore::deciding_term(fast, slow);
   EXPECT_TRUE(has(why, "bubble: the compute stream waits 0.300 s more")) << why;
   EXPECT_TRUE(has(why, "pp 4")) << why;
+  // The same 0.4 s of waits, 0.3 s of them for the host thread: host (the
+  // bubble is what is left, 0.1 s).
+  slow.host_bound_s = 0.3;
+  why = explore::deciding_term(fast, slow);
+  EXPECT_TRUE(has(why, "host: the compute stream waits 0.300 s more for its host thread")) << why;
   // More work on the compute stream: compute.
   slow = terms("recompute", 10.2);
   why = explore::deciding_term(fast, slow);

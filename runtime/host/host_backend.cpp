@@ -193,9 +193,10 @@ void HostBackend::host_wait(std::size_t program, const core::Thread& thread, int
     throw;
   }
   if (--host_blocked_[{program, event}] == 0) host_blocked_.erase({program, event});
-  // Nothing after the sync is issued before the event happened.
+  // Nothing after the sync is issued before the event happened and the
+  // thread has returned from its wait.
   auto [it, fresh] = next_issue_.try_emplace({program, thread.id}, Time{});
-  it->second = std::max(it->second, recorded_[program].at(event));
+  it->second = std::max(it->second, recorded_[program].at(event)) + thread.sync_latency;
   ++progress_;
 }
 

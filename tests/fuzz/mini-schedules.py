@@ -28,11 +28,12 @@ def gemm(i, name, role="forward", param_class="dense", n=256):
 
 
 def thread(i, name):
-    return {"id": i, "name": name, "launch_latency_ns": 4000, "collective_launch_latency_ns": 8000}
+    return {"id": i, "name": name, "launch_latency_ns": 4000, "collective_launch_latency_ns": 8000,
+            "event_latency_ns": 1000, "alloc_latency_ns": 1000, "sync_latency_ns": 2000}
 
 
 def schedule(name, world, groups, programs):
-    return {"schema_version": 5, "name": name, "sha256": "", "provenance": {},
+    return {"schema_version": 6, "name": name, "sha256": "", "provenance": {},
             "step": {"model": "mini", "cluster": "dgx-h100", "strategy": "hzp", "world_size": world, "seq_len": 128,
                      "global_batch_sequences": world, "micro_batches": 1, "model_flops": 1e9},
             "groups": groups, "programs": programs}
