@@ -61,4 +61,18 @@ struct EngineOptions {
 /// Throws InputError when a group names a rank the topology lacks.
 void check_fits(const core::Schedule& s, const topologies::Topology& topo);
 
+/// Whether op `i` of `st` is a collective that directly follows one of the
+/// same kind on the same group (nothing between them on the stream, which
+/// issues it as the other ends): both engines then charge it the latency left
+/// once the one before has drained into it
+/// (cost::CollectiveCost::back_to_back_latency_s: a run of broadcasts pays its
+/// chain once).
+[[nodiscard]] inline bool back_to_back(const core::Stream& st, std::size_t i) {
+  if (i == 0 || i >= st.ops.size()) return false;
+  const core::Op& a = st.ops[i - 1];
+  const core::Op& b = st.ops[i];
+  return a.kind == core::OpKind::Collective && b.kind == core::OpKind::Collective && a.collective == b.collective &&
+         a.group == b.group;
+}
+
 }  // namespace hzp::sim

@@ -245,12 +245,7 @@ class CollectiveCosts {
     for (const core::Program& prog : s.programs) {
       for (const core::Stream& st : prog.streams) {
         for (std::size_t i = 1; i < st.ops.size(); ++i) {
-          const core::Op& a = st.ops[i - 1];
-          const core::Op& b = st.ops[i];
-          if (a.kind == core::OpKind::Collective && b.kind == core::OpKind::Collective &&
-              a.collective == b.collective && a.group == b.group) {
-            back_to_back_.insert(&b);
-          }
+          if (back_to_back(st, i)) back_to_back_.insert(&st.ops[i]);
         }
       }
     }

@@ -58,7 +58,8 @@ void Simulation::run_flows(int me, const Lowered& l, Take take) {
 
 void Simulation::flows_done(Instance& inst) {
   if (--inst.pending > 0) return;
-  inst.end = now_s() + inst.flows->set.latency_s;
+  const FlowSet& fs = inst.flows->set;
+  inst.end = now_s() + (inst.back_to_back ? fs.back_to_back_latency_s : fs.latency_s);
   for (auto& a : inst.finish_waiters) a->resume();
   inst.finish_waiters.clear();
 }
@@ -105,6 +106,7 @@ void Simulation::collective(Rank& r, std::size_t k, std::size_t i, const Op& op)
     slot->group = gid;
     slot->kind = op.collective;
     slot->expected = participants_[static_cast<std::size_t>(gid)];
+    slot->back_to_back = info_[r.program].back_to_back[k][i] != 0;
   }
   InstancePtr inst = slot;
   inst->max_bytes = std::max(inst->max_bytes, op.bytes.count());

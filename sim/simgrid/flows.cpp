@@ -41,6 +41,7 @@ FlowSet lower_collective(const cost::PerfModel& pm, CollectiveKind kind, core::B
   const cost::CollectiveCost cost = pm.collective_cost(kind, bytes, span);
   fs.shape = cost.shape;
   fs.latency_s = cost.latency_s;
+  fs.back_to_back_latency_s = std::min(cost.latency_s, cost.back_to_back_latency_s);
   if (ranks.size() <= 1 || bytes.count() == 0) return fs;
 
   const topologies::Topology& topo = pm.topology();

@@ -25,6 +25,9 @@ struct FlowSet {
   cost::FlowShape shape = cost::FlowShape::Ring;
   std::vector<Flow> flows;
   double latency_s = 0;  // closed-form step latencies, added after the flows
+  /// What it adds instead when it directly follows one of the same kind on
+  /// the same group (sim::back_to_back), at most latency_s.
+  double back_to_back_latency_s = 0;
 };
 
 /// Lowers one collective over `ranks` (ascending global ranks) with per-rank

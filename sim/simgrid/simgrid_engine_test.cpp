@@ -195,6 +195,31 @@ TEST_P(Modes, AllToAllOverlappingReduceScatterSlowsBothByTheMaxMinShare) {
   EXPECT_GT(seconds(a2a), 1.9 * (wa / bw));
 }
 
+// Three broadcasts of 1 MiB in a row on one group of 16 ranks over two
+// nodes: the first pays its latency L and its transfer, each one that
+// directly follows only the back-to-back latency B < L and its transfer (the
+// chain it shares with the one before has filled), as in the analytic
+// engine, whose step agrees.
+TEST_P(Modes, BackToBackBroadcastsPayTheirChainOnce) {
+  auto pm = h100(16);
+  const std::int64_t n = 1LL << 20;
+  std::vector<int> ranks(16);
+  for (int r = 0; r < 16; ++r) ranks[static_cast<std::size_t>(r)] = r;
+  const auto c = pm.collective_cost(CollectiveKind::Broadcast, Bytes(n), pm.span(ranks));
+  ASSERT_LT(c.back_to_back_latency_s, c.latency_s);
+  Builder b(ranks, 16);
+  const auto st = b.stream("a");
+  const int g = b.group(GroupKind::DpRegather, ranks);
+  for (int i = 0; i < 3; ++i) b.collective(st, CollectiveKind::Broadcast, g, n, i);
+  const auto t = run(b.s, pm, quiet(GetParam()));
+  ASSERT_EQ(t.ops.size(), 3u);
+  EXPECT_NEAR(seconds(t.ops[0]), c.latency_s + c.transfer_s, 1e-6);
+  EXPECT_NEAR(seconds(t.ops[1]), c.back_to_back_latency_s + c.transfer_s, 1e-6);
+  EXPECT_NEAR(seconds(t.ops[2]), c.back_to_back_latency_s + c.transfer_s, 1e-6);
+  const double analytic = AnalyticEngine(pm).estimate(b.s).step.to_seconds();
+  EXPECT_NEAR(end_s(t.ops[2]), analytic, 1e-6);
+}
+
 INSTANTIATE_TEST_SUITE_P(RankModes, Modes, ::testing::Values("all", "classes"), [](const auto& p) { return p.param; });
 
 // A kernel of W seconds starts with a collective of T < W on another stream:

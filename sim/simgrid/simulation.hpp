@@ -62,6 +62,7 @@ struct Instance {
   double end = -1;
   double start = 0;
   bool launch_all = false;     // the last to arrive launches every detailed member's flows
+  bool back_to_back = false;   // follows one of the same kind on the same group (sim::back_to_back)
   std::vector<Rank*> members;  // detailed participants
   std::vector<sg4::ActorPtr> arrival_waiters, finish_waiters;
 };
@@ -114,6 +115,7 @@ struct Proxy {
 struct ProgramInfo {
   std::vector<std::vector<double>> work;                                     // [stream][op] seconds of compute
   std::vector<std::vector<int>> event;                                       // [stream][op] dense event index or -1
+  std::vector<std::vector<char>> back_to_back;                               // [stream][op]: sim::back_to_back
   std::vector<std::vector<std::pair<std::size_t, std::size_t>>> thread_ops;  // [thread] (stream, op) by id
   std::vector<char> syncs;                                                   // [thread]: has sync ops
   std::vector<std::vector<std::size_t>> position;                            // [stream][op] in its thread's order
