@@ -82,9 +82,8 @@ inline constexpr core::Names<TpOverlapCut, 2> kTpOverlapCuts{
 ///  - alloc_us: one caching-allocator allocation or free: `torch.empty` and
 ///    its release together 2.15 us (NVIDIA/cutlass#3275, x64 host).
 ///  - sync_us: from the moment a blocking wait's event happens until the
-///    thread issues again. The CUDA wake-up itself is a few microseconds;
-///    what a framework does before its next call is its own (torch-fsdp1
-///    states its rate limiter's).
+///    thread issues again; 0 unless a stack states what it does there
+///    (torch-fsdp1 states its rate limiter's).
 struct HostCosts {
   double kernel_us = 0;      // host time to launch one kernel (framework dispatch included)
   double collective_us = 0;  // host time to issue one collective (hooks and bookkeeping included)

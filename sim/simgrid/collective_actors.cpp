@@ -106,7 +106,7 @@ void Simulation::collective(Rank& r, std::size_t k, std::size_t i, const Op& op)
     slot->group = gid;
     slot->kind = op.collective;
     slot->expected = participants_[static_cast<std::size_t>(gid)];
-    slot->back_to_back = info_[r.program].back_to_back[k][i] != 0;
+    slot->back_to_back = back_to_back(s_.programs[r.program].streams[k], i);
   }
   InstancePtr inst = slot;
   inst->max_bytes = std::max(inst->max_bytes, op.bytes.count());

@@ -64,17 +64,14 @@ ProgramInfo Simulation::program_info(const core::Program& prog) const {
   std::map<int, int> dense;
   pi.work.resize(prog.streams.size());
   pi.event.resize(prog.streams.size());
-  pi.back_to_back.resize(prog.streams.size());
   pi.thread_ops.resize(prog.threads.size());
   std::vector<std::vector<std::tuple<int, std::size_t, std::size_t>>> order(prog.threads.size());
   for (std::size_t k = 0; k < prog.streams.size(); ++k) {
     const core::Stream& st = prog.streams[k];
     pi.work[k].resize(st.ops.size());
     pi.event[k].assign(st.ops.size(), -1);
-    pi.back_to_back[k].assign(st.ops.size(), 0);
     for (std::size_t i = 0; i < st.ops.size(); ++i) {
       const Op& op = st.ops[i];
-      pi.back_to_back[k][i] = back_to_back(st, i) ? 1 : 0;
       if (op.kind == OpKind::Compute) pi.work[k][i] = pm_.compute(op).to_seconds();
       if (op.event >= 0 && (op.kind == OpKind::Record || op.kind == OpKind::Wait || op.kind == OpKind::Sync)) {
         pi.event[k][i] = dense.emplace(op.event, static_cast<int>(dense.size())).first->second;

@@ -115,7 +115,6 @@ struct Proxy {
 struct ProgramInfo {
   std::vector<std::vector<double>> work;                                     // [stream][op] seconds of compute
   std::vector<std::vector<int>> event;                                       // [stream][op] dense event index or -1
-  std::vector<std::vector<char>> back_to_back;                               // [stream][op]: sim::back_to_back
   std::vector<std::vector<std::pair<std::size_t, std::size_t>>> thread_ops;  // [thread] (stream, op) by id
   std::vector<char> syncs;                                                   // [thread]: has sync ops
   std::vector<std::vector<std::size_t>> position;                            // [stream][op] in its thread's order
