@@ -88,7 +88,7 @@ std::string explain(const core::Schedule& s, const plan::ResolvedPlan& plan, con
   std::map<int, bool> used;
   for (const auto& st : prog.streams) {
     for (const auto& op : st.ops) {
-      if (op.kind == core::OpKind::Collective) used[op.group] = true;
+      if (op.kind == core::OpKind::Collective) used[op.collective().group] = true;
     }
   }
   out += fmt::format("\ngroups of rank {} (each kind partitions the ranks that use it):\n", prog.ranks.at(0));
@@ -110,20 +110,21 @@ std::string explain(const core::Schedule& s, const plan::ResolvedPlan& plan, con
   for (const auto& st : prog.streams) {
     for (const auto& op : st.ops) {
       if (op.kind != core::OpKind::Collective) continue;
-      const core::Group& g = s.group(op.group);
+      const core::Op::Collective& coll = op.collective();
+      const core::Group& g = s.group(coll.group);
       const double P = static_cast<double>(g.ranks.size());
-      Row& r = rows[{std::string(core::to_string(op.collective)), op.group}];
+      Row& r = rows[{std::string(core::to_string(coll.kind)), coll.group}];
       ++r.calls;
-      r.buffer += op.bytes.count();
-      double factor = op.collective == core::CollectiveKind::AllReduce   ? 2 * (P - 1) / P
-                      : op.collective == core::CollectiveKind::Broadcast ? 1.0
-                                                                         : (P - 1) / P;
-      r.sent += factor * static_cast<double>(op.bytes.count());
-      const cost::CollectiveCost c = pm.collective_cost(op.collective, op.bytes, pm.span(g.ranks));
+      r.buffer += coll.bytes.count();
+      double factor = coll.kind == core::CollectiveKind::AllReduce   ? 2 * (P - 1) / P
+                      : coll.kind == core::CollectiveKind::Broadcast ? 1.0
+                                                                     : (P - 1) / P;
+      r.sent += factor * static_cast<double>(coll.bytes.count());
+      const cost::CollectiveCost c = pm.collective_cost(coll.kind, coll.bytes, pm.span(g.ranks));
       r.seconds += c.seconds();
       // A tensor-parallel all-to-all is a step of a ring-exchange overlap
       // (copy-engine transfers of one shard, plan/lower_model_parallel.cpp), not NCCL's.
-      const bool ring_step = op.collective == core::CollectiveKind::AllToAll && g.kind == core::GroupKind::Tp;
+      const bool ring_step = coll.kind == core::CollectiveKind::AllToAll && g.kind == core::GroupKind::Tp;
       ++r.choices[ring_step ? std::string("ring-exchange copies")
                             : fmt::format("{}/{}", c.algorithm, cost::to_string(c.protocol))];
     }

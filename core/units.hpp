@@ -33,6 +33,7 @@ class Bytes {
   }
   friend constexpr Bytes operator+(Bytes a, Bytes b) { return Bytes(a.n_ + b.n_); }
   friend constexpr Bytes operator-(Bytes a, Bytes b) { return Bytes(a.n_ - b.n_); }
+  friend constexpr Bytes operator-(Bytes a) { return Bytes(-a.n_); }
   friend constexpr Bytes operator*(Bytes a, std::int64_t k) { return Bytes(a.n_ * k); }
   friend constexpr Bytes operator*(std::int64_t k, Bytes a) { return Bytes(a.n_ * k); }
   friend constexpr auto operator<=>(Bytes, Bytes) = default;

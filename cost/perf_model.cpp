@@ -112,8 +112,9 @@ namespace {
 // The efficiency of a fused attention op: its kernel family's, forward or
 // backward (a recomputed forward is a forward), else the device's generic figure.
 double attention_efficiency(const DeviceProfile& d, const core::Op& op) {
-  if (!op.attention_kernel) return d.attention_efficiency;
-  auto it = d.attention_kernels.find(*op.attention_kernel);
+  const core::Op::Compute& c = op.compute();
+  if (!c.attention_kernel) return d.attention_efficiency;
+  auto it = d.attention_kernels.find(*c.attention_kernel);
   if (it == d.attention_kernels.end()) return d.attention_efficiency;
   return op.role == core::OpRole::Backward ? it->second.backward : it->second.forward;
 }
@@ -122,14 +123,15 @@ double attention_efficiency(const DeviceProfile& d, const core::Op& op) {
 // link per direction; the CPU optimizer step at the device's share of the
 // node's host memory bandwidth (every device of the node updates at once).
 Duration host_cost(const ClusterSpec& c, const core::Op& op) {
+  const core::Op::Compute& work = op.compute();
   if (!c.host) {
     throw core::InputError("schedule", op.name,
                            fmt::format("an offload op ({}) on cluster '{}', which does not describe node.host",
-                                       core::to_string(op.compute), c.name));
+                                       core::to_string(work.kind), c.name));
   }
   const double GBps =
-      op.compute == core::ComputeKind::HostCopy ? c.host->link_GBps : c.host->memory_GBps / c.devices_per_node;
-  return Duration::seconds(transfer_seconds(op.bytes, Bandwidth::from_GBps(GBps)));
+      work.kind == core::ComputeKind::HostCopy ? c.host->link_GBps : c.host->memory_GBps / c.devices_per_node;
+  return Duration::seconds(transfer_seconds(work.bytes, Bandwidth::from_GBps(GBps)));
 }
 
 }  // namespace
@@ -147,23 +149,24 @@ double PerfModel::gemm_fill(const DeviceProfile::GemmTiling& t, double m, double
 }
 
 Duration PerfModel::compute(const core::Op& op) const {
+  const core::Op::Compute& c = op.compute();
   const DeviceProfile& d = topo_.spec().device;
-  if (op.compute == core::ComputeKind::HostCopy || op.compute == core::ComputeKind::HostOptimizer) {
+  if (c.kind == core::ComputeKind::HostCopy || c.kind == core::ComputeKind::HostOptimizer) {
     return host_cost(topo_.spec(), op);
   }
-  auto it = d.peak_tflops.find(op.dtype);
+  auto it = d.peak_tflops.find(c.dtype);
   const core::FlopRate peak =
       core::FlopRate::from_TFLOPs(it != d.peak_tflops.end() ? it->second : d.peak_tflops.at(core::Dtype::Bf16));
   double eff = 1;
-  switch (op.compute) {
+  switch (c.kind) {
     case core::ComputeKind::Gemm: {
       double size = 1;
-      if (op.gemm)
-        size = std::cbrt(static_cast<double>(op.gemm->m) * static_cast<double>(op.gemm->n) *
-                         static_cast<double>(op.gemm->k));
+      if (c.gemm)
+        size =
+            std::cbrt(static_cast<double>(c.gemm->m) * static_cast<double>(c.gemm->n) * static_cast<double>(c.gemm->k));
       eff = d.gemm.at(size);
       double ceiling = d.gemm.max();
-      if (op.dtype == core::Dtype::Fp8 && !d.gemm_fp8.points.empty()) {
+      if (c.dtype == core::Dtype::Fp8 && !d.gemm_fp8.points.empty()) {
         // An FP8 GEMM at its measured fraction of the fp8 peak, never slower
         // than the bf16 GEMM of its shape; below the smallest measured size
         // it gets no more than the bf16 rate (nothing measured says more).
@@ -171,10 +174,10 @@ Duration PerfModel::compute(const core::Op& op) const {
         eff = size < d.gemm_fp8.points.front().first ? bf16 : std::max(bf16, d.gemm_fp8.at(size));
         ceiling = std::max(d.gemm_fp8.max(), bf16);
       }
-      if (op.gemm && d.gemm_tiling) {
+      if (c.gemm && d.gemm_tiling) {
         // The curves hold square GEMMs; this shape fills the device more or
         // less than the square of its size does (never above the curve's best).
-        const auto& g = *op.gemm;
+        const auto& g = *c.gemm;
         const double ratio = gemm_fill(*d.gemm_tiling, static_cast<double>(g.m), static_cast<double>(g.n),
                                        static_cast<double>(g.batch)) /
                              gemm_fill(*d.gemm_tiling, size, size);
@@ -188,11 +191,11 @@ Duration PerfModel::compute(const core::Op& op) const {
       break;
   }
   eff *= d.tensor_clock_scale;  // under a power cap the tensor cores run at its clock
-  double t_flops = eff > 0 ? core::compute_seconds(op.flops, peak * eff) : 0;
-  double t_bytes = transfer_seconds(op.bytes, Bandwidth::from_GBps(d.hbm_GBps) * d.hbm_efficiency);
+  double t_flops = eff > 0 ? core::compute_seconds(c.flops, peak * eff) : 0;
+  double t_bytes = transfer_seconds(c.bytes, Bandwidth::from_GBps(d.hbm_GBps) * d.hbm_efficiency);
   // A bandwidth-bound op pays each of its kernels' launch, ramp and tail on
   // the device (GEMM and attention efficiencies were measured with theirs).
-  const double t_tails = eff > 0 ? 0 : d.kernel_tail_us * 1e-6 * op.kernels;
+  const double t_tails = eff > 0 ? 0 : d.kernel_tail_us * 1e-6 * c.kernels;
   return Duration::seconds(std::max(t_flops, t_bytes) + t_tails);
 }
 

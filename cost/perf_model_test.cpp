@@ -101,21 +101,19 @@ TEST(PerfModel, OversubscriptionDividesTheNicAboveTheLeaf) {
 
 // A bf16 GEMM of n x n x n (2n^3 FLOPs, three n x n bf16 matrices).
 core::Op square_gemm(std::int64_t n) {
-  core::Op op;
-  op.kind = core::OpKind::Compute;
-  op.compute = core::ComputeKind::Gemm;
-  op.gemm = core::GemmShape{n, n, n, 1};
-  op.flops = core::Flops(2.0 * static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(n));
-  op.bytes = core::Bytes(3 * n * n * 2);
+  core::Op op = core::Op::of(core::OpKind::Compute);
+  op.compute().kind = core::ComputeKind::Gemm;
+  op.compute().gemm = core::GemmShape{n, n, n, 1};
+  op.compute().flops = core::Flops(2.0 * static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(n));
+  op.compute().bytes = core::Bytes(3 * n * n * 2);
   return op;
 }
 
 // An elementwise kernel that moves `bytes` of HBM.
 core::Op bandwidth_kernel(std::int64_t bytes) {
-  core::Op op;
-  op.kind = core::OpKind::Compute;
-  op.compute = core::ComputeKind::Elementwise;
-  op.bytes = core::Bytes(bytes);
+  core::Op op = core::Op::of(core::OpKind::Compute);
+  op.compute().kind = core::ComputeKind::Elementwise;
+  op.compute().bytes = core::Bytes(bytes);
   return op;
 }
 
@@ -132,11 +130,12 @@ TEST(PerfModel, APowerCapRunsTensorCoreWorkAtItsClock) {
   EXPECT_DOUBLE_EQ(spec.device.tensor_clock_scale, 0.825 * 1610.0 / 1830.0);
   PerfModel rated(Topology(load_cluster("dgx-h100"), 8)), low(Topology(spec, 8));
   const core::Op gemm = square_gemm(8192);
-  EXPECT_NEAR(low.compute(gemm).to_seconds(), gemm.flops.count() / (989e12 * 0.806 * 0.825 * 1610 / 1830), 1e-9);
+  EXPECT_NEAR(low.compute(gemm).to_seconds(), gemm.compute().flops.count() / (989e12 * 0.806 * 0.825 * 1610 / 1830),
+              1e-9);
   core::Op attention = gemm;
-  attention.compute = core::ComputeKind::Attention;
-  attention.gemm.reset();
-  attention.attention_kernel = core::AttentionKernel::Flash3;
+  attention.compute().kind = core::ComputeKind::Attention;
+  attention.compute().gemm.reset();
+  attention.compute().attention_kernel = core::AttentionKernel::Flash3;
   EXPECT_NEAR(low.compute(attention).to_seconds() / rated.compute(attention).to_seconds(), 1830.0 / 1610.0, 1e-6);
   const core::Op ew = bandwidth_kernel(3350000000LL);
   EXPECT_EQ(low.compute(ew), rated.compute(ew));
@@ -158,7 +157,7 @@ TEST(PerfModel, TensorCoreWorkRunsAtTheSustainedFraction) {
   // 2 * 8192^3 = 1.0995e12 FLOP at 989 TFLOP/s x 0.806 x 0.825 = 657.6 TFLOP/s: 1.672 ms.
   EXPECT_NEAR(h200.compute(gemm).to_seconds(), 1.0995116e12 / 657.6e12, 2e-7);
   const double a100_eff = load_cluster("dgx-a100").device.gemm.at(8192);
-  EXPECT_NEAR(a100.compute(gemm).to_seconds(), gemm.flops.count() / (312e12 * a100_eff), 1e-9);
+  EXPECT_NEAR(a100.compute(gemm).to_seconds(), gemm.compute().flops.count() / (312e12 * a100_eff), 1e-9);
   for (const char* bad : {"0", "1.2"}) {
     auto [text, file] = cluster_text("dgx-h200");
     const std::string from = "\"sustained_fraction\": 0.825";
@@ -175,7 +174,7 @@ TEST(PerfModel, TensorCoreWorkRunsAtTheSustainedFraction) {
 TEST(PerfModel, GemmRoofline) {
   PerfModel pm(Topology(load_cluster("dgx-h100"), 8));
   const core::Op op = square_gemm(8192);
-  EXPECT_NEAR(pm.compute(op).to_seconds(), op.flops.count() / (989e12 * 0.806 * 0.825), 1e-9);
+  EXPECT_NEAR(pm.compute(op).to_seconds(), op.compute().flops.count() / (989e12 * 0.806 * 0.825), 1e-9);
   // A bandwidth kernel: bytes / (3.35 TB/s · 0.85) and its 5 us tail.
   const core::Op ew = bandwidth_kernel(3350000000LL);
   EXPECT_NEAR(3.35e9 / (3350e9 * 0.85) + 5e-6, pm.compute(ew).to_seconds(), 1e-9);
@@ -193,17 +192,17 @@ TEST(PerfModel, BandwidthKernelsPayATailPerKernel) {
   core::Op one = bandwidth_kernel(bytes);
   EXPECT_NEAR(pm.compute(one).to_seconds(), stream_s + 5e-6, 1e-9);
   core::Op norm = one;
-  norm.compute = core::ComputeKind::Norm;
-  norm.kernels = 7;
+  norm.compute().kind = core::ComputeKind::Norm;
+  norm.compute().kernels = 7;
   EXPECT_NEAR(pm.compute(norm).to_seconds(), stream_s + 35e-6, 1e-9);
   const core::Op gemm = square_gemm(8192);
-  EXPECT_NEAR(pm.compute(gemm).to_seconds(), gemm.flops.count() / (989e12 * 0.806 * 0.825), 1e-9);
+  EXPECT_NEAR(pm.compute(gemm).to_seconds(), gemm.compute().flops.count() / (989e12 * 0.806 * 0.825), 1e-9);
   core::Op attention = gemm;
-  attention.compute = core::ComputeKind::Attention;
-  attention.gemm.reset();
-  attention.attention_kernel = core::AttentionKernel::Flash2;
+  attention.compute().kind = core::ComputeKind::Attention;
+  attention.compute().gemm.reset();
+  attention.compute().attention_kernel = core::AttentionKernel::Flash2;
   attention.role = core::OpRole::Backward;
-  EXPECT_NEAR(pm.compute(attention).to_seconds(), gemm.flops.count() / (989e12 * 0.248 * 0.825), 1e-9);
+  EXPECT_NEAR(pm.compute(attention).to_seconds(), gemm.compute().flops.count() / (989e12 * 0.248 * 0.825), 1e-9);
 }
 
 // GEMMs cost by how their output tiles fill the device (issue 37, item 1).
@@ -235,17 +234,17 @@ TEST(PerfModel, GemmCostByHowItsTilesFillTheDevice) {
   // on an H200 in bursts, 38.3 us).
   PerfModel pm(Topology(load_cluster("dgx-h100"), 8));
   core::Op op = square_gemm(1024);
-  op.gemm = core::GemmShape{1024, 1024, 4096, 1};
-  op.flops = core::Flops(2.0 * 1024 * 1024 * 4096);
+  op.compute().gemm = core::GemmShape{1024, 1024, 4096, 1};
+  op.compute().flops = core::Flops(2.0 * 1024 * 1024 * 4096);
   const double eff = (0.179 + 2.0 / 3.0 * (0.684 - 0.179)) * (0.6 * 64 / 132) / (91.0 / 132 * 0.8861);
-  EXPECT_NEAR(pm.compute(op).to_seconds(), op.flops.count() / (989e12 * eff * 0.825), 5e-8);
+  EXPECT_NEAR(pm.compute(op).to_seconds(), op.compute().flops.count() / (989e12 * eff * 0.825), 5e-8);
   // A square GEMM keeps the curve's rate, and nothing runs above the curve's best.
-  EXPECT_NEAR(pm.compute(square_gemm(8192)).to_seconds(), square_gemm(8192).flops.count() / (989e12 * 0.806 * 0.825),
-              1e-9);
+  EXPECT_NEAR(pm.compute(square_gemm(8192)).to_seconds(),
+              square_gemm(8192).compute().flops.count() / (989e12 * 0.806 * 0.825), 1e-9);
   core::Op wide = square_gemm(1024);
-  wide.gemm = core::GemmShape{1536, 2816, 4096, 1};  // one full wave; its square (2606.6) pads to 0.898
-  wide.flops = core::Flops(2.0 * 1536 * 2816 * 4096);
-  EXPECT_GE(pm.compute(wide).to_seconds(), wide.flops.count() / (989e12 * 0.806 * 0.825) - 1e-12);
+  wide.compute().gemm = core::GemmShape{1536, 2816, 4096, 1};  // one full wave; its square (2606.6) pads to 0.898
+  wide.compute().flops = core::Flops(2.0 * 1536 * 2816 * 4096);
+  EXPECT_GE(pm.compute(wide).to_seconds(), wide.compute().flops.count() / (989e12 * 0.806 * 0.825) - 1e-12);
 }
 
 }  // namespace

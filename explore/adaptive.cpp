@@ -244,7 +244,8 @@ ShardingTerms sharding_terms(const core::Schedule& s, const sim::Metrics& metric
       if (op.kind != core::OpKind::Collective) continue;
       const bool gather = op.role == core::OpRole::ParamGather;
       if (!gather && op.role != core::OpRole::GradReduce) continue;
-      const auto cost = pm.collective_cost(op.collective, op.bytes, pm.span(s.group(op.group).ranks));
+      const core::Op::Collective& c = op.collective();
+      const auto cost = pm.collective_cost(c.kind, c.bytes, pm.span(s.group(c.group).ranks));
       (gather ? t.gather_latency_s : t.reduce_latency_s) += cost.latency_s;
       (gather ? t.gather_bandwidth_s : t.reduce_bandwidth_s) += cost.transfer_s;
     }

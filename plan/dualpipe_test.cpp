@@ -117,12 +117,14 @@ TEST(DualPipe, TwoCopiesOfTheParametersAndTheirGradientSum) {
       for (const auto& st : prog.streams) {
         for (const auto& op : st.ops) {
           using BC = core::BufferClass;
-          if (op.kind == core::OpKind::Alloc && (op.buffer_class == BC::Params || op.buffer_class == BC::Grads ||
-                                                 op.buffer_class == BC::OptimizerStates)) {
-            out += op.bytes.count();
+          if (op.kind == core::OpKind::Alloc) {
+            const core::Op::Buffer& b = op.buffer();
+            if (b.buffer_class == BC::Params || b.buffer_class == BC::Grads || b.buffer_class == BC::OptimizerStates)
+              out += b.bytes.count();
           }
-          if (mirror && op.kind == core::OpKind::Collective && sch.group(op.group).kind == core::GroupKind::PpMirror) {
-            *mirror += op.bytes.count();
+          if (mirror && op.kind == core::OpKind::Collective) {
+            const core::Op::Collective& c = op.collective();
+            if (sch.group(c.group).kind == core::GroupKind::PpMirror) *mirror += c.bytes.count();
           }
         }
       }

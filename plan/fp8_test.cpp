@@ -29,13 +29,12 @@ const models::GraphOp& op_named(const std::vector<models::GraphOp>& ops, const s
 }
 
 core::Op as_op(const models::GraphOp& g) {
-  core::Op op;
-  op.kind = core::OpKind::Compute;
-  op.compute = g.kind;
-  op.flops = g.flops;
-  op.bytes = g.bytes;
-  op.dtype = g.dtype;
-  op.gemm = g.gemm;
+  core::Op op = core::Op::of(core::OpKind::Compute);
+  op.compute().kind = g.kind;
+  op.compute().flops = g.flops;
+  op.compute().bytes = g.bytes;
+  op.compute().dtype = g.dtype;
+  op.compute().gemm = g.gemm;
   return op;
 }
 
@@ -122,13 +121,12 @@ TEST(Fp8, ExpertKernelsStayExpertKernels) {
 // rate of its shape: 1024^3 at the bf16 curve's 0.179 of 989 TFLOP/s.
 TEST(Fp8, SmallGemmsGetNoMoreThanTheBf16Rate) {
   const cost::PerfModel pm(topologies::Topology(topologies::load_cluster("dgx-h100"), 1));
-  core::Op op;
-  op.kind = core::OpKind::Compute;
-  op.compute = core::ComputeKind::Gemm;
-  op.gemm = core::GemmShape{1024, 1024, 1024, 1};
-  op.flops = core::Flops(2.0 * 1024 * 1024 * 1024);
-  op.dtype = core::Dtype::Fp8;
-  op.bytes = core::Bytes(3 * 1024 * 1024);
+  core::Op op = core::Op::of(core::OpKind::Compute);
+  op.compute().kind = core::ComputeKind::Gemm;
+  op.compute().gemm = core::GemmShape{1024, 1024, 1024, 1};
+  op.compute().flops = core::Flops(2.0 * 1024 * 1024 * 1024);
+  op.compute().dtype = core::Dtype::Fp8;
+  op.compute().bytes = core::Bytes(3 * 1024 * 1024);
   EXPECT_NEAR(pm.compute(op).to_seconds(), 2.0 * 1024 * 1024 * 1024 / (989e12 * 0.179 * 0.825), 1e-9);  // ns ticks
 }
 
@@ -224,9 +222,10 @@ TEST(Fp8, TransformerEngineSavesItsLinearInputsInFp8) {
   auto peak = [](const core::Schedule& s) {
     std::int64_t now = 0, most = 0;
     for (const auto& op : s.programs.at(0).streams.at(0).ops) {
-      if (op.buffer_class != core::BufferClass::Activations) continue;
-      if (op.kind == core::OpKind::Alloc) now += op.bytes.count();
-      if (op.kind == core::OpKind::Free) now -= op.bytes.count();
+      if (op.kind != core::OpKind::Alloc && op.kind != core::OpKind::Free) continue;
+      if (op.buffer().buffer_class != core::BufferClass::Activations) continue;
+      if (op.kind == core::OpKind::Alloc) now += op.buffer().bytes.count();
+      if (op.kind == core::OpKind::Free) now -= op.buffer().bytes.count();
       most = std::max(most, now);
     }
     return most;
@@ -264,8 +263,8 @@ TEST(Fp8, PrimaryWeightsUnderTheDistributedOptimizer) {
   for (const auto& st : s.programs[0].streams) {
     for (const auto& op : st.ops) {
       if (op.kind != core::OpKind::Compute) continue;
-      if (op.name.ends_with(".param_allgather.optim.fp8_cast")) cast += op.bytes.count();
-      if (op.name.ends_with(".param_allgather.optim.fp8_transpose")) transpose += op.bytes.count();
+      if (op.name.ends_with(".param_allgather.optim.fp8_cast")) cast += op.compute().bytes.count();
+      if (op.name.ends_with(".param_allgather.optim.fp8_transpose")) transpose += op.compute().bytes.count();
       weight_casts += op.name.ends_with(".fp8_weight_cast") ? 1 : 0;
     }
   }

@@ -34,10 +34,10 @@ Offloaded offloaded(const core::Schedule& s, const cost::PerfModel& pm) {
   Offloaded o;
   for (const auto& st : s.programs.at(0).streams) {
     for (const auto& op : st.ops) {
-      if (op.kind != core::OpKind::Compute || !core::is_offload(op.compute)) continue;
+      if (op.kind != core::OpKind::Compute || !core::is_offload(op.compute().kind)) continue;
       EXPECT_EQ(st.kind, core::StreamKind::Offload) << op.name;
-      const std::int64_t b = op.bytes.count();
-      if (op.compute == core::ComputeKind::HostOptimizer) {
+      const std::int64_t b = op.compute().bytes.count();
+      if (op.compute().kind == core::ComputeKind::HostOptimizer) {
         o.cpu_adam_bytes += b;
         o.cpu_adam_s += pm.compute(op).to_seconds();
       } else if (op.role == core::OpRole::GradReduce) {
@@ -95,7 +95,7 @@ TEST(Offload, OptimizerBytesCpuAdamAndMemory) {
   // No Adam left on the device.
   for (const auto& st : off.programs[0].streams) {
     for (const auto& op : st.ops)
-      EXPECT_FALSE(op.compute == core::ComputeKind::Optimizer && op.kind == core::OpKind::Compute);
+      EXPECT_FALSE(op.kind == core::OpKind::Compute && op.compute().kind == core::ComputeKind::Optimizer);
   }
 
   // bf16 gradients: half the download, 28 B/param for CPU Adam.
@@ -143,9 +143,10 @@ TEST(Offload, ActivationsBothWays) {
   std::int64_t kept = 0, head = 0;
   for (const auto& st : base.programs[0].streams) {
     for (const auto& op : st.ops) {
-      if (op.kind != core::OpKind::Alloc || op.buffer_class != core::BufferClass::Activations) continue;
-      kept += op.bytes.count();
-      if (op.buffer.rfind("act.u5.", 0) == 0) head += op.bytes.count();  // units: embedding, 4 layers, head
+      if (op.kind != core::OpKind::Alloc || op.buffer().buffer_class != core::BufferClass::Activations) continue;
+      const core::Op::Buffer& b = op.buffer();
+      kept += b.bytes.count();
+      if (b.name.rfind("act.u5.", 0) == 0) head += b.bytes.count();  // units: embedding, 4 layers, head
     }
   }
   ASSERT_GT(head, 0);

@@ -17,6 +17,7 @@
 
 namespace hzp::plan {
 namespace {
+using test_util::alone;
 using test_util::ddp_two_stages;
 using test_util::four_layers;
 using test_util::measure;
@@ -47,11 +48,11 @@ TEST(ExpertParallel, AllToAllsAndExpertShards) {
   EXPECT_EQ(t.bytes["all_to_all/ep"], 4 * 32 * a2a);  // 4 per layer, 32 layers, 1 micro-batch
   for (const auto& st : s.programs[0].streams) {
     for (const auto& op : st.ops) {
-      if (op.kind == core::OpKind::Collective && s.group(op.group).kind == core::GroupKind::Ep) {
-        EXPECT_EQ(s.group(op.group).ranks, (std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7}));
+      if (op.kind == core::OpKind::Collective && s.group(op.collective().group).kind == core::GroupKind::Ep) {
+        EXPECT_EQ(s.group(op.collective().group).ranks, (std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7}));
       }
-      if (op.kind == core::OpKind::Collective && s.group(op.group).kind == core::GroupKind::Edp) {
-        EXPECT_EQ(s.group(op.group).ranks, (std::vector<int>{0, 8, 16, 24}));  // DP / ep = 4, stride ep
+      if (op.kind == core::OpKind::Collective && s.group(op.collective().group).kind == core::GroupKind::Edp) {
+        EXPECT_EQ(s.group(op.collective().group).ranks, (std::vector<int>{0, 8, 16, 24}));  // DP / ep = 4, stride ep
       }
     }
   }
@@ -146,13 +147,7 @@ struct Simulated {
 Simulated simulate(const models::ModelSpec& m, int gpus, const PlanOptions& o) {
   cost::PerfModel pm(topologies::Topology(topologies::load_cluster("dgx-h100"), gpus));
   Simulated run{lower({m, pm.topology()}, o), 0, {}};
-  core::ReplayCosts costs;
-  costs.compute = [&](const core::Program&, const core::Op& op) { return pm.compute(op); };
-  costs.collective = [&](const core::Group& g, const core::Op& op) {
-    return pm.collective(op.collective, op.bytes, pm.span(g.ranks));
-  };
-  costs.p2p = [&](const core::Program& p, const core::Op& op) { return pm.p2p(op.bytes, p.ranks.at(0), op.peer); };
-  Timing t = measure(run.schedule, costs);
+  Timing t = measure(run.schedule, alone(pm));
   run.step = t.step;
   run.busy = std::move(t.busy);
   return run;
@@ -228,8 +223,8 @@ TEST(Workload, RoutingSkewMakesExpertRanksUneven) {
   EXPECT_GT(skewed.step, uniform.step);
   auto a2a_bytes = [&](std::size_t program) {
     for (const auto& op : skewed.schedule.programs[program].streams[0].ops) {
-      if (op.kind == core::OpKind::Collective && op.collective == core::CollectiveKind::AllToAll)
-        return op.bytes.count();
+      if (op.kind == core::OpKind::Collective && op.collective().kind == core::CollectiveKind::AllToAll)
+        return op.collective().bytes.count();
     }
     return std::int64_t{0};
   };
@@ -262,10 +257,10 @@ TEST(ContextParallel, RingAttention) {
     for (const auto& op : st.ops) {
       if (op.kind == core::OpKind::Send && st.name == "cp_send") {
         ++sends;
-        bytes += op.bytes.count();
-        EXPECT_EQ(op.peer, 1);  // the next context-parallel rank
+        bytes += op.transfer().bytes.count();
+        EXPECT_EQ(op.transfer().peer, 1);  // the next context-parallel rank
       }
-      if (op.kind == core::OpKind::Compute && op.compute == core::ComputeKind::Attention) ++chunks;
+      if (op.kind == core::OpKind::Compute && op.compute().kind == core::ComputeKind::Attention) ++chunks;
     }
   }
   const int layers = 32, micro_batches = 2;  // 8 sequences over 16 / 4 = 4 data-parallel ranks
@@ -306,15 +301,15 @@ TEST(Ulysses, AllToAllsAroundAttention) {
   double attention = 0;
   for (const auto& st : s.programs[0].streams) {
     for (const auto& op : st.ops) {
-      if (op.kind == core::OpKind::Collective && s.group(op.group).kind == core::GroupKind::Ulysses) {
-        EXPECT_EQ(s.group(op.group).ranks, (std::vector<int>{0, 1, 2, 3}));
+      if (op.kind == core::OpKind::Collective && s.group(op.collective().group).kind == core::GroupKind::Ulysses) {
+        EXPECT_EQ(s.group(op.collective().group).ranks, (std::vector<int>{0, 1, 2, 3}));
       }
-      if (op.kind == core::OpKind::Collective && s.group(op.group).kind == core::GroupKind::DpShard) {
-        EXPECT_EQ(s.group(op.group).ranks.size(), 16u);
+      if (op.kind == core::OpKind::Collective && s.group(op.collective().group).kind == core::GroupKind::DpShard) {
+        EXPECT_EQ(s.group(op.collective().group).ranks.size(), 16u);
       }
-      if (op.kind == core::OpKind::Compute && op.compute == core::ComputeKind::Attention &&
+      if (op.kind == core::OpKind::Compute && op.compute().kind == core::ComputeKind::Attention &&
           op.name.find("bwd") == std::string::npos && op.name.find("l0.") == 0) {
-        attention += op.flops.count();
+        attention += op.compute().flops.count();
       }
     }
   }
@@ -355,12 +350,12 @@ TEST(Ulysses, ComposesWithRingAttention) {
   std::int64_t block = 0;
   for (const auto& st : s.programs[0].streams) {
     for (const auto& op : st.ops) {
-      if (op.kind == core::OpKind::Collective && s.group(op.group).kind == core::GroupKind::Ulysses) {
-        EXPECT_EQ(s.group(op.group).ranks, (std::vector<int>{0, 2}));
+      if (op.kind == core::OpKind::Collective && s.group(op.collective().group).kind == core::GroupKind::Ulysses) {
+        EXPECT_EQ(s.group(op.collective().group).ranks, (std::vector<int>{0, 2}));
       }
       if (op.kind == core::OpKind::Send && st.name == "cp_send" && block == 0) {
-        block = op.bytes.count();
-        EXPECT_EQ(op.peer, 1);
+        block = op.transfer().bytes.count();
+        EXPECT_EQ(op.transfer().peer, 1);
       }
     }
   }
@@ -388,7 +383,8 @@ TEST(Memory, NcclBuffersPerCommunicator) {
   core::Schedule s = lower({m, topo}, o);
   std::int64_t nccl = 0;
   for (const auto& op : s.programs[0].streams[0].ops) {
-    if (op.kind == core::OpKind::Alloc && op.buffer_class == core::BufferClass::NcclBuffers) nccl = op.bytes.count();
+    if (op.kind == core::OpKind::Alloc && op.buffer().buffer_class == core::BufferClass::NcclBuffers)
+      nccl = op.buffer().bytes.count();
   }
   EXPECT_EQ(nccl, 5 * kNcclBufferBytes);
 }
@@ -462,18 +458,18 @@ TEST(Overlap, TpChunksShareTheDeviceAsTheStackRunsThem) {
   auto first_chunk = [&](std::shared_ptr<const stacks::Stack> stack) {
     const core::Schedule s = lower({m, topo, std::move(stack)}, o);
     for (const auto& op : stream_ops(s, "compute")) {
-      if (op.kind == core::OpKind::Compute && op.gemm && op.name.ends_with(".chunk0")) return op;
+      if (op.kind == core::OpKind::Compute && op.compute().gemm && op.name.ends_with(".chunk0")) return op;
     }
     ADD_FAILURE() << "no chunked GEMM";
     return core::Op{};
   };
   const core::Op one = first_chunk(stacks::resolve_stack("hzp-async"));
   const core::Op three = first_chunk(async_with("\"tp_gemm_streams\": 3,"));
-  ASSERT_TRUE(one.gemm && three.gemm);
+  ASSERT_TRUE(one.compute().gemm && three.compute().gemm);
   EXPECT_EQ(one.name, three.name);
-  EXPECT_EQ(three.gemm->m, 3 * one.gemm->m);
-  EXPECT_EQ(three.gemm->n, one.gemm->n);
-  EXPECT_DOUBLE_EQ(three.flops.count(), one.flops.count());
+  EXPECT_EQ(three.compute().gemm->m, 3 * one.compute().gemm->m);
+  EXPECT_EQ(three.compute().gemm->n, one.compute().gemm->n);
+  EXPECT_DOUBLE_EQ(three.compute().flops.count(), one.compute().flops.count());
 }
 
 // The ring-exchange cut of an all-gather and its GEMM (Transformer Engine's
@@ -492,9 +488,9 @@ TEST(Overlap, RingExchangeStartsOnTheOwnShard) {
   std::vector<std::int64_t> steps;
   for (const auto& op : stream_ops(s, "tp_comm")) {
     if (op.kind == core::OpKind::Collective && op.name.starts_with("l0.attn.tp_allgather.chunk")) {
-      EXPECT_EQ(op.collective, core::CollectiveKind::AllToAll);
+      EXPECT_EQ(op.collective().kind, core::CollectiveKind::AllToAll);
       EXPECT_NE(op.name, "l0.attn.tp_allgather.chunk0");
-      steps.push_back(op.bytes.count());
+      steps.push_back(op.collective().bytes.count());
     }
   }
   EXPECT_EQ(steps, std::vector<std::int64_t>(3, gathered / 3));
@@ -503,7 +499,7 @@ TEST(Overlap, RingExchangeStartsOnTheOwnShard) {
   for (std::size_t i = 1; i < comp.size(); ++i) {
     if (!comp[i].name.starts_with("l0.qkv.chunk")) continue;
     ++chunks;
-    EXPECT_DOUBLE_EQ(comp[i].flops.count(), qkv_flops / 4) << comp[i].name;
+    EXPECT_DOUBLE_EQ(comp[i].compute().flops.count(), qkv_flops / 4) << comp[i].name;
     EXPECT_EQ(comp[i - 1].kind == core::OpKind::Wait, comp[i].name != "l0.qkv.chunk0") << comp[i].name;
   }
   EXPECT_EQ(chunks, 4);
@@ -574,18 +570,20 @@ TEST(Overlap, GradReduceAfterTheWholeBackward) {
   int last_bwd = -1;
   std::int64_t tail = 0;  // Adam and zeroing: compute that follows the reductions
   for (const auto& op : stream(core::StreamKind::Compute).ops) {
-    if (op.kind == core::OpKind::Record && op.name.ends_with(".bwd_done")) last_bwd = op.event;
-    if (op.kind == core::OpKind::Compute && (op.compute == core::ComputeKind::Optimizer || op.name == "zero_grads"))
+    if (op.kind == core::OpKind::Record && op.name.ends_with(".bwd_done")) last_bwd = op.event().id;
+    if (op.kind == core::OpKind::Compute &&
+        (op.compute().kind == core::ComputeKind::Optimizer || op.name == "zero_grads"))
       tail += pm.compute(op).count_ns();
   }
   int first_wait = -2;
   std::int64_t reductions = 0;
   int all_reduces = 0;
   for (const auto& op : stream(core::StreamKind::GradReduce).ops) {
-    if (op.kind == core::OpKind::Wait && first_wait == -2) first_wait = op.event;
+    if (op.kind == core::OpKind::Wait && first_wait == -2) first_wait = op.event().id;
     if (op.kind == core::OpKind::Collective) {
       EXPECT_NE(first_wait, -2) << op.name << " issued before any wait";
-      reductions += pm.collective(op.collective, op.bytes, pm.span(after.schedule.group(op.group).ranks)).count_ns();
+      const core::Op::Collective& c = op.collective();
+      reductions += pm.collective(c.kind, c.bytes, pm.span(after.schedule.group(c.group).ranks)).count_ns();
       ++all_reduces;
     }
   }

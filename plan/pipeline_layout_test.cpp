@@ -206,8 +206,8 @@ TEST(PipelineLayout, StagesComputeTheirLayers) {
   costs.compute = [](const core::Program&, const core::Op& op) {
     // A layer's ops are named "l<layer>.<op>" (models/step_graph.cpp).
     const bool layer = op.name.size() > 1 && op.name[0] == 'l' && std::isdigit(op.name[1]) != 0 &&
-                       op.compute != core::ComputeKind::Optimizer;
-    return layer ? core::Duration::ns(std::llround(op.flops.count() / 1e9)) : core::Duration{};
+                       op.compute().kind != core::ComputeKind::Optimizer;
+    return layer ? core::Duration::ns(std::llround(op.compute().flops.count() / 1e9)) : core::Duration{};
   };
   const test_util::Timing t = test_util::measure(s, costs);
   ASSERT_EQ(t.busy.size(), 4u);

@@ -62,9 +62,9 @@ double bubble_fraction(int pp, int vpp, int m) {
   // Layers cost their FLOPs (1 ns per GFLOP); the embedding, head and optimizer
   // cost nothing so that every stage does the same work.
   costs.compute = [](const core::Program&, const core::Op& op) {
-    bool free = op.compute == core::ComputeKind::Optimizer || op.name.rfind("embedding.", 0) == 0 ||
+    bool free = op.compute().kind == core::ComputeKind::Optimizer || op.name.rfind("embedding.", 0) == 0 ||
                 op.name.rfind("head.", 0) == 0 || op.name == "zero_grads";
-    return free ? core::Duration{} : core::Duration::ns(std::llround(op.flops.count() / 1e9));
+    return free ? core::Duration{} : core::Duration::ns(std::llround(op.compute().flops.count() / 1e9));
   };
   Timing t = measure(s, costs);
   return 1.0 - static_cast<double>(t.busy[0]) / static_cast<double>(t.step);
@@ -101,9 +101,9 @@ TEST(Pipeline, ComposesWithTensorParallelAndShardedDataParallel) {
   int tp_collectives = 0, sends = 0;
   for (const auto& st : s.programs[0].streams) {
     for (const auto& op : st.ops) {
-      if (op.kind == core::OpKind::Collective && s.group(op.group).kind == core::GroupKind::Tp) {
+      if (op.kind == core::OpKind::Collective && s.group(op.collective().group).kind == core::GroupKind::Tp) {
         ++tp_collectives;
-        EXPECT_EQ(s.group(op.group).ranks, (std::vector<int>{0, 1, 2, 3}));
+        EXPECT_EQ(s.group(op.collective().group).ranks, (std::vector<int>{0, 1, 2, 3}));
       }
       if (op.kind == core::OpKind::Send) ++sends;
     }
@@ -131,14 +131,14 @@ TEST(Pipeline, ScatterGatherAcrossStagesWithoutSequenceParallel) {
     for (const auto& st : s.programs[1].streams) {  // the last stage receives activations
       for (const auto& op : st.ops) {
         if (op.kind == core::OpKind::Send || op.kind == core::OpKind::Recv) {
-          EXPECT_EQ(op.bytes.count(), activation / 4) << op.name;
+          EXPECT_EQ(op.transfer().bytes.count(), activation / 4) << op.name;
           recvs += op.kind == core::OpKind::Recv;
         }
         if (op.name.starts_with("gather act")) {
           ++gathers;
-          EXPECT_EQ(op.collective, core::CollectiveKind::AllGather);
-          EXPECT_EQ(s.group(op.group).kind, core::GroupKind::Tp);
-          EXPECT_EQ(op.bytes.count(), activation);
+          EXPECT_EQ(op.collective().kind, core::CollectiveKind::AllGather);
+          EXPECT_EQ(s.group(op.collective().group).kind, core::GroupKind::Tp);
+          EXPECT_EQ(op.collective().bytes.count(), activation);
         }
       }
     }
@@ -162,10 +162,10 @@ TEST(Pipeline, P2pSyncBlocksTheHostOnEveryReceive) {
         if (st.kind != core::StreamKind::Compute) continue;
         for (const auto& op : st.ops) {
           if (op.kind == core::OpKind::Recv) ++recvs;
-          if (op.kind == core::OpKind::Record && op.name.ends_with(" received")) last_recv_event = op.event;
+          if (op.kind == core::OpKind::Record && op.name.ends_with(" received")) last_recv_event = op.event().id;
           if (op.kind == core::OpKind::Sync &&
               (op.name.starts_with("host waits act") || op.name.starts_with("host waits grad"))) {
-            EXPECT_EQ(op.event, last_recv_event);
+            EXPECT_EQ(op.event().id, last_recv_event);
             ++host_waits;
           }
         }

@@ -203,9 +203,9 @@ TEST_P(ClosedForm, VolumesAndModelState) {
   std::int64_t pool_bytes = 0;
   for (const auto& st : s.programs[0].streams) {
     for (const auto& op : st.ops) {
-      if (op.kind == core::OpKind::Alloc && (op.buffer_class == core::BufferClass::GatheredPool ||
-                                             op.buffer_class == core::BufferClass::GradBucketPool)) {
-        pool_bytes += op.bytes.count();
+      if (op.kind == core::OpKind::Alloc && (op.buffer().buffer_class == core::BufferClass::GatheredPool ||
+                                             op.buffer().buffer_class == core::BufferClass::GradBucketPool)) {
+        pool_bytes += op.buffer().bytes.count();
       }
     }
   }
@@ -283,7 +283,7 @@ TEST(Lower, RolesAndClassesOfAnFsdpStep) {
   for (const auto& st : s.programs[0].streams) {
     for (const auto& op : st.ops) {
       roles[op.role]++;
-      if (op.kind == core::OpKind::Alloc) allocs[op.buffer_class]++;
+      if (op.kind == core::OpKind::Alloc) allocs[op.buffer().buffer_class]++;
       if (is_sharding_op(s, op)) {
         ++sharding;
         EXPECT_EQ(op.param_class,
@@ -373,9 +373,9 @@ TEST(Lower, ShardingOpsAreTheDataParallelOnes) {
     for (const auto& op : st.ops) {
       std::string key;
       if (op.kind == core::OpKind::Collective) {
-        key = std::string(core::to_string(s.group(op.group).kind));
+        key = std::string(core::to_string(s.group(op.collective().group).kind));
       } else if (op.kind == core::OpKind::Compute) {
-        key = std::string(core::to_string(op.compute));
+        key = std::string(core::to_string(op.compute().kind));
         if (op.name == "zero_grads" || op.name.ends_with(".grad_accumulate"))
           key += ":" + op.name.substr(op.name.rfind('.') + 1);
       } else {

@@ -1,5 +1,6 @@
 // Helpers shared by the plan tests: per-rank communication and memory
-// totals of a Schedule, default plan options, a replay's step and busy times,
+// totals of a Schedule, default plan options, a replay's step and busy times
+// (and PerfModel's costs of ops alone),
 // a four-layer model and a two-stage DDP plan of it, the fields a plan is
 // refused by, and the step of pipeline slot orders with given pass times.
 #pragma once
@@ -15,6 +16,7 @@
 #include <tuple>
 #include <vector>
 
+#include "cost/perf_model.hpp"
 #include "plan/plan.hpp"
 #include "schedule/replay.hpp"
 
@@ -33,17 +35,19 @@ inline Totals totals(const core::Schedule& s) {
   for (const auto& st : s.programs.at(0).streams) {
     for (const auto& op : st.ops) {
       if (op.kind == core::OpKind::Collective) {
-        const auto P = static_cast<std::int64_t>(s.group(op.group).ranks.size());
-        std::string key =
-            std::string(core::to_string(op.collective)) + "/" + std::string(core::to_string(s.group(op.group).kind));
-        t.bytes[key] += op.bytes.count();
-        std::int64_t factor = op.collective == core::CollectiveKind::AllReduce ? 2 : 1;
-        t.wire[key] += factor * (P - 1) * op.bytes.count() / P;
+        const core::Op::Collective& c = op.collective();
+        const core::Group& g = s.group(c.group);
+        const auto P = static_cast<std::int64_t>(g.ranks.size());
+        std::string key = std::string(core::to_string(c.kind)) + "/" + std::string(core::to_string(g.kind));
+        t.bytes[key] += c.bytes.count();
+        std::int64_t factor = c.kind == core::CollectiveKind::AllReduce ? 2 : 1;
+        t.wire[key] += factor * (P - 1) * c.bytes.count() / P;
       }
       using BC = core::BufferClass;
-      if (op.kind == core::OpKind::Alloc &&
-          (op.buffer_class == BC::Params || op.buffer_class == BC::Grads || op.buffer_class == BC::OptimizerStates)) {
-        t.static_alloc += op.bytes.count();
+      if (op.kind == core::OpKind::Alloc) {
+        const core::Op::Buffer& b = op.buffer();
+        if (b.buffer_class == BC::Params || b.buffer_class == BC::Grads || b.buffer_class == BC::OptimizerStates)
+          t.static_alloc += b.bytes.count();
       }
       if (op.kind == core::OpKind::Sync) ++t.syncs;
     }
@@ -81,6 +85,19 @@ inline void without_launch_latency(core::Schedule& s) {
       t.launch_latency = t.collective_launch_latency = t.event_latency = t.alloc_latency = t.sync_latency =
           core::Duration{};
   }
+}
+
+// Every op at PerfModel's cost of it alone (no contention, no overlap slowdown).
+inline core::ReplayCosts alone(const cost::PerfModel& pm) {
+  core::ReplayCosts costs;
+  costs.compute = [&pm](const core::Program&, const core::Op& op) { return pm.compute(op); };
+  costs.collective = [&pm](const core::Group& g, const core::Op& op) {
+    return pm.collective(op.collective().kind, op.collective().bytes, pm.span(g.ranks));
+  };
+  costs.p2p = [&pm](const core::Program& sender, const core::Op& op) {
+    return pm.p2p(op.transfer().bytes, sender.ranks.at(0), op.transfer().peer);
+  };
+  return costs;
 }
 
 inline Timing measure(const core::Schedule& s, const core::ReplayCosts& costs) {

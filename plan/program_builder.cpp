@@ -34,16 +34,9 @@ Op& ProgramBuilder::push(int stream, Op op) {
 }
 
 void ProgramBuilder::compute(int stream, const models::GraphOp& g, core::Dtype dtype) {
-  Op op;
-  op.kind = OpKind::Compute;
+  Op op = Op::of(OpKind::Compute);
   op.name = g.name;
-  op.compute = g.kind;
-  op.flops = g.flops;
-  op.bytes = g.bytes;
-  op.dtype = dtype;
-  op.gemm = g.gemm;
-  op.kernels = g.kernels;
-  op.attention_kernel = g.attention_kernel;
+  op.payload = Op::Compute{g.kind, g.flops, g.bytes, dtype, g.gemm, g.kernels, g.attention_kernel};
   op.role = g.phase == models::Phase::Forward     ? core::OpRole::Forward
             : g.phase == models::Phase::Recompute ? core::OpRole::Recompute
                                                   : core::OpRole::Backward;
@@ -53,51 +46,36 @@ void ProgramBuilder::compute(int stream, const models::GraphOp& g, core::Dtype d
 
 void ProgramBuilder::compute(int stream, const std::string& name, core::ComputeKind kind, core::Flops flops,
                              core::Bytes bytes, core::Dtype dtype, core::OpRole role, core::ParamClass param_class) {
-  Op op;
-  op.kind = OpKind::Compute;
+  Op op = Op::of(OpKind::Compute);
   op.name = name;
   op.role = role;
   op.param_class = param_class;
-  op.compute = kind;
-  op.flops = flops;
-  op.bytes = bytes;
-  op.dtype = dtype;
+  op.payload = Op::Compute{kind, flops, bytes, dtype, std::nullopt, 1, std::nullopt};
   push(stream, std::move(op));
 }
 
 void ProgramBuilder::collective(int stream, const std::string& name, core::CollectiveKind kind, int group,
                                 core::Bytes bytes, core::Dtype dtype, core::OpRole role, core::ParamClass param_class) {
-  Op op;
-  op.kind = OpKind::Collective;
+  Op op = Op::of(OpKind::Collective);
   op.name = name;
   op.role = role;
   op.param_class = param_class;
-  op.collective = kind;
-  op.group = group;
-  op.seq = next_seq_[group]++;
-  op.bytes = bytes;
-  op.dtype = dtype;
+  op.payload = Op::Collective{kind, group, next_seq_[group]++, bytes, dtype};
   push(stream, std::move(op));
 }
 
 void ProgramBuilder::alloc(int stream, const std::string& buffer, core::Bytes bytes, core::BufferClass buffer_class) {
-  Op op;
-  op.kind = OpKind::Alloc;
+  Op op = Op::of(OpKind::Alloc);
   op.name = "alloc " + buffer;
-  op.buffer = buffer;
-  op.buffer_class = buffer_class;
+  op.payload = Op::Buffer{buffer, buffer_class, bytes};
   allocated_[buffer] = buffer_class;
-  op.bytes = bytes;
   push(stream, std::move(op));
 }
 
 void ProgramBuilder::free(int stream, const std::string& buffer, core::Bytes bytes) {
-  Op op;
-  op.kind = OpKind::Free;
+  Op op = Op::of(OpKind::Free);
   op.name = "free " + buffer;
-  op.buffer = buffer;
-  op.buffer_class = allocated_.at(buffer);
-  op.bytes = bytes;
+  op.payload = Op::Buffer{buffer, allocated_.at(buffer), bytes};
   push(stream, std::move(op));
 }
 
@@ -116,10 +94,9 @@ void ProgramBuilder::sync(int stream, int event, const std::string& name) {
 }
 
 void ProgramBuilder::event_op(int stream, core::OpKind kind, int event, const std::string& name) {
-  Op op;
-  op.kind = kind;
+  Op op = Op::of(kind);
   op.name = name;
-  op.event = event;
+  op.event().id = event;
   push(stream, std::move(op));
 }
 
@@ -135,13 +112,10 @@ void ProgramBuilder::recv(int stream, const std::string& name, int peer, int seq
 
 void ProgramBuilder::transfer(int stream, core::OpKind kind, const std::string& name, int peer, int seq,
                               core::Bytes bytes, core::OpRole role) {
-  Op op;
-  op.kind = kind;
+  Op op = Op::of(kind);
   op.name = name;
   op.role = role;
-  op.peer = peer;
-  op.seq = seq;
-  op.bytes = bytes;
+  op.payload = Op::Transfer{peer, seq, bytes};
   push(stream, std::move(op));
 }
 

@@ -20,10 +20,10 @@ namespace {
 core::ReplayCosts distinct_costs() {
   core::ReplayCosts costs;
   costs.compute = [](const core::Program&, const core::Op& op) {
-    return core::Duration::ns(1 + static_cast<std::int64_t>(op.flops.count() / 1e9));
+    return core::Duration::ns(1 + static_cast<std::int64_t>(op.compute().flops.count() / 1e9));
   };
   costs.collective = [](const core::Group&, const core::Op& op) {
-    return core::Duration::ns(1 + op.bytes.count() / 1000);
+    return core::Duration::ns(1 + op.collective().bytes.count() / 1000);
   };
   costs.p2p = [](const core::Program&, const core::Op&) { return core::Duration::ns(777); };
   return costs;
@@ -40,8 +40,8 @@ TEST(ReplayIds, SparseOpAndEventIdsReplayLikeDenseOnes) {
     for (auto& st : p.streams) {
       for (auto& op : st.ops) {
         op.id = 5 + 3 * op.id;  // ascending still, but spread over 3x the ops: not placed by id
-        if (op.event >= 0) {
-          op.event = -1000 - 7 * op.event;  // negative and spread: hashed to slots
+        if (op.kind == core::OpKind::Record || op.kind == core::OpKind::Wait || op.kind == core::OpKind::Sync) {
+          op.event().id = -1000 - 7 * op.event().id;  // negative and spread: hashed to slots
           ++events;
         }
       }

@@ -120,8 +120,8 @@ core::Schedule lowered(int pp, int vpp, int m, PipelineSchedule schedule, models
 // recomputation), or W (weight gradients); '-' for what costs nothing here
 // (embedding, head, optimizer, zeroing the gradients).
 char pass(const core::Op& op) {
-  if (op.compute == core::ComputeKind::Optimizer || op.name.starts_with("embedding.") || op.name.starts_with("head.") ||
-      op.name == "zero_grads") {
+  if (op.compute().kind == core::ComputeKind::Optimizer || op.name.starts_with("embedding.") ||
+      op.name.starts_with("head.") || op.name == "zero_grads") {
     return '-';
   }
   if (op.name.ends_with(".wgrad")) return 'W';
@@ -145,7 +145,7 @@ struct Bubble {
 Bubble replay_bubble(const core::Schedule& s, int stage_layers, double tf, double tb, double tw) {
   std::map<char, double> flops;  // per pass, over stage 0's layers and micro-batches
   for (const auto& op : s.programs[0].streams[0].ops) {
-    if (op.kind == core::OpKind::Compute) flops[pass(op)] += op.flops.count();
+    if (op.kind == core::OpKind::Compute) flops[pass(op)] += op.compute().flops.count();
   }
   const double per = static_cast<double>(s.step.micro_batches);
   const std::map<char, double> time{{'F', tf}, {'B', tb}, {'W', tw}};
@@ -154,7 +154,7 @@ Bubble replay_bubble(const core::Schedule& s, int stage_layers, double tf, doubl
     const char k = pass(op);
     if (k == '-' || flops[k] <= 0) return core::Duration{};
     const double per_pass = flops[k] / (per * stage_layers);
-    return core::Duration::ns(std::llround(1e6 * time.at(k) * op.flops.count() / per_pass));
+    return core::Duration::ns(std::llround(1e6 * time.at(k) * op.compute().flops.count() / per_pass));
   };
   const core::ReplayResult r = core::replay(s, costs);
   Bubble b;
@@ -249,15 +249,13 @@ std::vector<std::int64_t> activation_peaks(const core::Schedule& s, std::vector<
   for (const auto& prog : s.programs) {
     std::int64_t now = 0, peak = 0, w = 0;
     for (const auto& op : prog.streams[0].ops) {
-      const bool act =
-          op.buffer_class == core::BufferClass::Activations || op.buffer_class == core::BufferClass::Recomputed;
-      if (!act) continue;
-      if (op.kind == core::OpKind::Alloc) now += op.bytes.count();
-      if (op.kind == core::OpKind::Free) now -= op.bytes.count();
-      const bool for_w = op.buffer.starts_with("act_w") || op.buffer.starts_with("recomputed_w");
-      if (op.kind == core::OpKind::Alloc && for_w && op.buffer.ends_with(".mb0")) {
-        w += op.bytes.count();
-      }
+      if (op.kind != core::OpKind::Alloc && op.kind != core::OpKind::Free) continue;
+      const core::Op::Buffer& b = op.buffer();
+      if (b.buffer_class != core::BufferClass::Activations && b.buffer_class != core::BufferClass::Recomputed) continue;
+      if (op.kind == core::OpKind::Alloc) now += b.bytes.count();
+      if (op.kind == core::OpKind::Free) now -= b.bytes.count();
+      const bool for_w = b.name.starts_with("act_w") || b.name.starts_with("recomputed_w");
+      if (op.kind == core::OpKind::Alloc && for_w && b.name.ends_with(".mb0")) w += b.bytes.count();
       peak = std::max(peak, now);
     }
     peaks.push_back(peak);

@@ -50,7 +50,7 @@ void execute(const core::Schedule& s, const std::vector<std::size_t>& programs, 
       for (const auto& [k, i] : issue_order(prog, t.id)) {
         const core::Op& op = prog.streams[k].ops[i];
         if (op.kind == core::OpKind::Sync) {
-          backend.host_wait(p, t, op.event);
+          backend.host_wait(p, t, op.event().id);
           continue;
         }
         backend.issue_cost(p, t, op);

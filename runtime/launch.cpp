@@ -68,7 +68,7 @@ RankPlan rank_plan(const core::Schedule& s, int rank) {
   std::set<int> named;
   for (const auto& st : s.programs[plan.program].streams) {
     for (const auto& op : st.ops) {
-      if (op.kind == core::OpKind::Collective) named.insert(op.group);
+      if (op.kind == core::OpKind::Collective) named.insert(op.collective().group);
     }
   }
   plan.group_of.assign(s.groups.size(), -1);

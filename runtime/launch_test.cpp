@@ -46,12 +46,11 @@ core::Schedule tp2_dp4() {
     p.id = t;
     p.ranks = {t, t + 2, t + 4, t + 6};
     core::Stream st{0, "compute", core::StreamKind::Compute, 0, {}};
-    core::Op tp;
-    tp.kind = core::OpKind::Collective;
-    tp.group = 0;  // as the representative (rank t) sees it
+    core::Op tp = core::Op::of(core::OpKind::Collective);
+    tp.collective().group = 0;  // as the representative (rank t) sees it
     core::Op dp = tp;
     dp.id = 1;
-    dp.group = 4 + t;
+    dp.collective().group = 4 + t;
     st.ops = {tp, dp};
     p.streams = {st};
     s.programs.push_back(p);

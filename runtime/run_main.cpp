@@ -316,9 +316,9 @@ int run_bench(const BenchArgs& b) {
       for (const auto& prog : s.programs) {
         for (const auto& st : prog.streams) {
           for (const auto& op : st.ops) {
-            if (op.kind == core::OpKind::Compute && op.gemm &&
-                std::find(shapes.begin(), shapes.end(), *op.gemm) == shapes.end()) {
-              shapes.push_back(*op.gemm);
+            if (op.kind == core::OpKind::Compute && op.compute().gemm &&
+                std::find(shapes.begin(), shapes.end(), *op.compute().gemm) == shapes.end()) {
+              shapes.push_back(*op.compute().gemm);
             }
           }
         }

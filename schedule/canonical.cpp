@@ -144,37 +144,45 @@ void write_op(Out& out, const Op& op) {
   m.str("role", to_string(op.role));
   m.str("param_class", to_string(op.param_class));
   switch (op.kind) {
-    case OpKind::Compute:
-      m.str("op", to_string(op.compute));
-      m.f64("flops", op.flops.count());
-      m.i64("bytes", op.bytes.count());
-      m.str("dtype", to_string(op.dtype));
-      if (op.gemm) m.ints("gemm", {op.gemm->m, op.gemm->n, op.gemm->k, op.gemm->batch});
-      m.i64("kernels", op.kernels);
-      if (op.attention_kernel) m.str("attention_kernel", to_string(*op.attention_kernel));
+    case OpKind::Compute: {
+      const auto& c = op.compute();
+      m.str("op", to_string(c.kind));
+      m.f64("flops", c.flops.count());
+      m.i64("bytes", c.bytes.count());
+      m.str("dtype", to_string(c.dtype));
+      if (c.gemm) m.ints("gemm", {c.gemm->m, c.gemm->n, c.gemm->k, c.gemm->batch});
+      m.i64("kernels", c.kernels);
+      if (c.attention_kernel) m.str("attention_kernel", to_string(*c.attention_kernel));
       break;
-    case OpKind::Collective:
-      m.str("op", to_string(op.collective));
-      m.i64("group", op.group);
-      m.i64("seq", op.seq);
-      m.i64("bytes", op.bytes.count());
-      m.str("dtype", to_string(op.dtype));
+    }
+    case OpKind::Collective: {
+      const auto& c = op.collective();
+      m.str("op", to_string(c.kind));
+      m.i64("group", c.group);
+      m.i64("seq", c.seq);
+      m.i64("bytes", c.bytes.count());
+      m.str("dtype", to_string(c.dtype));
       break;
+    }
     case OpKind::Send:
-    case OpKind::Recv:
-      m.i64("peer", op.peer);
-      m.i64("seq", op.seq);
-      m.i64("bytes", op.bytes.count());
+    case OpKind::Recv: {
+      const auto& t = op.transfer();
+      m.i64("peer", t.peer);
+      m.i64("seq", t.seq);
+      m.i64("bytes", t.bytes.count());
       break;
+    }
     case OpKind::Alloc:
-    case OpKind::Free:
-      m.str("buffer", op.buffer);
-      m.str("buffer_class", to_string(op.buffer_class));
-      m.i64("bytes", op.bytes.count());
+    case OpKind::Free: {
+      const auto& b = op.buffer();
+      m.str("buffer", b.name);
+      m.str("buffer_class", to_string(b.buffer_class));
+      m.i64("bytes", b.bytes.count());
       break;
+    }
     case OpKind::Record:
     case OpKind::Wait:
-    case OpKind::Sync: m.i64("event", op.event); break;
+    case OpKind::Sync: m.i64("event", op.event().id); break;
   }
   m.write(out);
 }

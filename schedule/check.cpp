@@ -58,9 +58,9 @@ std::string role_problem(const Schedule& s, const Op& op) {
   if (sharding && op.param_class == ParamClass::None) {
     return fmt::format("role {} needs a parameter class (dense or expert)", to_string(r));
   }
-  if (sharding && op.kind == OpKind::Collective && op.group >= 0 &&
-      static_cast<std::size_t>(op.group) < s.groups.size()) {
-    const GroupKind k = s.group(op.group).kind;
+  if (sharding && op.kind == OpKind::Collective && op.collective().group >= 0 &&
+      static_cast<std::size_t>(op.collective().group) < s.groups.size()) {
+    const GroupKind k = s.group(op.collective().group).kind;
     if (!(op.param_class == ParamClass::Dense ? dense_dp(k) : expert_dp(k))) {
       return fmt::format("{} parameters' {} collective on a {} group", to_string(op.param_class), to_string(r),
                          to_string(k));
@@ -127,6 +127,8 @@ class ProgramCheck {
                   fmt::format("op ids must ascend along a stream (they are the host issue order); {} follows {}", op.id,
                               previous));
         previous = op.id;
+        if (op.payload.index() != Op::payload_index(op.kind))
+          fail_at(p_, st, op, fmt::format("a {} op carries another kind's payload", to_string(op.kind)));
         if (std::string why = role_problem(s_, op); !why.empty()) fail_at(p_, st, op, why);
         check_op(st, op);
       }
@@ -166,31 +168,37 @@ class ProgramCheck {
 
   void check_op(const Stream& st, const Op& op) {
     switch (op.kind) {
-      case OpKind::Record:
-        if (++records_[op.event] > 1) fail_at(p_, st, op, fmt::format("event {} is recorded twice", op.event));
+      case OpKind::Record: {
+        const int event = op.event().id;
+        if (++records_[event] > 1) fail_at(p_, st, op, fmt::format("event {} is recorded twice", event));
         break;
-      case OpKind::Alloc:
-        if (op.bytes < Bytes(0)) fail_at(p_, st, op, "negative allocation");
-        if (!allocs_.emplace(op.buffer, std::pair{op.bytes, op.buffer_class}).second)
-          fail_at(p_, st, op, fmt::format("buffer '{}' is allocated twice", op.buffer));
+      }
+      case OpKind::Alloc: {
+        const auto& b = op.buffer();
+        if (b.bytes < Bytes(0)) fail_at(p_, st, op, "negative allocation");
+        if (!allocs_.emplace(b.name, std::pair{b.bytes, b.buffer_class}).second)
+          fail_at(p_, st, op, fmt::format("buffer '{}' is allocated twice", b.name));
         break;
+      }
       case OpKind::Free: frees_.emplace_back(&st, &op); break;
       case OpKind::Collective: {
-        if (op.group < 0 || static_cast<std::size_t>(op.group) >= s_.groups.size())
-          fail_at(p_, st, op, fmt::format("group {} does not exist", op.group));
-        const Group& g = s_.group(op.group);
+        const int group = op.collective().group;
+        if (group < 0 || static_cast<std::size_t>(group) >= s_.groups.size())
+          fail_at(p_, st, op, fmt::format("group {} does not exist", group));
+        const Group& g = s_.group(group);
         if (!std::binary_search(g.ranks.begin(), g.ranks.end(), p_.ranks[0])) {
           fail_at(p_, st, op,
-                  fmt::format("group {} does not contain the program's representative rank {}", op.group, p_.ranks[0]));
+                  fmt::format("group {} does not contain the program's representative rank {}", group, p_.ranks[0]));
         }
         collectives_.emplace_back(op.id, &op);
         break;
       }
       case OpKind::Send:
-      case OpKind::Recv:
-        if (op.peer < 0 || op.peer >= s_.step.world_size)
-          fail_at(p_, st, op, fmt::format("peer {} is not a rank", op.peer));
+      case OpKind::Recv: {
+        const int peer = op.transfer().peer;
+        if (peer < 0 || peer >= s_.step.world_size) fail_at(p_, st, op, fmt::format("peer {} is not a rank", peer));
         break;
+      }
       default: break;
     }
   }
@@ -201,18 +209,18 @@ class ProgramCheck {
     std::unordered_set<std::string_view> freed;
     freed.reserve(frees_.size());
     for (auto [st, op] : frees_) {
-      auto it = allocs_.find(op->buffer);
-      if (it == allocs_.end())
-        fail_at(p_, *st, *op, fmt::format("frees buffer '{}', which is not allocated", op->buffer));
-      if (it->second.first != op->bytes)
+      const auto& b = op->buffer();
+      auto it = allocs_.find(b.name);
+      if (it == allocs_.end()) fail_at(p_, *st, *op, fmt::format("frees buffer '{}', which is not allocated", b.name));
+      if (it->second.first != b.bytes)
         fail_at(p_, *st, *op,
-                fmt::format("frees buffer '{}' with {} bytes, allocated with {}", op->buffer, op->bytes.count(),
+                fmt::format("frees buffer '{}' with {} bytes, allocated with {}", b.name, b.bytes.count(),
                             it->second.first.count()));
-      if (it->second.second != op->buffer_class)
+      if (it->second.second != b.buffer_class)
         fail_at(p_, *st, *op,
-                fmt::format("frees buffer '{}' as class {}, allocated as {}", op->buffer, to_string(op->buffer_class),
+                fmt::format("frees buffer '{}' as class {}, allocated as {}", b.name, to_string(b.buffer_class),
                             to_string(it->second.second)));
-      if (!freed.insert(op->buffer).second) fail_at(p_, *st, *op, fmt::format("frees buffer '{}' twice", op->buffer));
+      if (!freed.insert(b.name).second) fail_at(p_, *st, *op, fmt::format("frees buffer '{}' twice", b.name));
     }
   }
 
@@ -221,11 +229,12 @@ class ProgramCheck {
     std::vector<int> next_seq(s_.groups.size(), 0);  // group -> expected seq, in issue (id) order
     std::sort(collectives_.begin(), collectives_.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
     for (const auto& [id, op] : collectives_) {
-      int& expect = next_seq[static_cast<std::size_t>(op->group)];
-      if (op->seq != expect) {
+      const auto& c = op->collective();
+      int& expect = next_seq[static_cast<std::size_t>(c.group)];
+      if (c.seq != expect) {
         throw ScheduleError(
             fmt::format("program {} op {} '{}': collective on group {} has seq {}, expected {} (issue order)", p_.id,
-                        op->id, op->name, op->group, op->seq, expect));
+                        op->id, op->name, c.group, c.seq, expect));
       }
       ++expect;
     }
@@ -234,8 +243,8 @@ class ProgramCheck {
   void check_waits() const {
     for (const Stream& st : p_.streams) {
       for (const Op& op : st.ops) {
-        if ((op.kind == OpKind::Wait || op.kind == OpKind::Sync) && !records_.contains(op.event))
-          fail_at(p_, st, op, fmt::format("waits for event {}, which is never recorded", op.event));
+        if ((op.kind == OpKind::Wait || op.kind == OpKind::Sync) && !records_.contains(op.event().id))
+          fail_at(p_, st, op, fmt::format("waits for event {}, which is never recorded", op.event().id));
       }
     }
   }
@@ -266,19 +275,20 @@ void check_collective_agreement(const Schedule& s) {
     for (const Stream& st : p.streams) {
       for (const Op& op : st.ops) {
         if (op.kind != OpKind::Collective) continue;
-        const auto key = (static_cast<std::uint64_t>(static_cast<std::uint32_t>(op.group)) << 32) |
-                         static_cast<std::uint32_t>(op.seq);
+        const auto& c = op.collective();
+        const auto key =
+            (static_cast<std::uint64_t>(static_cast<std::uint32_t>(c.group)) << 32) | static_cast<std::uint32_t>(c.seq);
         auto [it, inserted] = first.try_emplace(key, &p, &op);
         if (inserted) continue;
-        const Op& o = *it->second.second;
+        const auto& o = it->second.second->collective();
         // All-to-all is all_to_allv: members may send different amounts.
-        const bool sizes_may_differ = op.collective == CollectiveKind::AllToAll;
-        if (o.collective != op.collective || (o.bytes != op.bytes && !sizes_may_differ) || o.dtype != op.dtype) {
+        const bool sizes_may_differ = c.kind == CollectiveKind::AllToAll;
+        if (o.kind != c.kind || (o.bytes != c.bytes && !sizes_may_differ) || o.dtype != c.dtype) {
           fail_at(
               p, st, op,
               fmt::format("collective on group {} seq {} is {} of {} bytes {}, but program {} issues {} of {} bytes {}",
-                          op.group, op.seq, to_string(op.collective), op.bytes.count(), to_string(op.dtype),
-                          it->second.first->id, to_string(o.collective), o.bytes.count(), to_string(o.dtype)));
+                          c.group, c.seq, to_string(c.kind), c.bytes.count(), to_string(c.dtype), it->second.first->id,
+                          to_string(o.kind), o.bytes.count(), to_string(o.dtype)));
         }
       }
     }

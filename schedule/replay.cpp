@@ -32,10 +32,13 @@ std::string describe(const Program& p, const Stream& st, const Op& op) {
 
 std::string why_stuck(const Op& op) {
   switch (op.kind) {
-    case OpKind::Wait: return fmt::format("waits for event {}, which is never recorded before it", op.event);
+    case OpKind::Wait: return fmt::format("waits for event {}, which is never recorded before it", op.event().id);
     case OpKind::Collective:
-      return fmt::format("collective on group {} seq {} is never reached by every member", op.group, op.seq);
-    default: return fmt::format("{} with peer {} seq {} is never matched", to_string(op.kind), op.peer, op.seq);
+      return fmt::format("collective on group {} seq {} is never reached by every member", op.collective().group,
+                         op.collective().seq);
+    default:
+      return fmt::format("{} with peer {} seq {} is never matched", to_string(op.kind), op.transfer().peer,
+                         op.transfer().seq);
   }
 }
 
@@ -62,7 +65,7 @@ std::string why_stuck(const Op& op) {
         for (std::size_t j = 0; j < prog.streams.size(); ++j) {
           const auto& ops = prog.streams[j].ops;
           for (std::size_t i = next[p][j]; i < ops.size(); ++i) {
-            if (ops[i].kind == OpKind::Record && ops[i].event == op.event) recorder = j;
+            if (ops[i].kind == OpKind::Record && ops[i].event().id == op.event().id) recorder = j;
           }
         }
         if (recorder == cur || next[p][recorder] >= prog.streams[recorder].ops.size()) break;
@@ -132,10 +135,11 @@ ProgramOrder program_order(const Program& prog) {
     briefs.resize(ops.size());
     for (std::size_t i = 0; i < ops.size(); ++i) {
       const Op& op = ops[i];
-      briefs[i] = {op.kind, op.event, issue_latency(thread, op).count_ns()};
+      const int event = uses_event(op.kind) ? op.event().id : -1;
+      briefs[i] = {op.kind, event, issue_latency(thread, op).count_ns()};
       if (uses_event(op.kind)) {
-        ev_lo = std::min(ev_lo, op.event);
-        ev_hi = std::max(ev_hi, op.event);
+        ev_lo = std::min(ev_lo, event);
+        ev_hi = std::max(ev_hi, event);
       }
       if (!placed) continue;
       const std::int64_t j = static_cast<std::int64_t>(op.id) - lo;
@@ -388,18 +392,20 @@ class Replay {
   }
 
   bool run_collective(Cursor c, const Op& op, TimePoint ready) {
-    const auto& parts = order_.participants.at(static_cast<std::size_t>(op.group));
+    const Op::Collective& coll = op.collective();
+    const Group& group = s_.group(coll.group);
+    const auto& parts = order_.participants.at(static_cast<std::size_t>(coll.group));
     if (parts.size() <= 1) {  // one program holds every member: nothing to wait for
-      Duration d = costs_.collective_at ? costs_.collective_at(s_.group(op.group), op, s_.programs[c.program],
+      Duration d = costs_.collective_at ? costs_.collective_at(group, op, s_.programs[c.program],
                                                                OpAt{c.stream, next_[c.program][c.stream]}, ready)
-                   : costs_.collective  ? costs_.collective(s_.group(op.group), op)
+                   : costs_.collective  ? costs_.collective(group, op)
                                         : Duration{};
       finish(c, ready, ready + d);
       --remaining_;
       return true;
     }
-    const auto key =
-        (static_cast<std::uint64_t>(static_cast<std::uint32_t>(op.group)) << 32) | static_cast<std::uint32_t>(op.seq);
+    const auto key = (static_cast<std::uint64_t>(static_cast<std::uint32_t>(coll.group)) << 32) |
+                     static_cast<std::uint32_t>(coll.seq);
     auto& list = arrived_[key];
     list.emplace_back(c, ready);
     if (list.size() < parts.size()) return false;  // the last member to arrive finishes everyone
@@ -409,17 +415,17 @@ class Replay {
     for (const auto& a : list) {
       start = std::max(start, a.second);
       const Op& mine = head(a.first);
-      if (mine.bytes > largest->bytes) largest = &mine;
+      if (mine.collective().bytes > largest->collective().bytes) largest = &mine;
     }
     Duration d{};
     if (costs_.collective_at) {
       for (const auto& a : list) {
         const Cursor m = a.first;
-        d = std::max(d, costs_.collective_at(s_.group(op.group), *largest, s_.programs[m.program],
+        d = std::max(d, costs_.collective_at(group, *largest, s_.programs[m.program],
                                              OpAt{m.stream, next_[m.program][m.stream]}, start));
       }
     } else if (costs_.collective) {
-      d = costs_.collective(s_.group(op.group), *largest);
+      d = costs_.collective(group, *largest);
     }
     std::vector<std::pair<Cursor, TimePoint>> members = std::move(list);
     arrived_.erase(key);
@@ -434,7 +440,8 @@ class Replay {
   bool run_transfer(Cursor c, const Op& op, TimePoint ready) {
     int me = s_.programs[c.program].ranks.at(0);
     bool is_send = op.kind == OpKind::Send;
-    auto key = is_send ? std::tuple{me, op.peer, op.seq} : std::tuple{op.peer, me, op.seq};
+    const Op::Transfer& t = op.transfer();
+    auto key = is_send ? std::tuple{me, t.peer, t.seq} : std::tuple{t.peer, me, t.seq};
     auto& slot = p2p_[key];
     (is_send ? slot.send : slot.recv) = std::pair{c, ready};
     if (!slot.send || !slot.recv) return false;
@@ -461,7 +468,7 @@ class Replay {
         const Op& op = prog.streams[k].ops[i];
         throw ScheduleError(
             fmt::format("deadlock: {} blocks host thread '{}' on event {}, which is never recorded before it",
-                        describe(prog, prog.streams[k], op), prog.threads[t].name, op.event));
+                        describe(prog, prog.streams[k], op), prog.threads[t].name, op.event().id));
       }
     }
   }

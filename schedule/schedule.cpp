@@ -15,19 +15,20 @@ namespace hzp::core {
 namespace {
 
 Op op_from_json(StrictObject o) {
-  Op op;
-  op.id = static_cast<int>(o.integer("id", 0, INT32_MAX));
-  op.kind = choose(o, "kind", kOpKind);
+  const int id = static_cast<int>(o.integer("id", 0, INT32_MAX));
+  Op op = Op::of(choose(o, "kind", kOpKind));
+  op.id = id;
   op.name = o.str("name");
   op.role = choose(o, "role", kOpRole);
   op.param_class = choose(o, "param_class", kParamClass);
   auto bytes = [&] { return Bytes(o.integer("bytes", 0)); };
   switch (op.kind) {
-    case OpKind::Compute:
-      op.compute = choose(o, "op", kComputeKind);
-      op.flops = Flops(o.number("flops", 0));
-      op.bytes = bytes();
-      op.dtype = choose(o, "dtype", kDtype);
+    case OpKind::Compute: {
+      auto& c = op.compute();
+      c.kind = choose(o, "op", kComputeKind);
+      c.flops = Flops(o.number("flops", 0));
+      c.bytes = bytes();
+      c.dtype = choose(o, "dtype", kDtype);
       if (o.has("gemm")) {
         const auto& g = o.array("gemm");
         if (g.size() != 4) o.fail("gemm", "expected [m, n, k, batch]");
@@ -37,36 +38,43 @@ Op op_from_json(StrictObject o) {
             o.fail("gemm", "expected four positive integers [m, n, k, batch]");
           v[i] = g[i].get<std::int64_t>();
         }
-        op.gemm = GemmShape{v[0], v[1], v[2], v[3]};
+        c.gemm = GemmShape{v[0], v[1], v[2], v[3]};
       }
-      op.kernels = static_cast<int>(o.integer("kernels", 0, 1000000));
+      c.kernels = static_cast<int>(o.integer("kernels", 0, 1000000));
       if (o.has("attention_kernel")) {
-        if (op.compute != ComputeKind::Attention) o.fail("attention_kernel", "expected only on attention ops");
-        op.attention_kernel = choose(o, "attention_kernel", kAttentionKernels);
+        if (c.kind != ComputeKind::Attention) o.fail("attention_kernel", "expected only on attention ops");
+        c.attention_kernel = choose(o, "attention_kernel", kAttentionKernels);
       }
       break;
-    case OpKind::Collective:
-      op.collective = choose(o, "op", kCollectiveKind);
-      op.group = static_cast<int>(o.integer("group", 0, INT32_MAX));
-      op.seq = static_cast<int>(o.integer("seq", 0, INT32_MAX));
-      op.bytes = bytes();
-      op.dtype = choose(o, "dtype", kDtype);
+    }
+    case OpKind::Collective: {
+      auto& c = op.collective();
+      c.kind = choose(o, "op", kCollectiveKind);
+      c.group = static_cast<int>(o.integer("group", 0, INT32_MAX));
+      c.seq = static_cast<int>(o.integer("seq", 0, INT32_MAX));
+      c.bytes = bytes();
+      c.dtype = choose(o, "dtype", kDtype);
       break;
+    }
     case OpKind::Send:
-    case OpKind::Recv:
-      op.peer = static_cast<int>(o.integer("peer", 0, INT32_MAX));
-      op.seq = static_cast<int>(o.integer("seq", 0, INT32_MAX));
-      op.bytes = bytes();
+    case OpKind::Recv: {
+      auto& t = op.transfer();
+      t.peer = static_cast<int>(o.integer("peer", 0, INT32_MAX));
+      t.seq = static_cast<int>(o.integer("seq", 0, INT32_MAX));
+      t.bytes = bytes();
       break;
+    }
     case OpKind::Alloc:
-    case OpKind::Free:
-      op.buffer = o.str("buffer");
-      op.buffer_class = choose(o, "buffer_class", kBufferClass);
-      op.bytes = bytes();
+    case OpKind::Free: {
+      auto& b = op.buffer();
+      b.name = o.str("buffer");
+      b.buffer_class = choose(o, "buffer_class", kBufferClass);
+      b.bytes = bytes();
       break;
+    }
     case OpKind::Record:
     case OpKind::Wait:
-    case OpKind::Sync: op.event = static_cast<int>(o.integer("event", 0, INT32_MAX)); break;
+    case OpKind::Sync: op.event().id = static_cast<int>(o.integer("event", 0, INT32_MAX)); break;
   }
   o.finish();
   return op;
@@ -171,6 +179,23 @@ std::int64_t dtype_bytes(Dtype d) {
 
 std::string_view to_string(Dtype e) { return name_of(kDtype, e); }
 std::string_view to_string(GroupKind e) { return name_of(kGroupKind, e); }
+Op Op::of(OpKind kind) {
+  Op op;
+  op.kind = kind;
+  switch (kind) {
+    case OpKind::Compute: op.payload = Compute{}; break;
+    case OpKind::Collective: op.payload = Collective{}; break;
+    case OpKind::Send:
+    case OpKind::Recv: op.payload = Transfer{}; break;
+    case OpKind::Alloc:
+    case OpKind::Free: op.payload = Buffer{}; break;
+    case OpKind::Record:
+    case OpKind::Wait:
+    case OpKind::Sync: op.payload = Event{}; break;
+  }
+  return op;
+}
+
 std::string_view to_string(OpKind e) { return name_of(kOpKind, e); }
 std::string_view to_string(ComputeKind e) { return name_of(kComputeKind, e); }
 std::string_view to_string(CollectiveKind e) { return name_of(kCollectiveKind, e); }

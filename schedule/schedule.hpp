@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <variant>
 #include <vector>
 
 #include "core/stack_kernels.hpp"
@@ -132,47 +133,124 @@ struct GemmShape {
   friend bool operator==(const GemmShape&, const GemmShape&) = default;
 };
 
-/// One operation on a stream. Which fields are meaningful depends on `kind`:
-///  - Compute: compute, flops (what the hardware executes), bytes (HBM traffic), dtype, gemm.
-///  - Collective: collective, group, seq, bytes, dtype. `bytes` is the per-rank
-///    buffer size in nccl-tests' convention: all-gather = receive buffer,
-///    reduce-scatter = send buffer, all-reduce = the buffer, all-to-all = the
-///    larger of what the rank sends and receives (all_to_allv: may differ
-///    between members; the collective lasts as long as the largest share).
-///  - Send / Recv: peer (global rank of the other side), seq (per ordered pair), bytes.
-///  - Alloc / Free: buffer (name, unique among live buffers of the program), bytes.
-///  - Record / Wait: event (id, unique within the program; recorded exactly once).
-///    A wait holds back its stream (cudaStreamWaitEvent).
-///  - Sync: event. Blocks the issuing host thread until the event has happened
-///    on the device (cudaEventSynchronize); nothing after it on that thread is
-///    issued earlier. It sits on a stream of its thread and takes no device time.
-/// Every op has a role and a param_class; alloc and free also a buffer_class
-/// (a free's is its alloc's). `name` is for people only.
+// The payloads of the op kinds (Op says which kind carries which). They live
+// outside Op so that their default member initialisers are complete where
+// Op's variant needs them default-constructible.
+struct ComputePayload {
+  ComputeKind kind = ComputeKind::Elementwise;
+  Flops flops{};
+  Bytes bytes{};
+  Dtype dtype = Dtype::Bf16;
+  std::optional<GemmShape> gemm;
+  /// The kernels the op launches (a stack's eager norm is several); each
+  /// costs its thread one launch latency to issue.
+  int kernels = 1;
+  /// Attention only: the fused kernel's family, whose efficiency the device
+  /// profile gives; none: the device's generic attention efficiency.
+  std::optional<AttentionKernel> attention_kernel;
+};
+struct CollectivePayload {
+  CollectiveKind kind = CollectiveKind::AllReduce;
+  int group = -1;
+  int seq = -1;
+  Bytes bytes{};
+  Dtype dtype = Dtype::Bf16;
+};
+struct TransferPayload {
+  int peer = -1;
+  int seq = -1;
+  Bytes bytes{};
+};
+struct BufferPayload {
+  std::string name;
+  BufferClass buffer_class = BufferClass::Activations;
+  Bytes bytes{};
+};
+struct EventPayload {
+  int id = -1;
+};
+
+/// One operation on a stream: what every op has (id, kind, name, role,
+/// parameter class) and the payload of its kind, one of five:
+///  - Compute (OpKind::Compute): the kernel kind, flops (what the hardware
+///    executes), bytes (HBM traffic), dtype, gemm shape, kernels launched.
+///  - Collective: the collective, group, seq, bytes, dtype. `bytes` is the
+///    per-rank buffer size in nccl-tests' convention: all-gather = receive
+///    buffer, reduce-scatter = send buffer, all-reduce = the buffer,
+///    all-to-all = the larger of what the rank sends and receives
+///    (all_to_allv: may differ between members; the collective lasts as long
+///    as the largest share).
+///  - Transfer (Send, Recv): peer (global rank of the other side), seq (per
+///    ordered pair), bytes.
+///  - Buffer (Alloc, Free): name (unique among live buffers of the program),
+///    what it holds, bytes. A free's class is its alloc's.
+///  - Event (Record, Wait, Sync): its id, unique within the program and
+///    recorded exactly once. A wait holds back its stream
+///    (cudaStreamWaitEvent). A sync blocks the issuing host thread until the
+///    event has happened on the device (cudaEventSynchronize); nothing after
+///    it on that thread is issued earlier. It sits on a stream of its thread
+///    and takes no device time.
+/// The payload always matches the kind (payload_index; the checker says so
+/// of a Schedule built by hand); an accessor asked for another kind's payload
+/// throws std::bad_variant_access. `name` is for people only.
 struct Op {
+  using Compute = ComputePayload;
+  using Collective = CollectivePayload;
+  using Transfer = TransferPayload;
+  using Buffer = BufferPayload;
+  using Event = EventPayload;
+  using Payload = std::variant<Compute, Collective, Transfer, Buffer, Event>;
+
   int id = 0;  // unique within the program; ascending in host issue order
   OpKind kind = OpKind::Compute;
   std::string name;
   OpRole role = OpRole::Other;
   ParamClass param_class = ParamClass::None;
-  BufferClass buffer_class = BufferClass::Activations;  // alloc and free only
-  ComputeKind compute = ComputeKind::Elementwise;
-  CollectiveKind collective = CollectiveKind::AllReduce;
-  Flops flops{};
-  Bytes bytes{};
-  Dtype dtype = Dtype::Bf16;
-  std::optional<GemmShape> gemm;
-  /// Compute: the kernels the op launches (a stack's eager norm is several);
-  /// each costs its thread one launch latency to issue.
-  int kernels = 1;
-  /// Compute, attention only: the fused kernel's family, whose efficiency the
-  /// device profile gives; none: the device's generic attention efficiency.
-  std::optional<AttentionKernel> attention_kernel;
-  int group = -1;
-  int seq = -1;
-  int peer = -1;
-  std::string buffer;
-  int event = -1;
+  Payload payload;
+
+  /// An op of `kind` with its kind's default payload.
+  [[nodiscard]] static Op of(OpKind kind);
+  /// The payload alternative `kind` carries.
+  [[nodiscard]] static constexpr std::size_t payload_index(OpKind kind) {
+    switch (kind) {
+      case OpKind::Compute: return 0;
+      case OpKind::Collective: return 1;
+      case OpKind::Send:
+      case OpKind::Recv: return 2;
+      case OpKind::Alloc:
+      case OpKind::Free: return 3;
+      case OpKind::Record:
+      case OpKind::Wait:
+      case OpKind::Sync: return 4;
+    }
+    return 0;
+  }
+
+  [[nodiscard]] Compute& compute() { return std::get<Compute>(payload); }
+  [[nodiscard]] const Compute& compute() const { return std::get<Compute>(payload); }
+  [[nodiscard]] Collective& collective() { return std::get<Collective>(payload); }
+  [[nodiscard]] const Collective& collective() const { return std::get<Collective>(payload); }
+  [[nodiscard]] Transfer& transfer() { return std::get<Transfer>(payload); }
+  [[nodiscard]] const Transfer& transfer() const { return std::get<Transfer>(payload); }
+  [[nodiscard]] Buffer& buffer() { return std::get<Buffer>(payload); }
+  [[nodiscard]] const Buffer& buffer() const { return std::get<Buffer>(payload); }
+  [[nodiscard]] Event& event() { return std::get<Event>(payload); }
+  [[nodiscard]] const Event& event() const { return std::get<Event>(payload); }
 };
+
+/// What an op moves or holds, whatever its kind: a kernel's HBM traffic, a
+/// collective's or transfer's buffer, an allocation's size; an event op, 0.
+[[nodiscard]] inline Bytes op_bytes(const Op& op) {
+  return std::visit(
+      [](const auto& p) {
+        if constexpr (requires { p.bytes; }) {
+          return p.bytes;
+        } else {
+          return Bytes{};
+        }
+      },
+      op.payload);
+}
 
 /// Work that uses none of the device's SMs (copy engines, the host CPU):
 /// collectives do not slow it down.
@@ -221,7 +299,7 @@ struct Thread {
 /// moment its event happens: the engines hold the thread until then first.
 [[nodiscard]] inline Duration issue_latency(const Thread& thread, const Op& op) {
   switch (op.kind) {
-    case OpKind::Compute: return Duration::ns(thread.launch_latency.count_ns() * op.kernels);
+    case OpKind::Compute: return Duration::ns(thread.launch_latency.count_ns() * op.compute().kernels);
     case OpKind::Collective:
     case OpKind::Send:
     case OpKind::Recv: return thread.collective_launch_latency;

@@ -8,6 +8,7 @@
 #include "core/error.hpp"
 #include "core/sha256.hpp"
 #include "schedule/check.hpp"
+#include "schedule/names.hpp"
 #include "schedule/replay.hpp"
 #include "schedule/schedule.hpp"
 
@@ -15,33 +16,24 @@ namespace hzp::core {
 namespace {
 
 Op compute(int id, const std::string& name, double flops) {
-  Op op;
+  Op op = Op::of(OpKind::Compute);
   op.id = id;
-  op.kind = OpKind::Compute;
   op.name = name;
-  op.compute = ComputeKind::Gemm;
-  op.flops = Flops(flops);
-  op.bytes = Bytes(100);
-  op.gemm = GemmShape{8, 8, 8, 1};
+  op.payload = Op::Compute{ComputeKind::Gemm, Flops(flops), Bytes(100), Dtype::Bf16, GemmShape{8, 8, 8, 1}, 1, {}};
   return op;
 }
 Op collective(int id, int group, int seq, std::int64_t bytes) {
-  Op op;
+  Op op = Op::of(OpKind::Collective);
   op.id = id;
-  op.kind = OpKind::Collective;
   op.name = "ag";
-  op.collective = CollectiveKind::AllGather;
-  op.group = group;
-  op.seq = seq;
-  op.bytes = Bytes(bytes);
+  op.payload = Op::Collective{CollectiveKind::AllGather, group, seq, Bytes(bytes), Dtype::Bf16};
   return op;
 }
 Op event_op(int id, OpKind kind, int event) {
-  Op op;
+  Op op = Op::of(kind);
   op.id = id;
-  op.kind = kind;
   op.name = kind == OpKind::Record ? "rec" : "wait";
-  op.event = event;
+  op.event().id = event;
   return op;
 }
 
@@ -85,7 +77,7 @@ TEST(Schedule, CanonicalJsonRoundTripsAndHashes) {
   Schedule back = schedule_from_json(text, "s.json");
   EXPECT_EQ(to_canonical_json(back), text);
   EXPECT_EQ(schedule_hash(back), schedule_hash(s));
-  s.programs[0].streams[0].ops[0].flops = Flops(11);
+  s.programs[0].streams[0].ops[0].compute().flops = Flops(11);
   EXPECT_NE(schedule_hash(s), schedule_hash(back));
 }
 
@@ -96,7 +88,7 @@ TEST(Schedule, CanonicalTextIsTheSortedDumpAndTheHashItsDigest) {
   Schedule s = two_rank_schedule();
   s.name = "quote \" back\\slash tab\t newline\n bell\x07 utf-8 \xc3\xa9";
   s.programs[0].streams[0].ops[0].name = "x\x01y";
-  s.programs[0].streams[0].ops[0].flops = Flops(1.5e20);
+  s.programs[0].streams[0].ops[0].compute().flops = Flops(1.5e20);
   const std::string text = to_canonical_json(s);
   nlohmann::json doc = nlohmann::json::parse(text);
   EXPECT_EQ(doc.dump(), text);
@@ -125,12 +117,9 @@ TEST(Schedule, RolesAndClassesRoundTrip) {
     s.groups[0].kind = GroupKind::Edp;
     p.streams[0].ops[0].role = OpRole::Forward;
     p.streams[0].ops[0].param_class = ParamClass::Dense;
-    Op alloc;
+    Op alloc = Op::of(OpKind::Alloc);
     alloc.id = 10;
-    alloc.kind = OpKind::Alloc;
-    alloc.buffer = "pool";
-    alloc.buffer_class = BufferClass::GatheredPool;
-    alloc.bytes = Bytes(64);
+    alloc.payload = Op::Buffer{"pool", BufferClass::GatheredPool, Bytes(64)};
     Op free = alloc;
     free.id = 11;
     free.kind = OpKind::Free;
@@ -149,8 +138,8 @@ TEST(Schedule, RolesAndClassesRoundTrip) {
   EXPECT_EQ(p.streams[0].ops[0].param_class, ParamClass::Dense);
   EXPECT_EQ(p.streams[0].ops[3].role, OpRole::Other);
   EXPECT_EQ(p.streams[0].ops[3].param_class, ParamClass::None);
-  EXPECT_EQ(p.streams[0].ops[3].buffer_class, BufferClass::GatheredPool);
-  EXPECT_EQ(p.streams[0].ops[4].buffer_class, BufferClass::GatheredPool);
+  EXPECT_EQ(p.streams[0].ops[3].buffer().buffer_class, BufferClass::GatheredPool);
+  EXPECT_EQ(p.streams[0].ops[4].buffer().buffer_class, BufferClass::GatheredPool);
   EXPECT_EQ(to_canonical_json(back), text);
 }
 
@@ -164,14 +153,14 @@ TEST(Schedule, AttentionKernelRoundTripsThroughItsNameTable) {
   EXPECT_FALSE(parse_attention_kernel("flash9"));
   Schedule s = two_rank_schedule();
   for (auto& p : s.programs) {
-    p.streams[0].ops[0].compute = ComputeKind::Attention;
-    p.streams[0].ops[0].attention_kernel = AttentionKernel::Flash3;
+    p.streams[0].ops[0].compute().kind = ComputeKind::Attention;
+    p.streams[0].ops[0].compute().attention_kernel = AttentionKernel::Flash3;
   }
   const std::string text = to_canonical_json(s);
   EXPECT_NE(text.find(R"("attention_kernel":"flash3")"), std::string::npos);
   const Schedule back = schedule_from_json(text, "s.json", false);
-  EXPECT_EQ(back.programs[0].streams[0].ops[0].attention_kernel, AttentionKernel::Flash3);
-  EXPECT_FALSE(back.programs[0].streams[0].ops[1].attention_kernel);
+  EXPECT_EQ(back.programs[0].streams[0].ops[0].compute().attention_kernel, AttentionKernel::Flash3);
+  EXPECT_FALSE(back.programs[0].streams[0].ops[2].compute().attention_kernel);
   EXPECT_EQ(to_canonical_json(back), text);
   std::string bad = text;
   bad.replace(bad.find("flash3"), 6, "flash9");
@@ -211,16 +200,13 @@ TEST(ScheduleCheck, RejectsRolesThatDoNotFit) {
 
 TEST(ScheduleCheck, RejectsFreeOfAnotherBufferClass) {
   Schedule s = two_rank_schedule();
-  Op alloc;
+  Op alloc = Op::of(OpKind::Alloc);
   alloc.id = 10;
-  alloc.kind = OpKind::Alloc;
-  alloc.buffer = "x";
-  alloc.buffer_class = BufferClass::Activations;
-  alloc.bytes = Bytes(4);
+  alloc.payload = Op::Buffer{"x", BufferClass::Activations, Bytes(4)};
   Op free = alloc;
   free.id = 11;
   free.kind = OpKind::Free;
-  free.buffer_class = BufferClass::GradBucket;
+  free.buffer().buffer_class = BufferClass::GradBucket;
   s.programs[0].streams[0].ops.push_back(alloc);
   s.programs[0].streams[0].ops.push_back(free);
   EXPECT_NE(schedule_error(s).find("frees buffer 'x' as class grad_buckets, allocated as act"), std::string::npos);
@@ -228,9 +214,45 @@ TEST(ScheduleCheck, RejectsFreeOfAnotherBufferClass) {
 
 TEST(ScheduleCheck, AcceptsWellFormed) { EXPECT_EQ(schedule_error(two_rank_schedule()), "(accepted)"); }
 
+// Each kind carries its own payload; asking an op for another kind's payload
+// is a bug the accessor reports instead of reading a meaningless field.
+TEST(Op, EachKindCarriesItsOwnPayload) {
+  for (const auto& [kind, name] : kOpKind) {
+    const Op op = Op::of(kind);
+    EXPECT_EQ(op.kind, kind) << name;
+    EXPECT_EQ(op.payload.index(), Op::payload_index(kind)) << name;
+  }
+  const Op send = Op::of(OpKind::Send);
+  EXPECT_EQ(send.transfer().peer, -1);
+  EXPECT_THROW((void)send.collective(), std::bad_variant_access);
+  EXPECT_THROW((void)Op::of(OpKind::Wait).compute(), std::bad_variant_access);
+  EXPECT_THROW((void)Op::of(OpKind::Free).event(), std::bad_variant_access);
+}
+
+// op_bytes: what each kind moves or holds, none for an event.
+TEST(Op, BytesOfEveryKind) {
+  EXPECT_EQ(op_bytes(compute(0, "g", 1)), Bytes(100));
+  EXPECT_EQ(op_bytes(collective(0, 0, 0, 1000)), Bytes(1000));
+  Op recv = Op::of(OpKind::Recv);
+  recv.transfer().bytes = Bytes(7);
+  EXPECT_EQ(op_bytes(recv), Bytes(7));
+  Op alloc = Op::of(OpKind::Alloc);
+  alloc.buffer().bytes = Bytes(64);
+  EXPECT_EQ(op_bytes(alloc), Bytes(64));
+  EXPECT_EQ(op_bytes(event_op(0, OpKind::Record, 3)), Bytes(0));
+}
+
+// A Schedule built by hand whose op's payload is another kind's.
+TEST(ScheduleCheck, RejectsAPayloadOfAnotherKind) {
+  Schedule s = two_rank_schedule();
+  s.programs[0].streams[1].ops[0].payload = Op::Compute{};
+  EXPECT_EQ(schedule_error(s),
+            "program 0 ('r0') stream 'ag' op 0 'ag': a collective op carries another kind's payload");
+}
+
 TEST(ScheduleCheck, RejectsCollectiveSizeMismatch) {
   Schedule s = two_rank_schedule();
-  s.programs[1].streams[1].ops[0].bytes = Bytes(999);
+  s.programs[1].streams[1].ops[0].collective().bytes = Bytes(999);
   EXPECT_EQ(schedule_error(s),
             "program 1 ('r1') stream 'ag' op 0 'ag': collective on group 0 seq 0 is all_gather of 999 bytes bf16, "
             "but program 0 issues all_gather of 1000 bytes bf16");
@@ -281,10 +303,10 @@ TEST(ScheduleCheck, RejectsCrossRankCollectiveOrderDeadlock) {
 
 TEST(ScheduleCheck, RejectsSequenceGapAndUnrecordedEvent) {
   Schedule s = two_rank_schedule();
-  s.programs[0].streams[1].ops[0].seq = 1;
+  s.programs[0].streams[1].ops[0].collective().seq = 1;
   EXPECT_NE(schedule_error(s).find("has seq 1, expected 0"), std::string::npos);
   s = two_rank_schedule();
-  s.programs[0].streams[0].ops[1].event = 9;
+  s.programs[0].streams[0].ops[1].event().id = 9;
   EXPECT_NE(schedule_error(s).find("waits for event 9, which is never recorded"), std::string::npos);
 }
 
@@ -329,12 +351,10 @@ TEST(ScheduleCheck, RejectsIdsOutOfIssueOrder) {
 
 TEST(ScheduleCheck, RejectsUnbalancedFree) {
   Schedule s = two_rank_schedule();
-  Op f;
+  Op f = Op::of(OpKind::Free);
   f.id = 20;
-  f.kind = OpKind::Free;
   f.name = "free";
-  f.buffer = "x";
-  f.bytes = Bytes(4);
+  f.payload = Op::Buffer{"x", BufferClass::Activations, Bytes(4)};
   s.programs[0].streams[0].ops.push_back(f);
   EXPECT_NE(schedule_error(s).find("frees buffer 'x', which is not allocated"), std::string::npos);
 }
@@ -345,7 +365,7 @@ TEST(Replay, OverlapsCommunicationWithCompute) {
   for (auto& p : s.programs) p.threads[0].launch_latency = p.threads[0].collective_launch_latency = Duration::ns(1);
   ReplayCosts costs;
   costs.compute = [](const Program&, const Op& op) {
-    return Duration::ns(static_cast<std::int64_t>(op.flops.count()));
+    return Duration::ns(static_cast<std::int64_t>(op.compute().flops.count()));
   };
   costs.collective = [](const Group&, const Op&) { return Duration::ns(25); };
   ReplayResult r = replay(s, costs);
@@ -381,7 +401,7 @@ Schedule sync_schedule(bool with_sync) {
 ReplayResult timed(const Schedule& s) {
   ReplayCosts costs;
   costs.compute = [](const Program&, const Op& op) {
-    return Duration::ns(static_cast<std::int64_t>(op.flops.count()));
+    return Duration::ns(static_cast<std::int64_t>(op.compute().flops.count()));
   };
   costs.collective = [](const Group&, const Op&) { return Duration::ns(200); };
   return replay(s, costs);

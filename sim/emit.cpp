@@ -44,10 +44,10 @@ void emit_timeline(const core::Schedule& s, const std::vector<std::vector<std::v
         }
         switch (op.kind) {
           case core::OpKind::Alloc:
-            deltas.emplace_back(t.start.count_ns(), op.id, op.bytes.count(), true, &op.buffer);
+            deltas.emplace_back(t.start.count_ns(), op.id, op.buffer().bytes.count(), true, &op.buffer().name);
             break;
           case core::OpKind::Free:
-            deltas.emplace_back(t.start.count_ns(), op.id, -op.bytes.count(), false, &op.buffer);
+            deltas.emplace_back(t.start.count_ns(), op.id, -op.buffer().bytes.count(), false, &op.buffer().name);
             break;
           default: break;
         }

@@ -71,8 +71,8 @@ void check_fits(const core::Schedule& s, const topologies::Topology& topo);
   if (i == 0 || i >= st.ops.size()) return false;
   const core::Op& a = st.ops[i - 1];
   const core::Op& b = st.ops[i];
-  return a.kind == core::OpKind::Collective && b.kind == core::OpKind::Collective && a.collective == b.collective &&
-         a.group == b.group;
+  return a.kind == core::OpKind::Collective && b.kind == core::OpKind::Collective &&
+         a.collective().kind == b.collective().kind && a.collective().group == b.collective().group;
 }
 
 }  // namespace hzp::sim

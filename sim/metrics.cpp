@@ -55,7 +55,8 @@ std::map<std::string, std::string> buffer_classes(const core::Program& p) {
   std::map<std::string, std::string> out;
   for (const auto& st : p.streams) {
     for (const auto& op : st.ops) {
-      if (op.kind == core::OpKind::Alloc) out.emplace(op.buffer, std::string(core::to_string(op.buffer_class)));
+      if (op.kind == core::OpKind::Alloc)
+        out.emplace(op.buffer().name, std::string(core::to_string(op.buffer().buffer_class)));
     }
   }
   return out;

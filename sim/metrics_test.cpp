@@ -56,16 +56,14 @@ TEST(Metrics, TimeSplitByKernelClassAndHostBoundGaps) {
   core::Program p;
   p.ranks = {0};
   auto compute = [](int id, core::ComputeKind k, core::OpRole role) {
-    core::Op op;
+    core::Op op = core::Op::of(core::OpKind::Compute);
     op.id = id;
-    op.kind = core::OpKind::Compute;
-    op.compute = k;
+    op.compute().kind = k;
     op.role = role;
     return op;
   };
-  core::Op recv;
+  core::Op recv = core::Op::of(core::OpKind::Recv);
   recv.id = 5;
-  recv.kind = core::OpKind::Recv;
   p.streams = {core::Stream{0,
                             "compute",
                             core::StreamKind::Compute,
@@ -147,9 +145,8 @@ TEST(Metrics, HostIssueIsEveryOpAtItsKindsLatency) {
                core::Stream{1, "grad_reduce", core::StreamKind::GradReduce, 0, {}},
                core::Stream{2, "param_allgather", core::StreamKind::ParamGather, 1, {}}};
   auto add = [&](int stream, core::OpKind kind, int kernels) {
-    core::Op op;
-    op.kind = kind;
-    op.kernels = kernels;
+    core::Op op = core::Op::of(kind);
+    if (kind == core::OpKind::Compute) op.compute().kernels = kernels;
     p.streams[static_cast<std::size_t>(stream)].ops.push_back(op);
   };
   for (int i = 0; i < 10; ++i) add(0, core::OpKind::Compute, 3);    // 30 kernels

@@ -18,7 +18,7 @@ std::size_t class_of(const core::Op& op) {
   using core::OpRole;
   if (op.kind != core::OpKind::Compute) return 8;
   const bool pass = op.role == OpRole::Forward || op.role == OpRole::Backward || op.role == OpRole::Recompute;
-  switch (op.compute) {
+  switch (op.compute().kind) {
     case ComputeKind::Gemm: return 0;
     case ComputeKind::Attention: return op.role == OpRole::Backward ? 2 : 1;
     case ComputeKind::Norm:
@@ -44,7 +44,7 @@ std::vector<HostIssue> host_issue(const core::Schedule& s, int program) {
     for (const auto& op : st.ops) {
       HostIssue& h = out[t];
       switch (op.kind) {
-        case core::OpKind::Compute: h.kernels += op.kernels; break;
+        case core::OpKind::Compute: h.kernels += op.compute().kernels; break;
         case core::OpKind::Collective:
         case core::OpKind::Send:
         case core::OpKind::Recv: ++h.collectives; break;

@@ -122,11 +122,10 @@ core::Schedule deadlock() {
   s.step.world_size = 2;
   s.groups.push_back(core::Group{0, core::GroupKind::DpShard, {0, 1}});
   auto op = [](int id, core::OpKind kind, int event) {
-    core::Op o;
+    core::Op o = core::Op::of(kind);
     o.id = id;
-    o.kind = kind;
     o.name = fmt::format("op{}", id);
-    o.event = event;
+    if (kind != core::OpKind::Collective) o.event().id = event;
     return o;
   };
   for (int p = 0; p < 2; ++p) {
@@ -141,15 +140,15 @@ core::Schedule deadlock() {
       a.ops = {op(0, core::OpKind::Wait, 1), op(2, core::OpKind::Record, 0)};
       b.ops = {op(1, core::OpKind::Wait, 0), op(3, core::OpKind::Record, 1)};
       core::Op ar = op(4, core::OpKind::Collective, -1);
-      ar.collective = core::CollectiveKind::AllReduce;
-      ar.group = 0;
-      ar.bytes = core::Bytes(1 << 20);
+      ar.collective().kind = core::CollectiveKind::AllReduce;
+      ar.collective().group = 0;
+      ar.collective().bytes = core::Bytes(1 << 20);
       a.ops.push_back(ar);
     } else {
       core::Op ar = op(0, core::OpKind::Collective, -1);
-      ar.collective = core::CollectiveKind::AllReduce;
-      ar.group = 0;
-      ar.bytes = core::Bytes(1 << 20);
+      ar.collective().kind = core::CollectiveKind::AllReduce;
+      ar.collective().group = 0;
+      ar.collective().bytes = core::Bytes(1 << 20);
       a.ops = {ar};
     }
     prog.streams = {a, b};
@@ -192,12 +191,11 @@ core::Schedule one_stream(int ops, double flops, core::Duration launch) {
   prog.threads.push_back(core::Thread{0, "main", launch, launch});
   core::Stream st{0, "compute", core::StreamKind::Compute, 0, {}};
   for (int i = 0; i < ops; ++i) {
-    core::Op o;
+    core::Op o = core::Op::of(core::OpKind::Compute);
     o.id = i;
-    o.kind = core::OpKind::Compute;
-    o.compute = core::ComputeKind::Gemm;
+    o.compute().kind = core::ComputeKind::Gemm;
     o.name = fmt::format("gemm{}", i);
-    o.flops = core::Flops(flops);
+    o.compute().flops = core::Flops(flops);
     st.ops.push_back(o);
   }
   prog.streams = {st};

@@ -42,9 +42,9 @@ std::vector<FlowLink> peer_links(const core::Schedule& s) {
     for (const core::Stream& st : p.streams) {
       for (const core::Op& op : st.ops) {
         if (op.kind == core::OpKind::Collective) {
-          ix.collective.emplace(std::pair{s.group(op.group).kind, op.seq}, op.id);
+          ix.collective.emplace(std::pair{s.group(op.collective().group).kind, op.collective().seq}, op.id);
         } else if (op.kind == core::OpKind::Send || op.kind == core::OpKind::Recv) {
-          ix.p2p.emplace(std::tuple{op.kind, owner(op.peer), op.seq}, op.id);
+          ix.p2p.emplace(std::tuple{op.kind, owner(op.transfer().peer), op.transfer().seq}, op.id);
         }
       }
     }
@@ -59,11 +59,13 @@ std::vector<FlowLink> peer_links(const core::Schedule& s) {
     for (const core::Stream& st : p.streams) {
       for (const core::Op& op : st.ops) {
         if (op.kind == core::OpKind::Collective) {
-          const std::vector<int>& span = spans[static_cast<std::size_t>(op.group)];
+          const core::Op::Collective& c = op.collective();
+          const std::vector<int>& span = spans[static_cast<std::size_t>(c.group)];
           const auto next = std::upper_bound(span.begin(), span.end(), p.id);
-          if (next != span.end()) add(p, op, *next, &PeerIndex::collective, std::pair{s.group(op.group).kind, op.seq});
+          if (next != span.end()) add(p, op, *next, &PeerIndex::collective, std::pair{s.group(c.group).kind, c.seq});
         } else if (op.kind == core::OpKind::Send) {
-          add(p, op, owner(op.peer), &PeerIndex::p2p, std::tuple{core::OpKind::Recv, p.id, op.seq});
+          const core::Op::Transfer& t = op.transfer();
+          add(p, op, owner(t.peer), &PeerIndex::p2p, std::tuple{core::OpKind::Recv, p.id, t.seq});
         }
       }
     }

@@ -75,13 +75,13 @@ OpRecord op_record(const core::Schedule& s, const core::Program& prog, const cor
   rec.kind = op.kind;
   if (names) {
     rec.name = op.name;
-    rec.what = op.kind == core::OpKind::Compute      ? std::string(core::to_string(op.compute))
-               : op.kind == core::OpKind::Collective ? std::string(core::to_string(op.collective))
+    rec.what = op.kind == core::OpKind::Compute      ? std::string(core::to_string(op.compute().kind))
+               : op.kind == core::OpKind::Collective ? std::string(core::to_string(op.collective().kind))
                                                      : std::string(core::to_string(op.kind));
   }
-  if (op.kind == core::OpKind::Collective) rec.group_kind = s.group(op.group).kind;
-  rec.flops = op.flops;
-  rec.bytes = op.bytes;
+  if (op.kind == core::OpKind::Collective) rec.group_kind = s.group(op.collective().group).kind;
+  if (op.kind == core::OpKind::Compute) rec.flops = op.compute().flops;
+  rec.bytes = core::op_bytes(op);
   rec.start = start;
   rec.end = end;
   return rec;

@@ -124,10 +124,10 @@ TEST(ChromeTrace, NamesWhatIsWrongWithABadTrace) {
   // Absurd times: a start 10^308 us before the origin, a duration of 10^308
   // us or below zero (issue 42, item 8: they made a step of -9.2e12 ms).
   const std::string trace = to_chrome_trace(sample());
-  for (const auto& [from, to, key] : std::vector<std::tuple<std::string, std::string, std::string>>{
-           {"\"ts\":", "\"ts\":-1e308,\"was\":", ".ts"},
-           {"\"dur\":", "\"dur\":1e308,\"was\":", ".dur"},
-           {"\"dur\":", "\"dur\":-1,\"was\":", ".dur"}}) {
+  for (const auto& [from, to, key] :
+       std::vector<std::tuple<std::string, std::string, std::string>>{{"\"ts\":", "\"ts\":-1e308,\"was\":", ".ts"},
+                                                                      {"\"dur\":", "\"dur\":1e308,\"was\":", ".dur"},
+                                                                      {"\"dur\":", "\"dur\":-1,\"was\":", ".dur"}}) {
     std::string bad = trace;
     bad.replace(bad.find(from), from.size(), to);
     const std::string e = err(bad);
@@ -151,12 +151,15 @@ core::Schedule three_classes() {
     p.ranks = {2 * c, 2 * c + 1};
     core::Stream st{0, "comm", core::StreamKind::Comm, 0, {}};
     auto push = [&](core::OpKind kind, int group, int peer, int seq) {
-      core::Op op;
+      core::Op op = core::Op::of(kind);
       op.id = static_cast<int>(st.ops.size());
-      op.kind = kind;
-      op.group = group;
-      op.peer = peer;
-      op.seq = seq;
+      if (kind == core::OpKind::Collective) {
+        op.collective().group = group;
+        op.collective().seq = seq;
+      } else {
+        op.transfer().peer = peer;
+        op.transfer().seq = seq;
+      }
       st.ops.push_back(op);
     };
     push(core::OpKind::Collective, 0, -1, 0);

@@ -16,9 +16,8 @@ namespace {
 bool have_gpu() { return !query_platform().gpus.empty(); }
 
 core::Op op(int id, core::OpKind kind) {
-  core::Op o;
+  core::Op o = core::Op::of(kind);
   o.id = id;
-  o.kind = kind;
   o.name = fmt::format("op{}", id);
   return o;
 }
@@ -37,27 +36,27 @@ core::Schedule schedule() {
   core::Stream a{0, "compute", core::StreamKind::Compute, 0, {}};
   core::Stream b{1, "comm", core::StreamKind::ParamGather, 0, {}};
   core::Op alloc = op(0, core::OpKind::Alloc);
-  alloc.buffer = "x";
-  alloc.bytes = core::Bytes(1LL << 30);
+  alloc.buffer().name = "x";
+  alloc.buffer().bytes = core::Bytes(1LL << 30);
   core::Op gemm = op(1, core::OpKind::Compute);
-  gemm.compute = core::ComputeKind::Gemm;
-  gemm.gemm = core::GemmShape{8192, 8192, 8192, 1};
-  gemm.flops = core::Flops(2.0 * 8192 * 8192 * 8192);
-  gemm.dtype = core::Dtype::Bf16;
+  gemm.compute().kind = core::ComputeKind::Gemm;
+  gemm.compute().gemm = core::GemmShape{8192, 8192, 8192, 1};
+  gemm.compute().flops = core::Flops(2.0 * 8192 * 8192 * 8192);
+  gemm.compute().dtype = core::Dtype::Bf16;
   core::Op rec = op(2, core::OpKind::Record);
-  rec.event = 0;
+  rec.event().id = 0;
   core::Op wait = op(3, core::OpKind::Wait);
-  wait.event = 0;
+  wait.event().id = 0;
   core::Op ag = op(4, core::OpKind::Collective);
-  ag.collective = core::CollectiveKind::AllGather;
-  ag.group = 0;
-  ag.bytes = core::Bytes(256LL << 20);
+  ag.collective().kind = core::CollectiveKind::AllGather;
+  ag.collective().group = 0;
+  ag.collective().bytes = core::Bytes(256LL << 20);
   core::Op bw = op(5, core::OpKind::Compute);
-  bw.compute = core::ComputeKind::Elementwise;
-  bw.bytes = core::Bytes(512LL << 20);
+  bw.compute().kind = core::ComputeKind::Elementwise;
+  bw.compute().bytes = core::Bytes(512LL << 20);
   core::Op free = op(6, core::OpKind::Free);
-  free.buffer = "x";
-  free.bytes = alloc.bytes;
+  free.buffer().name = "x";
+  free.buffer().bytes = alloc.buffer().bytes;
   a.ops = {alloc, gemm, rec, free};
   b.ops = {wait, ag, bw};
   p.streams = {a, b};

@@ -71,22 +71,23 @@ struct DeviceBackend::State {
   std::size_t plan_stream(std::size_t k) {
     std::size_t need = 1 << 20;
     for (const core::Op& op : prog.streams[k].ops) {
-      const auto bytes = static_cast<std::size_t>(op.bytes.count());
+      const auto bytes = static_cast<std::size_t>(core::op_bytes(op).count());
       if (op.kind == core::OpKind::Compute) {
-        if (op.compute == core::ComputeKind::Gemm && op.gemm) {
-          api.gemm_plan(gemm[k], *op.gemm, op.dtype, who(op));
-          need = std::max(need, api.gemm_bytes(*op.gemm, op.dtype));
-        } else if (op.compute == core::ComputeKind::Attention) {
-          const core::GemmShape g = flops_gemm(op.flops.count());
+        const auto& c = op.compute();
+        if (c.kind == core::ComputeKind::Gemm && c.gemm) {
+          api.gemm_plan(gemm[k], *c.gemm, c.dtype, who(op));
+          need = std::max(need, api.gemm_bytes(*c.gemm, c.dtype));
+        } else if (c.kind == core::ComputeKind::Attention) {
+          const core::GemmShape g = flops_gemm(c.flops.count());
           api.gemm_plan(gemm[k], g, core::Dtype::Bf16, who(op));
           need = std::max(need, api.gemm_bytes(g, core::Dtype::Bf16));
         }
         need = std::max(need, bytes);
       }
       if (is_comm(op.kind)) need = std::max(need, 2 * bytes);
-      if ((op.kind == core::OpKind::Record || op.kind == core::OpKind::Wait || op.kind == core::OpKind::Sync) &&
-          !events.contains(op.event)) {
-        events[op.event] = api.event_create(false, fmt::format("event {}", op.event));
+      if (op.kind == core::OpKind::Record || op.kind == core::OpKind::Wait || op.kind == core::OpKind::Sync) {
+        const int event = op.event().id;
+        if (!events.contains(event)) events[event] = api.event_create(false, fmt::format("event {}", event));
       }
     }
     return need;
@@ -136,11 +137,12 @@ struct DeviceBackend::State {
   // GEMMs through cuBLASLt; attention as a GEMM of its FLOPs plus a
   // bandwidth kernel of its bytes; the rest as bandwidth kernels.
   void enqueue_compute(std::size_t k, const core::Op& op, const std::string& what) {
-    const auto bytes = static_cast<std::size_t>(op.bytes.count());
-    if (op.compute == core::ComputeKind::Gemm && op.gemm) {
-      api.gemm_run(gemm[k], *op.gemm, op.dtype, scratch[k], streams[k], what);
-    } else if (op.compute == core::ComputeKind::Attention) {
-      api.gemm_run(gemm[k], flops_gemm(op.flops.count()), core::Dtype::Bf16, scratch[k], streams[k], what);
+    const auto& c = op.compute();
+    const auto bytes = static_cast<std::size_t>(c.bytes.count());
+    if (c.kind == core::ComputeKind::Gemm && c.gemm) {
+      api.gemm_run(gemm[k], *c.gemm, c.dtype, scratch[k], streams[k], what);
+    } else if (c.kind == core::ComputeKind::Attention) {
+      api.gemm_run(gemm[k], flops_gemm(c.flops.count()), core::Dtype::Bf16, scratch[k], streams[k], what);
       api.launch_bandwidth(scratch[k], bytes, streams[k], what + ": softmax bytes");
     } else {
       api.launch_bandwidth(scratch[k], bytes, streams[k], what + ": bandwidth kernel");
@@ -161,28 +163,29 @@ struct DeviceBackend::State {
 // one GPU for the model's duration. Counts are elements of the op's dtype
 // (fp8: one byte each, as an 8-bit NCCL type).
 void DeviceBackend::State::enqueue_collective(std::size_t k, const core::Op& op, const std::string& what) {
-  const auto bytes = static_cast<std::size_t>(op.bytes.count());
-  const core::Group& g = s.group(op.group);
+  const auto& c = op.collective();
+  const auto bytes = static_cast<std::size_t>(c.bytes.count());
+  const core::Group& g = s.group(c.group);
   if (o.emulate_collectives) {
-    const core::Duration d = pm.collective(op.collective, op.bytes, pm.span(g.ranks));
+    const core::Duration d = pm.collective(c.kind, c.bytes, pm.span(g.ranks));
     api.launch_emulated(scratch[k], bytes, o.nccl_channels, static_cast<std::uint64_t>(d.count_ns()), streams[k],
                         what + ": emulated collective");
     return;
   }
   Handle comm = comms->comm(comm_of(comms->plan(), plan, prog, op));
   const std::size_t P = g.ranks.size();
-  const auto [type, elem] = comm_element(op.dtype);
+  const auto [type, elem] = comm_element(c.dtype);
   auto* buf = static_cast<char*>(scratch[k]);
   Handle stream = streams[k];
   comms->call(comm, what, [&] {
-    switch (op.collective) {
+    switch (c.kind) {
       case core::CollectiveKind::AllGather:      // bytes: the receive buffer
       case core::CollectiveKind::ReduceScatter:  // bytes: the send buffer
-        api.collective(op.collective, buf, buf + bytes, bytes / P / elem, type, comm, stream, what);
+        api.collective(c.kind, buf, buf + bytes, bytes / P / elem, type, comm, stream, what);
         break;
       case core::CollectiveKind::AllReduce:
       case core::CollectiveKind::Broadcast:
-        api.collective(op.collective, buf, buf + bytes, bytes / elem, type, comm, stream, what);
+        api.collective(c.kind, buf, buf + bytes, bytes / elem, type, comm, stream, what);
         break;
       case core::CollectiveKind::AllToAll: {
         // The group's communicator ranks its members by global rank (the split key).
@@ -203,11 +206,12 @@ void DeviceBackend::State::enqueue_collective(std::size_t k, const core::Op& op,
 // A send or recv on the communicator of its ordered pair (ranks 0 and 1 there
 // by global rank), or emulated on one GPU.
 void DeviceBackend::State::enqueue_transfer(std::size_t k, const core::Op& op, const std::string& what) {
-  const auto bytes = static_cast<std::size_t>(op.bytes.count());
+  const auto& t = op.transfer();
+  const auto bytes = static_cast<std::size_t>(t.bytes.count());
   const bool send = op.kind == core::OpKind::Send;
   if (o.emulate_collectives) {
     const int me = prog.ranks.at(0);
-    const core::Duration d = pm.p2p(op.bytes, send ? me : op.peer, send ? op.peer : me);
+    const core::Duration d = pm.p2p(t.bytes, send ? me : t.peer, send ? t.peer : me);
     api.launch_emulated(scratch[k], bytes, 1, static_cast<std::uint64_t>(d.count_ns()), streams[k],
                         what + ": emulated transfer");
     return;
@@ -245,11 +249,11 @@ void DeviceBackend::State::enqueue_comm(std::size_t k, std::size_t i, const std:
 void DeviceBackend::State::enqueue_alloc(std::size_t k, const core::Op& op, const std::string& what) {
   {
     const std::lock_guard lock(buffers_mutex);
-    if (persistent.contains(op.buffer) && buffers.contains(op.buffer)) return;
+    if (persistent.contains(op.buffer().name) && buffers.contains(op.buffer().name)) return;
   }
-  Handle p = api.pool_alloc(static_cast<std::size_t>(op.bytes.count()), streams[k], what);
+  Handle p = api.pool_alloc(static_cast<std::size_t>(op.buffer().bytes.count()), streams[k], what);
   const std::lock_guard lock(buffers_mutex);
-  if (!buffers.emplace(op.buffer, p).second) {
+  if (!buffers.emplace(op.buffer().name, p).second) {
     api.pool_free(p, streams[k], what);
     throw RunError(what + ": allocates a buffer that is already allocated");
   }
@@ -259,7 +263,7 @@ void DeviceBackend::State::enqueue_free(std::size_t k, const core::Op& op, const
   Handle p = nullptr;
   {
     const std::lock_guard lock(buffers_mutex);
-    auto it = buffers.find(op.buffer);
+    auto it = buffers.find(op.buffer().name);
     if (it == buffers.end()) throw RunError(what + ": frees a buffer that is not allocated");
     p = it->second;
     buffers.erase(it);
@@ -399,15 +403,15 @@ void DeviceBackend::enqueue(std::size_t, std::size_t k, std::size_t i) {
       case core::OpKind::Send:
       case core::OpKind::Recv: st.enqueue_comm(k, i, what); break;
       case core::OpKind::Record:
-        st.api.event_record(st.events.at(op.event), stream, what);
-        st.sync.recorded(op.event);
+        st.api.event_record(st.events.at(op.event().id), stream, what);
+        st.sync.recorded(op.event().id);
         break;
       case core::OpKind::Wait:
         // cudaStreamWaitEvent waits for the event's most recent record made
         // before the call (and an event never recorded counts as complete):
         // a record issued by another host thread must come first, in this step.
-        st.sync.wait_recorded(op.event, st.who(op) + ": waits for its event's record");
-        st.api.stream_wait_event(stream, st.events.at(op.event), what);
+        st.sync.wait_recorded(op.event().id, st.who(op) + ": waits for its event's record");
+        st.api.stream_wait_event(stream, st.events.at(op.event().id), what);
         break;
       case core::OpKind::Alloc: st.enqueue_alloc(k, op, what); break;
       case core::OpKind::Free: st.enqueue_free(k, op, what); break;

@@ -309,7 +309,7 @@ TEST_P(EveryRank, AllocatesPersistentBuffersOnce) {
   const std::set<std::string> kept = persistent_buffers(prog);
   std::size_t allocs = 0;
   for (const auto& st : prog.streams) {
-    for (const auto& op : st.ops) allocs += op.kind == core::OpKind::Alloc && !kept.contains(op.buffer);
+    for (const auto& op : st.ops) allocs += op.kind == core::OpKind::Alloc && !kept.contains(op.buffer().name);
   }
   std::size_t pool_allocs = 0;
   for (const Call& c : api->calls) pool_allocs += c.name.rfind("pool_alloc", 0) == 0;
@@ -331,18 +331,16 @@ core::Schedule small() {
   core::Program p;
   p.ranks = {0, 1, 2, 3, 4, 5, 6, 7};
   p.threads.push_back(core::Thread{0, "main", {}, {}});
-  core::Op ag;
+  core::Op ag = core::Op::of(core::OpKind::Collective);
   ag.id = 0;
-  ag.kind = core::OpKind::Collective;
-  ag.collective = core::CollectiveKind::AllGather;
-  ag.group = 0;
-  ag.dtype = core::Dtype::Fp8;
-  ag.bytes = core::Bytes(8LL << 20);
-  core::Op gemm;
+  ag.collective().kind = core::CollectiveKind::AllGather;
+  ag.collective().group = 0;
+  ag.collective().dtype = core::Dtype::Fp8;
+  ag.collective().bytes = core::Bytes(8LL << 20);
+  core::Op gemm = core::Op::of(core::OpKind::Compute);
   gemm.id = 1;
-  gemm.kind = core::OpKind::Compute;
-  gemm.compute = core::ComputeKind::Gemm;
-  gemm.gemm = core::GemmShape{1024, 1024, 1024, 1};
+  gemm.compute().kind = core::ComputeKind::Gemm;
+  gemm.compute().gemm = core::GemmShape{1024, 1024, 1024, 1};
   p.streams.push_back(core::Stream{0, "compute", core::StreamKind::Compute, 0, {ag, gemm}});
   s.programs.push_back(p);
   return s;
@@ -362,8 +360,8 @@ TEST(DeviceBackend, Fp8CollectivesCountOneByteElements) {
 TEST(DeviceBackend, QuantizedCollectivesCountBytes) {
   core::Schedule s = small();
   core::Op& rs = s.programs[0].streams[0].ops[0];
-  rs.collective = core::CollectiveKind::ReduceScatter;
-  rs.dtype = core::Dtype::Int4;
+  rs.collective().kind = core::CollectiveKind::ReduceScatter;
+  rs.collective().dtype = core::Dtype::Int4;
   const auto api = run_rank(s, 3, 1);
   const auto calls = api->named("collective reduce_scatter");
   ASSERT_EQ(calls.size(), 1U);
@@ -435,12 +433,11 @@ TEST(DeviceBackend, IssuesNcclCallsInOpIdOrderFromTwoThreads) {
                core::Stream{1, "b", core::StreamKind::GradReduce, 1, {}}};
   const int n = 400;
   for (int id = 0; id < n; ++id) {
-    core::Op op;
+    core::Op op = core::Op::of(core::OpKind::Collective);
     op.id = id;
-    op.kind = core::OpKind::Collective;
-    op.collective = core::CollectiveKind::AllReduce;
-    op.group = id < n / 2 ? 0 : 1;         // thread a's ops first in op id order, then thread b's
-    op.bytes = core::Bytes(2 * (id + 1));  // one element per op id + 1: names the op in the fake's log
+    op.collective().kind = core::CollectiveKind::AllReduce;
+    op.collective().group = id < n / 2 ? 0 : 1;         // thread a's ops first in op id order, then thread b's
+    op.collective().bytes = core::Bytes(2 * (id + 1));  // one element per op id + 1: names the op in the fake's log
     p.streams[id < n / 2 ? 0U : 1U].ops.push_back(op);
   }
   s.programs.push_back(p);
@@ -568,10 +565,9 @@ TEST(WatchState, FiresOnlyWhenSomethingWaitsAndNothingFinishes) {
 // A wait whose record comes later in op id order is refused, not hung on.
 TEST(DeviceBackend, RefusesAWaitBeforeItsRecordInIssueOrder) {
   core::Program p;
-  core::Op wait;
+  core::Op wait = core::Op::of(core::OpKind::Wait);
   wait.id = 0;
-  wait.kind = core::OpKind::Wait;
-  wait.event = 7;
+  wait.event().id = 7;
   core::Op rec = wait;
   rec.id = 1;
   rec.kind = core::OpKind::Record;

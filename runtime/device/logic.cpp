@@ -9,7 +9,9 @@
 
 namespace hzp::runtime::device {
 
-int op_peer(const core::Program& prog, const core::Op& op, int rank) { return op.peer - prog.ranks.at(0) + rank; }
+int op_peer(const core::Program& prog, const core::Op& op, int rank) {
+  return op.transfer().peer - prog.ranks.at(0) + rank;
+}
 
 namespace {
 
@@ -74,7 +76,7 @@ CommPlan plan_comms(const core::Schedule& s, int rank) {
 
 std::size_t comm_of(const CommPlan& comms, const RankPlan& plan, const core::Program& prog, const core::Op& op) {
   if (op.kind == core::OpKind::Collective) {
-    return comms.group_comm.at(plan.group_of.at(static_cast<std::size_t>(op.group)));
+    return comms.group_comm.at(plan.group_of.at(static_cast<std::size_t>(op.collective().group)));
   }
   const int peer = op_peer(prog, op, plan.rank);
   return comms.p2p_comm.at(op.kind == core::OpKind::Send ? std::pair{plan.rank, peer} : std::pair{peer, plan.rank});
@@ -102,18 +104,18 @@ void check_issue_order(const core::Program& p) {
   std::map<int, int> record_id;
   for (const core::Stream& st : p.streams) {
     for (const core::Op& op : st.ops) {
-      if (op.kind == core::OpKind::Record) record_id[op.event] = op.id;
+      if (op.kind == core::OpKind::Record) record_id[op.event().id] = op.id;
     }
   }
   for (const core::Stream& st : p.streams) {
     for (const core::Op& op : st.ops) {
       if (op.kind != core::OpKind::Wait && op.kind != core::OpKind::Sync) continue;
-      auto it = record_id.find(op.event);
+      auto it = record_id.find(op.event().id);
       if (it == record_id.end() || it->second > op.id) {
         throw RunError(
             fmt::format("rank class {}: op {} '{}' waits for event {}, which is not recorded by an earlier "
                         "op: the device backend issues in op id order and would hang",
-                        p.id, op.id, op.name, op.event));
+                        p.id, op.id, op.name, op.event().id));
       }
     }
   }
@@ -123,8 +125,8 @@ std::set<std::string> persistent_buffers(const core::Program& p) {
   std::set<std::string> allocated, freed;
   for (const core::Stream& st : p.streams) {
     for (const core::Op& op : st.ops) {
-      if (op.kind == core::OpKind::Alloc) allocated.insert(op.buffer);
-      if (op.kind == core::OpKind::Free) freed.insert(op.buffer);
+      if (op.kind == core::OpKind::Alloc) allocated.insert(op.buffer().name);
+      if (op.kind == core::OpKind::Free) freed.insert(op.buffer().name);
     }
   }
   std::set<std::string> out;

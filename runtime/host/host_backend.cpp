@@ -248,18 +248,18 @@ void HostBackend::run_op(std::unique_lock<std::mutex>& lock, std::size_t p, std:
       }
       break;
     case core::OpKind::Record:
-      recorded_[p][op.event] = start;
+      recorded_[p][op.event().id] = start;
       cv_.notify_all();
       break;
     case core::OpKind::Wait:
-      w.blocked_on = fmt::format("event {} (not yet recorded)", op.event);
-      wait_or_abort(lock, [&] { return recorded_[p].contains(op.event); });
-      begin = end = std::max(start, recorded_[p].at(op.event));
+      w.blocked_on = fmt::format("event {} (not yet recorded)", op.event().id);
+      wait_or_abort(lock, [&] { return recorded_[p].contains(op.event().id); });
+      begin = end = std::max(start, recorded_[p].at(op.event().id));
       break;
     case core::OpKind::Alloc:
     case core::OpKind::Free:
       memory_[p].push_back(MemoryDelta{
-          start, op.id, op.kind == core::OpKind::Alloc ? op.bytes : core::Bytes(-op.bytes.count()), &op.buffer});
+          start, op.id, op.kind == core::OpKind::Alloc ? op.buffer().bytes : -op.buffer().bytes, &op.buffer().name});
       break;
     case core::OpKind::Sync: break;  // host-side: never enqueued
     case core::OpKind::Collective:
@@ -279,34 +279,42 @@ HostBackend::Time HostBackend::run_transfer(std::unique_lock<std::mutex>& lock, 
   const bool collective = op.kind == core::OpKind::Collective;
   const bool send = op.kind == core::OpKind::Send;
   const int me = prog.ranks.at(0);
-  const int sender = send ? me : op.peer, receiver = send ? op.peer : me;
-  const auto p2p_key = std::tuple{sender, receiver, op.seq};
-  Rendezvous& r = collective ? collectives_[{op.group, op.seq}] : p2p_[p2p_key];
-  const std::size_t members = collective ? participants_[static_cast<std::size_t>(op.group)] : 2;
+  // A collective meets on (group, seq), a transfer on (sender, receiver, seq).
+  int group = -1, seq = 0, sender = me, receiver = me;
+  if (collective) {
+    group = op.collective().group;
+    seq = op.collective().seq;
+  } else {
+    (send ? receiver : sender) = op.transfer().peer;
+    seq = op.transfer().seq;
+  }
+  const auto p2p_key = std::tuple{sender, receiver, seq};
+  Rendezvous& r = collective ? collectives_[{group, seq}] : p2p_[p2p_key];
+  const std::size_t members = collective ? participants_[static_cast<std::size_t>(group)] : 2;
   ++r.arrived;
   ++r.left;
   r.latest = std::max(r.latest, start);
-  r.largest = std::max(r.largest, op.bytes);
-  if (send) r.sent = op.bytes;  // a transfer is the sender's size
+  r.largest = std::max(r.largest, core::op_bytes(op));
+  if (send) r.sent = core::op_bytes(op);  // a transfer is the sender's size
   if (r.arrived == members) {
-    const core::Duration d = collective
-                                 ? pm_.collective(op.collective, r.largest, spans_[static_cast<std::size_t>(op.group)])
-                                 : pm_.p2p(r.sent.value_or(r.largest), sender, receiver);
+    const core::Duration d =
+        collective ? pm_.collective(op.collective().kind, r.largest, spans_[static_cast<std::size_t>(group)])
+                   : pm_.p2p(r.sent.value_or(r.largest), sender, receiver);
     r.begin = r.latest;
     r.end = r.latest + d;
     cv_.notify_all();
   } else {
-    w.blocked_on = collective ? fmt::format("{} of {} members of group {} (seq {}) have arrived", r.arrived, members,
-                                            op.group, op.seq)
-                              : fmt::format("{} with rank {} (seq {}): the other side has not arrived",
-                                            send ? "send" : "recv", op.peer, op.seq);
+    w.blocked_on =
+        collective ? fmt::format("{} of {} members of group {} (seq {}) have arrived", r.arrived, members, group, seq)
+                   : fmt::format("{} with rank {} (seq {}): the other side has not arrived", send ? "send" : "recv",
+                                 send ? receiver : sender, seq);
     wait_or_abort(lock, [&] { return r.end.has_value(); });
   }
   begin = *r.begin;
   Time end = *r.end;
   if (--r.left == 0) {
     if (collective) {
-      collectives_.erase({op.group, op.seq});
+      collectives_.erase({group, seq});
     } else {
       p2p_.erase(p2p_key);
     }

@@ -48,12 +48,13 @@ std::pair<std::int64_t, std::int64_t> sharing_residual(
   for (const CollectiveSite& c : sites) {
     const core::OpTime& t = r.times[c.program][c.stream][c.index];
     const core::Op& op = s.programs[c.program].streams[c.stream].ops[c.index];
+    const core::Op::Collective& coll = op.collective();
     last = std::max(last, t.end.count_ns());
-    const std::int64_t costed =
-        t.start.count_ns() +
-        collective_at(s.group(op.group), op, s.programs[c.program], core::OpAt{c.stream, c.index}, t.start).count_ns();
-    const auto key =
-        (static_cast<std::uint64_t>(static_cast<std::uint32_t>(op.group)) << 32) | static_cast<std::uint32_t>(op.seq);
+    const std::int64_t costed = t.start.count_ns() + collective_at(s.group(coll.group), op, s.programs[c.program],
+                                                                   core::OpAt{c.stream, c.index}, t.start)
+                                                         .count_ns();
+    const auto key = (static_cast<std::uint64_t>(static_cast<std::uint32_t>(coll.group)) << 32) |
+                     static_cast<std::uint32_t>(coll.seq);
     auto [it, fresh] = ends.try_emplace(key, costed, t.end.count_ns());
     if (!fresh) it->second.first = std::max(it->second.first, costed);
   }
@@ -128,7 +129,7 @@ std::function<core::Duration(const core::Program&, const core::Op&, core::OpAt, 
     const std::int64_t end = finish_after(busy[p], start.count_ns(), static_cast<double>(d.count_ns()), slowdown);
     // Offload runs on the host, not the device's SMs: not slowed (read only
     // when it matters, as reading the op costs a cache miss).
-    if (end == start.count_ns() + d.count_ns() || core::is_offload(op.compute)) return d;
+    if (end == start.count_ns() + d.count_ns() || core::is_offload(op.compute().kind)) return d;
     return core::Duration::ns(end - start.count_ns());
   };
 }
@@ -251,10 +252,11 @@ class CollectiveCosts {
     }
   }
   Cost operator()(const core::Group& g, const core::Op& op) {
-    auto key = std::tuple{g.id, static_cast<int>(op.collective), op.bytes.count()};
+    const core::Op::Collective& coll = op.collective();
+    auto key = std::tuple{g.id, static_cast<int>(coll.kind), coll.bytes.count()};
     auto it = cache_.find(key);
     if (it == cache_.end()) {
-      const cost::CollectiveCost c = pm_.collective_cost(op.collective, op.bytes, span(g));
+      const cost::CollectiveCost c = pm_.collective_cost(coll.kind, coll.bytes, span(g));
       const core::Duration total = core::Duration::seconds(c.seconds());
       const core::Duration latency = std::min(total, core::Duration::seconds(c.latency_s));
       const core::Duration back_to_back = std::min(latency, core::Duration::seconds(c.back_to_back_latency_s));
@@ -291,9 +293,10 @@ class GemmCosts {
  public:
   explicit GemmCosts(const cost::PerfModel& pm) : pm_(pm) {}
   core::Duration operator()(const core::Op& op) {
-    if (op.compute != core::ComputeKind::Gemm) return pm_.compute(op);
-    const core::GemmShape g = op.gemm.value_or(core::GemmShape{0, 0, 0, 0});
-    const Key key{g.m, g.n, g.k, g.batch, op.bytes.count(), op.flops.count(), op.kernels, op.dtype};
+    const core::Op::Compute& c = op.compute();
+    if (c.kind != core::ComputeKind::Gemm) return pm_.compute(op);
+    const core::GemmShape g = c.gemm.value_or(core::GemmShape{0, 0, 0, 0});
+    const Key key{g.m, g.n, g.k, g.batch, c.bytes.count(), c.flops.count(), c.kernels, c.dtype};
     auto it = cache_.find(key);
     if (it != cache_.end()) return it->second;
     return cache_.emplace(key, pm_.compute(op)).first->second;
@@ -337,7 +340,8 @@ core::ReplayResult AnalyticEngine::walk(const core::Schedule& s, const FreeOps& 
     return c.latency + c.transfer;
   };
   costs.p2p = [&](const core::Program& sender, const core::Op& op) {
-    return pm_.p2p(op.bytes, sender.ranks.at(0), op.peer);
+    const core::Op::Transfer& t = op.transfer();
+    return pm_.p2p(t.bytes, sender.ranks.at(0), t.peer);
   };
   const core::ReplayPlan plan(s);  // shared by the walks
   core::ReplayResult r = plan.replay(costs);
@@ -352,7 +356,7 @@ core::ReplayResult AnalyticEngine::walk(const core::Schedule& s, const FreeOps& 
         const auto& ops = s.programs[p].streams[k].ops;
         for (std::size_t i = 0; i < ops.size(); ++i) {
           if (ops[i].kind != core::OpKind::Collective) continue;
-          const core::Group& g = s.group(ops[i].group);
+          const core::Group& g = s.group(ops[i].collective().group);
           sites.push_back({p, k, i, collective_cost.link_class(g), collective_cost(g, ops[i]).latency.count_ns()});
         }
       }
@@ -426,21 +430,25 @@ StepEstimate AnalyticEngine::estimate(const core::Schedule& s, const FreeOps& fr
           case core::OpKind::Compute:
             // Uncontended: the same under every sharding of a model-parallel plan.
             if (st.kind == core::StreamKind::Compute && !(free && free(op)) &&
-                (op.compute == core::ComputeKind::Gemm || op.compute == core::ComputeKind::Attention)) {
+                (op.compute().kind == core::ComputeKind::Gemm || op.compute().kind == core::ComputeKind::Attention)) {
               compute += slowed ? pm_.compute(op).count_ns() : (t.end - t.start).count_ns();
             }
             [[fallthrough]];
           case core::OpKind::Collective:
           case core::OpKind::Send:
           case core::OpKind::Recv: span.add(t.start, t.end); break;
-          case core::OpKind::Alloc:
-            deltas.emplace_back(t.start.count_ns(), op.id, op.bytes.count(), &op.buffer);
-            if (op.buffer_class == core::BufferClass::Params || op.buffer_class == core::BufferClass::Grads ||
-                op.buffer_class == core::BufferClass::OptimizerStates) {
-              states += op.bytes;
+          case core::OpKind::Alloc: {
+            const core::Op::Buffer& b = op.buffer();
+            deltas.emplace_back(t.start.count_ns(), op.id, b.bytes.count(), &b.name);
+            if (b.buffer_class == core::BufferClass::Params || b.buffer_class == core::BufferClass::Grads ||
+                b.buffer_class == core::BufferClass::OptimizerStates) {
+              states += b.bytes;
             }
             break;
-          case core::OpKind::Free: deltas.emplace_back(t.start.count_ns(), op.id, -op.bytes.count(), &op.buffer); break;
+          }
+          case core::OpKind::Free:
+            deltas.emplace_back(t.start.count_ns(), op.id, -op.buffer().bytes.count(), &op.buffer().name);
+            break;
           default: break;
         }
       }

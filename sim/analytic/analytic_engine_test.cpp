@@ -12,14 +12,13 @@ namespace hzp::sim {
 namespace {
 
 core::Op gemm(int id, std::int64_t n) {
-  core::Op op;
+  core::Op op = core::Op::of(core::OpKind::Compute);
   op.id = id;
-  op.kind = core::OpKind::Compute;
   op.name = "gemm";
-  op.compute = core::ComputeKind::Gemm;
-  op.gemm = core::GemmShape{n, n, n, 1};
-  op.flops = core::Flops(2.0 * static_cast<double>(n * n * n));
-  op.bytes = core::Bytes(3 * n * n * 2);
+  op.compute().kind = core::ComputeKind::Gemm;
+  op.compute().gemm = core::GemmShape{n, n, n, 1};
+  op.compute().flops = core::Flops(2.0 * static_cast<double>(n * n * n));
+  op.compute().bytes = core::Bytes(3 * n * n * 2);
   return op;
 }
 
@@ -37,20 +36,18 @@ core::Schedule overlap_schedule() {
   p.threads.push_back(core::Thread{0, "main", core::Duration::ns(0)});
   core::Stream comp{0, "compute", core::StreamKind::Compute, 0, {}};
   core::Stream ag{1, "ag", core::StreamKind::ParamGather, 0, {}};
-  core::Op coll;
+  core::Op coll = core::Op::of(core::OpKind::Collective);
   coll.id = 0;
-  coll.kind = core::OpKind::Collective;
   coll.name = "ag";
-  coll.collective = core::CollectiveKind::AllGather;
-  coll.group = 0;
-  coll.seq = 0;
-  coll.bytes = core::Bytes(1LL << 30);
+  coll.collective().kind = core::CollectiveKind::AllGather;
+  coll.collective().group = 0;
+  coll.collective().seq = 0;
+  coll.collective().bytes = core::Bytes(1LL << 30);
   ag.ops.push_back(coll);
-  core::Op rec;
+  core::Op rec = core::Op::of(core::OpKind::Record);
   rec.id = 1;
-  rec.kind = core::OpKind::Record;
   rec.name = "rec";
-  rec.event = 0;
+  rec.event().id = 0;
   ag.ops.push_back(rec);
   comp.ops.push_back(gemm(2, 8192));
   core::Op wait = rec;
@@ -177,14 +174,13 @@ core::Schedule two_stream_schedule(bool across) {
   for (int k = 0; k < 2; ++k) {
     core::Stream st{
         k, k == 0 ? "ag" : "rs", k == 0 ? core::StreamKind::ParamGather : core::StreamKind::GradReduce, 0, {}};
-    core::Op c;
+    core::Op c = core::Op::of(core::OpKind::Collective);
     c.id = k;
-    c.kind = core::OpKind::Collective;
     c.name = st.name;
-    c.collective = core::CollectiveKind::AllGather;
-    c.group = k;
-    c.seq = 0;
-    c.bytes = core::Bytes(k == 0 ? 256LL << 20 : 1LL << 30);
+    c.collective().kind = core::CollectiveKind::AllGather;
+    c.collective().group = k;
+    c.collective().seq = 0;
+    c.collective().bytes = core::Bytes(k == 0 ? 256LL << 20 : 1LL << 30);
     st.ops.push_back(c);
     p.streams.push_back(st);
   }
@@ -260,21 +256,19 @@ core::Schedule broadcasts(bool apart) {
   core::Stream st{0, "params", core::StreamKind::ParamGather, 0, {}};
   int id = 0;
   for (int i = 0; i < 3; ++i) {
-    core::Op b;
+    core::Op b = core::Op::of(core::OpKind::Collective);
     b.id = id++;
-    b.kind = core::OpKind::Collective;
     b.name = "broadcast";
-    b.collective = core::CollectiveKind::Broadcast;
-    b.group = 0;
-    b.seq = i;
-    b.bytes = core::Bytes(64LL << 20);
+    b.collective().kind = core::CollectiveKind::Broadcast;
+    b.collective().group = 0;
+    b.collective().seq = i;
+    b.collective().bytes = core::Bytes(64LL << 20);
     st.ops.push_back(b);
     if (apart && i == 0) {
-      core::Op rec;
+      core::Op rec = core::Op::of(core::OpKind::Record);
       rec.id = id++;
-      rec.kind = core::OpKind::Record;
       rec.name = "rec";
-      rec.event = 0;
+      rec.event().id = 0;
       st.ops.push_back(rec);
     }
   }
@@ -316,18 +310,17 @@ TEST(AnalyticEngine, RejectsMoreRanksThanDevices) {
 TEST(AnalyticEngine, MemoryPeakFromAllocs) {
   core::Schedule s = overlap_schedule();
   auto& comp = s.programs[0].streams[0].ops;
-  core::Op a;
-  a.kind = core::OpKind::Alloc;
+  core::Op a = core::Op::of(core::OpKind::Alloc);
   a.name = "alloc";
-  a.buffer = "x";
-  a.bytes = core::Bytes(3LL << 30);
+  a.buffer().name = "x";
+  a.buffer().bytes = core::Bytes(3LL << 30);
   a.id = 10;
   core::Op f = a;
   f.kind = core::OpKind::Free;
   f.id = 11;
   core::Op b = a;
-  b.buffer = "y";
-  b.bytes = core::Bytes(1LL << 30);
+  b.buffer().name = "y";
+  b.buffer().bytes = core::Bytes(1LL << 30);
   b.id = 12;
   comp.insert(comp.begin(), a);      // x live during the first GEMM
   comp.insert(comp.begin() + 2, f);  // freed after it
@@ -358,11 +351,10 @@ TEST(AnalyticEngine, AHostSlowerThanItsKernelsLeavesTheDeviceWaiting) {
     p.threads.push_back(core::Thread{0, "main", core::Duration::us(static_cast<double>(launch_us))});
     core::Stream comp{0, "compute", core::StreamKind::Compute, 0, {}};
     for (int i = 0; i < 5; ++i) {
-      core::Op op;
+      core::Op op = core::Op::of(core::OpKind::Compute);
       op.id = i;
-      op.kind = core::OpKind::Compute;
       op.name = "ew";
-      op.compute = core::ComputeKind::Elementwise;
+      op.compute().kind = core::ComputeKind::Elementwise;
       op.role = core::OpRole::Forward;
       comp.ops.push_back(op);
     }

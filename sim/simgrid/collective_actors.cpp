@@ -92,24 +92,25 @@ void Simulation::give(int rank, Proxy::Job job) {
 }
 
 void Simulation::collective(Rank& r, std::size_t k, std::size_t i, const Op& op) {
-  const core::Group& rep_group = s_.group(op.group);
+  const core::Op::Collective& coll = op.collective();
+  const core::Group& rep_group = s_.group(coll.group);
   const int gid =
-      classes_ ? op.group : group_of_[static_cast<std::size_t>(rep_group.kind)][static_cast<std::size_t>(r.rank)];
+      classes_ ? coll.group : group_of_[static_cast<std::size_t>(rep_group.kind)][static_cast<std::size_t>(r.rank)];
   if (gid < 0) {
     throw core::ScheduleError(
         fmt::format("rank {} is in no group of kind {}", r.rank, core::to_string(rep_group.kind)));
   }
-  const std::uint64_t key = (static_cast<std::uint64_t>(gid) << 32) | static_cast<std::uint32_t>(op.seq);
+  const std::uint64_t key = (static_cast<std::uint64_t>(gid) << 32) | static_cast<std::uint32_t>(coll.seq);
   InstancePtr& slot = instances_[key];
   if (!slot) {
     slot = std::make_shared<Instance>();
     slot->group = gid;
-    slot->kind = op.collective;
+    slot->kind = coll.kind;
     slot->expected = participants_[static_cast<std::size_t>(gid)];
     slot->back_to_back = back_to_back(s_.programs[r.program].streams[k], i);
   }
   InstancePtr inst = slot;
-  inst->max_bytes = std::max(inst->max_bytes, op.bytes.count());
+  inst->max_bytes = std::max(inst->max_bytes, coll.bytes.count());
   inst->members.push_back(&r);
   if (++inst->arrived < inst->expected) {
     // The last to arrive resumes us: at the end when it launches every

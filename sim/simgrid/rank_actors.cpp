@@ -74,7 +74,7 @@ void Simulation::stream_body(Rank& r, std::size_t k) {
     await_issue(r, k, i);
     switch (op.kind) {
       case OpKind::Compute:
-        if (core::is_offload(op.compute)) {  // copy engines or the host CPU: no SMs, never slowed
+        if (core::is_offload(op.compute().kind)) {  // copy engines or the host CPU: no SMs, never slowed
           const double t0 = now_s();
           sg4::this_actor::sleep_for(pi.work[k][i]);
           done(r, k, i, t0, now_s());
@@ -118,7 +118,7 @@ std::size_t Simulation::compute_run(Rank& r, std::size_t k, std::size_t first) {
   for (; j < st.ops.size(); ++j) {
     const OpKind kind = st.ops[j].kind;
     if (kind != OpKind::Compute && kind != OpKind::Alloc && kind != OpKind::Free) break;
-    if (kind == OpKind::Compute && core::is_offload(st.ops[j].compute)) break;
+    if (kind == OpKind::Compute && core::is_offload(st.ops[j].compute().kind)) break;
     if (j > first && (!issued(r, k, j) || issue_time(r, k, j) > t0 + work)) break;
     work += pi.work[k][j];
   }
@@ -138,8 +138,9 @@ std::size_t Simulation::compute_run(Rank& r, std::size_t k, std::size_t first) {
 void Simulation::transfer(Rank& r, std::size_t k, std::size_t i, const Op& op) {
   const bool is_send = op.kind == OpKind::Send;
   const int rep = s_.programs[r.program].ranks.at(0);
-  const int peer = op.peer + (r.rank - rep);
-  const auto key = is_send ? std::tuple{r.rank, peer, op.seq} : std::tuple{peer, r.rank, op.seq};
+  const core::Op::Transfer& xfer = op.transfer();
+  const int peer = xfer.peer + (r.rank - rep);
+  const auto key = is_send ? std::tuple{r.rank, peer, xfer.seq} : std::tuple{peer, r.rank, xfer.seq};
   auto [it, first] = transfers_.try_emplace(key);
   std::shared_ptr<Transfer>& t = it->second;
   if (first) {
@@ -158,7 +159,7 @@ void Simulation::transfer(Rank& r, std::size_t k, std::size_t i, const Op& op) {
   r.device.begin();
   keep->waiting_rank->device.begin();
   if (classes_ && pm_.topology().domain_of(src) != pm_.topology().domain_of(dst)) mirror_transfer(op, src, dst);
-  FlowSet fs = lower_p2p(pm_, op.bytes, src, dst);
+  FlowSet fs = lower_p2p(pm_, xfer.bytes, src, dst);
   flows_ += static_cast<long long>(fs.flows.size());
   for (const Flow& f : fs.flows) {
     sg4::Comm::sendto(host(f.src), host(f.dst), static_cast<std::uint64_t>(std::ceil(f.wire_bytes)));
@@ -180,7 +181,7 @@ void Simulation::mirror_transfer(const Op& op, int src, int dst) {
     const int to = m + (dst - src);
     if (m == src || to < 0 || to >= pm_.topology().devices() || !climbs(m, to)) continue;
     auto l = std::make_shared<Lowered>();
-    l->set = lower_p2p(pm_, op.bytes, m, to);
+    l->set = lower_p2p(pm_, op.transfer().bytes, m, to);
     give(m, Proxy::Job{nullptr, l});
   }
 }

@@ -175,7 +175,7 @@ std::int64_t estimate_flows(const core::Schedule& s, const cost::PerfModel& pm, 
         if (op.kind == core::OpKind::Send || op.kind == core::OpKind::Recv) {
           flows += all_ranks ? members : 1;
         } else if (op.kind == core::OpKind::Collective) {
-          const auto g = static_cast<std::size_t>(op.group);
+          const auto g = static_cast<std::size_t>(op.collective().group);
           const std::int64_t per_member = reach[g].domain ? 2 : 1;
           const auto group = static_cast<std::int64_t>(s.groups[g].ranks.size());
           flows += per_member * (all_ranks || reach[g].leaf ? members : group);

@@ -61,23 +61,21 @@ struct Builder {
     return s.programs[0].streams.size() - 1;
   }
   void collective(std::size_t stream, CollectiveKind kind, int group, std::int64_t bytes, int seq = 0) {
-    Op op;
+    Op op = Op::of(OpKind::Collective);
     op.id = next_id++;
-    op.kind = OpKind::Collective;
     op.name = "c" + std::to_string(op.id);
-    op.collective = kind;
-    op.group = group;
-    op.seq = seq;
-    op.bytes = Bytes(bytes);
+    op.collective().kind = kind;
+    op.collective().group = group;
+    op.collective().seq = seq;
+    op.collective().bytes = Bytes(bytes);
     s.programs[0].streams[stream].ops.push_back(op);
   }
   void compute(std::size_t stream, std::int64_t hbm_bytes) {
-    Op op;
+    Op op = Op::of(OpKind::Compute);
     op.id = next_id++;
-    op.kind = OpKind::Compute;
     op.name = "k" + std::to_string(op.id);
-    op.compute = core::ComputeKind::Elementwise;
-    op.bytes = Bytes(hbm_bytes);
+    op.compute().kind = core::ComputeKind::Elementwise;
+    op.compute().bytes = Bytes(hbm_bytes);
     s.programs[0].streams[stream].ops.push_back(op);
   }
 };

@@ -73,8 +73,8 @@ ProgramInfo Simulation::program_info(const core::Program& prog) const {
     for (std::size_t i = 0; i < st.ops.size(); ++i) {
       const Op& op = st.ops[i];
       if (op.kind == OpKind::Compute) pi.work[k][i] = pm_.compute(op).to_seconds();
-      if (op.event >= 0 && (op.kind == OpKind::Record || op.kind == OpKind::Wait || op.kind == OpKind::Sync)) {
-        pi.event[k][i] = dense.emplace(op.event, static_cast<int>(dense.size())).first->second;
+      if (op.kind == OpKind::Record || op.kind == OpKind::Wait || op.kind == OpKind::Sync) {
+        pi.event[k][i] = dense.emplace(op.event().id, static_cast<int>(dense.size())).first->second;
       }
       order.at(static_cast<std::size_t>(st.thread)).emplace_back(op.id, k, i);
     }

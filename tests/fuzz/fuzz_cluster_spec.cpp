@@ -19,13 +19,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         (void)pm.collective(kind, core::Bytes(1 << 20), span);
       }
       (void)pm.p2p(core::Bytes(1 << 20), 0, devices - 1);
-      core::Op gemm;
-      gemm.kind = core::OpKind::Compute;
-      gemm.compute = core::ComputeKind::Gemm;
-      gemm.gemm = core::GemmShape{4096, 4096, 4096, 1};
-      gemm.flops = core::Flops(2.0 * 4096 * 4096 * 4096);
-      gemm.bytes = core::Bytes(3LL * 4096 * 4096 * 2);
-      gemm.dtype = core::Dtype::Fp8;
+      core::Op gemm = core::Op::of(core::OpKind::Compute);
+      gemm.compute().kind = core::ComputeKind::Gemm;
+      gemm.compute().gemm = core::GemmShape{4096, 4096, 4096, 1};
+      gemm.compute().flops = core::Flops(2.0 * 4096 * 4096 * 4096);
+      gemm.compute().bytes = core::Bytes(3LL * 4096 * 4096 * 2);
+      gemm.compute().dtype = core::Dtype::Fp8;
       (void)pm.compute(gemm);
     }
   });
