@@ -26,57 +26,43 @@ int ProgramBuilder::add_stream(const std::string& name, core::StreamKind kind, i
   return id;
 }
 
-Op& ProgramBuilder::push(int stream, Op op) {
+Op& ProgramBuilder::push(int stream, OpKind kind, std::string name, core::OpRole role, core::ParamClass param_class) {
+  Op& op = prog_.streams.at(static_cast<std::size_t>(stream)).ops.emplace_back();
   op.id = next_id_++;
-  auto& ops = prog_.streams.at(static_cast<std::size_t>(stream)).ops;
-  ops.push_back(std::move(op));
-  return ops.back();
+  op.kind = kind;
+  op.name = std::move(name);
+  op.role = role;
+  op.param_class = param_class;
+  return op;
 }
 
 void ProgramBuilder::compute(int stream, const models::GraphOp& g, core::Dtype dtype) {
-  Op op = Op::of(OpKind::Compute);
-  op.name = g.name;
-  op.payload = Op::Compute{g.kind, g.flops, g.bytes, dtype, g.gemm, g.kernels, g.attention_kernel};
-  op.role = g.phase == models::Phase::Forward     ? core::OpRole::Forward
-            : g.phase == models::Phase::Recompute ? core::OpRole::Recompute
-                                                  : core::OpRole::Backward;
-  op.param_class = g.param_class;
-  push(stream, std::move(op));
+  const core::OpRole role = g.phase == models::Phase::Forward     ? core::OpRole::Forward
+                            : g.phase == models::Phase::Recompute ? core::OpRole::Recompute
+                                                                  : core::OpRole::Backward;
+  push(stream, OpKind::Compute, g.name, role, g.param_class)
+      .payload.emplace<Op::Compute>(g.kind, g.flops, g.bytes, dtype, g.gemm, g.kernels, g.attention_kernel);
 }
 
 void ProgramBuilder::compute(int stream, const std::string& name, core::ComputeKind kind, core::Flops flops,
                              core::Bytes bytes, core::Dtype dtype, core::OpRole role, core::ParamClass param_class) {
-  Op op = Op::of(OpKind::Compute);
-  op.name = name;
-  op.role = role;
-  op.param_class = param_class;
-  op.payload = Op::Compute{kind, flops, bytes, dtype, std::nullopt, 1, std::nullopt};
-  push(stream, std::move(op));
+  push(stream, OpKind::Compute, name, role, param_class)
+      .payload.emplace<Op::Compute>(kind, flops, bytes, dtype, std::nullopt, 1, std::nullopt);
 }
 
 void ProgramBuilder::collective(int stream, const std::string& name, core::CollectiveKind kind, int group,
                                 core::Bytes bytes, core::Dtype dtype, core::OpRole role, core::ParamClass param_class) {
-  Op op = Op::of(OpKind::Collective);
-  op.name = name;
-  op.role = role;
-  op.param_class = param_class;
-  op.payload = Op::Collective{kind, group, next_seq_[group]++, bytes, dtype};
-  push(stream, std::move(op));
+  push(stream, OpKind::Collective, name, role, param_class)
+      .payload.emplace<Op::Collective>(kind, group, next_seq_[group]++, bytes, dtype);
 }
 
 void ProgramBuilder::alloc(int stream, const std::string& buffer, core::Bytes bytes, core::BufferClass buffer_class) {
-  Op op = Op::of(OpKind::Alloc);
-  op.name = "alloc " + buffer;
-  op.payload = Op::Buffer{buffer, buffer_class, bytes};
   allocated_[buffer] = buffer_class;
-  push(stream, std::move(op));
+  push(stream, OpKind::Alloc, "alloc " + buffer).payload.emplace<Op::Buffer>(buffer, buffer_class, bytes);
 }
 
 void ProgramBuilder::free(int stream, const std::string& buffer, core::Bytes bytes) {
-  Op op = Op::of(OpKind::Free);
-  op.name = "free " + buffer;
-  op.payload = Op::Buffer{buffer, allocated_.at(buffer), bytes};
-  push(stream, std::move(op));
+  push(stream, OpKind::Free, "free " + buffer).payload.emplace<Op::Buffer>(buffer, allocated_.at(buffer), bytes);
 }
 
 int ProgramBuilder::record(int stream, const std::string& name) {
@@ -94,10 +80,7 @@ void ProgramBuilder::sync(int stream, int event, const std::string& name) {
 }
 
 void ProgramBuilder::event_op(int stream, core::OpKind kind, int event, const std::string& name) {
-  Op op = Op::of(kind);
-  op.name = name;
-  op.event().id = event;
-  push(stream, std::move(op));
+  push(stream, kind, name).payload.emplace<Op::Event>(event);
 }
 
 void ProgramBuilder::send(int stream, const std::string& name, int peer, int seq, core::Bytes bytes,
@@ -112,11 +95,7 @@ void ProgramBuilder::recv(int stream, const std::string& name, int peer, int seq
 
 void ProgramBuilder::transfer(int stream, core::OpKind kind, const std::string& name, int peer, int seq,
                               core::Bytes bytes, core::OpRole role) {
-  Op op = Op::of(kind);
-  op.name = name;
-  op.role = role;
-  op.payload = Op::Transfer{peer, seq, bytes};
-  push(stream, std::move(op));
+  push(stream, kind, name, role).payload.emplace<Op::Transfer>(peer, seq, bytes);
 }
 
 }  // namespace hzp::plan

@@ -45,7 +45,10 @@ class ProgramBuilder {
   [[nodiscard]] core::Program take() { return std::move(prog_); }
 
  private:
-  core::Op& push(int stream, core::Op op);
+  /// Appends an op of `kind` (its payload still the default one) to the
+  /// stream, its id the next in issue order; the caller emplaces the payload.
+  core::Op& push(int stream, core::OpKind kind, std::string name, core::OpRole role = core::OpRole::Other,
+                 core::ParamClass param_class = core::ParamClass::None);
   void event_op(int stream, core::OpKind kind, int event, const std::string& name);
   void transfer(int stream, core::OpKind kind, const std::string& name, int peer, int seq, core::Bytes bytes,
                 core::OpRole role);
