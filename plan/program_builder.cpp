@@ -40,29 +40,29 @@ void ProgramBuilder::compute(int stream, const models::GraphOp& g, core::Dtype d
   const core::OpRole role = g.phase == models::Phase::Forward     ? core::OpRole::Forward
                             : g.phase == models::Phase::Recompute ? core::OpRole::Recompute
                                                                   : core::OpRole::Backward;
-  push(stream, OpKind::Compute, g.name, role, g.param_class)
-      .payload.emplace<Op::Compute>(g.kind, g.flops, g.bytes, dtype, g.gemm, g.kernels, g.attention_kernel);
+  push(stream, OpKind::Compute, g.name, role, g.param_class).payload =
+      Op::Compute{g.kind, g.flops, g.bytes, dtype, g.gemm, g.kernels, g.attention_kernel};
 }
 
 void ProgramBuilder::compute(int stream, const std::string& name, core::ComputeKind kind, core::Flops flops,
                              core::Bytes bytes, core::Dtype dtype, core::OpRole role, core::ParamClass param_class) {
-  push(stream, OpKind::Compute, name, role, param_class)
-      .payload.emplace<Op::Compute>(kind, flops, bytes, dtype, std::nullopt, 1, std::nullopt);
+  push(stream, OpKind::Compute, name, role, param_class).payload =
+      Op::Compute{kind, flops, bytes, dtype, std::nullopt, 1, std::nullopt};
 }
 
 void ProgramBuilder::collective(int stream, const std::string& name, core::CollectiveKind kind, int group,
                                 core::Bytes bytes, core::Dtype dtype, core::OpRole role, core::ParamClass param_class) {
-  push(stream, OpKind::Collective, name, role, param_class)
-      .payload.emplace<Op::Collective>(kind, group, next_seq_[group]++, bytes, dtype);
+  push(stream, OpKind::Collective, name, role, param_class).payload =
+      Op::Collective{kind, group, next_seq_[group]++, bytes, dtype};
 }
 
 void ProgramBuilder::alloc(int stream, const std::string& buffer, core::Bytes bytes, core::BufferClass buffer_class) {
   allocated_[buffer] = buffer_class;
-  push(stream, OpKind::Alloc, "alloc " + buffer).payload.emplace<Op::Buffer>(buffer, buffer_class, bytes);
+  push(stream, OpKind::Alloc, "alloc " + buffer).payload = Op::Buffer{buffer, buffer_class, bytes};
 }
 
 void ProgramBuilder::free(int stream, const std::string& buffer, core::Bytes bytes) {
-  push(stream, OpKind::Free, "free " + buffer).payload.emplace<Op::Buffer>(buffer, allocated_.at(buffer), bytes);
+  push(stream, OpKind::Free, "free " + buffer).payload = Op::Buffer{buffer, allocated_.at(buffer), bytes};
 }
 
 int ProgramBuilder::record(int stream, const std::string& name) {
@@ -80,7 +80,7 @@ void ProgramBuilder::sync(int stream, int event, const std::string& name) {
 }
 
 void ProgramBuilder::event_op(int stream, core::OpKind kind, int event, const std::string& name) {
-  push(stream, kind, name).payload.emplace<Op::Event>(event);
+  push(stream, kind, name).payload = Op::Event{event};
 }
 
 void ProgramBuilder::send(int stream, const std::string& name, int peer, int seq, core::Bytes bytes,
@@ -95,7 +95,7 @@ void ProgramBuilder::recv(int stream, const std::string& name, int peer, int seq
 
 void ProgramBuilder::transfer(int stream, core::OpKind kind, const std::string& name, int peer, int seq,
                               core::Bytes bytes, core::OpRole role) {
-  push(stream, kind, name, role).payload.emplace<Op::Transfer>(peer, seq, bytes);
+  push(stream, kind, name, role).payload = Op::Transfer{peer, seq, bytes};
 }
 
 }  // namespace hzp::plan

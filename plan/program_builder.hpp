@@ -46,7 +46,7 @@ class ProgramBuilder {
 
  private:
   /// Appends an op of `kind` (its payload still the default one) to the
-  /// stream, its id the next in issue order; the caller emplaces the payload.
+  /// stream, its id the next in issue order; the caller sets the payload.
   core::Op& push(int stream, core::OpKind kind, std::string name, core::OpRole role = core::OpRole::Other,
                  core::ParamClass param_class = core::ParamClass::None);
   void event_op(int stream, core::OpKind kind, int event, const std::string& name);
