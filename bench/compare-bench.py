@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Two hzp_bench binaries against each other: the Google Benchmark rows that
-match --filter, the binaries alternated --rounds times (5 repetitions a run),
-then the median and minimum of every row. On a shared, loaded machine read
+match --filter, the binaries alternated --rounds times (5 repetitions a run,
+the first to run swapped every round: a row can run faster in whichever
+binary runs first), then the median and minimum of every row. On a shared, loaded machine read
 the median ratio; the minima swing with whatever else runs.
 
 Usage: bench/compare-bench.py OLD_HZP_BENCH NEW_HZP_BENCH [--filter REGEX] [--rounds N]
@@ -22,7 +23,8 @@ def main() -> None:
     a = ap.parse_args()
     times = collections.defaultdict(list)  # (row, "old"|"new") -> real times, ms
     for r in range(a.rounds):
-        for tag, binary in (("old", a.old), ("new", a.new)):
+        pair = (("old", a.old), ("new", a.new))
+        for tag, binary in pair if r % 2 == 0 else reversed(pair):  # neither side always runs first
             out = subprocess.run([binary, f"--benchmark_filter={a.filter}", "--benchmark_repetitions=5",
                                   "--benchmark_format=json"], capture_output=True, text=True, check=True).stdout
             for row in json.loads(out)["benchmarks"]:
