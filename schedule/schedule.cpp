@@ -180,19 +180,15 @@ std::int64_t dtype_bytes(Dtype d) {
 std::string_view to_string(Dtype e) { return name_of(kDtype, e); }
 std::string_view to_string(GroupKind e) { return name_of(kGroupKind, e); }
 Op Op::of(OpKind kind) {
+  // One default of every alternative, in the variant's order: payload_index
+  // alone says which kind carries which.
+  static const auto defaults = []<std::size_t... I>(std::index_sequence<I...>) {
+    return std::array<Payload, sizeof...(I)>{Payload(std::in_place_index<I>)...};
+  }
+  (std::make_index_sequence<std::variant_size_v<Payload>>{});
   Op op;
   op.kind = kind;
-  switch (kind) {
-    case OpKind::Compute: op.payload = Compute{}; break;
-    case OpKind::Collective: op.payload = Collective{}; break;
-    case OpKind::Send:
-    case OpKind::Recv: op.payload = Transfer{}; break;
-    case OpKind::Alloc:
-    case OpKind::Free: op.payload = Buffer{}; break;
-    case OpKind::Record:
-    case OpKind::Wait:
-    case OpKind::Sync: op.payload = Event{}; break;
-  }
+  op.payload = defaults[payload_index(kind)];
   return op;
 }
 
