@@ -262,6 +262,30 @@ TEST(Lower, HashIsDeterministic) {
   EXPECT_NE(core::schedule_hash(lower({m, topo}, o)), a);
 }
 
+// The compute stream is sized once, from the walk's uses, before any pass
+// emits: it holds every op with little to spare (a vector grown op by op
+// has doubled past what it holds); where the estimate falls short (context
+// parallelism) the stream grows by an eighth of it, not twice over.
+TEST(Lower, SizesTheComputeStreamOnce) {
+  models::ModelSpec m = models::load_model("llama3-8b");
+  topologies::Topology topo(topologies::load_cluster("dgx-h100"), 16);
+  PlanOptions zb = options(Strategy::Zero1, 64 * 8192);
+  zb.tp = 2;
+  zb.pp = 2;
+  zb.pipeline_schedule = PipelineSchedule::ZbH1;
+  PlanOptions cp = options(Strategy::Zero1, 64 * 8192);
+  cp.tp = 2;
+  cp.cp = 2;
+  for (const PlanOptions& o : {options(Strategy::Fsdp, 16 * 8192), zb, cp}) {
+    for (const core::Program& p : lower({m, topo}, o).programs) {
+      const auto& ops = p.streams.at(0).ops;
+      ASSERT_EQ(p.streams.at(0).name, "compute");
+      EXPECT_GE(ops.capacity(), ops.size()) << p.name;
+      EXPECT_LE(ops.capacity(), ops.size() + ops.size() / 5) << p.name;
+    }
+  }
+}
+
 // Schema 2: the roles and classes of a synchronous FSDP step of a 2-layer
 // model on 8 GPUs, 2 micro-batches per rank. Units: embedding, 2 layers, head
 // (4, each with parameters); FSDP gathers every unit before its forward and

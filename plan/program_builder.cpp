@@ -23,11 +23,21 @@ int ProgramBuilder::add_thread(const std::string& name, const core::Thread& cost
 int ProgramBuilder::add_stream(const std::string& name, core::StreamKind kind, int thread) {
   int id = static_cast<int>(prog_.streams.size());
   prog_.streams.push_back(core::Stream{id, name, kind, thread, {}});
+  expected_.push_back(0);
   return id;
 }
 
+void ProgramBuilder::reserve(int stream, std::size_t ops) {
+  const auto s = static_cast<std::size_t>(stream);
+  prog_.streams.at(s).ops.reserve(ops);
+  expected_.at(s) = ops;
+}
+
 Op& ProgramBuilder::push(int stream, OpKind kind, std::string name, core::OpRole role, core::ParamClass param_class) {
-  Op& op = prog_.streams.at(static_cast<std::size_t>(stream)).ops.emplace_back();
+  const auto s = static_cast<std::size_t>(stream);
+  std::vector<Op>& ops = prog_.streams.at(s).ops;
+  if (ops.size() == ops.capacity() && expected_[s] > 0) ops.reserve(ops.size() + expected_[s] / 8 + 1);
+  Op& op = ops.emplace_back();
   op.id = next_id_++;
   op.kind = kind;
   op.name = std::move(name);

@@ -5,6 +5,7 @@
 
 #include <map>
 #include <string>
+#include <vector>
 
 #include "models/step_graph.hpp"
 #include "schedule/schedule.hpp"
@@ -19,6 +20,9 @@ class ProgramBuilder {
   /// name are ignored).
   int add_thread(const std::string& name, const core::Thread& costs);
   int add_stream(const std::string& name, core::StreamKind kind, int thread);
+  /// Room for `ops` ops on `stream`, how many the caller expects it to hold;
+  /// past them the stream grows an eighth of that at a time, not by doubling.
+  void reserve(int stream, std::size_t ops);
 
   /// A kernel of the step graph: role Forward, Recompute or Backward by its
   /// phase, parameter class as the graph says.
@@ -55,6 +59,7 @@ class ProgramBuilder {
   core::Program prog_;
   int next_id_ = 0;
   int next_event_ = 0;
+  std::vector<std::size_t> expected_;                   // per stream, reserve()'s ops (0: none)
   std::map<int, int> next_seq_;                         // group -> next sequence number
   std::map<std::string, core::BufferClass> allocated_;  // buffer -> class, of every alloc
 };

@@ -287,6 +287,9 @@ class StageLowering {
   void add_streams();
   void alloc_nccl_buffers();
   void plan_uses();
+  /// About how many ops the walk puts on the compute stream: each use's
+  /// kernels and the few allocations and events around them.
+  [[nodiscard]] std::size_t compute_ops_estimate() const;
   void forward(std::size_t j);
   void backward(std::size_t j);
   // A backward split into B and W (zero-bubble schedules).
