@@ -33,46 +33,42 @@ void ProgramBuilder::reserve(int stream, std::size_t ops) {
   expected_.at(s) = ops;
 }
 
-Op& ProgramBuilder::push(int stream, OpKind kind, std::string name, core::OpRole role, core::ParamClass param_class) {
+std::vector<Op>& ProgramBuilder::room_for_one(int stream) {
   const auto s = static_cast<std::size_t>(stream);
   std::vector<Op>& ops = prog_.streams.at(s).ops;
   if (ops.size() == ops.capacity() && expected_[s] > 0) ops.reserve(ops.size() + expected_[s] / 8 + 1);
-  Op& op = ops.emplace_back();
-  op.id = next_id_++;
-  op.kind = kind;
-  op.name = std::move(name);
-  op.role = role;
-  op.param_class = param_class;
-  return op;
+  return ops;
 }
 
 void ProgramBuilder::compute(int stream, const models::GraphOp& g, core::Dtype dtype) {
   const core::OpRole role = g.phase == models::Phase::Forward     ? core::OpRole::Forward
                             : g.phase == models::Phase::Recompute ? core::OpRole::Recompute
                                                                   : core::OpRole::Backward;
-  push(stream, OpKind::Compute, g.name, role, g.param_class).payload =
-      Op::Compute{g.kind, g.flops, g.bytes, dtype, g.gemm, g.kernels, g.attention_kernel};
+  push(stream, OpKind::Compute, g.name, role, g.param_class,
+       Op::Compute{g.kind, g.flops, g.bytes, dtype, g.gemm, g.kernels, g.attention_kernel});
 }
 
 void ProgramBuilder::compute(int stream, const std::string& name, core::ComputeKind kind, core::Flops flops,
                              core::Bytes bytes, core::Dtype dtype, core::OpRole role, core::ParamClass param_class) {
-  push(stream, OpKind::Compute, name, role, param_class).payload =
-      Op::Compute{kind, flops, bytes, dtype, std::nullopt, 1, std::nullopt};
+  push(stream, OpKind::Compute, name, role, param_class,
+       Op::Compute{kind, flops, bytes, dtype, std::nullopt, 1, std::nullopt});
 }
 
 void ProgramBuilder::collective(int stream, const std::string& name, core::CollectiveKind kind, int group,
                                 core::Bytes bytes, core::Dtype dtype, core::OpRole role, core::ParamClass param_class) {
-  push(stream, OpKind::Collective, name, role, param_class).payload =
-      Op::Collective{kind, group, next_seq_[group]++, bytes, dtype};
+  push(stream, OpKind::Collective, name, role, param_class,
+       Op::Collective{kind, group, next_seq_[group]++, bytes, dtype});
 }
 
 void ProgramBuilder::alloc(int stream, const std::string& buffer, core::Bytes bytes, core::BufferClass buffer_class) {
   allocated_[buffer] = buffer_class;
-  push(stream, OpKind::Alloc, "alloc " + buffer).payload = Op::Buffer{buffer, buffer_class, bytes};
+  push(stream, OpKind::Alloc, "alloc " + buffer, core::OpRole::Other, core::ParamClass::None,
+       Op::Buffer{buffer, buffer_class, bytes});
 }
 
 void ProgramBuilder::free(int stream, const std::string& buffer, core::Bytes bytes) {
-  push(stream, OpKind::Free, "free " + buffer).payload = Op::Buffer{buffer, allocated_.at(buffer), bytes};
+  push(stream, OpKind::Free, "free " + buffer, core::OpRole::Other, core::ParamClass::None,
+       Op::Buffer{buffer, allocated_.at(buffer), bytes});
 }
 
 int ProgramBuilder::record(int stream, const std::string& name) {
@@ -90,7 +86,7 @@ void ProgramBuilder::sync(int stream, int event, const std::string& name) {
 }
 
 void ProgramBuilder::event_op(int stream, core::OpKind kind, int event, const std::string& name) {
-  push(stream, kind, name).payload = Op::Event{event};
+  push(stream, kind, name, core::OpRole::Other, core::ParamClass::None, Op::Event{event});
 }
 
 void ProgramBuilder::send(int stream, const std::string& name, int peer, int seq, core::Bytes bytes,
@@ -105,7 +101,7 @@ void ProgramBuilder::recv(int stream, const std::string& name, int peer, int seq
 
 void ProgramBuilder::transfer(int stream, core::OpKind kind, const std::string& name, int peer, int seq,
                               core::Bytes bytes, core::OpRole role) {
-  push(stream, kind, name, role).payload = Op::Transfer{peer, seq, bytes};
+  push(stream, kind, name, role, core::ParamClass::None, Op::Transfer{peer, seq, bytes});
 }
 
 }  // namespace hzp::plan

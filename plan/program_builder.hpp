@@ -49,10 +49,17 @@ class ProgramBuilder {
   [[nodiscard]] core::Program take() { return std::move(prog_); }
 
  private:
-  /// Appends an op of `kind` (its payload still the default one) to the
-  /// stream, its id the next in issue order; the caller sets the payload.
-  core::Op& push(int stream, core::OpKind kind, std::string name, core::OpRole role = core::OpRole::Other,
-                 core::ParamClass param_class = core::ParamClass::None);
+  /// Appends an op of `kind` carrying `payload` to the stream, its id the
+  /// next in issue order, built in place.
+  template <class Payload>
+  void push(int stream, core::OpKind kind, std::string name, core::OpRole role, core::ParamClass param_class,
+            Payload&& payload) {
+    std::vector<core::Op>& ops = room_for_one(stream);
+    ops.emplace_back(next_id_++, kind, std::move(name), role, param_class, std::forward<Payload>(payload));
+  }
+  /// The stream's ops, with room for one more (past reserve()'s estimate, an
+  /// eighth of it more at a time).
+  std::vector<core::Op>& room_for_one(int stream);
   void event_op(int stream, core::OpKind kind, int event, const std::string& name);
   void transfer(int stream, core::OpKind kind, const std::string& name, int peer, int seq, core::Bytes bytes,
                 core::OpRole role);

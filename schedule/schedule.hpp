@@ -10,6 +10,8 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -207,6 +209,18 @@ struct Op {
   OpRole role = OpRole::Other;
   ParamClass param_class = ParamClass::None;
   Payload payload;
+
+  Op() = default;
+  /// Every member given, the payload `p` constructed in place (how the
+  /// program builder puts an op straight into its stream).
+  template <class P>
+  Op(int i, OpKind k, std::string n, OpRole r, ParamClass c, P&& p)
+      : id(i),
+        kind(k),
+        name(std::move(n)),
+        role(r),
+        param_class(c),
+        payload(std::in_place_type<std::decay_t<P>>, std::forward<P>(p)) {}
 
   /// An op of `kind` with its kind's default payload.
   [[nodiscard]] static Op of(OpKind kind);
