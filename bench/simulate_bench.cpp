@@ -4,6 +4,8 @@
 #include <benchmark/benchmark.h>
 
 #include "explore/scenario.hpp"
+#include "schedule/replay.hpp"
+#include "sim/emit.hpp"
 #include "sim/engine.hpp"
 
 namespace {
@@ -62,6 +64,46 @@ void BM_AnalyticEngineLlama70bFsdp1024(benchmark::State& state) { analytic_engin
 BENCHMARK(BM_AnalyticEngineLlama70bFsdp1024)->Unit(benchmark::kMillisecond)->UseRealTime();
 void BM_AnalyticEngineLlama70bFsdp1024Nameless(benchmark::State& state) { analytic_engine(state, false); }
 BENCHMARK(BM_AnalyticEngineLlama70bFsdp1024Nameless)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// The analytic engine by part, on the same Schedule: what every walk shares
+// (ReplayPlan), one walk at constant costs, and the timeline emitted from a
+// walk's times into a recorder without names.
+void BM_ReplayPlanLlama70bFsdp1024(benchmark::State& state) {
+  core::Schedule s = explore::build_schedule(scenario(), plan::Strategy::Fsdp);
+  for (auto _ : state) {
+    core::ReplayPlan plan(s);
+    benchmark::DoNotOptimize(&plan);
+  }
+}
+BENCHMARK(BM_ReplayPlanLlama70bFsdp1024)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+core::ReplayCosts unit_costs() {
+  core::ReplayCosts costs;
+  costs.compute = [](const core::Program&, const core::Op&) { return core::Duration::us(10); };
+  costs.collective = [](const core::Group&, const core::Op&) { return core::Duration::us(50); };
+  costs.p2p = [](const core::Program&, const core::Op&) { return core::Duration::us(20); };
+  return costs;
+}
+
+void BM_ReplayWalkLlama70bFsdp1024(benchmark::State& state) {
+  core::Schedule s = explore::build_schedule(scenario(), plan::Strategy::Fsdp);
+  const core::ReplayPlan plan(s);
+  const core::ReplayCosts costs = unit_costs();
+  for (auto _ : state) benchmark::DoNotOptimize(plan.replay(costs).times.size());
+}
+BENCHMARK(BM_ReplayWalkLlama70bFsdp1024)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void BM_EmitTimelineLlama70bFsdp1024Nameless(benchmark::State& state) {
+  core::Schedule s = explore::build_schedule(scenario(), plan::Strategy::Fsdp);
+  const core::ReplayResult r = core::replay(s, unit_costs());
+  traces::TraceHeader header;
+  for (auto _ : state) {
+    traces::TimelineRecorder rec(false);
+    sim::emit_timeline(s, r, header, rec);
+    benchmark::DoNotOptimize(rec.timeline().ops.size());
+  }
+}
+BENCHMARK(BM_EmitTimelineLlama70bFsdp1024Nameless)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 void BM_HashLlama70bFsdp1024Schedule(benchmark::State& state) {
   core::Schedule s = explore::build_schedule(scenario(), plan::Strategy::Fsdp);

@@ -81,7 +81,9 @@ std::string why_stuck(const Op& op) {
 
 // What every walk of a Schedule shares, built once (ReplayPlan): each host
 // thread's issue order, the event slots, each group's participants.
-using IssueSlot = std::tuple<int, std::size_t, std::size_t>;  // (op id, stream, index)
+struct IssueSlot {  // an op, by stream and index
+  std::uint32_t stream = 0, index = 0;
+};
 // What the walk reads of every op, kept apart from the (large) ops: its
 // kind, its event's slot, what issuing it costs its host thread.
 struct OpBrief {
@@ -93,10 +95,12 @@ struct ProgramOrder {
   std::vector<std::vector<OpBrief>> ops;           // per stream
   std::vector<std::vector<IssueSlot>> thread_ops;  // per host thread
   std::size_t event_slots = 0;
+  std::size_t timed_ops = 0, memory_ops = 0;  // is_timed; Alloc or Free
 };
 struct ReplayOrder {
   std::vector<ProgramOrder> programs;
   std::vector<std::vector<std::size_t>> participants;  // per group: participating programs
+  std::vector<ReplayPlan::CommSite> comm_sites;
 };
 
 bool uses_event(OpKind k) { return k == OpKind::Record || k == OpKind::Wait || k == OpKind::Sync; }
@@ -122,8 +126,8 @@ ProgramOrder program_order(const Program& prog) {
   }
   const std::size_t span = n == 0 ? 0 : static_cast<std::size_t>(static_cast<std::int64_t>(hi) - lo + 1);
   const bool by_id = n > 0 && hi >= lo && span <= 2 * n + 64;
-  constexpr std::size_t kNone = SIZE_MAX;
-  std::vector<std::pair<std::size_t, std::size_t>> table(by_id ? span : 0, {kNone, 0});
+  constexpr std::uint32_t kNone = UINT32_MAX;
+  std::vector<IssueSlot> table(by_id ? span : 0, {kNone, 0});
   bool placed = by_id;
   int ev_lo = 0, ev_hi = -1;
   ProgramOrder o;
@@ -137,36 +141,45 @@ ProgramOrder program_order(const Program& prog) {
       const Op& op = ops[i];
       const int event = uses_event(op.kind) ? op.event().id : -1;
       briefs[i] = {op.kind, event, issue_latency(thread, op).count_ns()};
+      if (is_timed(op.kind)) ++o.timed_ops;
+      if (op.kind == OpKind::Alloc || op.kind == OpKind::Free) ++o.memory_ops;
       if (uses_event(op.kind)) {
         ev_lo = std::min(ev_lo, event);
         ev_hi = std::max(ev_hi, event);
       }
       if (!placed) continue;
       const std::int64_t j = static_cast<std::int64_t>(op.id) - lo;
-      if (j < 0 || j >= static_cast<std::int64_t>(span) || table[static_cast<std::size_t>(j)].first != kNone) {
+      if (j < 0 || j >= static_cast<std::int64_t>(span) || table[static_cast<std::size_t>(j)].stream != kNone) {
         placed = false;  // out of order or repeated: sort instead
         continue;
       }
-      table[static_cast<std::size_t>(j)] = {k, i};
+      table[static_cast<std::size_t>(j)] = {static_cast<std::uint32_t>(k), static_cast<std::uint32_t>(i)};
     }
   }
-  std::vector<IssueSlot> order;
-  order.reserve(n);
+  // Each thread's ops in ascending id, straight into the thread's list.
+  o.thread_ops.resize(prog.threads.size());
+  std::vector<std::size_t> per_thread(prog.threads.size(), 0);
+  for (const Stream& st : prog.streams) per_thread.at(static_cast<std::size_t>(st.thread)) += st.ops.size();
+  for (std::size_t t = 0; t < per_thread.size(); ++t) o.thread_ops[t].reserve(per_thread[t]);
+  const auto issue = [&](IssueSlot e) {
+    o.thread_ops[static_cast<std::size_t>(prog.streams[e.stream].thread)].push_back(e);
+  };
   if (placed) {
-    for (std::size_t j = 0; j < span; ++j) {
-      if (table[j].first != kNone) order.emplace_back(static_cast<int>(j) + lo, table[j].first, table[j].second);
+    for (const IssueSlot& e : table) {
+      if (e.stream != kNone) issue(e);
     }
   } else {  // rare: a Schedule read from a file with sparse or unordered ids
+    std::vector<std::pair<int, IssueSlot>> order;
+    order.reserve(n);
     for (std::size_t k = 0; k < prog.streams.size(); ++k) {
       const auto& ops = prog.streams[k].ops;
-      for (std::size_t i = 0; i < ops.size(); ++i) order.emplace_back(ops[i].id, k, i);
+      for (std::size_t i = 0; i < ops.size(); ++i) {
+        order.emplace_back(ops[i].id, IssueSlot{static_cast<std::uint32_t>(k), static_cast<std::uint32_t>(i)});
+      }
     }
-    std::stable_sort(order.begin(), order.end(),
-                     [](const auto& a, const auto& b) { return std::get<0>(a) < std::get<0>(b); });
+    std::stable_sort(order.begin(), order.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    for (const auto& [id, e] : order) issue(e);
   }
-  o.thread_ops.resize(prog.threads.size());
-  for (const auto& e : order)
-    o.thread_ops.at(static_cast<std::size_t>(prog.streams[std::get<1>(e)].thread)).push_back(e);
   const auto ev_span = static_cast<std::int64_t>(ev_hi) + 1;  // no overflow at INT_MAX
   const bool events_dense = ev_lo >= 0 && static_cast<std::uint64_t>(ev_span) <= 4 * n + 64;
   o.event_slots = events_dense ? static_cast<std::size_t>(ev_span) : 0;
@@ -301,9 +314,13 @@ class Replay {
   // Issues a thread's ops until it finishes or blocks in a sync.
   void advance_thread(std::size_t p, std::size_t ti) {
     ThreadCursor& t = threads_[p][ti];
-    while (t.next < t.ops->size()) {
-      auto [id, k, i] = (*t.ops)[t.next];
-      const OpBrief& op = order_.programs[p].ops[k][i];
+    const std::vector<IssueSlot>& slots = *t.ops;
+    const std::vector<std::vector<OpBrief>>& briefs = order_.programs[p].ops;
+    std::vector<std::vector<TimePoint>>& issued_at = r_.issued[p];
+    std::vector<std::size_t>& issued = issued_count_[p];
+    while (t.next < slots.size()) {
+      const std::size_t k = slots[t.next].stream, i = slots[t.next].index;
+      const OpBrief& op = briefs[k][i];
       if (op.kind == OpKind::Sync) {
         EventTable& ev = events_[p];
         const auto e = static_cast<std::size_t>(op.event);
@@ -313,8 +330,8 @@ class Replay {
         }
         t.clock = std::max(t.clock, ev.time[e]);
       }
-      r_.issued[p][k][i] = t.clock;
-      ++issued_count_[p][k];
+      issued_at[k][i] = t.clock;
+      ++issued[k];
       t.clock += Duration::ns(op.issue_ns);
       ++t.next;
       push({p, k});
@@ -334,37 +351,56 @@ class Replay {
     }
   }
 
-  // Runs the stream's issued ops until one blocks or the stream ends.
+  // Runs the stream's issued ops until one blocks or the stream ends. Ops
+  // that never block (compute, allocations and frees, a sync already past)
+  // run here, on the stream's own slots; the others through run_op. The
+  // slots are references, not copies: a record can issue more of this
+  // stream's ops (its thread waited on the event), and a collective
+  // finishes every member's head, this stream's too.
   void advance_stream(Cursor c) {
     const std::size_t p = c.program, k = c.stream;
-    const Stream& st = s_.programs[p].streams[k];
+    const Program& prog = s_.programs[p];
+    const std::vector<Op>& ops = prog.streams[k].ops;
     const std::vector<OpBrief>& briefs = order_.programs[p].ops[k];
-    while (next_[p][k] < st.ops.size()) {
-      const std::size_t i = next_[p][k];
-      if (i >= issued_count_[p][k]) break;  // its thread will push this stream when it issues the op
-      const TimePoint ready = std::max(free_at_[p][k], r_.issued[p][k][i]);
-      if (!run_op(c, briefs[i], st.ops[i], ready)) break;
+    const std::vector<TimePoint>& issued_at = r_.issued[p][k];
+    std::vector<OpTime>& times = r_.times[p][k];
+    std::size_t& next = next_[p][k];
+    const std::size_t& issued = issued_count_[p][k];
+    TimePoint& free_at = free_at_[p][k];
+    while (next < ops.size()) {
+      const std::size_t i = next;
+      if (i >= issued) break;  // its thread will push this stream when it issues the op
+      const TimePoint ready = std::max(free_at, issued_at[i]);
+      const OpBrief& brief = briefs[i];
+      switch (brief.kind) {
+        case OpKind::Compute: {
+          const Duration d = costs_.compute_at ? costs_.compute_at(prog, ops[i], OpAt{k, i}, ready)
+                             : costs_.compute  ? costs_.compute(prog, ops[i])
+                                               : Duration{};
+          times[i] = {ready, ready + d};
+          free_at = ready + d;
+          ++next;
+          --remaining_;
+          break;
+        }
+        case OpKind::Alloc:
+        case OpKind::Free:
+        case OpKind::Sync:  // host-side: on the device it is already past
+          times[i] = {ready, ready};
+          free_at = ready;
+          ++next;
+          --remaining_;
+          break;
+        default:
+          if (!run_op(c, brief, ops[i], ready)) return;
+      }
     }
   }
 
-  // Runs the stream's head op from `ready`; false when it blocks.
+  // Runs the stream's head op from `ready` (a record, a wait, a collective or
+  // a transfer); false when it blocks.
   bool run_op(Cursor c, const OpBrief& brief, const Op& op, TimePoint ready) {
     switch (brief.kind) {
-      case OpKind::Compute: {
-        const Program& prog = s_.programs[c.program];
-        Duration d = costs_.compute_at ? costs_.compute_at(prog, op, OpAt{c.stream, next_[c.program][c.stream]}, ready)
-                     : costs_.compute  ? costs_.compute(prog, op)
-                                       : Duration{};
-        finish(c, ready, ready + d);
-        --remaining_;
-        return true;
-      }
-      case OpKind::Alloc:
-      case OpKind::Free:
-      case OpKind::Sync:  // host-side: on the device it is already past
-        finish(c, ready, ready);
-        --remaining_;
-        return true;
       case OpKind::Record:
         finish(c, ready, ready);
         --remaining_;
@@ -374,6 +410,10 @@ class Replay {
       case OpKind::Collective: return run_collective(c, op, ready);
       case OpKind::Send:
       case OpKind::Recv: return run_transfer(c, op, ready);
+      case OpKind::Compute:
+      case OpKind::Alloc:
+      case OpKind::Free:
+      case OpKind::Sync: break;  // run by advance_stream
     }
     return true;
   }
@@ -463,7 +503,8 @@ class Replay {
     for (std::size_t p = 0; p < np_; ++p) {
       for (std::size_t t = 0; t < threads_[p].size(); ++t) {
         if (threads_[p][t].next >= threads_[p][t].ops->size()) continue;
-        auto [id, k, i] = (*threads_[p][t].ops)[threads_[p][t].next];
+        const IssueSlot e = (*threads_[p][t].ops)[threads_[p][t].next];
+        const std::size_t k = e.stream, i = e.index;
         const Program& prog = s_.programs[p];
         const Op& op = prog.streams[k].ops[i];
         throw ScheduleError(
@@ -509,13 +550,33 @@ ReplayPlan::ReplayPlan(const Schedule& s) : s_(s) {
   auto impl = std::make_unique<Impl>();
   impl->order.programs.reserve(s.programs.size());
   for (const Program& prog : s.programs) impl->order.programs.push_back(program_order(prog));
+  for (std::size_t p = 0; p < impl->order.programs.size(); ++p) {
+    const auto& streams = impl->order.programs[p].ops;
+    for (std::size_t k = 0; k < streams.size(); ++k) {
+      for (std::size_t i = 0; i < streams[k].size(); ++i) {
+        const OpKind kind = streams[k][i].kind;
+        if (kind == OpKind::Collective || kind == OpKind::Send || kind == OpKind::Recv) {
+          impl->order.comm_sites.push_back({p, k, i, kind});
+        }
+      }
+    }
+  }
   impl->order.participants = group_participants(s);
   impl_ = std::move(impl);
 }
 
 ReplayPlan::~ReplayPlan() = default;
 
-ReplayResult ReplayPlan::replay(const ReplayCosts& costs) const { return Replay(s_, impl_->order, costs).run(); }
+const std::vector<ReplayPlan::CommSite>& ReplayPlan::comm_sites() const { return impl_->order.comm_sites; }
+
+ReplayResult ReplayPlan::replay(const ReplayCosts& costs) const {
+  ReplayResult r = Replay(s_, impl_->order, costs).run();
+  for (const ProgramOrder& o : impl_->order.programs) {
+    r.timed_ops += o.timed_ops;
+    r.memory_ops += o.memory_ops;
+  }
+  return r;
+}
 
 ReplayResult replay(const Schedule& s, const ReplayCosts& costs) { return ReplayPlan(s).replay(costs); }
 

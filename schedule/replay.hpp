@@ -44,6 +44,9 @@ struct ReplayResult {
   std::vector<std::vector<std::vector<OpTime>>> times;
   /// When each op was issued by its host thread; same indexing.
   std::vector<std::vector<std::vector<TimePoint>>> issued;
+  /// How many ops take time (is_timed) and how many allocate or free, over
+  /// every program: what a timeline of the walk will hold.
+  std::size_t timed_ops = 0, memory_ops = 0;
 };
 
 /// The part of the walk that does not depend on the costs, built once per
@@ -58,6 +61,16 @@ class ReplayPlan {
   ReplayPlan& operator=(const ReplayPlan&) = delete;
   /// One walk under these costs, as replay().
   [[nodiscard]] ReplayResult replay(const ReplayCosts& costs) const;
+
+  /// A collective, send or receive of the Schedule, by where it is.
+  struct CommSite {
+    std::size_t program = 0, stream = 0, index = 0;
+    OpKind kind = OpKind::Collective;
+  };
+  /// Every collective, send and receive, by program, stream and index: what
+  /// a caller that reads the walk's communication needs, without a pass over
+  /// every op.
+  [[nodiscard]] const std::vector<CommSite>& comm_sites() const;
 
  private:
   struct Impl;

@@ -378,6 +378,36 @@ TEST(Replay, OverlapsCommunicationWithCompute) {
   EXPECT_EQ(r.times[0][0][2].end.count_ns(), 35);
 }
 
+TEST(Replay, CountsItsOpsAndListsItsCommunication) {
+  // Each program: a compute stream (pre, wait, post) and a gather stream
+  // (ag, record), plus an allocation and its free around the GEMMs.
+  Schedule s = two_rank_schedule();
+  for (auto& p : s.programs) {
+    auto& comp = p.streams[0].ops;
+    Op alloc = Op::of(OpKind::Alloc);
+    alloc.id = 5;
+    alloc.payload = Op::Buffer{"x", BufferClass::Activations, Bytes(4)};
+    Op free = Op::of(OpKind::Free);
+    free.id = 6;
+    free.payload = Op::Buffer{"x", BufferClass::Activations, Bytes(4)};
+    comp.push_back(alloc);
+    comp.push_back(free);
+  }
+  const ReplayPlan plan(s);
+  const ReplayResult r = plan.replay(ReplayCosts{});
+  // Timed: 2 GEMMs and 1 all-gather a program; memory: 1 alloc and 1 free a program.
+  EXPECT_EQ(r.timed_ops, 6U);
+  EXPECT_EQ(r.memory_ops, 4U);
+  // The all-gather is op 0 of stream 1 in each program, the only communication.
+  ASSERT_EQ(plan.comm_sites().size(), 2U);
+  for (std::size_t p = 0; p < 2; ++p) {
+    EXPECT_EQ(plan.comm_sites()[p].program, p);
+    EXPECT_EQ(plan.comm_sites()[p].stream, 1U);
+    EXPECT_EQ(plan.comm_sites()[p].index, 0U);
+    EXPECT_EQ(plan.comm_sites()[p].kind, OpKind::Collective);
+  }
+}
+
 }  // namespace
 }  // namespace hzp::core
 

@@ -16,5 +16,8 @@ namespace hzp::sim {
 void emit_timeline(const core::Schedule& s, const std::vector<std::vector<std::vector<core::OpTime>>>& times,
                    const traces::TraceHeader& header, traces::TraceSink& sink,
                    const std::vector<std::vector<std::vector<core::TimePoint>>>* issued = nullptr);
+/// The same from a walk (core::replay): its times, issue times and op counts.
+void emit_timeline(const core::Schedule& s, const core::ReplayResult& r, const traces::TraceHeader& header,
+                   traces::TraceSink& sink);
 
 }  // namespace hzp::sim

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cmath>
 #include <map>
 #include <optional>
@@ -67,19 +68,13 @@ std::pair<std::int64_t, std::int64_t> sharing_residual(
 // runs on its device, ns.
 using Busy = std::vector<std::vector<std::pair<std::int64_t, std::int64_t>>>;
 
-Busy comm_busy(const core::Schedule& s, const core::ReplayResult& r) {
+Busy comm_busy(const core::Schedule& s, const core::ReplayPlan& plan, const core::ReplayResult& r) {
   Busy busy(s.programs.size());
-  for (std::size_t p = 0; p < s.programs.size(); ++p) {
-    auto& iv = busy[p];
-    for (std::size_t k = 0; k < s.programs[p].streams.size(); ++k) {
-      const auto& ops = s.programs[p].streams[k].ops;
-      for (std::size_t i = 0; i < ops.size(); ++i) {
-        const core::OpKind kind = ops[i].kind;
-        if (kind != core::OpKind::Collective && kind != core::OpKind::Send && kind != core::OpKind::Recv) continue;
-        const core::OpTime& t = r.times[p][k][i];
-        if (t.end > t.start) iv.emplace_back(t.start.count_ns(), t.end.count_ns());
-      }
-    }
+  for (const core::ReplayPlan::CommSite& c : plan.comm_sites()) {
+    const core::OpTime& t = r.times[c.program][c.stream][c.index];
+    if (t.end > t.start) busy[c.program].emplace_back(t.start.count_ns(), t.end.count_ns());
+  }
+  for (auto& iv : busy) {
     std::sort(iv.begin(), iv.end());
     std::size_t out = 0;
     for (const auto& x : iv) {
@@ -94,13 +89,30 @@ Busy comm_busy(const core::Schedule& s, const core::ReplayResult& r) {
   return busy;
 }
 
+// The first of the merged intervals `busy` that ends after `t0`. `hint` is
+// where the search for the same stream ended last: a stream's ops start in
+// time order within a walk, so the search walks on from there, and falls
+// back to bisection when `t0` is behind it (a new walk).
+std::size_t first_ending_after(const std::vector<std::pair<std::int64_t, std::int64_t>>& busy, std::int64_t t0,
+                               std::size_t& hint) {
+  std::size_t i = hint;
+  if (i > busy.size() || (i > 0 && busy[i - 1].second > t0)) {
+    i = static_cast<std::size_t>(
+        std::partition_point(busy.begin(), busy.end(), [t0](const auto& iv) { return iv.second <= t0; }) -
+        busy.begin());
+  } else {
+    while (i < busy.size() && busy[i].second <= t0) ++i;
+  }
+  hint = i;
+  return i;
+}
+
 // When `work` ns of uncontended compute begun at `t0` are done, at rate 1
 // outside the busy intervals and 1/slowdown inside (device_rate.hpp's rule).
 std::int64_t finish_after(const std::vector<std::pair<std::int64_t, std::int64_t>>& busy, std::int64_t t0, double work,
-                          double slowdown) {
+                          double slowdown, std::size_t& hint) {
   double t = static_cast<double>(t0);
-  auto it = std::upper_bound(busy.begin(), busy.end(), std::pair{t0, INT64_MAX});
-  if (it != busy.begin() && std::prev(it)->second > t0) --it;
+  auto it = busy.begin() + static_cast<std::ptrdiff_t>(first_ending_after(busy, t0, hint));
   for (; work > 0 && it != busy.end(); ++it) {
     const double a = static_cast<double>(it->first), b = static_cast<double>(it->second);
     if (a > t) {  // full speed until the interval
@@ -120,13 +132,17 @@ std::int64_t finish_after(const std::vector<std::pair<std::int64_t, std::int64_t
 // `slowdown` inside the busy intervals of their device.
 std::function<core::Duration(const core::Program&, const core::Op&, core::OpAt, core::TimePoint)> slowed_compute(
     const core::Schedule& s, const core::ReplayResult& first, const Busy& busy, double slowdown) {
-  return [&s, &first, &busy, slowdown](const core::Program& prog, const core::Op& op, core::OpAt at,
-                                       core::TimePoint start) {
+  // Per program and stream: where its last search in `busy` ended.
+  std::vector<std::vector<std::size_t>> hints(s.programs.size());
+  for (std::size_t p = 0; p < s.programs.size(); ++p) hints[p].assign(s.programs[p].streams.size(), 0);
+  return [&s, &first, &busy, slowdown, hints = std::move(hints)](const core::Program& prog, const core::Op& op,
+                                                                 core::OpAt at, core::TimePoint start) mutable {
     const auto p = static_cast<std::size_t>(&prog - s.programs.data());
     const core::OpTime& t = first.times[p][at.stream][at.index];
     const core::Duration d = t.end - t.start;
     if (d.count_ns() == 0) return d;
-    const std::int64_t end = finish_after(busy[p], start.count_ns(), static_cast<double>(d.count_ns()), slowdown);
+    const std::int64_t end =
+        finish_after(busy[p], start.count_ns(), static_cast<double>(d.count_ns()), slowdown, hints[p][at.stream]);
     // Offload runs on the host, not the device's SMs: not slowed (read only
     // when it matters, as reading the op costs a cache miss).
     if (end == start.count_ns() + d.count_ns() || core::is_offload(op.compute().kind)) return d;
@@ -312,7 +328,7 @@ class GemmCosts {
   };
   struct Hash {
     std::size_t operator()(const Key& x) const {
-      std::size_t h = std::hash<double>{}(x.flops);
+      std::size_t h = x.flops == 0 ? 0 : std::bit_cast<std::uint64_t>(x.flops);  // +0 and -0 are one key
       for (std::int64_t v : {x.m, x.n, x.k, x.batch, x.bytes, static_cast<std::int64_t>(x.kernels),
                              static_cast<std::int64_t>(x.dtype)}) {
         h = (h ^ static_cast<std::size_t>(v)) * 0x9E3779B97F4A7C15ULL;
@@ -351,15 +367,12 @@ core::ReplayResult AnalyticEngine::walk(const core::Schedule& s, const FreeOps& 
   std::vector<CollectiveSite> sites;
   std::optional<LinkSharing> sharing;
   if (contention_.link_sharing) {
-    for (std::size_t p = 0; p < s.programs.size(); ++p) {
-      for (std::size_t k = 0; k < s.programs[p].streams.size(); ++k) {
-        const auto& ops = s.programs[p].streams[k].ops;
-        for (std::size_t i = 0; i < ops.size(); ++i) {
-          if (ops[i].kind != core::OpKind::Collective) continue;
-          const core::Group& g = s.group(ops[i].collective().group);
-          sites.push_back({p, k, i, collective_cost.link_class(g), collective_cost(g, ops[i]).latency.count_ns()});
-        }
-      }
+    for (const core::ReplayPlan::CommSite& c : plan.comm_sites()) {
+      if (c.kind != core::OpKind::Collective) continue;
+      const core::Op& op = s.programs[c.program].streams[c.stream].ops[c.index];
+      const core::Group& g = s.group(op.collective().group);
+      sites.push_back(
+          {c.program, c.stream, c.index, collective_cost.link_class(g), collective_cost(g, op).latency.count_ns()});
     }
     sharing.emplace(s.programs.size(), sites, r);
     if (!sharing->any()) sharing.reset();
@@ -375,7 +388,7 @@ core::ReplayResult AnalyticEngine::walk(const core::Schedule& s, const FreeOps& 
   // uncontended cost of every compute op is its duration in the first walk
   // (pm_.compute's, or nothing for a free op): read back, not costed again.
   const core::ReplayResult first = std::move(r);
-  const Busy busy = interfere ? comm_busy(s, first) : Busy{};
+  const Busy busy = interfere ? comm_busy(s, plan, first) : Busy{};
   if (interfere) costs.compute_at = slowed_compute(s, first, busy, slowdown);
   if (sharing) {
     costs.collective_at = [&](const core::Group& g, const core::Op& op, const core::Program& member, core::OpAt at,
@@ -406,7 +419,7 @@ void AnalyticEngine::run(const core::Schedule& s, traces::TraceHeader header, tr
   if (header.schedule_sha256.empty()) header.schedule_sha256 = core::schedule_hash(s);
   header.schedule_name = s.name;
   header.schedule_provenance_json = s.provenance_json;
-  emit_timeline(s, r.times, header, sink, &r.issued);
+  emit_timeline(s, r, header, sink);
 }
 
 StepEstimate AnalyticEngine::estimate(const core::Schedule& s, const FreeOps& free) const {
