@@ -105,6 +105,34 @@ struct ReplayOrder {
 
 bool uses_event(OpKind k) { return k == OpKind::Record || k == OpKind::Wait || k == OpKind::Sync; }
 
+// Each thread's ops in ascending id: read from the table of ops placed by
+// their ids (`table`, its empty slots marked by a stream of UINT32_MAX), or
+// sorted by id where the ids could not be placed (nullptr).
+std::vector<std::vector<IssueSlot>> thread_issue_order(const Program& prog, const std::vector<IssueSlot>* table) {
+  std::vector<std::vector<IssueSlot>> out(prog.threads.size());
+  std::vector<std::size_t> per_thread(prog.threads.size(), 0);
+  for (const Stream& st : prog.streams) per_thread.at(static_cast<std::size_t>(st.thread)) += st.ops.size();
+  for (std::size_t t = 0; t < per_thread.size(); ++t) out[t].reserve(per_thread[t]);
+  const auto issue = [&](IssueSlot e) { out[static_cast<std::size_t>(prog.streams[e.stream].thread)].push_back(e); };
+  if (table) {
+    for (const IssueSlot& e : *table) {
+      if (e.stream != UINT32_MAX) issue(e);
+    }
+    return out;
+  }
+  // Rare: a Schedule read from a file with sparse or unordered ids.
+  std::vector<std::pair<int, IssueSlot>> order;
+  for (std::size_t k = 0; k < prog.streams.size(); ++k) {
+    const auto& ops = prog.streams[k].ops;
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+      order.emplace_back(ops[i].id, IssueSlot{static_cast<std::uint32_t>(k), static_cast<std::uint32_t>(i)});
+    }
+  }
+  std::stable_sort(order.begin(), order.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (const auto& [id, e] : order) issue(e);
+  return out;
+}
+
 // One pass over a program's ops (they are large, and each pass over them
 // costs a cache miss per op): the threads' issue order and the event slots.
 //
@@ -156,30 +184,7 @@ ProgramOrder program_order(const Program& prog) {
       table[static_cast<std::size_t>(j)] = {static_cast<std::uint32_t>(k), static_cast<std::uint32_t>(i)};
     }
   }
-  // Each thread's ops in ascending id, straight into the thread's list.
-  o.thread_ops.resize(prog.threads.size());
-  std::vector<std::size_t> per_thread(prog.threads.size(), 0);
-  for (const Stream& st : prog.streams) per_thread.at(static_cast<std::size_t>(st.thread)) += st.ops.size();
-  for (std::size_t t = 0; t < per_thread.size(); ++t) o.thread_ops[t].reserve(per_thread[t]);
-  const auto issue = [&](IssueSlot e) {
-    o.thread_ops[static_cast<std::size_t>(prog.streams[e.stream].thread)].push_back(e);
-  };
-  if (placed) {
-    for (const IssueSlot& e : table) {
-      if (e.stream != kNone) issue(e);
-    }
-  } else {  // rare: a Schedule read from a file with sparse or unordered ids
-    std::vector<std::pair<int, IssueSlot>> order;
-    order.reserve(n);
-    for (std::size_t k = 0; k < prog.streams.size(); ++k) {
-      const auto& ops = prog.streams[k].ops;
-      for (std::size_t i = 0; i < ops.size(); ++i) {
-        order.emplace_back(ops[i].id, IssueSlot{static_cast<std::uint32_t>(k), static_cast<std::uint32_t>(i)});
-      }
-    }
-    std::stable_sort(order.begin(), order.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-    for (const auto& [id, e] : order) issue(e);
-  }
+  o.thread_ops = thread_issue_order(prog, placed ? &table : nullptr);
   const auto ev_span = static_cast<std::int64_t>(ev_hi) + 1;  // no overflow at INT_MAX
   const bool events_dense = ev_lo >= 0 && static_cast<std::uint64_t>(ev_span) <= 4 * n + 64;
   o.event_slots = events_dense ? static_cast<std::size_t>(ev_span) : 0;
