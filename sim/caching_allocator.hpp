@@ -7,8 +7,6 @@
 #pragma once
 
 #include <cstdint>
-#include <map>
-#include <set>
 #include <string_view>
 #include <tuple>
 #include <unordered_map>
@@ -40,18 +38,25 @@ class CachingAllocator {
 
  private:
   struct Block {
-    std::int64_t size = 0;
+    std::int64_t offset = 0, size = 0;
     bool free = true;
   };
   struct Segment {
     bool small = false;
-    std::map<std::int64_t, Block> blocks;  // offset -> block
+    std::vector<Block> blocks;  // by offset, covering the segment
   };
   using FreeKey = std::tuple<std::int64_t, int, std::int64_t>;  // size, segment, offset
+  // Cached free blocks, best fit first. Sorted vectors, not trees: a step
+  // holds tens of segments and free blocks, where a binary search and a
+  // short move beat a tree's node per insert.
+  using FreePool = std::vector<FreeKey>;
+  static void pool_insert(FreePool& pool, const FreeKey& key);
+  static void pool_erase(FreePool& pool, const FreeKey& key);
 
   std::vector<Segment> segments_;  // by id
-  std::set<FreeKey> free_small_, free_large_;
-  std::unordered_map<std::string_view, std::tuple<int, std::int64_t, std::int64_t>> live_;  // buffer -> segment, offset, requested
+  FreePool free_small_, free_large_;
+  std::unordered_map<std::string_view, std::tuple<int, std::int64_t, std::int64_t>>
+      live_;  // buffer -> segment, offset, requested
   std::int64_t allocated_ = 0, reserved_ = 0;
 };
 

@@ -45,6 +45,28 @@ TEST(CachingAllocator, CoalescesNeighbours) {
   EXPECT_EQ(a.reserved().count(), 96 * MiB);
 }
 
+TEST(CachingAllocator, CoalescesBothSidesThenServesTheWholeBlock) {
+  CachingAllocator a;
+  a.allocate("big", core::Bytes(100 * MiB));
+  a.free("big");                                                                    // one cached 100 MiB block
+  for (const char* n : {"a", "b", "c", "d"}) a.allocate(n, core::Bytes(20 * MiB));  // 0, 20, 40, 60; 20 left at 80
+  a.free("a");
+  a.free("c");
+  a.free("b");                             // a, b and c merge into 60 MiB at 0
+  a.allocate("e", core::Bytes(60 * MiB));  // the 60 MiB block, whole
+  a.allocate("f", core::Bytes(20 * MiB));  // the 20 MiB at 80
+  EXPECT_EQ(a.reserved().count(), 100 * MiB);
+  EXPECT_EQ(a.allocated().count(), 100 * MiB);
+  a.free("d");
+  a.free("f");                             // d and f merge into 40 MiB at 60
+  a.allocate("g", core::Bytes(30 * MiB));  // split from it: 10 MiB stay cached
+  a.allocate("h", core::Bytes(10 * MiB));
+  EXPECT_EQ(a.reserved().count(), 100 * MiB);
+  a.allocate("i", core::Bytes(8 * MiB));  // nothing cached fits; under 10 MiB: a new 20 MiB segment
+  EXPECT_EQ(a.reserved().count(), 120 * MiB);
+  EXPECT_EQ(a.allocated().count(), 108 * MiB);
+}
+
 TEST(CachingAllocator, SmallRequestsUseSmallSegments) {
   CachingAllocator a;
   a.allocate("t", core::Bytes(1000));  // rounded to 1024, from a 2 MiB small segment
