@@ -10,6 +10,8 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <stdexcept>
+#include <vector>
 
 #include "core/error.hpp"
 
@@ -24,16 +26,21 @@ using core::us_to_seconds;
 GroupSpan PerfModel::span(const std::vector<int>& ranks) const {
   GroupSpan g;
   g.ranks = static_cast<int>(ranks.size());
-  std::map<int, int> per_domain;
-  int min_node = INT32_MAX, max_node = -1;
+  // Ranks per scale-up domain, counted by domain number (ranks are devices,
+  // so domains are numbered from 0 up to the last rank's).
+  int min_node = INT32_MAX, max_node = -1, last_domain = -1;
   for (int r : ranks) {
-    ++per_domain[topo_.domain_of(r)];
+    if (r < 0) throw std::invalid_argument(fmt::format("a group lists rank {}: ranks are devices, from 0", r));
+    last_domain = std::max(last_domain, topo_.domain_of(r));
     min_node = std::min(min_node, topo_.node_of(r));
     max_node = std::max(max_node, topo_.node_of(r));
   }
-  g.domains = static_cast<int>(per_domain.size());
+  std::vector<int> per_domain(static_cast<std::size_t>(last_domain + 1), 0);
+  for (int r : ranks) ++per_domain[static_cast<std::size_t>(topo_.domain_of(r))];
   g.min_ranks_per_domain = INT32_MAX;
-  for (auto [d, n] : per_domain) {
+  for (int n : per_domain) {
+    if (n == 0) continue;
+    ++g.domains;
     g.min_ranks_per_domain = std::min(g.min_ranks_per_domain, n);
     g.max_ranks_per_domain = std::max(g.max_ranks_per_domain, n);
   }

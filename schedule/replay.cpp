@@ -291,8 +291,11 @@ class Replay {
       EventTable& ev = events_[p];
       ev.time.assign(slots, TimePoint{});
       ev.recorded.assign(slots, 0);
-      ev.stream_waiters.assign(slots, {});
-      ev.thread_waiters.assign(slots, {});
+      ev.streams.assign(slots);
+      ev.threads.assign(slots);
+      ev.next_stream.assign(prog.streams.size(), -1);
+      ev.stream_waits.assign(prog.streams.size(), -1);
+      ev.next_thread.assign(prog.threads.size(), -1);
     }
   }
 
@@ -330,7 +333,7 @@ class Replay {
         EventTable& ev = events_[p];
         const auto e = static_cast<std::size_t>(op.event);
         if (!ev.recorded[e]) {
-          ev.thread_waiters[e].push_back(ti);
+          ev.threads.append(e, static_cast<int>(ti), ev.next_thread);
           return;
         }
         t.clock = std::max(t.clock, ev.time[e]);
@@ -347,12 +350,16 @@ class Replay {
     EventTable& ev = events_[p];
     ev.time[e] = t;
     ev.recorded[e] = 1;
-    for (std::size_t k : ev.stream_waiters[e]) push({p, k});
-    ev.stream_waiters[e].clear();
-    if (!ev.thread_waiters[e].empty()) {
-      std::vector<std::size_t> blocked = std::move(ev.thread_waiters[e]);
-      ev.thread_waiters[e].clear();
-      for (std::size_t ti : blocked) advance_thread(p, ti);
+    for (int k = ev.streams.take(e); k >= 0; k = ev.next_stream[static_cast<std::size_t>(k)]) {
+      ev.stream_waits[static_cast<std::size_t>(k)] = -1;
+      push({p, static_cast<std::size_t>(k)});
+    }
+    // A thread let go may block again on another event, which relinks it:
+    // its successor is read first.
+    for (int ti = ev.threads.take(e); ti >= 0;) {
+      const int after = ev.next_thread[static_cast<std::size_t>(ti)];
+      advance_thread(p, static_cast<std::size_t>(ti));
+      ti = after;
     }
   }
 
@@ -427,7 +434,12 @@ class Replay {
     EventTable& ev = events_[c.program];
     const auto e = static_cast<std::size_t>(op.event);
     if (!ev.recorded[e]) {
-      ev.stream_waiters[e].push_back(c.stream);
+      // Listed once: a stream pushed again before its event (its thread
+      // issued more) comes back to the same wait.
+      if (ev.stream_waits[c.stream] != op.event) {
+        ev.stream_waits[c.stream] = op.event;
+        ev.streams.append(e, static_cast<int>(c.stream), ev.next_stream);
+      }
       return false;
     }
     TimePoint t = std::max(ready, ev.time[e]);
@@ -528,11 +540,38 @@ class Replay {
   std::vector<std::vector<std::size_t>> issued_count_;  // per stream: ops issued so far
   std::vector<std::vector<std::size_t>> next_;          // next op index per stream
   std::vector<std::vector<TimePoint>> free_at_;         // when each stream is idle
+  // Who waits for each event slot, in the order they came: a list threaded
+  // through `next` (by stream or thread; each waits on one event at a time),
+  // so that waiting allocates nothing.
+  struct Waiters {
+    std::vector<int> first, last;  // by slot; -1: none
+    void assign(std::size_t slots) {
+      first.assign(slots, -1);
+      last.assign(slots, -1);
+    }
+    void append(std::size_t e, int who, std::vector<int>& next) {
+      next[static_cast<std::size_t>(who)] = -1;
+      if (last[e] < 0) {
+        first[e] = who;
+      } else {
+        next[static_cast<std::size_t>(last[e])] = who;
+      }
+      last[e] = who;
+    }
+    /// The first waiter (-1: none), the list emptied.
+    int take(std::size_t e) {
+      const int head = first[e];
+      first[e] = last[e] = -1;
+      return head;
+    }
+  };
   // Per program, by event slot: when it was recorded, and who waits for it.
   struct EventTable {
     std::vector<TimePoint> time;
     std::vector<char> recorded;
-    std::vector<std::vector<std::size_t>> stream_waiters, thread_waiters;
+    Waiters streams, threads;
+    std::vector<int> next_stream, next_thread;  // the waiter after each stream, thread
+    std::vector<int> stream_waits;              // by stream: the slot it is listed on, or -1
   };
   std::vector<EventTable> events_;
   // Collective arrivals of groups spanning several programs: (group, seq) ->

@@ -469,6 +469,38 @@ TEST(Replay, EventsAndTheReturnFromASyncCostTheirThreadTime) {
   EXPECT_EQ(issue_latency(t, event_op(9, OpKind::Sync, 7)).count_ns(), 50);
 }
 
+TEST(Replay, AStreamBackAtTheSameWaitIsWokenOnce) {
+  // A waits on e7 (op 0) and is walked first, so it is listed as e7's waiter.
+  // The thread then blocks in a sync on e9 (op 5), which C records once E
+  // has recorded e11 (1 ns). Let go at 1 ns, the thread issues A's GEMM,
+  // which sends A back to its wait before anything records e7, then R's
+  // GEMM (20 ns) and R's record of e7 at 21 ns: A is let go once and its
+  // GEMM runs 21-31 ns.
+  Schedule s;
+  s.name = "t";
+  s.step = StepInfo{"m", "c", "x", 1, 4, 1, 1, Flops(1e9)};
+  Program prog;
+  prog.name = "r0";
+  prog.ranks = {0};
+  prog.threads.push_back(Thread{0, "main"});
+  Stream a{0, "a", StreamKind::Compute, 0, {}};
+  Stream r{1, "r", StreamKind::Compute, 0, {}};
+  Stream c{2, "c", StreamKind::Compute, 0, {}};
+  Stream e{3, "e", StreamKind::Compute, 0, {}};
+  a.ops = {event_op(0, OpKind::Wait, 7), event_op(5, OpKind::Sync, 9), compute(6, "a", 10)};
+  c.ops = {event_op(1, OpKind::Wait, 11), event_op(2, OpKind::Record, 9)};
+  e.ops = {compute(3, "e", 1), event_op(4, OpKind::Record, 11)};
+  r.ops = {compute(7, "r", 20), event_op(8, OpKind::Record, 7)};
+  prog.streams = {a, r, c, e};
+  s.programs.push_back(prog);
+  const ReplayResult t = timed(s);
+  EXPECT_EQ(t.times[0][1][0].start.count_ns(), 1);
+  EXPECT_EQ(t.times[0][1][0].end.count_ns(), 21);
+  EXPECT_EQ(t.times[0][0][0].end.count_ns(), 21);
+  EXPECT_EQ(t.times[0][0][2].start.count_ns(), 21);
+  EXPECT_EQ(t.times[0][0][2].end.count_ns(), 31);
+}
+
 TEST(ScheduleCheck, RejectsSyncOnLaterEvent) {
   // The thread syncs on an event only it would record later: it can never issue it.
   Schedule s = sync_schedule(true);

@@ -42,6 +42,7 @@ void emit(const core::Schedule& s, const Times& times, const IssueTimes* issued,
   // through the caching allocator model for what is reserved.
   using Delta = std::tuple<std::int64_t, int, std::int64_t, bool, const std::string*>;
   std::vector<Delta> deltas;
+  deltas.reserve(counts.memory);
   for (std::size_t p = 0; p < s.programs.size(); ++p) {
     const core::Program& prog = s.programs[p];
     deltas.clear();
