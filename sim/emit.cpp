@@ -2,6 +2,7 @@
 #include "sim/emit.hpp"
 
 #include <algorithm>
+#include <optional>
 #include <tuple>
 
 #include "sim/caching_allocator.hpp"
@@ -53,9 +54,10 @@ void emit(const core::Schedule& s, const Times& times, const IssueTimes* issued,
         const core::Op& op = st.ops[i];
         const core::OpTime& t = times[p][k][i];
         if (core::is_timed(op.kind)) {
-          traces::OpRecord rec = traces::op_record(s, prog, st, op, t.start, t.end, names);
-          if (issued) rec.issued = (*issued)[p][k][i];
-          sink.on_op(std::move(rec));
+          // Built straight into the sink's by-value argument: a record
+          // moved is two strings moved.
+          sink.on_op(traces::op_record(s, prog, st, op, t.start, t.end, names,
+                                       issued ? std::optional((*issued)[p][k][i]) : std::nullopt));
           continue;
         }
         switch (op.kind) {

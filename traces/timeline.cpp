@@ -67,7 +67,7 @@ void emit_streams(const core::Schedule& s, TraceSink& sink) {
 }
 
 OpRecord op_record(const core::Schedule& s, const core::Program& prog, const core::Stream& st, const core::Op& op,
-                   core::TimePoint start, core::TimePoint end, bool names) {
+                   core::TimePoint start, core::TimePoint end, bool names, std::optional<core::TimePoint> issued) {
   OpRecord rec;
   rec.program = prog.id;
   rec.stream = st.id;
@@ -84,6 +84,7 @@ OpRecord op_record(const core::Schedule& s, const core::Program& prog, const cor
   rec.bytes = core::op_bytes(op);
   rec.start = start;
   rec.end = end;
+  rec.issued = issued;
   return rec;
 }
 

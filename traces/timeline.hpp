@@ -135,9 +135,11 @@ void emit_streams(const core::Schedule& s, TraceSink& sink);
 /// being written (O(ops log ops)), never in the engines' hot path.
 [[nodiscard]] std::vector<FlowLink> peer_links(const core::Schedule& s);
 /// The record of one op that takes time (compute, collective, send, recv);
-/// without `names`, its name and what stay empty.
+/// without `names`, its name and what stay empty; `issued`, when its host
+/// thread issued it, if known.
 [[nodiscard]] OpRecord op_record(const core::Schedule& s, const core::Program& prog, const core::Stream& st,
-                                 const core::Op& op, core::TimePoint start, core::TimePoint end, bool names = true);
+                                 const core::Op& op, core::TimePoint start, core::TimePoint end, bool names = true,
+                                 std::optional<core::TimePoint> issued = std::nullopt);
 
 /// Chrome trace-event JSON, loadable in Perfetto and chrome://tracing: one
 /// process per rank class, one thread (track) per stream, a memory counter per
