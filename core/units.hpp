@@ -64,6 +64,21 @@ class Flops {
   double f_ = 0;
 };
 
+/// std::llround without the library call (the engines round every kernel's
+/// and transfer's duration): to the nearest integer, halves away from zero.
+/// Exact wherever llround is defined (|x| < 2^63): the truncation toward zero
+/// and its difference from x are exact in doubles.
+[[nodiscard]] constexpr std::int64_t round_nearest(double x) {
+  auto t = static_cast<std::int64_t>(x);
+  const double f = x - static_cast<double>(t);
+  if (f >= 0.5) {
+    ++t;
+  } else if (f <= -0.5) {
+    --t;
+  }
+  return t;
+}
+
 /// Simulated or measured time, integer nanoseconds. The factories that take
 /// a floating-point count throw UnitError on NaN, on a negative count and on
 /// +infinity; finite counts beyond kMaxSeconds saturate there.
@@ -77,7 +92,7 @@ class Duration {
   [[nodiscard]] static Duration seconds(double s) {
     if (!(s >= 0) || s == kInfinity) throw_bad_duration("seconds", s);  // !(s >= 0) also catches NaN
     if (s > kMaxSeconds) s = kMaxSeconds;
-    return Duration(static_cast<std::int64_t>(std::llround(s * 1e9)));
+    return Duration(round_nearest(s * 1e9));
   }
   [[nodiscard]] static Duration ms(double m) {
     if (!(m >= 0)) throw_bad_duration("milliseconds", m);

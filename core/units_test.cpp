@@ -6,8 +6,10 @@
 
 #include <gtest/gtest.h>
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "core/error.hpp"
 
@@ -44,6 +46,29 @@ TEST(Bandwidth, TransferAtNoBandwidthIsAnError) {
   EXPECT_THROW((void)(Bytes(1) / Bandwidth{}), UnitError);  // +inf seconds
   EXPECT_THROW((void)(Bytes(0) / Bandwidth{}), UnitError);  // NaN seconds
   EXPECT_THROW((void)(Bytes(1) / Bandwidth::from_GBps(-1)), UnitError);
+}
+
+TEST(RoundNearest, IsLlroundWithoutTheCall) {
+  // Halves go away from zero; the largest double below one half stays at 0
+  // (adding 0.5 and truncating would give 1); counts beyond 2^53 are whole.
+  EXPECT_EQ(round_nearest(0.5), 1);
+  EXPECT_EQ(round_nearest(2.5), 3);
+  EXPECT_EQ(round_nearest(-2.5), -3);
+  EXPECT_EQ(round_nearest(0.49999999999999994), 0);
+  EXPECT_EQ(round_nearest(-0.49999999999999994), 0);
+  EXPECT_EQ(round_nearest(4.6e18), 4600000000000000000LL);
+  std::vector<double> xs{0.0,
+                         -0.0,
+                         1e-300,
+                         0.5000000000000001,
+                         9007199254740991.5,
+                         4503599627370495.5,
+                         1e10 + 0.5,
+                         123456789.4999999,
+                         -7.5,
+                         3.2e12 * 1.1};
+  for (int i = 0; i < 2000; ++i) xs.push_back(std::ldexp(static_cast<double>((i * 7919) % 1000003), i % 60 - 20) / 3);
+  for (double x : xs) EXPECT_EQ(round_nearest(x), std::llround(x)) << x;
 }
 
 TEST(Duration, RoundsToNanoseconds) {

@@ -96,20 +96,6 @@ Busy comm_busy(const core::Schedule& s, const core::ReplayPlan& plan, const core
   return busy;
 }
 
-// std::llround, inline: to the nearest integer, halves away from zero (the
-// libm call was 3 % of a walk's instructions). Exact wherever llround is
-// defined: the truncation and its difference from x are exact in doubles.
-std::int64_t round_ns(double x) {
-  auto t = static_cast<std::int64_t>(x);
-  const double f = x - static_cast<double>(t);
-  if (f >= 0.5) {
-    ++t;
-  } else if (f <= -0.5) {
-    --t;
-  }
-  return t;
-}
-
 // The first of the merged intervals `busy` that ends after `t0`. `hint` is
 // where the search for the same stream ended last: a stream's ops start in
 // time order within a walk, so the search walks on from there, and falls
@@ -137,16 +123,16 @@ std::int64_t finish_after(const std::vector<std::pair<std::int64_t, std::int64_t
   for (; work > 0 && it != busy.end(); ++it) {
     const double a = static_cast<double>(it->first), b = static_cast<double>(it->second);
     if (a > t) {  // full speed until the interval
-      if (t + work <= a) return round_ns(t + work);
+      if (t + work <= a) return core::round_nearest(t + work);
       work -= a - t;
       t = a;
     }
     const double inside = (b - t) / slowdown;  // work done by the interval's end
-    if (work <= inside) return round_ns(t + work * slowdown);
+    if (work <= inside) return core::round_nearest(t + work * slowdown);
     work -= inside;
     t = b;
   }
-  return round_ns(t + work);
+  return core::round_nearest(t + work);
 }
 
 // Compute ops at their duration in `first` (uncontended), slowed by
@@ -221,12 +207,12 @@ class LinkSharing {
     int others = it == st.begin() ? 0 : std::prev(it)->second;
     for (; work > 0 && it != st.end(); ++it) {
       const double rate = 1.0 / (1 + others), until = static_cast<double>(it->first);
-      if (t + work / rate <= until) return round_ns(t + work / rate);
+      if (t + work / rate <= until) return core::round_nearest(t + work / rate);
       work -= (until - t) * rate;
       t = until;
       others = it->second;
     }
-    return round_ns(t + work * (1 + others));
+    return core::round_nearest(t + work * (1 + others));
   }
 
  private:
