@@ -26,17 +26,31 @@ using core::us_to_seconds;
 GroupSpan PerfModel::span(const std::vector<int>& ranks) const {
   GroupSpan g;
   g.ranks = static_cast<int>(ranks.size());
-  // Ranks per scale-up domain, counted by domain number (ranks are devices,
-  // so domains are numbered from 0 up to the last rank's).
-  int min_node = INT32_MAX, max_node = -1, last_domain = -1;
+  // Ranks per scale-up domain: counted in a table over the domains' range
+  // where it is dense (a group's ranks are devices: it always is), else
+  // sorted and counted in runs.
+  int min_node = INT32_MAX, max_node = -1, lo = INT32_MAX, hi = INT32_MIN;
   for (int r : ranks) {
-    if (r < 0) throw std::invalid_argument(fmt::format("a group lists rank {}: ranks are devices, from 0", r));
-    last_domain = std::max(last_domain, topo_.domain_of(r));
+    lo = std::min(lo, topo_.domain_of(r));
+    hi = std::max(hi, topo_.domain_of(r));
     min_node = std::min(min_node, topo_.node_of(r));
     max_node = std::max(max_node, topo_.node_of(r));
   }
-  std::vector<int> per_domain(static_cast<std::size_t>(last_domain + 1), 0);
-  for (int r : ranks) ++per_domain[static_cast<std::size_t>(topo_.domain_of(r))];
+  std::vector<int> per_domain;
+  const std::int64_t range = ranks.empty() ? 0 : static_cast<std::int64_t>(hi) - lo + 1;
+  if (range <= 4 * static_cast<std::int64_t>(ranks.size()) + 64) {
+    per_domain.assign(static_cast<std::size_t>(range), 0);
+    for (int r : ranks) ++per_domain[static_cast<std::size_t>(topo_.domain_of(r) - lo)];
+  } else {
+    std::vector<int> domains;
+    domains.reserve(ranks.size());
+    for (int r : ranks) domains.push_back(topo_.domain_of(r));
+    std::sort(domains.begin(), domains.end());
+    for (std::size_t i = 0; i < domains.size(); ++i) {
+      if (i == 0 || domains[i] != domains[i - 1]) per_domain.push_back(0);
+      ++per_domain.back();
+    }
+  }
   g.min_ranks_per_domain = INT32_MAX;
   for (int n : per_domain) {
     if (n == 0) continue;

@@ -44,6 +44,20 @@ TEST(Topology, TiersAndSpans) {
   GroupSpan both = mesh.span(iota(16));
   EXPECT_EQ(both.domains, 2);
   EXPECT_EQ(both.top_tier, 0);
+  // A strided group (one rank a node, as a data-parallel group under TP 8)
+  // and a sparse one, whose domains span far more than it has ranks:
+  // counted in runs. Ranks 0, 1, 2 (domain 0), 1,000 (125) and 1,023 (127).
+  std::vector<int> strided;
+  for (int r = 3; r < 1024; r += 8) strided.push_back(r);
+  const GroupSpan s = pm.span(strided);
+  EXPECT_EQ(s.domains, 128);
+  EXPECT_EQ(s.min_ranks_per_domain, 1);
+  EXPECT_EQ(s.max_ranks_per_domain, 1);
+  const GroupSpan sparse = pm.span({0, 1, 2, 1000, 1023});
+  EXPECT_EQ(sparse.domains, 3);
+  EXPECT_EQ(sparse.min_ranks_per_domain, 1);
+  EXPECT_EQ(sparse.max_ranks_per_domain, 3);
+  EXPECT_EQ(sparse.top_tier, 1);
 }
 
 TEST(PerfModel, RingAcrossNodesIsNicBound) {
