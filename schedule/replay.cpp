@@ -218,6 +218,7 @@ class Replay {
     free_at_.resize(np_);
     events_.resize(np_);
     queued_.resize(np_);
+    in_collective_.resize(np_);
     for (std::size_t p = 0; p < np_; ++p) {
       const Program& prog = s_.programs[p];
       r_.times[p].resize(prog.streams.size());
@@ -234,6 +235,7 @@ class Replay {
       next_[p].assign(prog.streams.size(), 0);
       free_at_[p].assign(prog.streams.size(), TimePoint{});
       queued_[p].assign(prog.streams.size(), 0);
+      in_collective_[p].assign(prog.streams.size(), 0);
       const std::size_t slots = order_.programs[p].event_slots;
       EventTable& ev = events_[p];
       ev.time.assign(slots, TimePoint{});
@@ -410,8 +412,13 @@ class Replay {
     }
     const auto key = (static_cast<std::uint64_t>(static_cast<std::uint32_t>(coll.group)) << 32) |
                      static_cast<std::uint32_t>(coll.seq);
+    // A stream pushed again while it waits here (its thread issued more of
+    // its ops) has arrived already: counted once, at its first arrival.
+    char& waiting = in_collective_[c.program][c.stream];
+    if (waiting) return false;
     auto& list = arrived_[key];
     list.emplace_back(c, ready);
+    waiting = 1;
     if (list.size() < parts.size()) return false;  // the last member to arrive finishes everyone
     TimePoint start{};
     // All members finish together; an all_to_allv lasts as long as its largest member's share.
@@ -434,6 +441,7 @@ class Replay {
     std::vector<std::pair<Cursor, TimePoint>> members = std::move(list);
     arrived_.erase(key);
     for (const auto& a : members) {
+      in_collective_[a.first.program][a.first.stream] = 0;
       finish(a.first, start, start + d);
       --remaining_;
       if (a.first.program != c.program || a.first.stream != c.stream) push(a.first);
@@ -529,6 +537,7 @@ class Replay {
   std::size_t remaining_ = 0;
   std::deque<Cursor> work_;
   std::vector<std::vector<char>> queued_;
+  std::vector<std::vector<char>> in_collective_;  // per stream: arrived at its head collective, not yet run
 };
 
 }  // namespace

@@ -501,6 +501,33 @@ TEST(Replay, AStreamBackAtTheSameWaitIsWokenOnce) {
   EXPECT_EQ(t.times[0][0][2].end.count_ns(), 31);
 }
 
+TEST(Replay, AStreamBackAtTheSameCollectiveArrivesOnce) {
+  // Rank 0's gather stream records e9, which lets its thread out of a sync
+  // (op 2) to issue a GEMM on that stream (op 3): the stream is pushed again
+  // while it is still to reach its all-gather (op 1). It reaches it, waits
+  // for rank 1, and comes back to it before rank 1 arrives, which waits on
+  // e7 until a 50 ns GEMM records it. The gather runs 50-250 ns on both
+  // ranks and rank 0's GEMM after it, 250-260 ns.
+  Schedule s = two_rank_schedule();
+  for (auto& p : s.programs) {
+    auto& comp = p.streams[0].ops;
+    auto& ag = p.streams[1].ops;
+    if (p.id == 0) {
+      ag = {event_op(0, OpKind::Record, 9), collective(1, 0, 0, 1000), compute(3, "after", 10)};
+      comp = {event_op(2, OpKind::Sync, 9)};
+    } else {
+      ag = {event_op(0, OpKind::Wait, 7), collective(2, 0, 0, 1000)};
+      comp = {compute(1, "late", 50), event_op(3, OpKind::Record, 7)};
+    }
+  }
+  const ReplayResult r = timed(s);
+  EXPECT_EQ(r.times[0][1][1].start.count_ns(), 50);
+  EXPECT_EQ(r.times[0][1][1].end.count_ns(), 250);
+  EXPECT_EQ(r.times[1][1][1].start.count_ns(), 50);
+  EXPECT_EQ(r.times[0][1][2].start.count_ns(), 250);
+  EXPECT_EQ(r.times[0][1][2].end.count_ns(), 260);
+}
+
 TEST(ScheduleCheck, RejectsSyncOnLaterEvent) {
   // The thread syncs on an event only it would record later: it can never issue it.
   Schedule s = sync_schedule(true);
