@@ -9,8 +9,6 @@
 #include <fmt/format.h>
 #include <algorithm>
 #include <cmath>
-#include <map>
-#include <stdexcept>
 #include <vector>
 
 #include "core/error.hpp"
