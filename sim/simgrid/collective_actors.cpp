@@ -4,8 +4,6 @@
 // proxy actors carry the flows of ranks without a representative.
 #include <fmt/format.h>
 
-#include <cmath>
-
 #include "core/error.hpp"
 #include "sim/simgrid/simulation.hpp"
 
@@ -41,19 +39,11 @@ template <class Take>
 void Simulation::run_flows(int me, const Lowered& l, Take take) {
   std::size_t lo = 0, hi = l.set.flows.size();
   if (me >= 0) std::tie(lo, hi) = l.from(me);
-  std::vector<sg4::CommPtr> comms;
+  std::vector<const Flow*> flows;
   for (std::size_t f = lo; f < hi; ++f) {
-    const Flow& fl = l.set.flows[f];
-    if (!take(fl.src)) continue;
-    comms.push_back(
-        sg4::Comm::sendto_async(host(fl.src), host(fl.dst), static_cast<std::uint64_t>(std::ceil(fl.wire_bytes))));
+    if (take(l.set.flows[f].src)) flows.push_back(&l.set.flows[f]);
   }
-  flows_ += static_cast<long long>(comms.size());
-  if (comms.size() == 1) {
-    comms[0]->wait();
-  } else if (!comms.empty()) {
-    for (auto& c : comms) c->wait();
-  }
+  send_and_wait(flows);
 }
 
 void Simulation::flows_done(Instance& inst) {

@@ -47,43 +47,42 @@ std::vector<sg4::Host*> build_platform(sg4::Engine& e, const topologies::Topolog
       sg4::FatTreeParams(static_cast<unsigned>(shape.down.size()), shape.down, shape.up, count),
       sg4::ClusterCallbacks(leaf), nic_Bps, 0, sg4::Link::SharingPolicy::SPLITDUPLEX);
 
-  // Scale-up: NVSwitch = an out and an in link per device at the full
-  // per-direction bandwidth; full mesh = one link per ordered pair at its share.
-  const int D = spec.scale_up.domain_devices;
-  const double up_Bps = spec.scale_up_bandwidth().bytes_per_s();
+  // Scale-up: direct routes between the devices of each domain (ScaleUpShape).
+  const ScaleUpShape su = scale_up_shape(topo);
+  const int D = su.devices;
   const int devices = topo.devices();
   for (int first = 0; first < devices; first += D) {
     const int last = std::min(devices, first + D);
-    if (spec.scale_up.kind == topologies::ScaleUpKind::NvSwitch) {
-      std::vector<sg4::Link*> out, in;
-      for (int d = first; d < last; ++d) {
-        out.push_back(zone->create_link(fmt::format("nvl-out{}", d), up_Bps)->seal());
-        in.push_back(zone->create_link(fmt::format("nvl-in{}", d), up_Bps)->seal());
-      }
-      for (int a = first; a < last; ++a) {
-        for (int b = first; b < last; ++b) {
-          if (a == b) continue;
-          zone->add_bypass_route(hosts[static_cast<std::size_t>(a)]->get_netpoint(),
-                                 hosts[static_cast<std::size_t>(b)]->get_netpoint(), nullptr, nullptr,
-                                 {sg4::LinkInRoute(out[static_cast<std::size_t>(a - first)]),
-                                  sg4::LinkInRoute(in[static_cast<std::size_t>(b - first)])});
+    std::vector<sg4::Link*> links;
+    for (int l = 0; l < su.links(); ++l) {
+      const std::string name = su.switched ? fmt::format("nvl-{}{}", l < D ? "out" : "in", first + l % D)
+                                           : fmt::format("mesh{}.{}", first, l);
+      links.push_back(zone->create_link(name, su.link_Bps)->seal());
+    }
+    for (int a = first; a < last; ++a) {
+      for (int b = first; b < last; ++b) {
+        if (a == b) continue;
+        std::vector<sg4::LinkInRoute> route;
+        for (int l : su.route(a - first, b - first)) {
+          if (l >= 0) route.emplace_back(links[static_cast<std::size_t>(l)]);
         }
-      }
-    } else {
-      const double pair_Bps = up_Bps / std::max(1, D - 1);
-      for (int a = first; a < last; ++a) {
-        for (int b = first; b < last; ++b) {
-          if (a == b) continue;
-          sg4::Link* l = zone->create_link(fmt::format("mesh{}-{}", a, b), pair_Bps)->seal();
-          zone->add_bypass_route(hosts[static_cast<std::size_t>(a)]->get_netpoint(),
-                                 hosts[static_cast<std::size_t>(b)]->get_netpoint(), nullptr, nullptr,
-                                 {sg4::LinkInRoute(l)});
-        }
+        zone->add_bypass_route(hosts[static_cast<std::size_t>(a)]->get_netpoint(),
+                               hosts[static_cast<std::size_t>(b)]->get_netpoint(), nullptr, nullptr, route);
       }
     }
   }
   zone->seal();
   return hosts;
+}
+
+ScaleUpShape scale_up_shape(const topologies::Topology& topo) {
+  const auto& spec = topo.spec();
+  ScaleUpShape su;
+  su.switched = spec.scale_up.kind == topologies::ScaleUpKind::NvSwitch;
+  su.devices = spec.scale_up.domain_devices;
+  const double up_Bps = spec.scale_up_bandwidth().bytes_per_s();
+  su.link_Bps = su.switched ? up_Bps : up_Bps / std::max(1, su.devices - 1);
+  return su;
 }
 
 }  // namespace hzp::sim::simgrid

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "sim/simgrid/scale_up_links.hpp"
 #include "topologies/topology.hpp"
 
 namespace simgrid::s4u {
@@ -31,6 +32,27 @@ struct FatTreeShape {
 /// switch of tier i has down[i] ports facing down and down[i]/oversubscription
 /// facing up (at least one); only the tiers the cluster's size needs are built.
 [[nodiscard]] FatTreeShape fat_tree_shape(const topologies::Topology& topo);
+
+/// The links of every scale-up domain as build_platform makes them: an out
+/// and an in port per device at the full per-direction bandwidth (NVSwitch),
+/// or one link per ordered pair at its share of it (full mesh). Devices and
+/// links are numbered from 0 inside their domain.
+struct ScaleUpShape {
+  bool switched = true;
+  int devices = 1;  // per domain
+  double link_Bps = 0;
+  [[nodiscard]] int links() const { return switched ? 2 * devices : devices * (devices - 1); }
+  /// The capacity (bytes/s) of each of a domain's `links()` links.
+  [[nodiscard]] std::vector<double> capacities() const {
+    return std::vector<double>(static_cast<std::size_t>(links()), link_Bps);
+  }
+  /// The links a flow from local device `a` to `b` (a != b) crosses.
+  [[nodiscard]] LinkPair route(int a, int b) const {
+    if (switched) return {a, devices + b};
+    return {a * (devices - 1) + (b < a ? b : b - 1), -1};
+  }
+};
+[[nodiscard]] ScaleUpShape scale_up_shape(const topologies::Topology& topo);
 
 /// Builds the platform in the engine's root zone and sets the network model
 /// for RDMA and NVLink (CM02, no TCP gamma, no cross-traffic), then the

@@ -160,10 +160,9 @@ void Simulation::transfer(Rank& r, std::size_t k, std::size_t i, const Op& op) {
   keep->waiting_rank->device.begin();
   if (classes_ && pm_.topology().domain_of(src) != pm_.topology().domain_of(dst)) mirror_transfer(op, src, dst);
   FlowSet fs = lower_p2p(pm_, xfer.bytes, src, dst);
-  flows_ += static_cast<long long>(fs.flows.size());
-  for (const Flow& f : fs.flows) {
-    sg4::Comm::sendto(host(f.src), host(f.dst), static_cast<std::uint64_t>(std::ceil(f.wire_bytes)));
-  }
+  std::vector<const Flow*> flows;
+  for (const Flow& f : fs.flows) flows.push_back(&f);
+  send_and_wait(flows);
   if (fs.latency_s > 0) sg4::this_actor::sleep_for(fs.latency_s);
   keep->end = now_s();
   r.device.end();

@@ -193,6 +193,42 @@ TEST_P(Modes, AllToAllOverlappingReduceScatterSlowsBothByTheMaxMinShare) {
   EXPECT_GT(seconds(a2a), 1.9 * (wa / bw));
 }
 
+// Inside one NVSwitch domain hzp shares the ports itself (scale_up_links.hpp).
+// An all-gather and a reduce-scatter over the same 8 GPUs ring the same way,
+// so each out and in port carries both: the smaller takes twice its wire
+// bytes over the port, the larger both flows' bytes. With a --simgrid-cfg
+// setting these flows stay SimGrid comms on the same ports, and agree.
+TEST_P(Modes, CollectivesInsideOneNodeShareItsNvlinkPortsMaxMin) {
+  auto pm = h100(8);
+  const std::vector<int> ranks{0, 1, 2, 3, 4, 5, 6, 7};
+  const std::int64_t na = 256LL << 20, nr = 1LL << 30;
+  const auto ca = pm.collective_cost(CollectiveKind::AllGather, Bytes(na), pm.span(ranks));
+  const auto cr = pm.collective_cost(CollectiveKind::ReduceScatter, Bytes(nr), pm.span(ranks));
+  const double wa = 7.0 / 8.0 * static_cast<double>(na) / ca.scale_up_efficiency;
+  const double wr = 7.0 / 8.0 * static_cast<double>(nr) / cr.scale_up_efficiency;
+  const double bw = pm.topology().spec().scale_up_bandwidth().bytes_per_s();
+  ASSERT_DOUBLE_EQ(bw, 450e9);
+
+  Builder b(ranks, 8);
+  auto s0 = b.stream("tp"), s1 = b.stream("grad");
+  b.collective(s0, CollectiveKind::AllGather, b.group(GroupKind::Tp, ranks), na);
+  b.collective(s1, CollectiveKind::ReduceScatter, b.group(GroupKind::DpGrad, ranks), nr);
+  auto t = run(b.s, pm, quiet(GetParam()));
+  ASSERT_EQ(t.ops.size(), 2u);
+  const std::size_t ag = t.ops[0].what == "all_gather" ? 0 : 1;
+  EXPECT_NEAR(seconds(t.ops[ag]), 2 * wa / bw + ca.latency_s, 1e-6);         // alone: wa / bw
+  EXPECT_NEAR(seconds(t.ops[1 - ag]), (wa + wr) / bw + cr.latency_s, 1e-6);  // alone: wr / bw
+
+  EngineOptions in_simgrid = quiet(GetParam());
+  in_simgrid.simgrid_config = {"network/optim:Full"};
+  auto u = run(b.s, pm, in_simgrid);
+  ASSERT_EQ(u.ops.size(), 2u);
+  for (std::size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(u.ops[i].what, t.ops[i].what);
+    EXPECT_NEAR(seconds(u.ops[i]), seconds(t.ops[i]), 1e-9);
+  }
+}
+
 // Three broadcasts of 1 MiB in a row on one group of 16 ranks over two
 // nodes: the first pays its latency L and its transfer, each one that
 // directly follows only the back-to-back latency B < L and its transfer (the

@@ -33,9 +33,12 @@ SimResult Simulation::run(const std::function<void(const SimResult&)>& deliver) 
 #endif
   hosts_ = build_platform(e, pm_.topology(), o_.simgrid_config);
   leaf_ = fat_tree_shape(pm_.topology()).leaf_of_device();
+  scale_up_ = scale_up_shape(pm_.topology());
+  own_scale_up_ = o_.simgrid_config.empty();
   prepare();
   spawn();
   e.run();
+  cancel_timers();
   if (error_) std::rethrow_exception(error_);
   SimResult result = collect();
   if (deliver) deliver(result);

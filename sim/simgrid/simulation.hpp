@@ -24,6 +24,7 @@
 #include <map>
 #include <memory>
 #include <simgrid/s4u.hpp>
+#include <span>
 #include <tuple>
 #include <unordered_map>
 #include <utility>
@@ -33,7 +34,13 @@
 #include "sim/engine.hpp"
 #include "sim/simgrid/device_rate.hpp"
 #include "sim/simgrid/flows.hpp"
+#include "sim/simgrid/platform.hpp"
 #include "sim/simgrid/result_wire.hpp"
+#include "sim/simgrid/scale_up_links.hpp"
+
+namespace simgrid::kernel::timer {
+class Timer;
+}  // namespace simgrid::kernel::timer
 
 namespace hzp::sim::simgrid {
 
@@ -71,6 +78,23 @@ using InstancePtr = std::shared_ptr<Instance>;
 // Flow sets up to this size are launched by one actor (the last member to
 // arrive); larger ones by each member for its own flows.
 constexpr std::size_t kLaunchAllFlows = 64;
+
+// Whoever waits for flows on scale-up links: how many are still in flight,
+// and the actor to resume when the last ends (set while it is parked).
+struct FlowWaiter {
+  int pending = 0;
+  sg4::ActorPtr parked;
+};
+
+// One scale-up domain's links and the flows on them, solved by hzp
+// (scale_up_links.hpp), with the SimGrid timer set for the next to end.
+struct ScaleUpDomain {
+  explicit ScaleUpDomain(std::vector<double> capacity) : links(std::move(capacity)) {}
+  ScaleUpLinks<FlowWaiter*> links;
+  ::simgrid::kernel::timer::Timer* timer = nullptr;
+  double timer_at = -1;
+  bool dirty = false;  // flows added since the last solve
+};
 
 // A send/recv pair while in progress.
 struct Transfer {
@@ -191,6 +215,23 @@ class Simulation {
   void transfer(Rank& r, std::size_t k, std::size_t i, const core::Op& op);
   void mirror_transfer(const core::Op& op, int src, int dst);
 
+  // ---- flows inside a scale-up domain (scale_up_flows.cpp) ------------------
+  /// Whether a flow from `a` to `b` is solved by hzp on its domain's links.
+  [[nodiscard]] bool on_scale_up(int a, int b) const {
+    return own_scale_up_ && pm_.topology().domain_of(a) == pm_.topology().domain_of(b);
+  }
+  /// Puts `f` on its domain's links for `w` (rates settle in settle_scale_up()).
+  void put_scale_up(const Flow& f, FlowWaiter& w);
+  /// Shares the links of every domain that gained flows, and sets its timer.
+  void settle_scale_up();
+  void set_timer(int domain);
+  void scale_up_due(int domain);
+  /// Parks the calling actor until `w`'s flows have all ended.
+  static void wait_scale_up(FlowWaiter& w);
+  void cancel_timers();
+  /// Puts `flows` on the network from the calling actor and waits for them.
+  void send_and_wait(std::span<const Flow* const> flows);
+
   // ---- collectives and proxies (collective_actors.cpp) ----------------------
   LoweredPtr lower(int group, core::CollectiveKind kind, std::int64_t bytes);
   LoweredPtr background(int group, core::CollectiveKind kind, std::int64_t bytes);
@@ -224,6 +265,12 @@ class Simulation {
   std::unordered_map<int, Proxy> proxies_;
   std::exception_ptr error_;
   long long flows_ = 0;
+  // Inside a scale-up domain flows are hzp's (unless --simgrid-cfg may have
+  // changed SimGrid's network model); one entry per domain, made on first use.
+  bool own_scale_up_ = false;
+  ScaleUpShape scale_up_;
+  std::vector<std::unique_ptr<ScaleUpDomain>> domains_;
+  std::vector<int> dirty_domains_;
 };
 
 }  // namespace hzp::sim::simgrid
