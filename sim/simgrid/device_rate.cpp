@@ -1,39 +1,33 @@
 // A device's compute rate under collectives (see device_rate.hpp).
 #include "sim/simgrid/device_rate.hpp"
 
+#include <simgrid/kernel/Timer.hpp>
+
 #include <algorithm>
-#include <cmath>
 #include <iterator>
-#include <limits>
 
 namespace hzp::sim::simgrid {
 
 void Device::change() {
+  const double t = now_s();
   const double before = log.back().second;
-  log.emplace_back(now_s(), rate());
-  // A slower rate only delays the ends already planned: the waiters find
-  // out when they wake. A faster one brings them forward: wake them now.
-  if (log.back().second > before) {
-    for (auto& w : waiters) {
-      if (w) w->cv->notify_all();
-    }
+  log.emplace_back(t, rate());
+  for (Run& r : runs) {
+    if (!r.parked) continue;
+    r.left -= (t - r.since) * before;
+    r.since = t;
+    set_timer(r);
   }
 }
 
-Device::Waiter& Device::waiter(std::size_t stream) {
-  if (waiters.size() <= stream) waiters.resize(stream + 1);
-  if (!waiters[stream]) {
-    auto w = std::make_unique<Waiter>();
-    w->mutex = sg4::Mutex::create();
-    w->cv = sg4::ConditionVariable::create();
-    w->lock = std::unique_lock<sg4::Mutex>(*w->mutex);
-    waiters[stream] = std::move(w);
-  }
-  return *waiters[stream];
-}
-
-void Device::retire(std::size_t stream) {
-  if (stream < waiters.size() && waiters[stream]) waiters[stream]->lock.unlock();
+void Device::set_timer(Run& r) {
+  if (r.timer != nullptr) r.timer->remove();
+  const double end = r.since + std::max(0.0, r.left) / rate();
+  r.timer = ::simgrid::kernel::timer::Timer::set(end, [&r] {
+    r.timer = nullptr;  // SimGrid deletes it once this returns
+    sg4::ActorPtr a = std::move(r.parked);
+    a->resume();
+  });
 }
 
 void Device::run(std::size_t stream, double work) {
@@ -42,35 +36,19 @@ void Device::run(std::size_t stream, double work) {
     sg4::this_actor::sleep_for(work);
     return;
   }
-  Waiter& w = waiter(stream);
-  double t = now_s();
-  while (work > resolution(t)) {
-    (void)w.cv->wait_until(w.lock, t + work / rate());
-    const double t2 = now_s();
-    work -= work_between(t, t2);
-    t = t2;
-  }
+  Run& r = runs.at(stream);
+  r.left = work;
+  r.since = now_s();
+  r.parked = sg4::Actor::self();
+  set_timer(r);
+  sg4::this_actor::suspend();
 }
 
-double Device::resolution(double t) {
-  // The work a wait can still make progress on: a nanosecond (the trace's
-  // unit), or a few steps of the clock where its doubles are coarser (past
-  // 8,192 simulated seconds a step of the clock exceeds 1e-12 s, and a
-  // wait shorter than one step never advances it: the stream spun forever).
-  const double step = std::nextafter(t, std::numeric_limits<double>::infinity()) - t;
-  return std::max(1e-9, 4 * step);
-}
-
-double Device::work_between(double t0, double t1) const {
-  auto it = std::upper_bound(log.begin(), log.end(), t0,
-                             [](double t, const std::pair<double, double>& e) { return t < e.first; });
-  double t = t0, r = std::prev(it)->second, w = 0;
-  for (; it != log.end() && it->first < t1; ++it) {
-    w += (it->first - t) * r;
-    t = it->first;
-    r = it->second;
+void Device::cancel() {
+  for (Run& r : runs) {
+    if (r.timer != nullptr) r.timer->remove();
+    r.timer = nullptr;
   }
-  return w + (t1 - t) * r;
 }
 
 double Device::time_after(double t0, double work) const {

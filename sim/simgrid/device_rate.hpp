@@ -4,11 +4,13 @@
 #pragma once
 
 #include <cstddef>
-#include <memory>
-#include <mutex>
 #include <simgrid/s4u.hpp>
 #include <utility>
 #include <vector>
+
+namespace simgrid::kernel::timer {
+class Timer;
+}  // namespace simgrid::kernel::timer
 
 namespace hzp::sim::simgrid {
 
@@ -19,18 +21,22 @@ inline double now_s() { return sg4::Engine::get_clock(); }
 
 // A device's compute rate: 1 when no collective runs on it, 1/slowdown while
 // one does; the log of changes maps work done to time afterwards. A stream
-// that computes waits on its own condition variable (its mutex held for its
-// whole life, so a timed wait is one simcall); a change wakes them all.
+// that computes is parked until a SimGrid timer set for the end of its work
+// at the current rate; a change of rate moves its timer (the stream itself
+// is not woken until its work is done).
 struct Device {
-  struct Waiter {
-    sg4::MutexPtr mutex;
-    sg4::ConditionVariablePtr cv;
-    std::unique_lock<sg4::Mutex> lock;
+  // A stream's compute run in progress: the work left at `since`, the parked
+  // actor and the timer that will resume it.
+  struct Run {
+    double left = 0;
+    double since = 0;
+    sg4::ActorPtr parked;
+    ::simgrid::kernel::timer::Timer* timer = nullptr;
   };
   double slowdown = 1;
   int active = 0;
   std::vector<std::pair<double, double>> log{{0.0, 1.0}};  // (time s, rate from then on)
-  std::vector<std::unique_ptr<Waiter>> waiters;            // one per computing stream
+  std::vector<Run> runs;                                   // [stream]: sized before any actor runs
 
   [[nodiscard]] double rate() const { return active > 0 ? 1 / slowdown : 1; }
   /// A collective or transfer starts on the device.
@@ -42,18 +48,15 @@ struct Device {
     if (--active == 0 && slowdown > 1) change();
   }
   void change();
-  /// The calling stream's waiter, created on first use (in actor context).
-  Waiter& waiter(std::size_t stream);
-  /// The stream is done: release its mutex (only its owner may).
-  void retire(std::size_t stream);
   /// Runs `work` seconds of uncontended compute on `stream`, at the rate of the moment.
   void run(std::size_t stream, double work);
-  /// Below this much work (seconds) at clock time `t`, compute is done.
-  [[nodiscard]] static double resolution(double t);
-  /// Uncontended compute done in [t0, t1].
-  [[nodiscard]] double work_between(double t0, double t1) const;
+  /// Removes every timer still set (the simulation stopped on an error).
+  void cancel();
   /// When `work` seconds of uncontended compute begun at `t0` were done.
   [[nodiscard]] double time_after(double t0, double work) const;
+
+ private:
+  void set_timer(Run& r);
 };
 
 }  // namespace hzp::sim::simgrid

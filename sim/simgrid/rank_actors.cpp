@@ -103,7 +103,6 @@ void Simulation::stream_body(Rank& r, std::size_t k) {
     }
     ++i;
   }
-  r.device.retire(k);
 }
 
 // Kernels that start back to back (each issued before the previous one

@@ -92,6 +92,7 @@ void Simulation::cancel_timers() {
     if (dm && dm->timer != nullptr) dm->timer->remove();
     if (dm) dm->timer = nullptr;
   }
+  for (auto& r : ranks_) r->device.cancel();
 }
 
 }  // namespace hzp::sim::simgrid

@@ -281,6 +281,41 @@ TEST(SimGridEngine, ComputeSlowsDownWhileACollectiveSharesTheDevice) {
   EXPECT_NE(t.header.engine_detail.find("slowdown under collectives 1.189"), std::string::npos);
 }
 
+// The collective starts d into a kernel of W seconds (its stream computes
+// for d first): the kernel runs at full speed, at 1/f for the collective's
+// T, then at full speed again, ending T (1 - 1/f) after W. Its stream is not
+// woken at either change: its timer moves (device_rate.hpp).
+TEST(SimGridEngine, ComputeSlowsDownFromWhenACollectiveStartsMidKernel) {
+  auto pm = h100(16);
+  const double f = pm.topology().spec().device.comm_compute_slowdown;
+  Builder b({0, 8}, 16);
+  auto c = b.stream("compute"), x = b.stream("comm");
+  b.compute(c, 40LL << 30);  // ~15 ms
+  b.compute(x, 8LL << 30);   // ~3 ms
+  const std::int64_t n = 256LL << 20;
+  b.collective(x, CollectiveKind::AllGather, b.group(GroupKind::DpShard, {0, 8}), n);
+  b.collective(c, CollectiveKind::AllReduce, b.group(GroupKind::DpReplica, {0, 8}),
+               1 << 20);  // starts at the kernel's end
+  const double w = pm.compute(b.s.programs[0].streams[c].ops[0]).to_seconds();
+  const double d = pm.compute(b.s.programs[0].streams[x].ops[0]).to_seconds();
+  const double tc = pm.collective(CollectiveKind::AllGather, Bytes(n), pm.span({0, 8})).to_seconds();
+  ASSERT_LT(d + tc / f, w);
+
+  auto t = run(b.s, pm, EngineOptions{});
+  ASSERT_EQ(t.ops.size(), 4u);
+  const double end = w + tc * (1 - 1 / f);
+  for (const auto& op : t.ops) {
+    const double start = op.start.since_start().to_seconds();
+    if (op.what == "all_gather") {
+      EXPECT_NEAR(start, d, 1e-9);
+    } else if (op.what == "all_reduce") {
+      EXPECT_NEAR(start, end, 2e-6);  // the stream went on when its work was done
+    } else if (op.kind == OpKind::Compute && op.stream == static_cast<int>(c)) {
+      EXPECT_NEAR(end_s(op), end, 2e-6);
+    }
+  }
+}
+
 TEST(SimGridEngine, HeaderSaysWhichModeRan) {
   auto pm = h100(16);
   Builder b({0, 8}, 16);

@@ -138,6 +138,7 @@ void Simulation::prepare_ranks() {
       rank->program = p;
       rank->device.slowdown = o_.interference ? pm_.topology().spec().device.comm_compute_slowdown : 1.0;
       const std::size_t ns = prog.streams.size();
+      rank->device.runs.resize(ns);  // the timers hold references: never resized again
       rank->times.resize(ns);
       for (std::size_t k = 0; k < ns; ++k) {
         rank->times[k].resize(prog.streams[k].ops.size());

@@ -183,6 +183,7 @@ class Simulation {
       throw;  // how SimGrid unwinds the actors it kills
     } catch (...) {
       if (!error_) error_ = std::current_exception();
+      cancel_timers();  // they would resume actors about to die
       sg4::Actor::kill_all();
     }
   }
@@ -228,6 +229,7 @@ class Simulation {
   void scale_up_due(int domain);
   /// Parks the calling actor until `w`'s flows have all ended.
   static void wait_scale_up(FlowWaiter& w);
+  /// Removes every timer this simulation set (scale-up domains, devices).
   void cancel_timers();
   /// Puts `flows` on the network from the calling actor and waits for them.
   void send_and_wait(std::span<const Flow* const> flows);
