@@ -122,12 +122,13 @@ std::size_t Simulation::compute_run(Rank& r, std::size_t k, std::size_t first) {
     work += pi.work[k][j];
   }
   r.device.run(k, work);
-  double done_work = 0;
+  // Each op starts where the one before ended, at the work done before it.
+  double done_work = 0, at = t0;
   for (std::size_t i = first; i < j; ++i) {
-    const double start = r.device.time_after(t0, done_work);
+    const double start = at;
     done_work += pi.work[k][i];
-    const double end = pi.work[k][i] > 0 ? r.device.time_after(t0, done_work) : start;
-    done(r, k, i, start, end);
+    if (pi.work[k][i] > 0) at = r.device.time_after(t0, done_work);
+    done(r, k, i, start, at);
   }
   return j;
 }
