@@ -3,8 +3,8 @@
 // this platform (no latency on these links, TCP-gamma 0, one weight for every
 // flow): max-min fairly. Flows between two devices of one domain use only the
 // domain's own links (platform.cpp), so the SimGrid engine solves them here
-// rather than as SimGrid comms: SimGrid 3.32 scans every detached comm in
-// flight each time one ends, and in `--ranks all` most flows are these.
+// rather than as SimGrid network actions: they are most of `--ranks all`'s
+// flows, and each costs SimGrid an activity, a route and a solver variable.
 // Pure bookkeeping, no SimGrid: the engine sets its timers from next_end().
 #pragma once
 

@@ -197,7 +197,7 @@ TEST_P(Modes, AllToAllOverlappingReduceScatterSlowsBothByTheMaxMinShare) {
 // An all-gather and a reduce-scatter over the same 8 GPUs ring the same way,
 // so each out and in port carries both: the smaller takes twice its wire
 // bytes over the port, the larger both flows' bytes. With a --simgrid-cfg
-// setting these flows stay SimGrid comms on the same ports, and agree.
+// setting these flows stay SimGrid network actions on the same ports, and agree.
 TEST_P(Modes, CollectivesInsideOneNodeShareItsNvlinkPortsMaxMin) {
   auto pm = h100(8);
   const std::vector<int> ranks{0, 1, 2, 3, 4, 5, 6, 7};
