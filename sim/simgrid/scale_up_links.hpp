@@ -42,8 +42,8 @@ class ScaleUpLinks {
     for (std::size_t f = 0; f < routes_.size(); ++f) remaining_[f] -= rates_[f] * dt;
     last_ = now;
   }
-  /// Puts `bytes` from link `route[0]` to `route[1]` on the links at the time
-  /// of the last advance(); rates are stale until solve().
+  /// Puts a flow of `bytes` over the links of `route` at the time of the last
+  /// advance(); rates are stale until solve().
   void add(LinkPair route, double bytes, Owner owner) {
     routes_.push_back(route);
     remaining_.push_back(bytes);
@@ -69,8 +69,8 @@ class ScaleUpLinks {
   template <class Ended>
   void finish_due(double now, Ended&& ended) {
     advance(now);
-    // Ends computed from the same sums as next_end(); a picosecond absorbs
-    // the rounding of two flows that end together.
+    // Ends computed from the same sums as next_end(); a picosecond per
+    // simulated second absorbs the rounding of two flows that end together.
     const double due = now + 1e-12 * std::max(1.0, now);
     std::size_t kept = 0;
     for (std::size_t f = 0; f < routes_.size(); ++f) {
