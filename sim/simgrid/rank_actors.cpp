@@ -1,8 +1,6 @@
 // The actors of a rank simulated in detail (see simulation.hpp): host threads
 // that hold back what follows their syncs, streams that run their ops in
 // order, and send/recv pairs.
-#include <cmath>
-
 #include "core/units.hpp"
 #include "sim/simgrid/simulation.hpp"
 
