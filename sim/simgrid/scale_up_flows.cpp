@@ -79,7 +79,6 @@ void Simulation::set_timer(int domain) {
 void Simulation::scale_up_due(int domain) {
   ScaleUpDomain& dm = *domains_[static_cast<std::size_t>(domain)];
   dm.timer = nullptr;  // SimGrid deletes it once this returns
-  if (error_) return;  // the actors are gone, and the waiters on their stacks with them
   dm.links.finish_due(dm.timer_at, [](FlowWaiter* w) {
     if (--w->pending == 0 && w->parked) {
       sg4::ActorPtr a = std::move(w->parked);

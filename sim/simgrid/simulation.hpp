@@ -183,7 +183,7 @@ class Simulation {
       throw;  // how SimGrid unwinds the actors it kills
     } catch (...) {
       if (!error_) error_ = std::current_exception();
-      cancel_timers();  // they would resume actors about to die
+      cancel_timers();  // they would reach actors about to die, through waiters on their stacks
       sg4::Actor::kill_all();
     }
   }
