@@ -33,11 +33,16 @@ struct Candidate {
   bool preset_at_base = false;
 };
 
+/// The same cluster at fewer GPUs, by GPU count: where screening runs a long
+/// pipeline on fewer stages (built before screening, read by its threads).
+using SmallerClusters = std::map<int, std::unique_ptr<cost::PerfModel>>;
+
 struct Setting {
   std::string cluster_name;
   topologies::ClusterSpec cluster;
   int gpus = 0;
   std::unique_ptr<cost::PerfModel> pm;
+  SmallerClusters smaller;
   double limit_GiB = 0;
 };
 
@@ -54,6 +59,10 @@ struct Estimate {
   /// states), GiB: exactly linear in the layers.
   double states_GiB = 0;
   bool over_op_limit = false;  // not ok: its full Schedule would hold more than --max-ops ops
+  /// Screened on fewer stages (fewer_stages): the step within a few percent,
+  /// `reserved_GiB` only a lower bound of the peak; screened again as it is
+  /// where it could be among the plans verified (screen_groups).
+  bool fewer_stages = false;
 };
 
 /// Not ok: the plan's full Schedule would hold more than --max-ops ops.
@@ -69,8 +78,11 @@ struct Target {
   plan::Inputs in;
   const cost::PerfModel& pm;
   std::int64_t max_ops = plan::kDefaultMaxOps;
+  const SmallerClusters* smaller = nullptr;  // the cluster at fewer GPUs, where built
   /// The same target with another model (a reduced-layer one for screening).
-  [[nodiscard]] Target with(const models::ModelSpec& m) const { return {{m, in.cluster, in.stack}, pm, max_ops}; }
+  [[nodiscard]] Target with(const models::ModelSpec& m) const {
+    return {{m, in.cluster, in.stack}, pm, max_ops, smaller};
+  }
 };
 
 /// The analytic engine's estimate of a plan (with `floor`, also the step when
@@ -81,8 +93,16 @@ struct Target {
 [[nodiscard]] Estimate simulate(const Target& t, const PlanOptions& o, sim::Metrics& out,
                                 ShardingTerms* terms = nullptr, double* stragglers_s = nullptr);
 /// Screening: the plan on reduced-layer models (and fewer micro-batches for
-/// long pipelines), extrapolated.
+/// long pipelines, and fewer stages for the longest), extrapolated.
 [[nodiscard]] Estimate screen(const Target& t, const PlanOptions& o, bool floor);
+/// The stage counts a long pipeline is screened on (then extrapolated to its
+/// own), and the GPUs each takes; none where it is screened as it is.
+struct FewerStages {
+  int pp1 = 0, pp2 = 0;
+  int gpus1 = 0, gpus2 = 0;
+};
+[[nodiscard]] std::optional<FewerStages> fewer_stages(const models::ModelSpec& m, const PlanOptions& o,
+                                                      const topologies::Topology& cluster);
 
 /// Parameters on one rank of a pipeline stage: the dense ones (split tp
 /// ways) and the experts (split ep x expert_tp ways), which shard over their
@@ -150,7 +170,7 @@ struct Search {
   std::shared_ptr<const stacks::Stack> stack;  // the one every candidate runs under, resolved
   /// What a candidate of `setting` is evaluated on.
   [[nodiscard]] Target target(std::size_t setting) const {
-    return {{m, settings[setting].pm->topology(), stack}, *settings[setting].pm, q.max_ops};
+    return {{m, settings[setting].pm->topology(), stack}, *settings[setting].pm, q.max_ops, &settings[setting].smaller};
   }
   std::vector<Setting> settings;
   std::optional<double> price;
@@ -164,8 +184,9 @@ struct Search {
   std::vector<double> adam, states;
   // 3. screening: per alive candidate {ok, step, reserved, compute, floor}; the K best scores so far
   std::vector<std::array<double, 5>> screened;
-  std::vector<double> best_scores;   // the K best scores screened so far, over every setting
-  std::vector<double> setting_best;  // per setting: its best score screened so far (1e300 before one)
+  std::vector<bool> on_fewer_stages;  // per alive candidate: screened on fewer stages (Estimate::fewer_stages)
+  std::vector<double> best_scores;    // the K best scores screened so far, over every setting
+  std::vector<double> setting_best;   // per setting: its best score screened so far (1e300 before one)
   /// The score a candidate of `setting` must beat to matter: the K-th best
   /// over every setting (it could make the top K) or its setting's best
   /// (it could be that setting's answer), whichever is larger; 1e300 before either.

@@ -152,20 +152,51 @@ Estimate simulate(const Target& t, const PlanOptions& o, sim::Metrics& out, Shar
   }
 }
 
-// Screening: the plan on reduced-layer models and, for pipelines with many
-// micro-batches, also fewer micro-batches (p and 2p per rank): a 1F1B step is
-// affine in the micro-batch count once it is at least p, and its peak memory
-// no longer grows with it.
-Estimate screen(const Target& t, const PlanOptions& o, bool floor) {
-  const models::ModelSpec& m = t.in.model;
-  const int world = t.in.cluster.devices();
+// Long 1F1B pipelines (interleaved or not) of a dense model in its balanced
+// layout, with at least as many micro-batches per rank as stages: at a fixed
+// data-parallel size, micro-batch count and share of the layers per stage,
+// each stage more adds its fill and drain, so the step is affine in the
+// stage count. Such a pipeline is screened on 4 and 8 stages holding the
+// same share of the layers (the same balanced pattern) on proportionally
+// fewer GPUs, and its step extrapolated: the walk's cost grows with stages x
+// micro-batches. Its peak memory is not affine in the stages (over_stages).
+std::optional<FewerStages> fewer_stages(const models::ModelSpec& m, const PlanOptions& o,
+                                        const topologies::Topology& cluster) {
+  if (o.pp < 16 || m.moe || o.pipeline_schedule != plan::PipelineSchedule::OneFOneB) return std::nullopt;
+  constexpr int kPp1 = 4, kPp2 = 8;
+  if (m.layers % (o.pp / kPp1) != 0) return std::nullopt;  // a whole share of the layers on 4 stages
+  const int world = cluster.devices();
   plan::BatchSplit split;
-  if (!plan::check_batch(m, world, o, split).empty()) return Estimate{};
-  const std::int64_t micro = split.micro_batches;
-  // ZB-V's order settles from 2p micro-batches on: extrapolate from 2p and 4p.
-  const std::int64_t settled = plan::traits(o.pipeline_schedule).settled_per_stage * o.pp;
+  if (!plan::check_batch(m, world, o, split).empty() || split.micro_batches < o.pp) return std::nullopt;
+  if (plan::pipeline_layout(m, o).text() != plan::balanced_layout(m.layers, o.pp, o.vpp).text()) return std::nullopt;
+  const int per_node = cluster.spec().devices_per_node;
+  const FewerStages f{kPp1, kPp2, world / o.pp * kPp1, world / o.pp * kPp2};
+  if (world % o.pp != 0 || f.gpus1 % per_node != 0) return std::nullopt;
+  return f;
+}
+
+namespace {
+
+// The estimate at e1 + k (e2 - e1), with the peak `reserved` (the model
+// states are the same in both).
+Estimate affine(const Estimate& e1, const Estimate& e2, double k, double reserved) {
+  auto x = [k](double v1, double v2) { return v1 + k * (v2 - v1); };
+  return Estimate{true,
+                  x(e1.step_s, e2.step_s),
+                  reserved,
+                  x(e1.compute_s, e2.compute_s),
+                  x(e1.floor_s, e2.floor_s),
+                  std::max(e1.states_GiB, e2.states_GiB)};
+}
+
+// A pipeline with many micro-batches per rank (more than twice `settled`,
+// from where its schedule's step is affine in them and its peak memory no
+// longer grows with them) on `settled` and twice as many, extrapolated; else
+// on all of them.
+Estimate over_micro_batches(const Target& t, const PlanOptions& o, std::int64_t micro, std::int64_t settled,
+                            bool floor) {
   if (o.pp == 1 || micro <= 2 * settled) return over_layers(t, o, floor);
-  const std::int64_t dp = world / (o.tp * o.pp * plan::sequence_split(o));
+  const std::int64_t dp = t.in.cluster.devices() / (o.tp * o.pp * plan::sequence_split(o));
   auto with_micro = [&](std::int64_t mb_count) {
     PlanOptions r = o;
     r.global_batch_tokens.reset();
@@ -176,13 +207,63 @@ Estimate screen(const Target& t, const PlanOptions& o, bool floor) {
   const Estimate e1 = over_layers(t, with_micro(m1), floor), e2 = over_layers(t, with_micro(m2), floor);
   if (!e1.ok || !e2.ok) return e1.over_op_limit || e2.over_op_limit ? over_op_limit() : Estimate{};
   const double k = static_cast<double>(micro - m1) / static_cast<double>(m2 - m1);
-  auto x = [k](double v1, double v2) { return v1 + k * (v2 - v1); };
-  return Estimate{true,
-                  x(e1.step_s, e2.step_s),
-                  std::max(e1.reserved_GiB, e2.reserved_GiB),
-                  x(e1.compute_s, e2.compute_s),
-                  x(e1.floor_s, e2.floor_s),
-                  std::max(e1.states_GiB, e2.states_GiB)};
+  return affine(e1, e2, k, std::max(e1.reserved_GiB, e2.reserved_GiB));
+}
+
+// The pipeline on fewer stages (fewer_stages), each with the micro-batches
+// of the pipeline itself, extrapolated from where its own schedule settles
+// (`settled`: a few stages settle within a few micro-batches, but not in a
+// way that extrapolates to hundreds).
+Estimate over_stages(const Target& t, const PlanOptions& o, const FewerStages& f, std::int64_t micro,
+                     std::int64_t settled, bool floor) {
+  const models::ModelSpec& m = t.in.model;
+  const std::int64_t dp = t.in.cluster.devices() / (o.tp * o.pp * plan::sequence_split(o));
+  auto on = [&](int pp, int gpus) {
+    models::ModelSpec r = m;
+    r.layers = m.layers * pp / o.pp;  // whole (fewer_stages)
+    PlanOptions p = o;
+    p.pp = pp;
+    p.pipeline_layout.reset();
+    if (r.layers % (pp * o.vpp) != 0) p.pipeline_layout = plan::balanced_layout(r.layers, pp, o.vpp).text();
+    p.global_batch_tokens.reset();
+    p.global_batch_sequences = micro * o.micro_batch * dp;
+    const cost::PerfModel& pm = *t.smaller->at(gpus);
+    return over_micro_batches(Target{{r, pm.topology(), t.in.stack}, pm, t.max_ops, t.smaller}, p, micro, settled,
+                              floor);
+  };
+  const Estimate e1 = on(f.pp1, f.gpus1), e2 = on(f.pp2, f.gpus2);
+  if (!e1.ok || !e2.ok) return e1.over_op_limit || e2.over_op_limit ? over_op_limit() : Estimate{};
+  const double k = static_cast<double>(o.pp - f.pp1) / (f.pp2 - f.pp1);
+  // The peak is not affine in the stages: which stage sets it moves (the
+  // balanced layout gives the end stages fewer layers but more micro-batches
+  // in flight). Each stage of the longer pipeline holds at least as many
+  // micro-batches in flight as its counterpart on fewer stages, so the
+  // smaller of the two peaks is taken as a lower bound (at or below the
+  // exact screen's peak in each of the 7,039 pipelines that the exhaustive
+  // Llama-3 70B query screens so, bench/results/plan-search.txt); a candidate
+  // that could be verified is screened again as it is (screen_groups).
+  Estimate e = affine(e1, e2, k, std::min(e1.reserved_GiB, e2.reserved_GiB));
+  e.fewer_stages = true;
+  return e;
+}
+
+}  // namespace
+
+// Screening: the plan on reduced-layer models and, for pipelines with many
+// micro-batches, also fewer micro-batches (over_micro_batches); the longest
+// pipelines also on fewer stages (fewer_stages).
+Estimate screen(const Target& t, const PlanOptions& o, bool floor) {
+  const models::ModelSpec& m = t.in.model;
+  plan::BatchSplit split;
+  if (!plan::check_batch(m, t.in.cluster.devices(), o, split).empty()) return Estimate{};
+  const std::int64_t settled = plan::traits(o.pipeline_schedule).settled_per_stage * o.pp;
+  if (t.smaller) {
+    const auto f = fewer_stages(m, o, t.in.cluster);
+    if (f && t.smaller->contains(f->gpus1) && t.smaller->contains(f->gpus2)) {
+      return over_stages(t, o, *f, split.micro_batches, settled, floor);
+    }
+  }
+  return over_micro_batches(t, o, split.micro_batches, settled, floor);
 }
 
 namespace {
@@ -211,19 +292,58 @@ std::pair<double, double> group_bound(Search& s, std::size_t i) {
   return std::pair{stage * micro + per_layer * fewest * bubble, stage * micro};
 }
 
-// Screens `which` in parallel; `floors`: which of them also get their group's floor.
-void run_screen(Search& s, const std::vector<std::size_t>& which, const std::vector<bool>& floors) {
+// Screens `which` in parallel; `floors`: which of them also get their group's
+// floor; `own_stages`: none on fewer stages.
+void run_screen(Search& s, const std::vector<std::size_t>& which, const std::vector<bool>& floors,
+                bool own_stages = false) {
   // Threads: screening lowers and walks Schedules and touches no global state.
   const auto res = thread_map<Estimate>(which.size(), s.q.jobs, [&](std::size_t j) {
     const Candidate& c = s.alive[which[j]];
-    return screen(s.target(c.setting), c.o, floors.empty() ? false : floors[j]);
+    Target t = s.target(c.setting);
+    if (own_stages) t.smaller = nullptr;
+    return screen(t, c.o, floors.empty() ? false : floors[j]);
   });
   for (std::size_t j = 0; j < which.size(); ++j) {
     const Estimate& e = res[j];
     s.screened[which[j]] = {e.ok ? 1.0 : 0.0, e.step_s, e.reserved_GiB, e.compute_s, e.floor_s};
+    s.on_fewer_stages[which[j]] = e.fewer_stages;
     if (e.over_op_limit) ++s.tally(s.alive[which[j]].setting).op_limit;
   }
   s.out.screened += static_cast<long long>(which.size());
+}
+
+// The candidates screened on fewer stages that verification could reach
+// (verify_best): among the first `top` plans that screening sees fit, the
+// first of each strategy on each setting, or within kNear of the last of
+// those; screened again as they are, until none is left.
+void rescreen_near_the_top(Search& s) {
+  constexpr double kNear = 1.10;  // the stage extrapolation's step is within 7 % (bench/results/plan-search.txt)
+  for (;;) {
+    std::vector<std::size_t> order;
+    for (std::size_t i = 0; i < s.alive.size(); ++i) {
+      if (s.feasible(i)) order.push_back(i);
+    }
+    auto score = [&](std::size_t i) { return s.score(s.settings[s.alive[i].setting], s.screened[i][1]); };
+    std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return score(a) < score(b); });
+    // (setting, strategy) -> the score that verification reaches in it
+    std::map<std::pair<std::size_t, int>, double> reach;
+    double top = 0;
+    for (std::size_t n = 0; n < order.size(); ++n) {
+      const Candidate& c = s.alive[order[n]];
+      reach.try_emplace({c.setting, static_cast<int>(c.o.strategy)}, score(order[n]));
+      if (n < static_cast<std::size_t>(s.q.top)) top = score(order[n]);
+    }
+    std::vector<std::size_t> again;
+    for (std::size_t i : order) {
+      if (!s.on_fewer_stages[i]) continue;
+      const Candidate& c = s.alive[i];
+      if (score(i) <= kNear * std::max(top, reach[{c.setting, static_cast<int>(c.o.strategy)}])) again.push_back(i);
+    }
+    if (again.empty()) return;
+    run_screen(s, again, {}, true);
+    s.out.screened -= static_cast<long long>(again.size());  // counted once, as screened
+    for (std::size_t i : again) s.note(i);
+  }
 }
 
 struct Groups {
@@ -300,6 +420,19 @@ std::vector<std::size_t> members_to_screen(Search& s, Groups& g, const std::vect
 // the best of every setting.
 void screen_groups(Search& s) {
   s.screened.assign(s.alive.size(), {0, 0, 0, 0, 0});
+  s.on_fewer_stages.assign(s.alive.size(), false);
+  // The smaller clusters that long pipelines are screened on, built before
+  // the screening threads read them.
+  for (const Candidate& c : s.alive) {
+    Setting& st = s.settings[c.setting];
+    if (const auto f = fewer_stages(s.m, c.o, st.pm->topology())) {
+      for (int gpus : {f->gpus1, f->gpus2}) {
+        if (!st.smaller.contains(gpus)) {
+          st.smaller.emplace(gpus, std::make_unique<cost::PerfModel>(topologies::Topology(st.cluster, gpus)));
+        }
+      }
+    }
+  }
   Groups g = make_groups(s);
   // The bound keeps the top K over every setting and each setting's best (Search::bound_to_beat).
   const std::size_t batch = static_cast<std::size_t>(std::max(1, 2 * s.q.jobs));
@@ -328,6 +461,7 @@ void screen_groups(Search& s) {
     for (std::size_t i : to_screen) s.note(i);
     if (s.q.progress) s.q.progress(std::min(g.order.size(), at + batch), g.order.size());
   }
+  rescreen_near_the_top(s);
 }
 
 }  // namespace hzp::explore::search

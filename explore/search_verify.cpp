@@ -59,7 +59,8 @@ bool Search::feasible(std::size_t i) const {
 }
 
 void Search::note(std::size_t i) {
-  if (!feasible(i)) return;
+  // Screened on fewer stages, its peak is only a lower bound: not a plan to beat.
+  if (!feasible(i) || on_fewer_stages[i]) return;
   const double here = score(settings[alive[i].setting], screened[i][1]);
   best_scores.push_back(here);
   std::sort(best_scores.begin(), best_scores.end());
@@ -239,6 +240,7 @@ void refine_best(Search& s) {
       which.push_back(s.alive.size());
       s.alive.push_back(Candidate{si, s.groups++, std::move(o), false});
       s.screened.push_back({0, 0, 0, 0, 0});  // not screened: simulated exactly below
+      s.on_fewer_stages.push_back(false);
     }
   }
   std::set<std::size_t> simulated;
