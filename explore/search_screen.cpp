@@ -99,10 +99,11 @@ Estimate estimate(const Target& t, const PlanOptions& o, bool floor) {
   // over --max-ops is not built (counted as such, not an error that ends the search).
   plan::ResolvedPlan resolved;
   if (!plan::check_plan(t.in, o, &resolved).empty()) return Estimate{};
-  if (plan::estimate_work(t.in.model, o, resolved).ops > t.max_ops) return over_op_limit();
+  std::optional<plan::LoweredPlan> lowered =
+      plan::lower_within(t.in, o, std::move(resolved), {.max_ops = t.max_ops, .check = false, .names = false});
+  if (!lowered) return over_op_limit();
   {
-    const core::Schedule s =
-        plan::lower_resolved(t.in, o, std::move(resolved), {.max_ops = t.max_ops, .check = false}).schedule;
+    const core::Schedule& s = lowered->schedule;
     // Screening is uncontended: compute does not slow under collectives and
     // collectives do not share links here (one walk per candidate; the
     // estimate stays a lower bound of the simulation that ranks the plans
@@ -133,12 +134,13 @@ Estimate simulate(const Target& t, const PlanOptions& o, sim::Metrics& out, Shar
   if (!plan::check_plan(t.in, o, &resolved).empty()) return Estimate{};
   // A plan whose full Schedule is over --max-ops cannot be simulated exactly:
   // not an answer (screening, on reduced models, still ranked it).
-  if (plan::estimate_work(t.in.model, o, resolved).ops > t.max_ops) return over_op_limit();
+  std::optional<plan::ResolvedPlan> kept;
+  if (stragglers_s) kept = resolved;
+  std::optional<plan::LoweredPlan> lowered =
+      plan::lower_within(t.in, o, std::move(resolved), {.max_ops = t.max_ops, .check = false, .names = false});
+  if (!lowered) return over_op_limit();
   {
-    std::optional<plan::ResolvedPlan> kept;
-    if (stragglers_s) kept = resolved;
-    core::Schedule s =
-        plan::lower_resolved(t.in, o, std::move(resolved), {.max_ops = t.max_ops, .check = false}).schedule;
+    core::Schedule& s = lowered->schedule;
     core::check_schedule(s, core::Progress::ByTheEngine);  // the engine's walk finds any deadlock
     traces::TraceHeader h;
     h.schedule_sha256 = "(plan search)";

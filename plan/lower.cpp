@@ -152,14 +152,14 @@ void describe_step(core::Schedule& s, const models::ModelSpec& m, const topologi
 // (pipeline stage, rank class).
 class PlanLowering {
  public:
-  PlanLowering(const Inputs& in, const PlanOptions& o, const ResolvedPlan& rp, std::int64_t max_ops, core::Schedule& s)
+  PlanLowering(const Inputs& in, const PlanOptions& o, const ResolvedPlan& rp, bool names, core::Schedule& s)
       : in_(in),
         m_(in.model),
         topo_(in.cluster),
         stack_(in.stack->spec),
         o_(o),
         rp_(rp),
-        max_ops_(max_ops),
+        names_(names),
         s_(s),
         dp_(rp.shard_ranks),
         layout_{o.tp, rp.shard_ranks, o.pp, o.vpp, o.ep},
@@ -168,9 +168,10 @@ class PlanLowering {
         classes_of_(dp_, o.cp, o.ep, skewed_, o.variability_classes),
         orders_(pipeline_orders(o.pp, o.vpp, rp.batch.micro_batches, o.pipeline_schedule, layer_pass_times(graph_))) {}
 
-  void run() {
-    // Refuse a Schedule too large to build before building any of it.
-    check_work(estimate(o_, stack_, rp_.batch, rp_.layout, graph_, classes_of_), max_ops_);
+  /// What the Schedule will hold, before any of it is built.
+  [[nodiscard]] WorkEstimate work() const { return estimate(o_, stack_, rp_.batch, rp_.layout, graph_, classes_of_); }
+
+  void build() {
     add_groups();
     // Virtual stage c·pp + p holds the layers the pipeline layout gives it;
     // the embedding rides with the first, the head with the last.
@@ -236,6 +237,7 @@ class PlanLowering {
     const BatchSplit& batch = rp_.batch;
     Stage stage;
     stage.program = program;
+    stage.op_names = names_;
     stage.index = p;
     int first_d = -1, members = 0;
     for (int d = 0; d < dp_; ++d) {
@@ -324,7 +326,7 @@ class PlanLowering {
   const stacks::StackSpec& stack_;
   const PlanOptions& o_;
   const ResolvedPlan& rp_;
-  const std::int64_t max_ops_;
+  const bool names_;  // LowerOptions::names
   core::Schedule& s_;
   const int dp_;  // the data-parallel index d' = c + cp·(u + ulysses·d) runs over DP x CP x ulysses
   const Layout layout_;
@@ -363,19 +365,40 @@ LoweredPlan lower_plan(const Inputs& in, const PlanOptions& o, const LowerOption
   return lower_resolved(in, o, resolve_plan(in, o), lo);
 }
 
-LoweredPlan lower_resolved(const Inputs& in, const PlanOptions& o, ResolvedPlan resolved, const LowerOptions& lo) {
+namespace {
+
+// Lowers a resolved plan; over lo.max_ops, throws (check_work) or, with
+// `quiet`, returns nullopt before any op is built.
+std::optional<LoweredPlan> lower_checked(const Inputs& in, const PlanOptions& o, ResolvedPlan resolved,
+                                         const LowerOptions& lo, bool quiet) {
   LoweredPlan out;
   out.plan = std::move(resolved);
   core::Schedule& s = out.schedule;
   const models::ModelSpec& m = in.model;
   const topologies::Topology& topo = in.cluster;
+  PlanLowering lowering(in, o, out.plan, lo.names, s);
+  // Refuse a Schedule too large to build before building any of it.
+  const WorkEstimate work = lowering.work();
+  if (quiet && work.ops > lo.max_ops) return std::nullopt;
+  check_work(work, lo.max_ops);
   describe_step(s, m, topo, o, out.plan.batch);
-  PlanLowering(in, o, out.plan, lo.max_ops, s).run();
+  lowering.build();
   nlohmann::json prov{
       {"plan", out.plan.provenance()}, {"model", m.name}, {"cluster", topo.spec().name}, {"gpus", topo.devices()}};
   s.provenance_json = prov.dump();
   if (lo.check) core::check_schedule(s);
   return out;
+}
+
+}  // namespace
+
+LoweredPlan lower_resolved(const Inputs& in, const PlanOptions& o, ResolvedPlan resolved, const LowerOptions& lo) {
+  return *lower_checked(in, o, std::move(resolved), lo, false);
+}
+
+std::optional<LoweredPlan> lower_within(const Inputs& in, const PlanOptions& o, ResolvedPlan resolved,
+                                        const LowerOptions& lo) {
+  return lower_checked(in, o, std::move(resolved), lo, true);
 }
 
 bool is_sharding_op(const core::Schedule& /*s*/, const core::Op& op) {

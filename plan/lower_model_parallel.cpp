@@ -85,7 +85,12 @@ void ModelParallel::unit_ops(const std::vector<models::GraphOp>& ops, std::int64
       ring_attention(op, compute * attention);
       continue;
     }
-    c_.b.compute(c_.comp, scaled(op), op.dtype);
+    // Most ops run as the graph has them: no copy.
+    if (scale_factor(op, compute, attention, w.experts) == 1.0) {
+      c_.b.compute(c_.comp, op, op.dtype);
+    } else {
+      c_.b.compute(c_.comp, scaled(op), op.dtype);
+    }
   }
 }
 

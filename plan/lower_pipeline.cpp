@@ -110,14 +110,14 @@ void PipelineBoundaries::receive(std::size_t j) {
   if (c_.layout.pp <= 1 || use.part == BackwardPart::Weight || turns(use, false)) return;
   if (!use.backward && !first_virtual(use.chunk)) {
     int from = upstream(use.chunk);
-    c_.b.recv(c_.comp, fmt::format("recv act mb{} chunk{}", use.mb, use.chunk), from, next_seq(recv_seq_, from, false),
+    c_.b.recv(c_.comp, c_.b.op_name("recv act mb{} chunk{}", use.mb, use.chunk), from, next_seq(recv_seq_, from, false),
               Bytes(c_.stage.boundary_bytes), core::OpRole::Pipeline);
-    after_receive(fmt::format("act mb{} chunk{}", use.mb, use.chunk));
+    after_receive(c_.b.op_name("act mb{} chunk{}", use.mb, use.chunk));
   } else if (use.backward && !last_virtual(use.chunk)) {
     int from = downstream(use.chunk);
-    c_.b.recv(c_.comp, fmt::format("recv grad mb{} chunk{}", use.mb, use.chunk), from, next_seq(recv_seq_, from, true),
+    c_.b.recv(c_.comp, c_.b.op_name("recv grad mb{} chunk{}", use.mb, use.chunk), from, next_seq(recv_seq_, from, true),
               Bytes(c_.stage.boundary_bytes), core::OpRole::Pipeline);
-    after_receive(fmt::format("grad mb{} chunk{}", use.mb, use.chunk));
+    after_receive(c_.b.op_name("grad mb{} chunk{}", use.mb, use.chunk));
   }
 }
 
@@ -138,18 +138,18 @@ void PipelineBoundaries::send(std::size_t j) {
   const Use& use = c_.uses[j];
   if (c_.layout.pp <= 1 || use.part == BackwardPart::Weight || turns(use, true)) return;
   if (!use.backward && !last_virtual(use.chunk)) {
-    int ready = c_.b.record(c_.comp, fmt::format("act ready mb{} chunk{}", use.mb, use.chunk));
+    int ready = c_.b.record(c_.comp, c_.b.op_name("act ready mb{} chunk{}", use.mb, use.chunk));
     const int stream = c_.stage.two_way() && use.chunk == 1 ? send_fwd_v_ : send_fwd_;
     c_.b.wait(stream, ready, "wait act ready");
     const int to = downstream(use.chunk);
-    c_.b.send(stream, fmt::format("send act mb{} chunk{}", use.mb, use.chunk), to, next_seq(send_seq_, to, false),
+    c_.b.send(stream, c_.b.op_name("send act mb{} chunk{}", use.mb, use.chunk), to, next_seq(send_seq_, to, false),
               Bytes(c_.stage.boundary_bytes), core::OpRole::Pipeline);
   } else if (use.backward && !first_virtual(use.chunk)) {
-    int ready = c_.b.record(c_.comp, fmt::format("grad ready mb{} chunk{}", use.mb, use.chunk));
+    int ready = c_.b.record(c_.comp, c_.b.op_name("grad ready mb{} chunk{}", use.mb, use.chunk));
     const int stream = c_.stage.two_way() && use.chunk == 1 ? send_bwd_v_ : send_bwd_;
     c_.b.wait(stream, ready, "wait grad ready");
     const int to = upstream(use.chunk);
-    c_.b.send(stream, fmt::format("send grad mb{} chunk{}", use.mb, use.chunk), to, next_seq(send_seq_, to, true),
+    c_.b.send(stream, c_.b.op_name("send grad mb{} chunk{}", use.mb, use.chunk), to, next_seq(send_seq_, to, true),
               Bytes(c_.stage.boundary_bytes), core::OpRole::Pipeline);
   }
 }

@@ -21,7 +21,7 @@ StageContext::StageContext(std::vector<Unit> units_in, const BatchSplit& batch_i
       layout(layout_in),
       stage(std::move(stage_in)),
       units(std::move(units_in)),
-      b(stage.program, stage.name, stage.ranks) {}
+      b(stage.program, stage.name, stage.ranks, stage.op_names) {}
 
 std::vector<RankParams> rank_params(const StageContext& c, const std::vector<ShardedParams>& classes) {
   std::vector<RankParams> out;
@@ -177,7 +177,7 @@ void StageLowering::forward(std::size_t j) {
   const int gathered = zero_.wait_gathered(j);
   alloc_activations(j);
   model_parallel_.unit_ops(unit.forward, use.mb);
-  c_.use_done[j] = c_.b.record(c_.comp, fmt::format("{}.fwd_done", unit.name));
+  c_.use_done[j] = c_.b.record(c_.comp, c_.b.op_name("{}.fwd_done", unit.name));
   offload_.offload_activations(j);
   if (c_.opt.reshard_after_forward) zero_.release_gathered(gathered);
 }
@@ -194,7 +194,7 @@ void StageLowering::backward(std::size_t j) {
   model_parallel_.unit_ops(unit.backward, use.mb);
   free_working(j);
   if (unit.recomputed.count() > 0) c_.b.free(c_.comp, recomputed, unit.recomputed);
-  c_.use_done[j] = c_.b.record(c_.comp, fmt::format("{}.bwd_done", unit.name));
+  c_.use_done[j] = c_.b.record(c_.comp, c_.b.op_name("{}.bwd_done", unit.name));
   zero_.release_gathered(gathered);
   offload_.release_activations(j);
   zero_.gradients_done(j);
@@ -269,7 +269,7 @@ void StageLowering::backward_input(std::size_t j) {
   alloc_working(j);  // the loss's gradients belong to B
   model_parallel_.unit_ops(ops, use.mb);
   free_working(j);
-  c_.use_done[j] = c_.b.record(c_.comp, fmt::format("{}.input_grad_done", unit.name));
+  c_.use_done[j] = c_.b.record(c_.comp, c_.b.op_name("{}.input_grad_done", unit.name));
   zero_.release_gathered(gathered);
   if (unit.recomputed.count() > 0) c_.b.free(c_.comp, recomputed, unit.recomputed - held_recomputed);
   c_.b.free(c_.comp, fmt::format("act.u{}.mb{}", use.unit, use.mb), unit.activations - held);
@@ -287,7 +287,7 @@ void StageLowering::backward_weight(std::size_t j) {
     if (op.phase == models::Phase::BackwardWeight) ops.push_back(op);
   }
   model_parallel_.unit_ops(ops, use.mb);
-  c_.use_done[j] = c_.b.record(c_.comp, fmt::format("{}.bwd_done", unit.name));
+  c_.use_done[j] = c_.b.record(c_.comp, c_.b.op_name("{}.bwd_done", unit.name));
   const auto [held, held_recomputed] = weight_held(use.unit);
   c_.b.free(c_.comp, fmt::format("act_w.u{}.mb{}", use.unit, use.mb), held);
   if (unit.recomputed.count() > 0) {

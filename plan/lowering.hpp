@@ -111,5 +111,7 @@ std::vector<double> expected_order_statistics(const std::vector<double>& x, cons
 /// seq²), expert kernels also by the class's expert load `experts` (their
 /// GEMMs grow by rows, and their bytes with them).
 models::GraphOp scale_op(const models::GraphOp& op, double compute, double attention, double experts);
+/// The factor scale_op scales the op's FLOPs by (1: the op as the graph has it).
+double scale_factor(const models::GraphOp& op, double compute, double attention, double experts);
 
 }  // namespace hzp::plan::detail

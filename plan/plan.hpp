@@ -272,6 +272,10 @@ struct LowerOptions {
   /// core::check_schedule before return (plan search skips it for plans it
   /// only scores; a caller whose engine checks progress skips it too).
   bool check = true;
+  /// Ops carry their names (traces, error messages). Plan search's walks read
+  /// none: without, an op holds an empty name and costs no string of its own;
+  /// buffers keep theirs (allocations are matched by them).
+  bool names = true;
 };
 
 /// The (g_p, g_g, g_o) a strategy uses on `dp` data-parallel ranks of this
@@ -569,6 +573,10 @@ struct LoweredPlan {
 /// what plan search uses to check each candidate once.
 [[nodiscard]] LoweredPlan lower_resolved(const Inputs& in, const PlanOptions& o, ResolvedPlan resolved,
                                          const LowerOptions& lo = {});
+/// lower_resolved, or nullopt where the Schedule would hold more than
+/// `lo.max_ops` ops (estimate_work, one step graph for both): plan search.
+[[nodiscard]] std::optional<LoweredPlan> lower_within(const Inputs& in, const PlanOptions& o, ResolvedPlan resolved,
+                                                      const LowerOptions& lo = {});
 /// lower_plan(...).schedule.
 [[nodiscard]] core::Schedule lower(const Inputs& in, const PlanOptions& o, const LowerOptions& lo = {});
 

@@ -6,7 +6,7 @@ namespace hzp::plan {
 using core::Op;
 using core::OpKind;
 
-ProgramBuilder::ProgramBuilder(int id, std::string name, std::vector<int> ranks) {
+ProgramBuilder::ProgramBuilder(int id, std::string name, std::vector<int> ranks, bool op_names) : op_names_(op_names) {
   prog_.id = id;
   prog_.name = std::move(name);
   prog_.ranks = std::move(ranks);
@@ -65,12 +65,12 @@ void ProgramBuilder::collective(int stream, const std::string& name, core::Colle
 
 void ProgramBuilder::alloc(int stream, const std::string& buffer, core::Bytes bytes, core::BufferClass buffer_class) {
   allocated_[buffer] = buffer_class;
-  push(stream, OpKind::Alloc, "alloc " + buffer, core::OpRole::Other, core::ParamClass::None,
-       Op::Buffer{buffer, buffer_class, bytes});
+  push(stream, OpKind::Alloc, op_names_ ? "alloc " + buffer : std::string(), core::OpRole::Other,
+       core::ParamClass::None, Op::Buffer{buffer, buffer_class, bytes});
 }
 
 void ProgramBuilder::free(int stream, const std::string& buffer, core::Bytes bytes) {
-  push(stream, OpKind::Free, "free " + buffer, core::OpRole::Other, core::ParamClass::None,
+  push(stream, OpKind::Free, op_names_ ? "free " + buffer : std::string(), core::OpRole::Other, core::ParamClass::None,
        Op::Buffer{buffer, allocated_.at(buffer), bytes});
 }
 

@@ -3,6 +3,8 @@
 // role and classes its caller states.
 #pragma once
 
+#include <fmt/format.h>
+
 #include <map>
 #include <string>
 #include <vector>
@@ -14,7 +16,8 @@ namespace hzp::plan {
 
 class ProgramBuilder {
  public:
-  ProgramBuilder(int id, std::string name, std::vector<int> ranks);
+  /// Without `op_names`, every op gets an empty name (LowerOptions::names).
+  ProgramBuilder(int id, std::string name, std::vector<int> ranks, bool op_names = true);
 
   /// A host thread named `name` that costs what `costs` states (its id and
   /// name are ignored).
@@ -44,6 +47,13 @@ class ProgramBuilder {
   /// The stream's host thread blocks until `event` has happened (cudaEventSynchronize).
   void sync(int stream, int event, const std::string& name);
 
+  /// An op's name, formatted only where ops carry names (LowerOptions::names;
+  /// buffer names are always needed).
+  template <class... Args>
+  [[nodiscard]] std::string op_name(fmt::format_string<Args...> f, Args&&... args) const {
+    return op_names_ ? fmt::format(f, std::forward<Args>(args)...) : std::string();
+  }
+
   /// Pinned host memory each rank of the program holds for offloaded state.
   void set_host_bytes(core::Bytes bytes) { prog_.host_bytes = bytes; }
   [[nodiscard]] core::Program take() { return std::move(prog_); }
@@ -52,10 +62,11 @@ class ProgramBuilder {
   /// Appends an op of `kind` carrying `payload` to the stream, its id the
   /// next in issue order, built in place.
   template <class Payload>
-  void push(int stream, core::OpKind kind, std::string name, core::OpRole role, core::ParamClass param_class,
+  void push(int stream, core::OpKind kind, const std::string& name, core::OpRole role, core::ParamClass param_class,
             Payload&& payload) {
     std::vector<core::Op>& ops = room_for_one(stream);
-    ops.emplace_back(next_id_++, kind, std::move(name), role, param_class, std::forward<Payload>(payload));
+    ops.emplace_back(next_id_++, kind, op_names_ ? name : std::string(), role, param_class,
+                     std::forward<Payload>(payload));
   }
   /// The stream's ops, with room for one more (past reserve()'s estimate, an
   /// eighth of it more at a time).
@@ -64,6 +75,7 @@ class ProgramBuilder {
   void transfer(int stream, core::OpKind kind, const std::string& name, int peer, int seq, core::Bytes bytes,
                 core::OpRole role);
   core::Program prog_;
+  bool op_names_ = true;
   int next_id_ = 0;
   int next_event_ = 0;
   std::vector<std::size_t> expected_;                   // per stream, reserve()'s ops (0: none)

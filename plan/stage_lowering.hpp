@@ -51,6 +51,7 @@ struct Stage {
   bool v_shape = false;                    // ZB-V: chunk 1 runs from the last stage back to the first
   bool dual = false;                       // DualPipe: chunk 1 is the mirror stage's copy, run upwards
   int mirror_group = -1;                   // DualPipe: this rank and the one holding the other copies
+  bool op_names = true;                    // LowerOptions::names
   /// Chunk 1 runs up the stages (ZB-V, DualPipe): sends and receives go both ways.
   [[nodiscard]] bool two_way() const { return v_shape || dual; }
 };

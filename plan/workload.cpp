@@ -288,14 +288,19 @@ std::optional<DocLengths> doc_lengths(const PlanOptions& o) {
 
 namespace detail {
 
-models::GraphOp scale_op(const models::GraphOp& op, double compute, double attention, double experts) {
-  const bool expert = op.param_class == core::ParamClass::Expert;
+double scale_factor(const models::GraphOp& op, double compute, double attention, double experts) {
   double factor = compute;
   const bool attention_core = op.kind == core::ComputeKind::Attention ||
                               op.attention == models::AttentionPart::Scores ||
                               op.attention == models::AttentionPart::Context;
   if (attention_core) factor *= attention;
-  if (expert) factor *= experts;
+  if (op.param_class == core::ParamClass::Expert) factor *= experts;
+  return factor;
+}
+
+models::GraphOp scale_op(const models::GraphOp& op, double compute, double attention, double experts) {
+  const bool expert = op.param_class == core::ParamClass::Expert;
+  const double factor = scale_factor(op, compute, attention, experts);
   models::GraphOp out = op;
   if (factor == 1.0) return out;
   out.flops = op.flops * factor;
