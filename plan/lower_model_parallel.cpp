@@ -220,15 +220,15 @@ void ModelParallel::ring_attention(const models::GraphOp& op, double factor) {
   chunk.name = op.name + ".cp0";
   c_.b.compute(c_.comp, chunk, Dtype::Bf16);
   for (int i = 1; i < cp; ++i) {
-    c_.b.recv(cp_recv_, fmt::format("{}.kv_recv{}", op.name, i), c_.stage.cp_prev_rep, kv_received_++, block,
+    c_.b.recv(cp_recv_, c_.b.op_name("{}.kv_recv{}", op.name, i), c_.stage.cp_prev_rep, kv_received_++, block,
               core::OpRole::ModelParallel);
-    int arrived = c_.b.record(cp_recv_, fmt::format("{}.kv{}", op.name, i));
+    int arrived = c_.b.record(cp_recv_, c_.b.op_name("{}.kv{}", op.name, i));
     if (i + 1 < cp) {
       c_.b.wait(cp_send_, arrived, "wait kv block");
-      c_.b.send(cp_send_, fmt::format("{}.kv_send{}", op.name, i + 1), c_.stage.cp_next_rep, kv_sent_++, block,
+      c_.b.send(cp_send_, c_.b.op_name("{}.kv_send{}", op.name, i + 1), c_.stage.cp_next_rep, kv_sent_++, block,
                 core::OpRole::ModelParallel);
     }
-    c_.b.wait(c_.comp, arrived, fmt::format("wait kv block {}", i));
+    c_.b.wait(c_.comp, arrived, c_.b.op_name("wait kv block {}", i));
     chunk.name = fmt::format("{}.cp{}", op.name, i);
     c_.b.compute(c_.comp, chunk, Dtype::Bf16);
   }

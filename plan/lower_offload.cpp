@@ -10,6 +10,7 @@
 // of the link in order), the CPU's Adam on a third; all are compute ops of
 // kinds HostCopy and HostOptimizer, which the engines cost at the host link
 // and the host memory bandwidth.
+#include <fmt/compile.h>
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -78,16 +79,16 @@ void HostOffload::fetch_params(std::size_t j, int param_stream) {
   const Use& use = c_.uses[j];
   const auto& unit = *c_.units[use.unit].u;
   const char* pass = use.backward ? "bwd" : "fwd";
-  c_.b.wait(h2d_, c_.b.record(param_stream, fmt::format("{}.buffer_ready", unit.name)),
-            fmt::format("wait {}.buffer_ready", unit.name));
+  c_.b.wait(h2d_, c_.b.record(param_stream, c_.b.op_name("{}.buffer_ready", unit.name)),
+            c_.b.op_name("wait {}.buffer_ready", unit.name));
   for (const auto& c : classes_) {
     if (!c.gathers(use.unit)) continue;
-    c_.b.compute(h2d_, fmt::format("{}{}.params_to_device.{}", unit.name, c.tag, pass), ComputeKind::HostCopy, Flops(0),
-                 Bytes(param_bytes(c_.opt) * c.padded[use.unit] / c.sh.param), param_dtype(c_.opt),
+    c_.b.compute(h2d_, c_.b.op_name("{}{}.params_to_device.{}", unit.name, c.tag, pass), ComputeKind::HostCopy,
+                 Flops(0), Bytes(param_bytes(c_.opt) * c.padded[use.unit] / c.sh.param), param_dtype(c_.opt),
                  core::OpRole::ParamGather, c.cls);
   }
-  c_.b.wait(param_stream, c_.b.record(h2d_, fmt::format("{}.params_fetched", unit.name)),
-            fmt::format("wait {}.params_fetched", unit.name));
+  c_.b.wait(param_stream, c_.b.record(h2d_, c_.b.op_name("{}.params_fetched", unit.name)),
+            c_.b.op_name("wait {}.params_fetched", unit.name));
 }
 
 // Whether class c's update lands in host memory by itself: the CPU's Adam
@@ -118,11 +119,11 @@ void HostOffload::alloc_updated(std::size_t u, int stream) {
 void HostOffload::params_to_host(std::size_t u, int stream) {
   if (updated_bytes(u).count() == 0) return;
   const auto& unit = *c_.units[u].u;
-  c_.b.wait(d2h_, c_.b.record(stream, fmt::format("{}.params_updated", unit.name)),
-            fmt::format("wait {}.params_updated", unit.name));
+  c_.b.wait(d2h_, c_.b.record(stream, c_.b.op_name("{}.params_updated", unit.name)),
+            c_.b.op_name("wait {}.params_updated", unit.name));
   for (const auto& c : classes_) {
     if (!c.host || updated_on_host(c) || c.owned[u] == 0) continue;
-    c_.b.compute(d2h_, fmt::format("{}{}.params_to_host", unit.name, c.tag), ComputeKind::HostCopy, Flops(0),
+    c_.b.compute(d2h_, c_.b.op_name("{}{}.params_to_host", unit.name, c.tag), ComputeKind::HostCopy, Flops(0),
                  Bytes(param_bytes(c_.opt) * c.owned[u] / c.sh.param), param_dtype(c_.opt), core::OpRole::ParamGather,
                  c.cls);
   }
@@ -136,32 +137,32 @@ void HostOffload::params_to_host(std::size_t u, int stream) {
 int HostOffload::host_optimizer_step(std::size_t u, int ev) {
   const auto& unit = *c_.units[u].u;
   if (ev < 0) ev = c_.b.record(c_.comp, fmt::format("{}.grads_final", unit.name));
-  c_.b.wait(d2h_, ev, fmt::format("wait {}.grads_final", unit.name));
+  c_.b.wait(d2h_, ev, c_.b.op_name("wait {}.grads_final", unit.name));
   for (const auto& c : classes_) {
     if (c.owned[u] == 0) continue;
-    c_.b.compute(d2h_, fmt::format("{}{}.grads_to_host", unit.name, c.tag), ComputeKind::HostCopy, Flops(0),
+    c_.b.compute(d2h_, c_.b.op_name("{}{}.grads_to_host", unit.name, c.tag), ComputeKind::HostCopy, Flops(0),
                  Bytes(acc_ * c.owned[u] / c.sh.optim), c_.opt.grad_dtype, core::OpRole::GradReduce, c.cls);
   }
   // As ZeRO-Offload without its one-step delayed update: the CPU steps once
   // the backward pass is over (the gradients' copies overlap it).
   if (uploaded_ < 0) c_.b.wait(cpu_, c_.b.record(c_.comp, "backward_done"), "wait backward_done");
-  c_.b.wait(cpu_, c_.b.record(d2h_, fmt::format("{}.grads_on_host", unit.name)),
-            fmt::format("wait {}.grads_on_host", unit.name));
+  c_.b.wait(cpu_, c_.b.record(d2h_, c_.b.op_name("{}.grads_on_host", unit.name)),
+            c_.b.op_name("wait {}.grads_on_host", unit.name));
   for (const auto& c : classes_) {
     if (c.owned[u] == 0) continue;
     const std::int64_t shard = c.owned[u] / c.sh.optim;
-    c_.b.compute(cpu_, fmt::format("{}{}.cpu_adam", unit.name, c.tag), ComputeKind::HostOptimizer,
+    c_.b.compute(cpu_, c_.b.op_name("{}{}.cpu_adam", unit.name, c.tag), ComputeKind::HostOptimizer,
                  Flops(12.0 * static_cast<double>(shard)), Bytes((kCpuAdamBytesPerParam + acc_) * shard), Dtype::Fp32,
                  core::OpRole::Optimizer, c.cls);
   }
-  c_.b.wait(h2d_, c_.b.record(cpu_, fmt::format("{}.stepped", unit.name)), fmt::format("wait {}.stepped", unit.name));
+  c_.b.wait(h2d_, c_.b.record(cpu_, c_.b.op_name("{}.stepped", unit.name)), c_.b.op_name("wait {}.stepped", unit.name));
   alloc_updated(u, h2d_);
   for (const auto& c : classes_) {
     if (c.owned[u] == 0 || (c.host && updated_on_host(c))) continue;  // offloaded and updated in place
-    c_.b.compute(h2d_, fmt::format("{}{}.params_to_device", unit.name, c.tag), ComputeKind::HostCopy, Flops(0),
+    c_.b.compute(h2d_, c_.b.op_name("{}{}.params_to_device", unit.name, c.tag), ComputeKind::HostCopy, Flops(0),
                  Bytes(2 * c.owned[u] / c.sh.optim), Dtype::Bf16, core::OpRole::ParamGather, c.cls);
   }
-  uploaded_ = c_.b.record(h2d_, fmt::format("{}.updated", unit.name));
+  uploaded_ = c_.b.record(h2d_, c_.b.op_name("{}.updated", unit.name));
   return uploaded_;
 }
 
@@ -184,11 +185,11 @@ void HostOffload::offload_activations(std::size_t j) {
   if (!offloads(j)) return;
   const Use& use = c_.uses[j];
   const auto& unit = *c_.units[use.unit].u;
-  c_.b.wait(d2h_, c_.use_done[j], fmt::format("wait {}.fwd_done", unit.name));
-  c_.b.compute(d2h_, fmt::format("act.u{}.mb{}.to_host", use.unit, use.mb), ComputeKind::HostCopy, Flops(0),
+  c_.b.wait(d2h_, c_.use_done[j], c_.b.op_name("wait {}.fwd_done", unit.name));
+  c_.b.compute(d2h_, c_.b.op_name("act.u{}.mb{}.to_host", use.unit, use.mb), ComputeKind::HostCopy, Flops(0),
                unit.activations, Dtype::Bf16, core::OpRole::Other, core::ParamClass::None);
-  c_.b.free(d2h_, fmt::format("act.u{}.mb{}", use.unit, use.mb), unit.activations);
-  act_on_host_[{use.unit, use.mb}] = c_.b.record(d2h_, fmt::format("act.u{}.mb{}.on_host", use.unit, use.mb));
+  c_.b.free(d2h_, fmt::format(FMT_COMPILE("act.u{}.mb{}"), use.unit, use.mb), unit.activations);
+  act_on_host_[{use.unit, use.mb}] = c_.b.record(d2h_, c_.b.op_name("act.u{}.mb{}.on_host", use.unit, use.mb));
   host_act_ += unit.activations.count();
   host_act_peak_ = std::max(host_act_peak_, host_act_);
 }
@@ -201,10 +202,10 @@ void HostOffload::issue_fetch(std::size_t j, int after) {
   if (on_host == act_on_host_.end() || act_fetched_.contains({use.unit, use.mb})) return;
   const auto& unit = *c_.units[use.unit].u;
   c_.b.wait(h2d_, after, "wait backward started");
-  c_.b.wait(h2d_, on_host->second, fmt::format("wait act.u{}.mb{}.on_host", use.unit, use.mb));
-  const std::string name = fmt::format("act.u{}.mb{}.fetched", use.unit, use.mb);
+  c_.b.wait(h2d_, on_host->second, c_.b.op_name("wait act.u{}.mb{}.on_host", use.unit, use.mb));
+  const std::string name = fmt::format(FMT_COMPILE("act.u{}.mb{}.fetched"), use.unit, use.mb);
   c_.b.alloc(h2d_, name, unit.activations, core::BufferClass::Activations);
-  c_.b.compute(h2d_, fmt::format("act.u{}.mb{}.to_device", use.unit, use.mb), ComputeKind::HostCopy, Flops(0),
+  c_.b.compute(h2d_, c_.b.op_name("act.u{}.mb{}.to_device", use.unit, use.mb), ComputeKind::HostCopy, Flops(0),
                unit.activations, Dtype::Bf16, core::OpRole::Other, core::ParamClass::None);
   act_fetched_[{use.unit, use.mb}] = c_.b.record(h2d_, name);
 }
@@ -224,7 +225,7 @@ void HostOffload::fetch_activations(std::size_t j) {
     break;
   }
   if (auto it = act_fetched_.find({use.unit, use.mb}); it != act_fetched_.end()) {
-    c_.b.wait(c_.comp, it->second, fmt::format("wait act.u{}.mb{}.fetched", use.unit, use.mb));
+    c_.b.wait(c_.comp, it->second, c_.b.op_name("wait act.u{}.mb{}.fetched", use.unit, use.mb));
   }
 }
 
@@ -233,10 +234,10 @@ void HostOffload::release_activations(std::size_t j) {
   const Use& use = c_.uses[j];
   const auto& unit = *c_.units[use.unit].u;
   if (!act_fetched_.contains({use.unit, use.mb})) {
-    c_.b.free(c_.comp, fmt::format("act.u{}.mb{}", use.unit, use.mb), unit.activations);
+    c_.b.free(c_.comp, fmt::format(FMT_COMPILE("act.u{}.mb{}"), use.unit, use.mb), unit.activations);
     return;
   }
-  c_.b.free(c_.comp, fmt::format("act.u{}.mb{}.fetched", use.unit, use.mb), unit.activations);
+  c_.b.free(c_.comp, fmt::format(FMT_COMPILE("act.u{}.mb{}.fetched"), use.unit, use.mb), unit.activations);
   host_act_ -= unit.activations.count();
 }
 

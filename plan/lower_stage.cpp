@@ -1,6 +1,7 @@
 // One program's lowering: the walk over its stage's uses (each unit of each
 // pipeline slot, forward in order or backward in reverse), which calls the
 // passes of stage_lowering.hpp where their work belongs.
+#include <fmt/compile.h>
 #include <fmt/format.h>
 #include <algorithm>
 
@@ -188,7 +189,7 @@ void StageLowering::backward(std::size_t j) {
   const int gathered = zero_.wait_gathered(j);
   zero_.take_grad_buffer(j);
   offload_.fetch_activations(j);
-  const std::string recomputed = fmt::format("recomputed.u{}.mb{}", use.unit, use.mb);
+  const std::string recomputed = fmt::format(FMT_COMPILE("recomputed.u{}.mb{}"), use.unit, use.mb);
   if (unit.recomputed.count() > 0) c_.b.alloc(c_.comp, recomputed, unit.recomputed, core::BufferClass::Recomputed);
   alloc_working(j);
   model_parallel_.unit_ops(unit.backward, use.mb);
@@ -206,14 +207,15 @@ void StageLowering::backward(std::size_t j) {
 void StageLowering::alloc_activations(std::size_t j) {
   const Use& use = c_.uses[j];
   const auto& unit = c_.unit(use.unit);
-  const std::string name = fmt::format("act.u{}.mb{}", use.unit, use.mb);
+  const std::string name = fmt::format(FMT_COMPILE("act.u{}.mb{}"), use.unit, use.mb);
   if (!c_.split_backward()) {
     c_.b.alloc(c_.comp, name, unit.activations, core::BufferClass::Activations);
     return;
   }
   const Bytes held = weight_held(use.unit).first;
   c_.b.alloc(c_.comp, name, unit.activations - held, core::BufferClass::Activations);
-  c_.b.alloc(c_.comp, fmt::format("act_w.u{}.mb{}", use.unit, use.mb), held, core::BufferClass::Activations);
+  c_.b.alloc(c_.comp, fmt::format(FMT_COMPILE("act_w.u{}.mb{}"), use.unit, use.mb), held,
+             core::BufferClass::Activations);
 }
 
 // What a backward allocates and frees again beside its activations (the
@@ -222,13 +224,14 @@ void StageLowering::alloc_working(std::size_t j) {
   const Use& use = c_.uses[j];
   const Bytes working = c_.unit(use.unit).backward_working;
   if (working.count() > 0) {
-    c_.b.alloc(c_.comp, fmt::format("working.u{}.mb{}", use.unit, use.mb), working, core::BufferClass::Activations);
+    c_.b.alloc(c_.comp, fmt::format(FMT_COMPILE("working.u{}.mb{}"), use.unit, use.mb), working,
+               core::BufferClass::Activations);
   }
 }
 void StageLowering::free_working(std::size_t j) {
   const Use& use = c_.uses[j];
   const Bytes working = c_.unit(use.unit).backward_working;
-  if (working.count() > 0) c_.b.free(c_.comp, fmt::format("working.u{}.mb{}", use.unit, use.mb), working);
+  if (working.count() > 0) c_.b.free(c_.comp, fmt::format(FMT_COMPILE("working.u{}.mb{}"), use.unit, use.mb), working);
 }
 
 // What a unit's W reads after its B (per micro-batch, M_W in Qi et al.'s
@@ -256,10 +259,10 @@ void StageLowering::backward_input(std::size_t j) {
   const auto& unit = c_.unit(use.unit);
   const int gathered = zero_.wait_gathered(j);
   const auto [held, held_recomputed] = weight_held(use.unit);
-  const std::string recomputed = fmt::format("recomputed.u{}.mb{}", use.unit, use.mb);
+  const std::string recomputed = fmt::format(FMT_COMPILE("recomputed.u{}.mb{}"), use.unit, use.mb);
   if (unit.recomputed.count() > 0) {
     c_.b.alloc(c_.comp, recomputed, unit.recomputed - held_recomputed, core::BufferClass::Recomputed);
-    c_.b.alloc(c_.comp, fmt::format("recomputed_w.u{}.mb{}", use.unit, use.mb), held_recomputed,
+    c_.b.alloc(c_.comp, fmt::format(FMT_COMPILE("recomputed_w.u{}.mb{}"), use.unit, use.mb), held_recomputed,
                core::BufferClass::Recomputed);
   }
   std::vector<models::GraphOp> ops;
@@ -272,7 +275,7 @@ void StageLowering::backward_input(std::size_t j) {
   c_.use_done[j] = c_.b.record(c_.comp, c_.b.op_name("{}.input_grad_done", unit.name));
   zero_.release_gathered(gathered);
   if (unit.recomputed.count() > 0) c_.b.free(c_.comp, recomputed, unit.recomputed - held_recomputed);
-  c_.b.free(c_.comp, fmt::format("act.u{}.mb{}", use.unit, use.mb), unit.activations - held);
+  c_.b.free(c_.comp, fmt::format(FMT_COMPILE("act.u{}.mb{}"), use.unit, use.mb), unit.activations - held);
 }
 
 // W of a zero-bubble schedule: the weight gradients into the unit's gradient
@@ -289,9 +292,9 @@ void StageLowering::backward_weight(std::size_t j) {
   model_parallel_.unit_ops(ops, use.mb);
   c_.use_done[j] = c_.b.record(c_.comp, c_.b.op_name("{}.bwd_done", unit.name));
   const auto [held, held_recomputed] = weight_held(use.unit);
-  c_.b.free(c_.comp, fmt::format("act_w.u{}.mb{}", use.unit, use.mb), held);
+  c_.b.free(c_.comp, fmt::format(FMT_COMPILE("act_w.u{}.mb{}"), use.unit, use.mb), held);
   if (unit.recomputed.count() > 0) {
-    c_.b.free(c_.comp, fmt::format("recomputed_w.u{}.mb{}", use.unit, use.mb), held_recomputed);
+    c_.b.free(c_.comp, fmt::format(FMT_COMPILE("recomputed_w.u{}.mb{}"), use.unit, use.mb), held_recomputed);
   }
   zero_.gradients_done(j);
 }

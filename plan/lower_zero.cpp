@@ -2,6 +2,7 @@
 // model-state and pool memory, parameter all-gathers (prefetched, and the
 // 1/g_o -> 1/g_p regather), per-micro-batch gradient reduce-scatters, the
 // once-per-step reductions for the optimizer, Adam and zeroing the gradients.
+#include <fmt/compile.h>
 #include <fmt/format.h>
 #include <algorithm>
 #include <cmath>
@@ -60,7 +61,9 @@ void ZeroSharding::index_uses() {
   forward_gather_.assign(c_.units.size() * static_cast<std::size_t>(c_.batch.micro_batches), -1);
 }
 
-std::string ZeroSharding::buf(const char* what, std::size_t j) const { return fmt::format("{}.{}", what, j); }
+std::string ZeroSharding::buf(const char* what, std::size_t j) const {
+  return fmt::format(FMT_COMPILE("{}.{}"), what, j);
+}
 
 bool ZeroSharding::any_gathers(std::size_t u) const {
   return std::any_of(classes_.begin(), classes_.end(), [&](const RankParams& c) { return c.gathers(u); });
@@ -259,7 +262,7 @@ void ZeroSharding::issue_gather(std::size_t g, std::size_t j) {
   if (g >= depth + 1) {
     int freed = c_.use_done[gather_uses_[g - depth - 1]];
     if (c_.async) {
-      c_.b.wait(ag_, freed, fmt::format("wait slot for {}", unit.name));
+      c_.b.wait(ag_, freed, c_.b.op_name("wait slot for {}", unit.name));
     } else {
       c_.b.sync(ag_, freed, fmt::format("host waits slot for {}", unit.name));
     }
@@ -271,7 +274,7 @@ void ZeroSharding::issue_gather(std::size_t g, std::size_t j) {
     gather_pieces(c, use.unit, fmt::format("{}{}.allgather.{}", unit.name, c.tag, use.backward ? "bwd" : "fwd"),
                   c.groups.param, c.padded[use.unit]);
   }
-  ag_done_[j] = c_.b.record(ag_, fmt::format("{}.gathered", unit.name));
+  ag_done_[j] = c_.b.record(ag_, c_.b.op_name("{}.gathered", unit.name));
   if (!use.backward) forward_gather_[slot(use)] = static_cast<int>(j);
 }
 
@@ -322,14 +325,14 @@ void ZeroSharding::regather_collectives(std::size_t u) {
 void ZeroSharding::ensure_regathered(std::size_t u) {
   if (!c_.opt.overlap_param_gather || !regathers(u) || regathered_.contains(u)) return;
   regather_collectives(u);
-  regathered_[u] = c_.b.record(ag_, fmt::format("{}.regathered", c_.unit(u).name));
+  regathered_[u] = c_.b.record(ag_, c_.b.op_name("{}.regathered", c_.unit(u).name));
 }
 
 void ZeroSharding::before_forward(std::size_t j) {
   const std::size_t u = c_.uses[j].unit;
   ensure_regathered(u);
   if (auto it = regathered_.find(u); it != regathered_.end() && j == first_forward_[u]) {
-    c_.b.wait(c_.comp, it->second, fmt::format("wait {}.regathered", c_.unit(u).name));
+    c_.b.wait(c_.comp, it->second, c_.b.op_name("wait {}.regathered", c_.unit(u).name));
   }
 }
 
@@ -337,7 +340,7 @@ int ZeroSharding::wait_gathered(std::size_t j) {
   const int gathered = gathered_by(j);
   if (gathered < 0) return gathered;
   c_.b.wait(c_.comp, ag_done_[static_cast<std::size_t>(gathered)],
-            fmt::format("wait {}.gathered", c_.unit(c_.uses[j].unit).name));
+            c_.b.op_name("wait {}.gathered", c_.unit(c_.uses[j].unit).name));
   if (c_.uses[j].gathers) after_gather(j);
   return gathered;
 }
@@ -391,16 +394,16 @@ bool ZeroSharding::reduce_gradients(std::size_t j) {
   const Use& use = c_.uses[j];
   if (!any_reduces(use.unit)) return false;
   const auto& unit = *c_.units[use.unit].u;
-  c_.b.wait(rs_, c_.use_done[j], fmt::format("wait {}.bwd_done", unit.name));
+  c_.b.wait(rs_, c_.use_done[j], c_.b.op_name("wait {}.bwd_done", unit.name));
   for (const auto& c : classes_) {
     if (!c.reduces(use.unit)) continue;
     reduce_pieces(c, use.unit, fmt::format("{}{}.grad_reducescatter", unit.name, c.tag));
     const std::int64_t shard = c.padded[use.unit] / c.sh.grad;
-    c_.b.compute(rs_, fmt::format("{}{}.grad_accumulate", unit.name, c.tag), ComputeKind::Elementwise,
+    c_.b.compute(rs_, c_.b.op_name("{}{}.grad_accumulate", unit.name, c.tag), ComputeKind::Elementwise,
                  Flops(static_cast<double>(shard)), Bytes((2 + 2 * acc_) * shard), c_.opt.grad_dtype,
                  core::OpRole::GradAccumulate, c.cls);
   }
-  rs_done_[j] = c_.b.record(rs_, fmt::format("{}.grad_reduced", unit.name));
+  rs_done_[j] = c_.b.record(rs_, c_.b.op_name("{}.grad_reduced", unit.name));
   if (!pools()) c_.b.free(rs_, buf("grad_bucket", j), full_grad_bytes(use.unit));
   return true;
 }
@@ -433,7 +436,7 @@ void ZeroSharding::reduce_for_optimizer(std::size_t u, std::size_t j, bool waite
   for (const auto& c : classes_) {
     if (c.owned[u] == 0) continue;
     if (c.step_reduction() && !waited) {
-      c_.b.wait(rs_, c_.use_done[j], fmt::format("wait {}.bwd_done", unit.name));
+      c_.b.wait(rs_, c_.use_done[j], c_.b.op_name("wait {}.bwd_done", unit.name));
       waited = true;
     }
     if (c_.stack.collectives.step_reduction == stacks::StepReduction::AllReduce && c.sh.grad == 1 && c.ranks > 1) {
@@ -441,25 +444,25 @@ void ZeroSharding::reduce_for_optimizer(std::size_t u, std::size_t j, bool waite
       // data-parallel rank, cut as the stack cuts reductions; each rank then
       // keeps its 1/g_o. Sharded gradients take the hierarchical path.
       for (std::int64_t n : pieces(c, u, c_.stack.collectives.reduce)) {
-        c_.b.collective(rs_, fmt::format("{}{}.grad_allreduce.all", unit.name, c.tag), CollectiveKind::AllReduce,
+        c_.b.collective(rs_, c_.b.op_name("{}{}.grad_allreduce.all", unit.name, c.tag), CollectiveKind::AllReduce,
                         c.groups.all, Bytes(acc_ * n), c_.opt.grad_dtype, core::OpRole::GradReduce, c.cls);
       }
       any = true;
       continue;
     }
     if (c.sh.optim / c.sh.grad > 1) {
-      c_.b.collective(rs_, fmt::format("{}{}.grad_reducescatter.optim", unit.name, c.tag),
+      c_.b.collective(rs_, c_.b.op_name("{}{}.grad_reducescatter.optim", unit.name, c.tag),
                       CollectiveKind::ReduceScatter, c.groups.optim, Bytes(acc_ * c.padded[u] / c.sh.grad),
                       c_.opt.grad_dtype, core::OpRole::GradReduce, c.cls);
     }
     if (c.ranks / c.sh.optim > 1) {
-      c_.b.collective(rs_, fmt::format("{}{}.grad_allreduce", unit.name, c.tag), CollectiveKind::AllReduce,
+      c_.b.collective(rs_, c_.b.op_name("{}{}.grad_allreduce", unit.name, c.tag), CollectiveKind::AllReduce,
                       c.groups.replica, Bytes(acc_ * c.padded[u] / c.sh.optim), c_.opt.grad_dtype,
                       core::OpRole::GradReduce, c.cls);
     }
     any = true;
   }
-  if (any) reduced_.emplace_back(u, waited ? c_.b.record(rs_, fmt::format("{}.grads_final", unit.name)) : -1);
+  if (any) reduced_.emplace_back(u, waited ? c_.b.record(rs_, c_.b.op_name("{}.grads_final", unit.name)) : -1);
 }
 
 // Adam per unit on the compute stream as each unit's reduction lands (units
@@ -510,8 +513,8 @@ void ZeroSharding::broadcast_updated() {
       waited = true;
     }
     for (int r = 0; r < owners; ++r) {
-      c_.b.collective(ag_, fmt::format("params{}.broadcast.{}", c.tag, r), CollectiveKind::Broadcast, c.groups.regather,
-                      Bytes(2 * owned / c.sh.optim), Dtype::Bf16, core::OpRole::ParamGather, c.cls);
+      c_.b.collective(ag_, c_.b.op_name("params{}.broadcast.{}", c.tag, r), CollectiveKind::Broadcast,
+                      c.groups.regather, Bytes(2 * owned / c.sh.optim), Dtype::Bf16, core::OpRole::ParamGather, c.cls);
     }
   }
   if (!waited) return;
@@ -526,7 +529,7 @@ void ZeroSharding::broadcast_updated() {
 void ZeroSharding::optimizer_step(std::size_t u, int ev) {
   const auto& unit = *c_.units[u].u;
   const int uploaded = c_.opt.offload_optimizer ? offload_.host_optimizer_step(u, ev) : -1;
-  if (ev >= 0 && uploaded < 0) c_.b.wait(c_.comp, ev, fmt::format("wait {}.grads_final", unit.name));
+  if (ev >= 0 && uploaded < 0) c_.b.wait(c_.comp, ev, c_.b.op_name("wait {}.grads_final", unit.name));
   if (uploaded < 0) offload_.alloc_updated(u, c_.comp);
   bool regather = false;
   for (const auto& c : classes_) {
@@ -547,7 +550,7 @@ void ZeroSharding::optimizer_step(std::size_t u, int ev) {
     return;
   }
   int done = uploaded >= 0 ? uploaded : c_.b.record(c_.comp, fmt::format("{}.updated", unit.name));
-  c_.b.wait(ag_, done, fmt::format("wait {}.updated", unit.name));
+  c_.b.wait(ag_, done, c_.b.op_name("wait {}.updated", unit.name));
   regather_collectives(u);
   offload_.params_to_host(u, ag_);
 }

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <set>
 #include <tuple>
 
@@ -260,6 +261,50 @@ TEST(Lower, HashIsDeterministic) {
   PlanOptions o = options(Strategy::Fsdp, 16 * 8192);
   o.prefetch_depth = 2;
   EXPECT_NE(core::schedule_hash(lower({m, topo}, o)), a);
+}
+
+// Lowered without names (plan search), a pipelined hzp plan holds the same
+// ops in the same order, each with an empty name, and the same buffers
+// under the same names; over --max-ops, lower_within returns nothing where
+// lower_resolved throws.
+TEST(Lower, WithoutNamesTheSameOpsAndBuffers) {
+  models::ModelSpec m = models::load_model("llama3-8b");
+  topologies::Topology topo(topologies::load_cluster("dgx-h100"), 16);
+  PlanOptions o = options(Strategy::Hzp, 32 * 8192);
+  o.param_shard = 2;
+  o.pp = 2;
+  o.tp = 2;
+  ResolvedPlan rp;
+  ASSERT_TRUE(check_plan({m, topo}, o, &rp).empty());
+  const core::Schedule named = lower_resolved({m, topo}, o, rp, {}).schedule;
+  const std::optional<LoweredPlan> nameless = lower_within({m, topo}, o, rp, {.names = false});
+  ASSERT_TRUE(nameless.has_value());
+  const core::Schedule& s = nameless->schedule;
+  ASSERT_EQ(s.programs.size(), named.programs.size());
+  std::size_t ops = 0, buffers = 0;
+  for (std::size_t p = 0; p < s.programs.size(); ++p) {
+    ASSERT_EQ(s.programs[p].streams.size(), named.programs[p].streams.size());
+    for (std::size_t k = 0; k < s.programs[p].streams.size(); ++k) {
+      const auto& a = s.programs[p].streams[k].ops;
+      const auto& b = named.programs[p].streams[k].ops;
+      ASSERT_EQ(a.size(), b.size());
+      for (std::size_t i = 0; i < a.size(); ++i) {
+        EXPECT_EQ(a[i].id, b[i].id);
+        EXPECT_EQ(a[i].kind, b[i].kind);
+        EXPECT_TRUE(a[i].name.empty());
+        EXPECT_FALSE(b[i].name.empty());
+        if (a[i].kind == core::OpKind::Alloc || a[i].kind == core::OpKind::Free) {
+          EXPECT_EQ(a[i].buffer().name, b[i].buffer().name);
+          ++buffers;
+        }
+        ++ops;
+      }
+    }
+  }
+  EXPECT_GT(ops, 1000u);
+  EXPECT_GT(buffers, 100u);
+  EXPECT_FALSE(lower_within({m, topo}, o, rp, {.max_ops = 100}).has_value());
+  EXPECT_THROW((void)lower_resolved({m, topo}, o, rp, {.max_ops = 100}), core::InputError);
 }
 
 // The compute stream is sized once, from the walk's uses, before any pass

@@ -7,6 +7,7 @@
 
 #include <map>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "models/step_graph.hpp"
@@ -78,9 +79,9 @@ class ProgramBuilder {
   bool op_names_ = true;
   int next_id_ = 0;
   int next_event_ = 0;
-  std::vector<std::size_t> expected_;                   // per stream, reserve()'s ops (0: none)
-  std::map<int, int> next_seq_;                         // group -> next sequence number
-  std::map<std::string, core::BufferClass> allocated_;  // buffer -> class, of every alloc
+  std::vector<std::size_t> expected_;                             // per stream, reserve()'s ops (0: none)
+  std::map<int, int> next_seq_;                                   // group -> next sequence number
+  std::unordered_map<std::string, core::BufferClass> allocated_;  // buffer -> class, of every alloc
 };
 
 }  // namespace hzp::plan
