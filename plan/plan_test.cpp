@@ -268,16 +268,15 @@ TEST(Lower, HashIsDeterministic) {
 // under the same names; over --max-ops, lower_within returns nothing where
 // lower_resolved throws.
 TEST(Lower, WithoutNamesTheSameOpsAndBuffers) {
-  models::ModelSpec m = models::load_model("llama3-8b");
-  topologies::Topology topo(topologies::load_cluster("dgx-h100"), 16);
   PlanOptions o = options(Strategy::Hzp, 32 * 8192);
-  o.param_shard = 2;
-  o.pp = 2;
-  o.tp = 2;
+  o.param_shard = o.pp = o.tp = 2;
+  const models::ModelSpec m = models::load_model("llama3-8b");
+  const topologies::Topology topo(topologies::load_cluster("dgx-h100"), 16);
+  const Inputs in{m, topo};
   ResolvedPlan rp;
-  ASSERT_TRUE(check_plan({m, topo}, o, &rp).empty());
-  const core::Schedule named = lower_resolved({m, topo}, o, rp, {}).schedule;
-  const std::optional<LoweredPlan> nameless = lower_within({m, topo}, o, rp, {.names = false});
+  ASSERT_TRUE(check_plan(in, o, &rp).empty());
+  const core::Schedule named = lower_resolved(in, o, rp, {}).schedule;
+  const std::optional<LoweredPlan> nameless = lower_within(in, o, rp, {.names = false});
   ASSERT_TRUE(nameless.has_value());
   const core::Schedule& s = nameless->schedule;
   ASSERT_EQ(s.programs.size(), named.programs.size());
@@ -303,8 +302,8 @@ TEST(Lower, WithoutNamesTheSameOpsAndBuffers) {
   }
   EXPECT_GT(ops, 1000u);
   EXPECT_GT(buffers, 100u);
-  EXPECT_FALSE(lower_within({m, topo}, o, rp, {.max_ops = 100}).has_value());
-  EXPECT_THROW((void)lower_resolved({m, topo}, o, rp, {.max_ops = 100}), core::InputError);
+  EXPECT_FALSE(lower_within(in, o, rp, {.max_ops = 100}).has_value());
+  EXPECT_THROW((void)lower_resolved(in, o, rp, {.max_ops = 100}), core::InputError);
 }
 
 // The compute stream is sized once, from the walk's uses, before any pass
