@@ -215,6 +215,9 @@ struct Search {
 void enumerate_space(Search& s);
 void prune_by_memory(Search& s);
 void screen_groups(Search& s);
+/// Part of screen_groups: candidates screened on fewer stages that
+/// verification could reach, screened again on their own stages.
+void rescreen_near_the_top(Search& s);
 void verify_best(Search& s);
 void refine_best(Search& s);
 

@@ -314,40 +314,6 @@ void run_screen(Search& s, const std::vector<std::size_t>& which, const std::vec
   s.out.screened += static_cast<long long>(which.size());
 }
 
-// The candidates screened on fewer stages that verification could reach
-// (verify_best): among the first `top` plans that screening sees fit, the
-// first of each strategy on each setting, or within kNear of the last of
-// those; screened again as they are, until none is left.
-void rescreen_near_the_top(Search& s) {
-  constexpr double kNear = 1.10;  // the stage extrapolation's step is within 7 % (bench/results/plan-search.txt)
-  for (;;) {
-    std::vector<std::size_t> order;
-    for (std::size_t i = 0; i < s.alive.size(); ++i) {
-      if (s.feasible(i)) order.push_back(i);
-    }
-    auto score = [&](std::size_t i) { return s.score(s.settings[s.alive[i].setting], s.screened[i][1]); };
-    std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return score(a) < score(b); });
-    // (setting, strategy) -> the score that verification reaches in it
-    std::map<std::pair<std::size_t, int>, double> reach;
-    double top = 0;
-    for (std::size_t n = 0; n < order.size(); ++n) {
-      const Candidate& c = s.alive[order[n]];
-      reach.try_emplace({c.setting, static_cast<int>(c.o.strategy)}, score(order[n]));
-      if (n < static_cast<std::size_t>(s.q.top)) top = score(order[n]);
-    }
-    std::vector<std::size_t> again;
-    for (std::size_t i : order) {
-      if (!s.on_fewer_stages[i]) continue;
-      const Candidate& c = s.alive[i];
-      if (score(i) <= kNear * std::max(top, reach[{c.setting, static_cast<int>(c.o.strategy)}])) again.push_back(i);
-    }
-    if (again.empty()) return;
-    run_screen(s, again, {}, true);
-    s.out.screened -= static_cast<long long>(again.size());  // counted once, as screened
-    for (std::size_t i : again) s.note(i);
-  }
-}
-
 struct Groups {
   std::map<std::size_t, std::vector<std::size_t>> members;  // group -> alive indices, first is its head
   std::vector<std::pair<double, std::size_t>> order;        // (bound, head), best bound first
@@ -413,6 +379,40 @@ std::vector<std::size_t> members_to_screen(Search& s, Groups& g, const std::vect
 }
 
 }  // namespace
+
+// The candidates screened on fewer stages that verification could reach
+// (verify_best): among the first `top` plans that screening sees fit, the
+// first of each strategy on each setting, or within kNear of the last of
+// those; screened again as they are, until none is left.
+void rescreen_near_the_top(Search& s) {
+  constexpr double kNear = 1.10;  // the stage extrapolation's step is within 7 % (bench/results/plan-search.txt)
+  for (;;) {
+    std::vector<std::size_t> order;
+    for (std::size_t i = 0; i < s.alive.size(); ++i) {
+      if (s.feasible(i)) order.push_back(i);
+    }
+    auto score = [&](std::size_t i) { return s.score(s.settings[s.alive[i].setting], s.screened[i][1]); };
+    std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return score(a) < score(b); });
+    // (setting, strategy) -> the score that verification reaches in it
+    std::map<std::pair<std::size_t, int>, double> reach;
+    double top = 0;
+    for (std::size_t n = 0; n < order.size(); ++n) {
+      const Candidate& c = s.alive[order[n]];
+      reach.try_emplace({c.setting, static_cast<int>(c.o.strategy)}, score(order[n]));
+      if (n < static_cast<std::size_t>(s.q.top)) top = score(order[n]);
+    }
+    std::vector<std::size_t> again;
+    for (std::size_t i : order) {
+      if (!s.on_fewer_stages[i]) continue;
+      const Candidate& c = s.alive[i];
+      if (score(i) <= kNear * std::max(top, reach[{c.setting, static_cast<int>(c.o.strategy)}])) again.push_back(i);
+    }
+    if (again.empty()) return;
+    run_screen(s, again, {}, true);
+    s.out.screened -= static_cast<long long>(again.size());  // counted once, as screened
+    for (std::size_t i : again) s.note(i);
+  }
+}
 
 // Screening with branch and bound over groups: the GEMM and attention time of
 // a group (the same for every sharding of it) bounds each member's step from

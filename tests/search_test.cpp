@@ -173,6 +173,39 @@ TEST(PlanSearch, LongPipelinesAreScreenedOnFewerStages) {
   EXPECT_FALSE(explore::search::fewer_stages(moe, experts, pm.topology()));
 }
 
+// Two 32-stage candidates of Llama-3 70B on 1,024 H100s (TP 8, 4
+// data-parallel ranks, ZeRO-1) as if screened on fewer stages: the one that
+// leads is screened again on its own stages before verification, and the
+// other, then 50 % behind it, stays as it was screened.
+TEST(PlanSearch, OnlyCandidatesNearTheTopAreScreenedAgainOnTheirOwnStages) {
+  explore::PlanQuery q;  // llama3-70b on 1,024 dgx-h100 GPUs
+  q.top = 1;
+  explore::search::Search s(q);
+  plan::PlanOptions o;
+  o.strategy = plan::Strategy::Zero1;
+  o.tp = 8;
+  o.pp = 32;
+  o.pipeline_layout = plan::balanced_layout(s.m.layers, 32, 1).text();
+  o.recompute = models::Recompute::Selective;
+  o.global_batch_sequences = 64 * 4;
+  plan::PlanOptions behind = o;
+  behind.recompute = models::Recompute::Full;
+  explore::search::Target own = s.target(0);
+  own.smaller = nullptr;
+  const explore::search::Estimate exact = explore::search::screen(own, o, false);
+  ASSERT_TRUE(exact.ok);
+  ASSERT_LT(exact.reserved_GiB, 80.0);
+  s.alive = {{0, 0, o, false}, {0, 1, behind, false}};
+  s.screened = {{1, 0.9 * exact.step_s, 10, 0, 0}, {1, 1.5 * exact.step_s, 10, 0, 0}};
+  s.on_fewer_stages = {true, true};
+  explore::search::rescreen_near_the_top(s);
+  EXPECT_FALSE(s.on_fewer_stages[0]);
+  EXPECT_DOUBLE_EQ(s.screened[0][1], exact.step_s);
+  EXPECT_DOUBLE_EQ(s.screened[0][2], exact.reserved_GiB);
+  EXPECT_TRUE(s.on_fewer_stages[1]);
+  EXPECT_DOUBLE_EQ(s.screened[1][1], 1.5 * exact.step_s);
+}
+
 // Qwen3-30B-A3B, hzp (2, 2, 2) without background threads, TP 2, EP 8
 // folded over the 8 GPUs, no recomputation: the
 // two-layer model's peak (the head's transients) is above the three-layer
