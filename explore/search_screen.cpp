@@ -166,7 +166,7 @@ std::optional<FewerStages> fewer_stages(const models::ModelSpec& m, const PlanOp
                                         const topologies::Topology& cluster) {
   if (o.pp < 16 || m.moe || o.pipeline_schedule != plan::PipelineSchedule::OneFOneB) return std::nullopt;
   constexpr int kPp1 = 4, kPp2 = 8;
-  if (m.layers % (o.pp / kPp1) != 0) return std::nullopt;  // a whole share of the layers on 4 stages
+  if (m.layers * kPp1 % o.pp != 0) return std::nullopt;  // a whole share of the layers on 4 (and 8) stages
   const int world = cluster.devices();
   plan::BatchSplit split;
   if (!plan::check_batch(m, world, o, split).empty() || split.micro_batches < o.pp) return std::nullopt;

@@ -167,6 +167,14 @@ TEST(PlanSearch, LongPipelinesAreScreenedOnFewerStages) {
   other.first_stage_layers = 10;  // 60 layers on the 30 stages between: 2 each
   other.last_stage_layers = 10;
   EXPECT_FALSE(explore::search::fewer_stages(m, other, pm.topology()));
+  // 20 layers on 18 stages: 4 stages cannot hold a whole share of them.
+  models::ModelSpec short_model = m;
+  short_model.layers = 20;
+  plan::PlanOptions eighteen = o;
+  eighteen.pp = 18;
+  eighteen.pipeline_layout = plan::balanced_layout(20, 18, 1).text();
+  eighteen.global_batch_sequences = 18;
+  EXPECT_FALSE(explore::search::fewer_stages(short_model, eighteen, topologies::Topology(spec, 144)));
   const models::ModelSpec moe = models::load_model("qwen3-235b-a22b");
   plan::PlanOptions experts = o;
   experts.pipeline_layout = plan::balanced_layout(moe.layers, 32, 1).text();
