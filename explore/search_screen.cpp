@@ -191,6 +191,15 @@ Estimate affine(const Estimate& e1, const Estimate& e2, double k, double reserve
                   std::max(e1.states_GiB, e2.states_GiB)};
 }
 
+// The plan with `count` micro-batches per rank: the global batch set in
+// sequences over its data-parallel ranks on the target's cluster.
+PlanOptions with_micro_batches(const Target& t, const PlanOptions& o, std::int64_t count) {
+  PlanOptions r = o;
+  r.global_batch_tokens.reset();
+  r.global_batch_sequences = count * o.micro_batch * (t.in.cluster.devices() / (o.tp * o.pp * plan::sequence_split(o)));
+  return r;
+}
+
 // A pipeline with many micro-batches per rank (more than twice `settled`,
 // from where its schedule's step is affine in them and its peak memory no
 // longer grows with them) on `settled` and twice as many, extrapolated; else
@@ -198,15 +207,9 @@ Estimate affine(const Estimate& e1, const Estimate& e2, double k, double reserve
 Estimate over_micro_batches(const Target& t, const PlanOptions& o, std::int64_t micro, std::int64_t settled,
                             bool floor) {
   if (o.pp == 1 || micro <= 2 * settled) return over_layers(t, o, floor);
-  const std::int64_t dp = t.in.cluster.devices() / (o.tp * o.pp * plan::sequence_split(o));
-  auto with_micro = [&](std::int64_t mb_count) {
-    PlanOptions r = o;
-    r.global_batch_tokens.reset();
-    r.global_batch_sequences = mb_count * o.micro_batch * dp;
-    return r;
-  };
   const std::int64_t m1 = settled, m2 = 2 * settled;
-  const Estimate e1 = over_layers(t, with_micro(m1), floor), e2 = over_layers(t, with_micro(m2), floor);
+  const Estimate e1 = over_layers(t, with_micro_batches(t, o, m1), floor);
+  const Estimate e2 = over_layers(t, with_micro_batches(t, o, m2), floor);
   if (!e1.ok || !e2.ok) return e1.over_op_limit || e2.over_op_limit ? over_op_limit() : Estimate{};
   const double k = static_cast<double>(micro - m1) / static_cast<double>(m2 - m1);
   return affine(e1, e2, k, std::max(e1.reserved_GiB, e2.reserved_GiB));
@@ -219,7 +222,6 @@ Estimate over_micro_batches(const Target& t, const PlanOptions& o, std::int64_t 
 Estimate over_stages(const Target& t, const PlanOptions& o, const FewerStages& f, std::int64_t micro,
                      std::int64_t settled, bool floor) {
   const models::ModelSpec& m = t.in.model;
-  const std::int64_t dp = t.in.cluster.devices() / (o.tp * o.pp * plan::sequence_split(o));
   auto on = [&](int pp, int gpus) {
     models::ModelSpec r = m;
     r.layers = m.layers * pp / o.pp;  // whole (fewer_stages)
@@ -227,11 +229,9 @@ Estimate over_stages(const Target& t, const PlanOptions& o, const FewerStages& f
     p.pp = pp;
     p.pipeline_layout.reset();
     if (r.layers % (pp * o.vpp) != 0) p.pipeline_layout = plan::balanced_layout(r.layers, pp, o.vpp).text();
-    p.global_batch_tokens.reset();
-    p.global_batch_sequences = micro * o.micro_batch * dp;
     const cost::PerfModel& pm = *t.smaller->at(gpus);
-    return over_micro_batches(Target{{r, pm.topology(), t.in.stack}, pm, t.max_ops, t.smaller}, p, micro, settled,
-                              floor);
+    const Target fewer{{r, pm.topology(), t.in.stack}, pm, t.max_ops, t.smaller};
+    return over_micro_batches(fewer, with_micro_batches(fewer, p, micro), micro, settled, floor);
   };
   const Estimate e1 = on(f.pp1, f.gpus1), e2 = on(f.pp2, f.gpus2);
   if (!e1.ok || !e2.ok) return e1.over_op_limit || e2.over_op_limit ? over_op_limit() : Estimate{};
@@ -243,7 +243,7 @@ Estimate over_stages(const Target& t, const PlanOptions& o, const FewerStages& f
   // smaller of the two peaks is taken as a lower bound (at or below the
   // exact screen's peak in each of the 7,039 pipelines that the exhaustive
   // Llama-3 70B query screens so, bench/results/plan-search.txt); a candidate
-  // that could be verified is screened again as it is (screen_groups).
+  // that could be verified is screened again as it is (rescreen_near_the_top).
   Estimate e = affine(e1, e2, k, std::min(e1.reserved_GiB, e2.reserved_GiB));
   e.fewer_stages = true;
   return e;
